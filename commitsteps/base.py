@@ -1,0 +1,183 @@
+"""The abstract :class:`CommitStep` and the registry of storable step classes."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import ClassVar, TypeVar, cast
+
+import attrs
+
+from commitsteps.errors import DuplicateStepTypeError, UnknownStepTypeError
+from store.errors import ConfigurationError
+
+
+@attrs.frozen
+class CommitStep(abc.ABC):
+    """One idempotent unit of a commit, written ahead to a store before it runs.
+
+    A subclass is an ``@attrs.frozen`` class whose fields are plain data (str, int, float,
+    bool, None, lists and dicts of those, nested attrs classes); it is stored under a type tag
+    given with :func:`register`, never under its import path, so moving the class between
+    modules does not break commits in flight. ``__init__`` does no I/O.
+
+    Contract:
+
+    * :meth:`verify` has no side effects and returns True only if the step's effect is fully
+      in place.
+    * :meth:`execute` brings the effect about and is safe to run any number of times,
+      including after a crash in the middle of a previous run.
+    * When the step cannot complete, raise a :class:`~commitsteps.errors.StepError` whose
+      message says what was expected and what was found.
+
+    Example, a step that publishes a marker file once its dataset is in place::
+
+        import attrs
+        import fsspec
+        import commitsteps
+
+        @commitsteps.register("acme.success-marker")
+        @attrs.frozen
+        class SuccessMarkerStep(commitsteps.CommitStep):
+            path: str
+            content: str = ""
+
+            def verify(self) -> bool:
+                fs, p = fsspec.core.url_to_fs(self.path)
+                return fs.exists(p) and fs.cat_file(p).decode() == self.content
+
+            def execute(self) -> None:
+                if not self.verify():
+                    fs, p = fsspec.core.url_to_fs(self.path)
+                    fs.pipe_file(p, self.content.encode())
+
+            def published_paths(self) -> tuple[str, ...]:
+                return (self.path,)
+
+    For executors to recover such a step, its module must be importable there (ship it with
+    ``--py-files`` or install the package on the cluster) and imported before recovery; see
+    the README.
+    """
+
+    #: Steps of a sequence execute in ascending phase, in written order within a phase:
+    #: data movement (0) before watermarks (1), so a watermark never runs ahead of its data.
+    phase: ClassVar[int] = 0
+
+    @abc.abstractmethod
+    def verify(self) -> bool:
+        """True when the step's effect is fully in place. No side effects."""
+
+    @abc.abstractmethod
+    def execute(self) -> None:
+        """Bring the effect about; idempotent.
+
+        Raises:
+            StepError: if the step cannot complete.
+        """
+
+    def check_preconditions(self) -> None:  # noqa: B027 -- optional hook
+        """Raise :class:`StepConflictError` if the step could not succeed if run now.
+
+        Called before the sequence is written ahead, so a commit doomed to conflict (a
+        watermark moved by someone else) is refused before anything becomes visible.
+        """
+
+    def abort(self) -> None:  # noqa: B027 -- optional hook, most steps stage nothing
+        """Undo the staging this step refers to, for a sequence that was never sealed.
+
+        Only staged inputs may be touched here, never published data.
+        """
+
+    def staged_paths(self) -> Sequence[str]:
+        """Paths this step reads from staging; each must lie under a staging root."""
+        return ()
+
+    def published_paths(self) -> Sequence[str]:
+        """Paths this step writes; each must lie under an output root."""
+        return ()
+
+    @classmethod
+    def verify_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
+        """:meth:`verify` for many steps of this class; override to batch I/O."""
+        return [step.verify() for step in steps]
+
+    @classmethod
+    def execute_many(cls, steps: Sequence[CommitStep]) -> None:
+        """:meth:`execute` for consecutive steps of this class, in order; override to batch."""
+        for step in steps:
+            step.execute()
+
+
+_TAG_ATTR = "__commitstep_tag__"
+_BY_TAG: dict[str, type[CommitStep]] = {}
+
+S = TypeVar("S", bound=type[CommitStep])
+
+
+def register(name: str) -> Callable[[S], S]:
+    """Class decorator: make a :class:`CommitStep` subclass storable under the tag ``name``.
+
+    Args:
+        name: a stable tag such as ``"acme.success-marker"``; keep it when the class moves.
+
+    Raises:
+        DuplicateStepTypeError: if another class already uses the tag.
+        ConfigurationError: if the tag is empty or the class is not a CommitStep.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"a step type tag must be a non-empty string, got {name!r}")
+
+    def decorate(cls: S) -> S:
+        if not (isinstance(cls, type) and issubclass(cls, CommitStep)):
+            raise ConfigurationError(f"@register({name!r}) applies to CommitStep subclasses")
+        if not attrs.has(cast(type, cls)):
+            raise ConfigurationError(f"{cls.__qualname__} must be an attrs class (@attrs.frozen)")
+        known = _BY_TAG.get(name)
+        if known is not None and _qualified(known) != _qualified(cls):
+            raise DuplicateStepTypeError(
+                f"step type {name!r} is already registered to {_qualified(known)}; "
+                f"cannot register {_qualified(cls)}"
+            )
+        _BY_TAG[name] = cls
+        setattr(cls, _TAG_ATTR, name)
+        return cls
+
+    return decorate
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def tag_of(cls: type[CommitStep]) -> str:
+    """The tag a step class was registered under.
+
+    Raises:
+        UnknownStepTypeError: if the class was never registered.
+    """
+    tag = cls.__dict__.get(_TAG_ATTR)
+    if tag is None:
+        raise UnknownStepTypeError(
+            f"{_qualified(cls)} is not registered; decorate it with @commitsteps.register(...)"
+        )
+    return str(tag)
+
+
+def class_for(tag: str) -> type[CommitStep]:
+    """The class registered under ``tag``.
+
+    Raises:
+        UnknownStepTypeError: naming the tag and the known tags.
+    """
+    try:
+        return _BY_TAG[tag]
+    except KeyError:
+        raise UnknownStepTypeError(
+            f"unknown step type {tag!r}; known: {', '.join(sorted(_BY_TAG))}. If it is a "
+            "user step, import its module (on executors too) before recovery"
+        ) from None
+
+
+def registered() -> dict[str, type[CommitStep]]:
+    """A copy of the registry: tag -> class."""
+    return dict(_BY_TAG)

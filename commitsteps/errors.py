@@ -1,0 +1,34 @@
+"""Errors of the step layer; all derive from :class:`store.errors.CommitPubError`."""
+
+from __future__ import annotations
+
+from store.errors import CommitPubError, ConfigurationError
+
+
+class UnknownStepTypeError(CommitPubError, LookupError):
+    """A stored record names a step type tag that no registered class carries."""
+
+
+class DuplicateStepTypeError(ConfigurationError):
+    """Two different classes were registered under the same tag."""
+
+
+class StepError(CommitPubError):
+    """A step could not be completed. The state it leaves is known (nothing half-done)."""
+
+
+class StepConflictError(StepError):
+    """The world is not in a state the step can move on from; the step did nothing.
+
+    The message says what was expected and what was found, e.g. "expected watermark 100,
+    found 250".
+    """
+
+
+class MissingSourceError(StepError, FileNotFoundError):
+    """A rename's source is gone and its destination is missing or wrong: data was lost
+    outside commitpub (someone deleted staged files). Never reported as done."""
+
+
+class PathConfinementError(StepError, PermissionError):
+    """A step reads or writes outside the job's configured staging and output roots."""

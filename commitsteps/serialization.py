@@ -1,0 +1,101 @@
+"""All encoding of steps: ``dumps`` / ``loads``. Nothing is unpickled or evaluated.
+
+A record is ``b"cs1 " + crc32 of the payload (8 hex digits) + b" " + payload``, the payload
+being compact UTF-8 JSON ``{"t": <type tag>, "d": <the step's fields>}``. The tag selects the
+class from the registry (:func:`commitsteps.register`); cattrs builds the instance from the
+fields with strict hooks (a string field given a number is an error, not a conversion).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import cattrs
+from cattrs.strategies import configure_union_passthrough
+
+from commitsteps.base import CommitStep, class_for, tag_of
+from store.base import JsonScalar
+from store.errors import CorruptRecordError
+
+FORMAT = b"cs1"
+_converter = cattrs.Converter(forbid_extra_keys=True)
+configure_union_passthrough(JsonScalar, _converter)
+
+
+def _strict(expected: type) -> Any:
+    def structure(value: Any, _type: Any) -> Any:
+        # bool is an int subclass; a JSON true must not pass for a count.
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise TypeError(f"expected {expected.__name__}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+for _t in (str, int, bool):
+    _converter.register_structure_hook(_t, _strict(_t))
+_converter.register_structure_hook(
+    float,
+    lambda v, _t: (
+        float(v)
+        if isinstance(v, int | float) and not isinstance(v, bool)
+        else _strict(float)(v, _t)
+    ),
+)
+
+
+def dumps(step: CommitStep) -> bytes:
+    """Serialize a registered step.
+
+    Raises:
+        UnknownStepTypeError: if the step's class is not registered.
+    """
+    payload = json.dumps(
+        {"t": tag_of(type(step)), "d": _converter.unstructure(step)},
+        ensure_ascii=False,
+        allow_nan=False,
+        separators=(",", ":"),
+    ).encode()
+    return b"%s %08x %s" % (FORMAT, zlib.crc32(payload), payload)
+
+
+def loads(data: bytes) -> CommitStep:
+    """Rebuild a step from :func:`dumps` output.
+
+    Raises:
+        CorruptRecordError: if the record is truncated, altered, of another format version, or
+            its fields do not fit the class.
+        UnknownStepTypeError: if no registered class has the record's tag.
+    """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CorruptRecordError(f"a step record is bytes, got {type(data).__name__}")
+    data = bytes(data)
+    head, payload = data[:13], data[13:]
+    if len(head) < 13 or head[:3] != FORMAT or head[3:4] != b" " or head[12:13] != b" ":
+        raise CorruptRecordError(f"not a commitpub step record (starts {data[:16]!r})")
+    try:
+        crc = int(head[4:12], 16)
+    except ValueError:
+        raise CorruptRecordError(f"bad checksum field {head[4:12]!r}") from None
+    if zlib.crc32(payload) != crc:
+        raise CorruptRecordError("step record checksum mismatch (altered or truncated)")
+    try:
+        doc = json.loads(payload)
+        tag, fields = doc["t"], doc["d"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptRecordError(f"unreadable step record: {e}") from e
+    if not isinstance(tag, str) or not isinstance(fields, dict):
+        raise CorruptRecordError("malformed step record (tag or fields of the wrong type)")
+    cls = class_for(tag)
+    try:
+        step: CommitStep = _converter.structure(fields, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError) as e:
+        details = (
+            "; ".join(cattrs.transform_error(e))
+            if isinstance(e, cattrs.BaseValidationError)
+            else str(e)
+        )
+        raise CorruptRecordError(f"record of step type {tag!r} does not fit: {details}") from e
+    return step

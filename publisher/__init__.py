@@ -1,0 +1,1 @@
+"""Write ahead, execute, recover."""

@@ -1,0 +1,189 @@
+"""Abstract bases of the store layer: commit-step stores and watermark stores.
+
+A backend implements the few ``_``-free abstract methods listed under "backend interface";
+the user-facing surface (Gobblin's ``put``/``get``/``exists``/``remove``/``datasets`` plus
+sealing) is written once here on top of them.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from store.errors import SequenceExistsError
+
+JsonScalar = int | float | str | bool | None
+
+
+@attrs.frozen
+class SequenceInfo:
+    """What a store knows of one dataset's pending sequence, without reading its records."""
+
+    exists: bool
+    sealed: bool
+    records: int
+    token: int | None = None
+
+
+class CommitStepStore(abc.ABC):
+    """Holds, per job (``store_name``) and dataset, one sequence of opaque records.
+
+    A sequence is *sealed* once complete; only a sealed sequence may be executed. Writes are
+    all-or-nothing per call: a crash leaves either the previous state or the new one.
+    Records are the bytes of ``commitsteps.dumps``; this layer never interprets them.
+    """
+
+    #: The store's URL with any password redacted; safe to log and to report.
+    url: str
+
+    # -- backend interface -------------------------------------------------------------
+    @abc.abstractmethod
+    def append(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        records: Sequence[bytes],
+        *,
+        seal: bool,
+        token: int | None = None,
+    ) -> None:
+        """Append ``records`` (and seal if asked) in one atomic write.
+
+        Raises:
+            SequenceSealedError: if the sequence is sealed already.
+            StoreUnavailableError: if the store cannot be reached.
+        """
+
+    @abc.abstractmethod
+    def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
+        """Yield the records of a sequence in order, streaming; nothing if there is none.
+
+        Raises:
+            CorruptRecordError: if any part of the sequence is truncated or altered.
+        """
+
+    @abc.abstractmethod
+    def info(self, store_name: str, dataset_urn: str) -> SequenceInfo:
+        """Existence, sealing and record count of a sequence."""
+
+    @abc.abstractmethod
+    def datasets(self, store_name: str) -> list[str]:
+        """The datasets of ``store_name`` that hold a sequence, sorted."""
+
+    @abc.abstractmethod
+    def remove(self, store_name: str, dataset_urn: str | None = None) -> None:
+        """Delete a dataset's sequence and status, or the whole store when no dataset is given.
+
+        A crash in the middle leaves at worst an *unsealed* prefix of the sequence, never a
+        sealed sequence with records missing.
+        """
+
+    @abc.abstractmethod
+    def get_status(self, store_name: str, dataset_urn: str) -> dict[str, Any] | None:
+        """The JSON status object kept beside a sequence (attempts, quarantine), or None."""
+
+    @abc.abstractmethod
+    def set_status(self, store_name: str, dataset_urn: str, status: dict[str, Any]) -> None:
+        """Replace the status object of a dataset atomically."""
+
+    def close(self) -> None:  # noqa: B027 -- optional hook: most backends hold nothing to close
+        """Release connections; the store must not be used afterwards."""
+
+    # -- user-facing surface -----------------------------------------------------------
+    def put(self, store_name: str, dataset_urn: str, record: bytes) -> None:
+        """Append one record to an unsealed sequence (created if missing)."""
+        self.append(store_name, dataset_urn, [record], seal=False)
+
+    def seal(self, store_name: str, dataset_urn: str, *, token: int | None = None) -> None:
+        """Mark a sequence complete; from now on it may be executed and not extended."""
+        self.append(store_name, dataset_urn, [], seal=True, token=token)
+
+    def put_sequence(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        records: Sequence[bytes],
+        *,
+        token: int | None = None,
+    ) -> None:
+        """Write a whole sequence and seal it, atomically: readers see all of it or nothing.
+
+        Raises:
+            SequenceExistsError: if a sequence for this dataset is pending already; a pending
+                commit is never overwritten.
+        """
+        if self.info(store_name, dataset_urn).exists:
+            raise SequenceExistsError(
+                f"dataset {dataset_urn!r} of {store_name!r} in {self.url} already has a pending "
+                "sequence; recover or discard it first"
+            )
+        self.append(store_name, dataset_urn, records, seal=True, token=token)
+
+    def get(self, store_name: str, dataset_urn: str) -> list[bytes]:
+        """All records of a sequence, checked; empty when there is none."""
+        return list(self.iter_records(store_name, dataset_urn))
+
+    def exists(self, store_name: str, dataset_urn: str) -> bool:
+        """True when the dataset has a sequence, sealed or not."""
+        return self.info(store_name, dataset_urn).exists
+
+    def is_sealed(self, store_name: str, dataset_urn: str) -> bool:
+        """True when the dataset's sequence is sealed."""
+        return self.info(store_name, dataset_urn).sealed
+
+    def __enter__(self) -> CommitStepStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def encode_value(value: JsonScalar) -> str:
+    """The canonical JSON text of a watermark value; equal values give equal text."""
+    if value is not None and not isinstance(value, int | float | str | bool):
+        raise TypeError(f"watermark values are JSON scalars, got {type(value).__name__}")
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+class WatermarkStore(abc.ABC):
+    """Per (dataset, partition) high watermarks, changed only by compare-and-set."""
+
+    url: str
+
+    @abc.abstractmethod
+    def get(self, dataset: str, partition: str) -> JsonScalar:
+        """The current value, or None when it was never set."""
+
+    @abc.abstractmethod
+    def compare_and_set(
+        self,
+        dataset: str,
+        partition: str,
+        expected: JsonScalar,
+        value: JsonScalar,
+        *,
+        token: int | None = None,
+    ) -> bool:
+        """Set ``value`` if the current value equals ``expected`` (None: never set).
+
+        Returns:
+            True if this call changed the value; False if the current value was not
+            ``expected`` (nothing changed).
+        """
+
+    @abc.abstractmethod
+    def get_all(self, dataset: str) -> dict[str, JsonScalar]:
+        """Every partition's value for ``dataset``."""
+
+    def close(self) -> None:  # noqa: B027 -- optional hook
+        """Release connections."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

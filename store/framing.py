@@ -1,0 +1,113 @@
+"""The byte formats of the store layer: framed records and sequence chunks.
+
+A *framed record* is ``version (1 byte) | crc32 (4 bytes, big endian) | payload``; Redis keeps
+one per list element. A *chunk* is what the filesystem store writes in one atomic file write::
+
+    b"CPCHUNK1\\n"
+    header: length (4 bytes) | JSON {"urn", "index", "count", "sealed", "token"}
+    count x (length (4 bytes) | framed record)
+    trailer: b"CPEND" | crc32 of everything before the trailer (4 bytes)
+
+Any truncation or alteration is detected: every record has its own checksum, the header gives
+the count, and the trailer checksums the whole chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from store.errors import CorruptRecordError
+
+RECORD_VERSION = 1
+_REC_HEAD = struct.Struct(">BI")
+_LEN = struct.Struct(">I")
+CHUNK_MAGIC = b"CPCHUNK1\n"
+CHUNK_END = b"CPEND"
+
+
+def frame_record(payload: bytes) -> bytes:
+    """Prefix ``payload`` with the format version and its checksum."""
+    return _REC_HEAD.pack(RECORD_VERSION, zlib.crc32(payload)) + payload
+
+
+def unframe_record(data: bytes, where: str) -> bytes:
+    """Check a framed record and return its payload.
+
+    Raises:
+        CorruptRecordError: if the record is truncated, altered or of another version.
+    """
+    if len(data) < _REC_HEAD.size:
+        raise CorruptRecordError(f"{where}: truncated record ({len(data)} bytes)")
+    version, crc = _REC_HEAD.unpack_from(data)
+    if version != RECORD_VERSION:
+        raise CorruptRecordError(f"{where}: unknown record format version {version}")
+    payload = data[_REC_HEAD.size :]
+    if zlib.crc32(payload) != crc:
+        raise CorruptRecordError(f"{where}: checksum mismatch (record altered or truncated)")
+    return payload
+
+
+def encode_chunk(
+    urn: str,
+    index: int,
+    records: Sequence[bytes],
+    *,
+    sealed: bool,
+    token: int | None = None,
+) -> bytes:
+    """Encode one chunk of a sequence; see the module docstring for the layout."""
+    header = json.dumps(
+        {"urn": urn, "index": index, "count": len(records), "sealed": sealed, "token": token},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode()
+    parts = [CHUNK_MAGIC, _LEN.pack(len(header)), header]
+    for rec in records:
+        framed = frame_record(rec)
+        parts.append(_LEN.pack(len(framed)))
+        parts.append(framed)
+    body = b"".join(parts)
+    return body + CHUNK_END + _LEN.pack(zlib.crc32(body))
+
+
+def decode_chunk_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
+    """Return a chunk's header and the offset of its first record, checking the whole chunk."""
+    if not data.startswith(CHUNK_MAGIC):
+        raise CorruptRecordError(f"{where}: not a commitpub chunk (bad magic)")
+    tail = len(CHUNK_END) + _LEN.size
+    if len(data) < len(CHUNK_MAGIC) + _LEN.size + tail or data[-tail : -_LEN.size] != CHUNK_END:
+        raise CorruptRecordError(f"{where}: truncated chunk (no end marker)")
+    (crc,) = _LEN.unpack_from(data, len(data) - _LEN.size)
+    if zlib.crc32(data[:-tail]) != crc:
+        raise CorruptRecordError(f"{where}: chunk checksum mismatch")
+    pos = len(CHUNK_MAGIC)
+    (hlen,) = _LEN.unpack_from(data, pos)
+    pos += _LEN.size
+    try:
+        header = json.loads(data[pos : pos + hlen])
+    except ValueError as e:
+        raise CorruptRecordError(f"{where}: unreadable chunk header") from e
+    if not isinstance(header, dict) or not isinstance(header.get("count"), int):
+        raise CorruptRecordError(f"{where}: malformed chunk header")
+    return header, pos + hlen
+
+
+def iter_chunk_records(data: bytes, where: str) -> Iterator[bytes]:
+    """Yield the payloads of a chunk after checking it whole."""
+    header, pos = decode_chunk_header(data, where)
+    end = len(data) - len(CHUNK_END) - _LEN.size
+    count = 0
+    while pos < end:
+        (rlen,) = _LEN.unpack_from(data, pos)
+        pos += _LEN.size
+        if pos + rlen > end:
+            raise CorruptRecordError(f"{where}: record {count} runs past the chunk end")
+        yield unframe_record(data[pos : pos + rlen], f"{where} record {count}")
+        pos += rlen
+        count += 1
+    if count != header["count"]:
+        raise CorruptRecordError(f"{where}: header says {header['count']} records, found {count}")

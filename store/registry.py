@@ -1,0 +1,116 @@
+"""URL scheme -> backend class, imported lazily so optional dependencies stay optional.
+
+Backends outside this package register through the entry-point groups
+``commitpub.commit_stores`` and ``commitpub.watermark_stores`` (name: the URL scheme, value:
+``module:Class``), or by calling :func:`register_backend`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Literal
+from urllib.parse import urlsplit
+
+import attrs
+
+from store.base import CommitStepStore, WatermarkStore
+from store.errors import BackendNotInstalledError, ConfigurationError
+from store.urls import redact
+
+Kind = Literal["commit_stores", "watermark_stores"]
+
+
+@attrs.frozen
+class _Backend:
+    target: str  # "module:Class"
+    hint: str | None = None
+
+
+_FS_HINT = None
+_REDIS_HINT = "pip install 'commitpub[redis]'"
+
+_REGISTRY: dict[Kind, dict[str, _Backend]] = {
+    "commit_stores": {
+        "redis": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
+        "rediss": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
+    },
+    "watermark_stores": {
+        "redis": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
+        "rediss": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
+    },
+}
+_DEFAULT: dict[Kind, _Backend] = {
+    # Any other scheme (file, s3, gcs, memory, or a bare path) goes through fsspec.
+    "commit_stores": _Backend("store.fs:FsCommitStepStore"),
+    "watermark_stores": _Backend("store.fs:FsWatermarkStore"),
+}
+_HINTS = {"s3": "pip install 'commitpub[s3]'", "s3a": "pip install 'commitpub[s3]'"}
+_entry_points_loaded = False
+
+
+def register_backend(
+    kind: Kind, scheme: str, target: str, *, hint: str | None = None, clobber: bool = False
+) -> None:
+    """Map a URL ``scheme`` to a backend class given as ``"module:Class"``.
+
+    Raises:
+        ConfigurationError: if the scheme is taken and ``clobber`` is false.
+    """
+    table = _REGISTRY[kind]
+    if scheme in table and not clobber and table[scheme].target != target:
+        raise ConfigurationError(
+            f"URL scheme {scheme!r} is already registered for {kind} ({table[scheme].target})"
+        )
+    table[scheme] = _Backend(target, hint)
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded  # noqa: PLW0603 -- a once-per-process cache
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    kinds: tuple[Kind, ...] = ("commit_stores", "watermark_stores")
+    for kind in kinds:
+        for ep in entry_points(group=f"commitpub.{kind}"):
+            register_backend(kind, ep.name, ep.value)
+
+
+def _resolve(kind: Kind, url: str) -> type:
+    if not isinstance(url, str) or not url:
+        raise ConfigurationError(f"a store URL must be a non-empty string, got {url!r}")
+    _load_entry_points()
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    backend = _REGISTRY[kind].get(scheme, _DEFAULT[kind])
+    module_name, _, class_name = backend.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        hint = backend.hint or _HINTS.get(scheme)
+        raise BackendNotInstalledError(
+            f"the backend for {redact(url)!r} needs a missing package ({e.name})"
+            + (f": {hint}" if hint else "")
+        ) from e
+    cls: type = getattr(module, class_name)
+    return cls
+
+
+def open_store(url: str) -> CommitStepStore:
+    """Open the commit-step store at ``url``.
+
+    Args:
+        url: ``file:///var/lib/commitpub``, a plain path, ``s3://bucket/prefix``,
+            ``redis://[:password@]host:6379/0`` or ``rediss://...`` (TLS).
+
+    Raises:
+        ConfigurationError: if the URL is not usable.
+        BackendNotInstalledError: if the backend's optional dependency is missing.
+    """
+    store: CommitStepStore = _resolve("commit_stores", url)(url)
+    return store
+
+
+def open_watermarks(url: str) -> WatermarkStore:
+    """Open the watermark store at ``url`` (same URL forms as :func:`open_store`)."""
+    wm: WatermarkStore = _resolve("watermark_stores", url)(url)
+    return wm

@@ -1,0 +1,66 @@
+"""URL helpers shared by every backend: credentials never travel inside stored data."""
+
+from __future__ import annotations
+
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from store.errors import ConfigurationError, CredentialsInUrlError
+
+# A single path component must stay below common filesystem name limits (255 bytes).
+_MAX_NAME_BYTES = 240
+
+
+def has_credentials(url: str) -> bool:
+    """True when ``url`` carries a password (``scheme://user:secret@host``)."""
+    parts = urlsplit(url)
+    return bool(parts.scheme) and parts.password is not None
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for logs and reports."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def require_no_credentials(url: str, what: str) -> str:
+    """Return ``url``, or raise if it carries a password (it would be written to a store).
+
+    Raises:
+        CredentialsInUrlError: naming ``what`` and the redacted URL.
+    """
+    if has_credentials(url):
+        raise CredentialsInUrlError(
+            f"{what} {redact(url)!r} carries a password; records must not hold credentials: "
+            "pass it through the environment (COMMITPUB_REDIS_PASSWORD, AWS_* variables) instead"
+        )
+    return url
+
+
+def encode_name(name: str, what: str) -> str:
+    """Encode a dataset, partition or store name as one safe path component / key part.
+
+    Raises:
+        ConfigurationError: if the name is empty or too long once encoded.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {name!r}")
+    encoded = quote(name, safe="-_.~=+,@")
+    if encoded.startswith("."):
+        # Leading dots would make hidden files and '..' a parent reference.
+        encoded = "%2E" + encoded[1:]
+    if len(encoded.encode()) > _MAX_NAME_BYTES:
+        raise ConfigurationError(
+            f"{what} {name[:40]!r}... is too long ({len(encoded)} bytes once encoded, "
+            f"at most {_MAX_NAME_BYTES})"
+        )
+    return encoded
+
+
+def decode_name(encoded: str) -> str:
+    """Inverse of :func:`encode_name`."""
+    return unquote(encoded)
