@@ -10,6 +10,7 @@ import attrs
 
 from commitsteps.errors import DuplicateStepTypeError, UnknownStepTypeError
 from store.errors import ConfigurationError
+from store.failpoints import failpoint
 
 
 @attrs.frozen
@@ -88,6 +89,13 @@ class CommitStep(abc.ABC):
         Only staged inputs may be touched here, never published data.
         """
 
+    def rollback(self) -> None:  # noqa: B027 -- optional hook
+        """Undo this step's effect, when an operator discards a partly executed sequence.
+
+        Must be safe to run twice and on a step that never ran. The default undoes nothing;
+        override it for steps whose effect must not outlive a discarded commit.
+        """
+
     def staged_paths(self) -> Sequence[str]:
         """Paths this step reads from staging; each must lie under a staging root."""
         return ()
@@ -106,6 +114,7 @@ class CommitStep(abc.ABC):
         """:meth:`execute` for consecutive steps of this class, in order; override to batch."""
         for step in steps:
             step.execute()
+            failpoint("step.executed")
 
 
 _TAG_ATTR = "__commitstep_tag__"

@@ -29,6 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepError
 from store.errors import ConfigurationError
+from store.failpoints import failpoint
 from store.urls import require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
@@ -169,10 +170,12 @@ class FsRenameCommitStep(CommitStep):
         made: set[str] = set()
         for step in local:
             step._execute(made)
+            failpoint("step.executed")
         if remote:
             with ThreadPoolExecutor(_REMOTE_CONCURRENCY) as pool:
                 for future in [pool.submit(s._execute, made) for s in remote]:
                     future.result()
+                    failpoint("step.executed")
 
     def _execute(self, made_dirs: set[str]) -> None:
         sfs, spath = _fs(self.src)
@@ -237,9 +240,17 @@ class FsRenameCommitStep(CommitStep):
         if dfs is None:
             os.replace(dpath + ".commitpub-tmp", dpath)
 
+    def rollback(self) -> None:
+        """Delete the published file (data is extracted again); the source is left alone."""
+        self._delete(self.dst)
+
     def abort(self) -> None:
         """Delete the staged source; the destination is never touched."""
-        fs, path = _fs(self.src)
+        self._delete(self.src)
+
+    @staticmethod
+    def _delete(url: str) -> None:
+        fs, path = _fs(url)
         try:
             if fs is None:
                 os.unlink(path)
@@ -248,4 +259,4 @@ class FsRenameCommitStep(CommitStep):
         except FileNotFoundError:
             pass
         except OSError as e:
-            raise StepError(f"could not delete staged file {self.src}: {e}") from e
+            raise StepError(f"could not delete {url}: {e}") from e

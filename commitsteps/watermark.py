@@ -86,6 +86,10 @@ class WatermarkCommitStep(CommitStep):
         if not _same(found, self.value):
             raise StepConflictError(self._conflict(found))
 
+    def rollback(self) -> None:
+        """Set the watermark back to ``previous`` if this step had moved it."""
+        self._store().compare_and_set(self.dataset, self.partition, self.value, self.previous)
+
     def _conflict(self, found: JsonScalar) -> str:
         return (
             f"watermark of {self.dataset}/{self.partition}: expected {self.previous!r}, "

@@ -1,0 +1,473 @@
+"""Per-dataset work: write ahead + execute, recover, discard. Runs wherever a runner puts it.
+
+Everything here takes a picklable :class:`Context` (the store travels by URL) so that
+``jobs.SparkRunner`` can run it in Spark tasks; the driver only gathers the small
+:class:`~publisher.reports.DatasetReport` of each dataset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import fsspec
+import tenacity
+
+from commitsteps import (
+    CommitStep,
+    PathConfinementError,
+    StepError,
+    UnknownStepTypeError,
+    dumps,
+    loads,
+)
+from publisher.confinement import Roots, normalize
+from publisher.reports import DatasetReport, Outcome
+from store import CommitStepStore
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    CorruptRecordError,
+    StoreUnavailableError,
+)
+from store.failpoints import failpoint
+
+log = logging.getLogger("commitpub.publisher")
+T = TypeVar("T")
+
+#: Errors no retry can fix: the sequence is quarantined at once.
+PERMANENT = (CorruptRecordError, UnknownStepTypeError, PathConfinementError)
+TRANSIENT = (StoreUnavailableError, ConnectionError, TimeoutError)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Backoff for transient errors (store or filesystem unreachable), via tenacity."""
+
+    attempts: int = 5
+    initial_wait_s: float = 0.5
+    max_wait_s: float = 30.0
+
+    def call(self, fn: Callable[[], T]) -> T:
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s),
+            retry=tenacity.retry_if_exception_type(TRANSIENT),
+            before_sleep=lambda rs: log.warning(
+                "transient error, retrying (attempt %d): %s",
+                rs.attempt_number,
+                rs.outcome.exception() if rs.outcome else "",
+            ),
+            reraise=True,
+        )
+        result: T = retrying(fn)
+        return result
+
+
+@attrs.frozen
+class Context:
+    """What a task needs to work on a job's datasets; picklable."""
+
+    store: CommitStepStore
+    job: str
+    roots: Roots
+    max_attempts: int = 3
+    retry: RetryPolicy = RetryPolicy()
+    token: int | None = None
+
+
+@attrs.frozen
+class PublishItem:
+    """One dataset to publish: its steps and, optionally, its staging directory to delete."""
+
+    dataset: str
+    steps: tuple[CommitStep, ...]
+    staging_dir: str | None = None
+
+
+def ordered(steps: Sequence[CommitStep]) -> list[CommitStep]:
+    """Steps in execution order: by phase, written order within a phase."""
+    return sorted(steps, key=lambda s: type(s).phase)
+
+
+def _groups(steps: Sequence[CommitStep]) -> Iterator[list[CommitStep]]:
+    """Runs of consecutive steps of one class, to batch through ``execute_many``."""
+    run: list[CommitStep] = []
+    for step in steps:
+        if run and type(run[0]) is not type(step):
+            yield run
+            run = []
+        run.append(step)
+    if run:
+        yield run
+
+
+def verify_all(steps: Sequence[CommitStep]) -> list[bool]:
+    """``verify()`` of every step, batched per class (one listing per directory)."""
+    by_class: dict[type[CommitStep], list[int]] = {}
+    for i, step in enumerate(steps):
+        by_class.setdefault(type(step), []).append(i)
+    done = [False] * len(steps)
+    for cls, indices in by_class.items():
+        for i, ok in zip(indices, cls.verify_many([steps[i] for i in indices]), strict=True):
+            done[i] = ok
+    return done
+
+
+def _where() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()
+
+
+def _report(dataset: str, outcome: Outcome, started: float, **kw: Any) -> DatasetReport:
+    host, pid = _where()
+    return DatasetReport(
+        dataset=dataset,
+        outcome=outcome,
+        duration_s=round(time.monotonic() - started, 6),
+        host=host,
+        pid=pid,
+        **kw,
+    )
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _keeps(ctx: Context, steps: Sequence[CommitStep]) -> tuple[str, ...]:
+    dirs = {ctx.roots.run_dir(p) for s in steps for p in s.staged_paths()}
+    return tuple(sorted(d for d in dirs if d is not None))
+
+
+def _load(ctx: Context, dataset: str) -> list[CommitStep]:
+    return ctx.retry.call(lambda: [loads(r) for r in ctx.store.iter_records(ctx.job, dataset)])
+
+
+def _fail(
+    ctx: Context,
+    dataset: str,
+    status: dict[str, Any],
+    error: BaseException,
+    started: float,
+    *,
+    steps: Sequence[CommitStep] | None,
+    steps_total: int = 0,
+    **kw: Any,
+) -> DatasetReport:
+    """Count a failed attempt; quarantine after ``max_attempts`` or at once if permanent."""
+    attempts = int(status.get("attempts", 0)) + 1
+    quarantined = attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
+    new_status = {
+        "attempts": attempts,
+        "quarantined": quarantined,
+        "last_error": _describe(error),
+        "updated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "first_failed": status.get("first_failed")
+        or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    try:
+        ctx.retry.call(lambda: ctx.store.set_status(ctx.job, dataset, new_status))
+    except CommitPubError as e:
+        log.error("could not record the failure of %s in the store: %s", dataset, e)
+    log.error(
+        "dataset %s failed (attempt %d of %d)%s: %s",
+        dataset,
+        attempts,
+        ctx.max_attempts,
+        ", quarantined" if quarantined else "",
+        _describe(error),
+    )
+    return _report(
+        dataset,
+        Outcome.QUARANTINED if quarantined else Outcome.FAILED,
+        started,
+        attempts=attempts,
+        error=_describe(error),
+        steps=steps_total,
+        keeps_staging=None if steps is None else _keeps(ctx, steps),
+        **kw,
+    )
+
+
+def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
+    ctx: Context,
+    dataset: str,
+    steps: Sequence[CommitStep],
+    done: Sequence[bool],
+    status: dict[str, Any],
+    started: float,
+    *,
+    outcome: Outcome,
+    verify_after: bool,
+    staging_dir: str | None = None,
+) -> DatasetReport:
+    """Execute the steps not done, in order; then remove the sequence and the staging."""
+    executed = 0
+    try:
+        pending = [s for s, d in zip(steps, done, strict=True) if not d]
+        for group in _groups(pending):
+            cls = type(group[0])
+            ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
+            executed += len(group)
+        if verify_after:
+            failed = [i for i, ok in enumerate(verify_all(steps)) if not ok]
+            if failed:
+                raise StepError(
+                    f"steps {failed[:10]} of {dataset} still do not verify after execution"
+                )
+        failpoint("publish.after_last_step")
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        failpoint("publish.after_remove")
+    except Exception as e:  # a user step may raise anything; it is counted
+        return _fail(
+            ctx,
+            dataset,
+            status,
+            e,
+            started,
+            steps=steps,
+            steps_total=len(steps),
+            already_done=sum(done),
+            executed=executed,
+        )
+    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], staging_dir)
+    return _report(
+        dataset,
+        outcome,
+        started,
+        steps=len(steps),
+        already_done=sum(done),
+        executed=executed,
+        attempts=int(status.get("attempts", 0)),
+    )
+
+
+def _rmtree(url: str) -> None:
+    if "://" not in url or url.startswith("file://"):
+        shutil.rmtree(normalize(url), ignore_errors=True)
+        return
+    fs, path = fsspec.core.url_to_fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def cleanup_staging(roots: Roots, staged: Sequence[str], staging_dir: str | None) -> None:
+    """Delete a dataset's staging after its sequence is removed; never fails the commit.
+
+    ``staging_dir`` (if given) goes whole; then empty directories left by the renames are
+    removed up to, not including, the staging root. Anything missed here is an orphan that
+    the next recovery sweeps.
+    """
+    try:
+        if staging_dir is not None:
+            roots.check([_Staged(staging_dir)])
+            _rmtree(staging_dir)
+        parents = {os.path.dirname(normalize(p)) for p in staged if "://" not in p}
+        if staging_dir is not None and "://" not in staging_dir:
+            parents.add(os.path.dirname(normalize(staging_dir)))
+        for parent in sorted(parents, key=len, reverse=True):
+            _remove_empty_dirs(parent, roots.staging)
+    except (OSError, CommitPubError) as e:
+        log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
+
+
+def _remove_empty_dirs(directory: str, staging_roots: Sequence[str]) -> None:
+    while directory not in staging_roots and any(
+        directory.startswith(r.rstrip("/") + "/") for r in staging_roots
+    ):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+        directory = os.path.dirname(directory)
+
+
+@attrs.frozen
+class _Staged(CommitStep):
+    """A pseudo-step to run a staging directory through the confinement check."""
+
+    path: str
+
+    def verify(self) -> bool:
+        return True
+
+    def execute(self) -> None:
+        return None
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+
+def _status(ctx: Context, dataset: str) -> dict[str, Any]:
+    return ctx.retry.call(lambda: ctx.store.get_status(ctx.job, dataset)) or {}
+
+
+def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
+    """Write one dataset's sequence ahead, seal it, execute it, remove it."""
+    started = time.monotonic()
+    dataset = item.dataset
+    try:
+        status = _status(ctx, dataset)
+        if status.get("quarantined"):
+            return _report(
+                dataset,
+                Outcome.QUARANTINED,
+                started,
+                attempts=int(status.get("attempts", 0)),
+                error=status.get("last_error"),
+            )
+        if ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset)):
+            return _report(
+                dataset,
+                Outcome.BLOCKED,
+                started,
+                error="a pending sequence must be recovered first (Publisher.recover())",
+            )
+        steps = ordered(item.steps)
+        ctx.roots.check(steps)
+        if item.staging_dir is not None:
+            ctx.roots.check([_Staged(item.staging_dir)])
+        for step in steps:
+            step.check_preconditions()
+        records = [dumps(s) for s in steps]
+    except (StepError, UnknownStepTypeError, ConfigurationError) as e:
+        log.error("dataset %s refused before write-ahead: %s", dataset, _describe(e))
+        return _report(dataset, Outcome.REFUSED, started, steps=len(item.steps), error=_describe(e))
+    except CommitPubError as e:
+        return _report(dataset, Outcome.FAILED, started, steps=len(item.steps), error=_describe(e))
+
+    failpoint("publish.before_write_ahead")
+    try:
+        _write_ahead(ctx, dataset, records)
+    except CommitPubError as e:
+        # Outcome of the write is known (the store said no, or never answered and holds
+        # nothing sealed): nothing was executed, the staging is swept later.
+        return _report(dataset, Outcome.FAILED, started, steps=len(steps), error=_describe(e))
+    failpoint("publish.after_seal")
+    return _finish(
+        ctx,
+        dataset,
+        steps,
+        [False] * len(steps),
+        status,
+        started,
+        outcome=Outcome.PUBLISHED,
+        verify_after=False,
+        staging_dir=item.staging_dir,
+    )
+
+
+def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
+    tries = 0
+
+    def attempt() -> None:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            # An earlier try may have landed even though its answer was lost.
+            info = ctx.store.info(ctx.job, dataset)
+            if info.sealed and info.records == len(records):
+                return
+        ctx.store.put_sequence(ctx.job, dataset, records, token=ctx.token)
+
+    ctx.retry.call(attempt)
+
+
+def recover_one(ctx: Context, dataset: str) -> DatasetReport:
+    """Finish a sealed sequence (verify, execute what is missing, verify again) or abort an
+    unsealed one."""
+    started = time.monotonic()
+    status: dict[str, Any] = {}
+    try:
+        status = _status(ctx, dataset)
+        info = ctx.retry.call(lambda: ctx.store.info(ctx.job, dataset))
+        if status.get("quarantined"):
+            try:
+                keeps: tuple[str, ...] | None = _keeps(ctx, _load(ctx, dataset))
+            except PERMANENT:
+                keeps = None
+            return _report(
+                dataset,
+                Outcome.QUARANTINED,
+                started,
+                steps=info.records,
+                attempts=int(status.get("attempts", 0)),
+                error=status.get("last_error"),
+                keeps_staging=keeps,
+            )
+        try:
+            steps = _load(ctx, dataset)
+        except PERMANENT as e:
+            if info.sealed:
+                return _fail(ctx, dataset, status, e, started, steps=None, steps_total=info.records)
+            # Unsealed and unreadable: nothing of it ever ran. Drop it; the sweep takes the
+            # staging it named.
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+            return _report(dataset, Outcome.ABORTED, started, error=_describe(e))
+        if not info.sealed:
+            return _abort(ctx, dataset, steps, started)
+        ctx.roots.check(steps)
+        done = verify_all(steps)
+        failpoint("recover.after_verify")
+    except Exception as e:  # counted as a failed attempt
+        return _fail(ctx, dataset, status, e, started, steps=None, steps_total=0)
+    return _finish(
+        ctx, dataset, steps, done, status, started, outcome=Outcome.RECOVERED, verify_after=True
+    )
+
+
+def _abort(
+    ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
+) -> DatasetReport:
+    for step in steps:
+        try:
+            ctx.roots.check([_Staged(p) for p in step.staged_paths()])
+        except PathConfinementError:
+            log.warning("not deleting staged paths outside the staging roots: %s", step)
+            continue
+        step.abort()
+        failpoint("recover.abort_step")
+    ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+    return _report(dataset, Outcome.ABORTED, started, steps=len(steps))
+
+
+def discard_one(ctx: Context, dataset: str) -> DatasetReport:
+    """Throw a pending sequence away, leaving the world as if it had never been written.
+
+    A sequence whose every step verifies was complete: it is only removed. Otherwise the
+    steps already done are rolled back in reverse order (watermarks set back, published
+    files of this sequence deleted), the staged files are deleted and the sequence removed,
+    so the data is extracted again. Safe to repeat after a crash.
+    """
+    started = time.monotonic()
+    try:
+        steps = _load(ctx, dataset)
+    except PERMANENT as e:
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        return _report(dataset, Outcome.ABORTED, started, error=f"unreadable, dropped: {e}")
+    ctx.roots.check(steps)
+    if steps and all(verify_all(steps)):
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+        return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
+    for step in reversed(steps):
+        step.rollback()
+    return _abort(ctx, dataset, steps, started)
+
+
+def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:
+    """:func:`publish_one` for each item; the unit a runner ships to a task."""
+    return [publish_one(ctx, item) for item in items]
+
+
+def recover_group(ctx: Context, datasets: Sequence[str]) -> list[DatasetReport]:
+    """:func:`recover_one` for each dataset; the unit a runner ships to a task."""
+    return [recover_one(ctx, dataset) for dataset in datasets]
