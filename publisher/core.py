@@ -20,6 +20,7 @@ from publisher.work import (
     Context,
     PublishItem,
     RetryPolicy,
+    StepsBuilder,
     discard_one,
     publish_group,
     recover_group,
@@ -84,7 +85,7 @@ class Publisher:
 
     def publish(
         self,
-        sequences: Mapping[str, Sequence[CommitStep]],
+        sequences: Mapping[str, Sequence[CommitStep] | StepsBuilder],
         *,
         staging_dirs: Mapping[str, str] | None = None,
     ) -> PublishReport:
@@ -95,7 +96,9 @@ class Publisher:
         :meth:`recover` first (``commitpub run`` always does).
 
         Args:
-            sequences: dataset URN -> its steps. Watermark steps run after data steps.
+            sequences: dataset URN -> its steps, or a picklable no-argument callable that
+                builds them inside the task (a Spark executor lists its own staging).
+                Watermark steps run after data steps.
             staging_dirs: dataset URN -> its staging directory, deleted once published.
 
         Returns:
@@ -109,7 +112,7 @@ class Publisher:
                 f"staging_dirs names datasets not published: {sorted(unknown)}"
             )
         items = [
-            PublishItem(dataset, tuple(steps), dirs.get(dataset))
+            PublishItem(dataset, steps if callable(steps) else tuple(steps), dirs.get(dataset))
             for dataset, steps in sequences.items()
         ]
         reports = self.runner.map_groups(functools.partial(publish_group, self.context), items)

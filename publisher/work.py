@@ -83,13 +83,21 @@ class Context:
     token: int | None = None
 
 
+StepsBuilder = Callable[[], Sequence[CommitStep]]
+
+
 @attrs.frozen
 class PublishItem:
-    """One dataset to publish: its steps and, optionally, its staging directory to delete."""
+    """One dataset to publish: its steps, or a picklable callable that builds them where the
+    task runs (so executors list staging and build sequences themselves), and optionally its
+    staging directory to delete once published."""
 
     dataset: str
-    steps: tuple[CommitStep, ...]
+    steps: tuple[CommitStep, ...] | StepsBuilder
     staging_dir: str | None = None
+
+    def build(self) -> tuple[CommitStep, ...]:
+        return self.steps if isinstance(self.steps, tuple) else tuple(self.steps())
 
 
 def ordered(steps: Sequence[CommitStep]) -> list[CommitStep]:
@@ -330,7 +338,7 @@ def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
                 started,
                 error="a pending sequence must be recovered first (Publisher.recover())",
             )
-        steps = ordered(item.steps)
+        steps = ordered(item.build())
         ctx.roots.check(steps)
         if item.staging_dir is not None:
             ctx.roots.check([_Staged(item.staging_dir)])
@@ -339,9 +347,9 @@ def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
         records = [dumps(s) for s in steps]
     except (StepError, UnknownStepTypeError, ConfigurationError) as e:
         log.error("dataset %s refused before write-ahead: %s", dataset, _describe(e))
-        return _report(dataset, Outcome.REFUSED, started, steps=len(item.steps), error=_describe(e))
+        return _report(dataset, Outcome.REFUSED, started, error=_describe(e))
     except CommitPubError as e:
-        return _report(dataset, Outcome.FAILED, started, steps=len(item.steps), error=_describe(e))
+        return _report(dataset, Outcome.FAILED, started, error=_describe(e))
 
     failpoint("publish.before_write_ahead")
     try:
