@@ -46,6 +46,7 @@ class Publisher:
             ``jobs.SparkRunner(spark)`` runs it in Spark tasks.
         retry: backoff for transient errors (store or filesystem unreachable).
         fencing_token: the job lock's token; stores refuse writes from an older token.
+        chunk_records: steps per atomic write-ahead chunk; only the last chunk seals.
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -62,11 +63,13 @@ class Publisher:
         runner: Runner | None = None,
         retry: RetryPolicy | None = None,
         fencing_token: int | None = None,
+        chunk_records: int = 200_000,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        for name, n in (("max_attempts", max_attempts), ("chunk_records", chunk_records)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigurationError(f"{name} must be an int >= 1, got {n!r}")
         for name, roots in (("staging_roots", staging_roots), ("output_roots", output_roots)):
             if isinstance(roots, str):
                 raise ConfigurationError(f"{name} is a sequence of paths, not one string")
@@ -81,6 +84,7 @@ class Publisher:
             max_attempts=max_attempts,
             retry=retry or RetryPolicy(),
             token=fencing_token,
+            chunk_records=chunk_records,
         )
 
     def publish(

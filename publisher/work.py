@@ -81,6 +81,9 @@ class Context:
     max_attempts: int = 3
     retry: RetryPolicy = RetryPolicy()
     token: int | None = None
+    #: Records per atomic write-ahead chunk. One chunk (one write, one fsync) holds up to
+    #: this many steps; larger sequences take several writes and only the last one seals.
+    chunk_records: int = 200_000
 
 
 StepsBuilder = Callable[[], Sequence[CommitStep]]
@@ -373,17 +376,32 @@ def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
 
 
 def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
-    tries = 0
+    """Write the records in chunks of ``ctx.chunk_records``; only the last chunk seals.
+
+    A crash between chunks leaves an unsealed sequence, which recovery aborts. A retry after
+    a transient error resumes from what the store holds: the dataset had no sequence before
+    (``publish_one`` checked), so whatever is there was written by this call.
+    """
+    first_try = True
 
     def attempt() -> None:
-        nonlocal tries
-        tries += 1
-        if tries > 1:
-            # An earlier try may have landed even though its answer was lost.
+        nonlocal first_try
+        start = 0
+        if not first_try:
             info = ctx.store.info(ctx.job, dataset)
-            if info.sealed and info.records == len(records):
+            if info.sealed:
                 return
-        ctx.store.put_sequence(ctx.job, dataset, records, token=ctx.token)
+            start = info.records
+        first_try = False
+        size = ctx.chunk_records
+        while True:
+            chunk = records[start : start + size]
+            last = start + size >= len(records)
+            ctx.store.append(ctx.job, dataset, chunk, seal=last, token=ctx.token)
+            if last:
+                return
+            failpoint("publish.write_ahead.chunk_written")
+            start += size
 
     ctx.retry.call(attempt)
 

@@ -1,0 +1,271 @@
+"""SPEC's crash points x {filesystem store, Redis store}, with real SIGKILLed subprocesses.
+
+Each cell runs the job of ``crashdriver.py`` in a subprocess armed to SIGKILL itself at one
+crash point, checks it really died there, runs recovery and then the job again (each in a
+fresh subprocess), and compares the result with a clean run: the same published files with
+the same bytes (file names carry the run id, which is stripped for the comparison), every
+source record exactly once, the same watermarks, nothing left in the store or in staging.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import crashdriver
+import pytest
+
+from store import open_store, open_watermarks
+from store.failpoints import ENV_VAR
+
+DRIVER = Path(__file__).with_name("crashdriver.py")
+JOB = "crash-job"
+TOTAL_STEPS = len(crashdriver.DATASETS) * crashdriver.STEPS_PER_DATASET
+
+
+@attrs.frozen
+class Cell:
+    name: str
+    crash_at: str
+    chunk_records: int = 200_000
+    #: A second crash, during the recovery that follows the first.
+    recovery_crash_at: str | None = None
+
+
+CELLS = [
+    Cell("during-extract", "extract.file_written@7"),
+    Cell("after-staging-before-write-ahead", "publish.before_write_ahead@1"),
+    Cell("mid-write-ahead-unsealed", "publish.write_ahead.chunk_written@1", chunk_records=8),
+    Cell("mid-write-ahead-second-dataset", "publish.write_ahead.chunk_written@4", chunk_records=8),
+    Cell("inside-atomic-chunk-write", "store.write_ahead.temp_written@1"),
+    Cell("after-seal-before-first-step", "publish.after_seal@1"),
+    Cell("after-seal-second-dataset", "publish.after_seal@2"),
+    Cell("after-last-step-before-removal", "publish.after_last_step@1"),
+    Cell("mid-removal", "store.remove.chunk_deleted@1", chunk_records=8),
+    Cell("after-removal-before-staging-cleanup", "publish.after_remove@1"),
+    Cell("after-removal-last-dataset", "publish.after_remove@3"),
+    # In the middle of recovery: a first crash leaves work, a second kills its recovery.
+    Cell("recovery-mid-reexecution", "step.executed@30", recovery_crash_at="step.executed@3"),
+    Cell("recovery-after-verify", "step.executed@12", recovery_crash_at="recover.after_verify@1"),
+    Cell(
+        "recovery-mid-abort",
+        "publish.write_ahead.chunk_written@1",
+        chunk_records=8,
+        recovery_crash_at="recover.abort_step@2",
+    ),
+    Cell(
+        "recovery-mid-orphan-sweep",
+        "publish.after_remove@1",
+        recovery_crash_at="recover.orphan_deleted@1",
+    ),
+    Cell(
+        "recovery-before-its-removal",
+        "step.executed@5",
+        recovery_crash_at="publish.after_last_step@1",
+    ),
+]
+# "After each step": every step index of the job (all datasets' renames and watermarks).
+STEP_CELLS = [Cell(f"after-step-{k}", f"step.executed@{k}") for k in range(1, TOTAL_STEPS + 1)]
+
+
+@attrs.frozen
+class Backend:
+    store_url: str
+    watermarks_url: str
+
+
+BackendFactory = Callable[[Path], Backend]
+
+
+@pytest.fixture(params=["fs", "redis"])
+def backend(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
+    if request.param == "fs":
+        yield lambda base: Backend(f"{base}/state/steps", f"{base}/state/watermarks")
+        return
+    url = request.getfixturevalue("redis_url")
+    yield lambda _base: Backend(url, url)
+
+
+def drive(
+    command: str,
+    base: Path,
+    backend: Backend,
+    *,
+    run_id: str = "r1",
+    crash_at: str | None = None,
+    chunk_records: int = 200_000,
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    if crash_at:
+        env[ENV_VAR] = crash_at
+    return subprocess.run(
+        [
+            sys.executable,
+            str(DRIVER),
+            command,
+            "--base",
+            str(base),
+            "--store",
+            backend.store_url,
+            "--watermarks",
+            backend.watermarks_url,
+            "--run-id",
+            run_id,
+            "--chunk-records",
+            str(chunk_records),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def expect_ok(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+
+
+def expect_killed(proc: subprocess.CompletedProcess[str], point: str) -> None:
+    assert proc.returncode == -signal.SIGKILL, (
+        f"expected a SIGKILL at {point}, got exit {proc.returncode}:\n{proc.stderr[-2000:]}"
+    )
+
+
+def snapshot(base: Path, backend: Backend) -> dict[str, Any]:
+    files: dict[str, bytes] = {}
+    records: collections.Counter[str] = collections.Counter()
+    for path in sorted((base / "output").rglob("*")):
+        if path.is_file():
+            key = re.sub(r"-r\d+\.dat$", ".dat", str(path.relative_to(base / "output")))
+            assert key not in files, f"{key} published twice"
+            files[key] = path.read_bytes()
+            records.update(files[key].decode().splitlines())
+    wm = open_watermarks(backend.watermarks_url)
+    watermarks = {
+        (d, p): wm.get(d, p) for d in crashdriver.DATASETS for p in crashdriver.PARTITIONS
+    }
+    wm.close()
+    with open_store(backend.store_url) as st:
+        pending = st.datasets(JOB)
+    staging = base / "staging"
+    left = sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
+    return {
+        "files": files,
+        "duplicates": sorted(r for r, n in records.items() if n > 1),
+        "records": len(records),
+        "watermarks": watermarks,
+        "pending": pending,
+        "staging": left,
+    }
+
+
+EXPECTED_RECORDS = len(crashdriver.DATASETS) * len(crashdriver.PARTITIONS) * crashdriver.RECORDS
+
+
+@pytest.fixture(scope="module")
+def clean_runs() -> dict[str, dict[str, Any]]:
+    """Snapshots of clean runs, one per backend kind, filled lazily."""
+    return {}
+
+
+def clean_snapshot(
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+    factory: BackendFactory,
+) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("clean")
+    backend = factory(base)
+    kind = "redis" if backend.store_url.startswith("redis") else "fs"
+    if kind not in clean_runs:
+        _reset(backend)
+        expect_ok(drive("run", base, backend))
+        snap = snapshot(base, backend)
+        assert snap["records"] == EXPECTED_RECORDS
+        assert snap["duplicates"] == []
+        assert snap["pending"] == []
+        assert snap["staging"] == []
+        assert set(snap["watermarks"].values()) == {crashdriver.RECORDS}
+        clean_runs[kind] = snap
+        _reset(backend)
+    return clean_runs[kind]
+
+
+def _reset(backend: Backend) -> None:
+    if backend.store_url.startswith("redis"):
+        import redis
+
+        with redis.Redis.from_url(backend.store_url) as client:
+            client.flushdb()
+
+
+def run_cell(
+    cell: Cell,
+    tmp_path: Path,
+    factory: BackendFactory,
+    clean: dict[str, Any],
+) -> None:
+    base = tmp_path / "job"
+    backend = factory(base)
+    _reset(backend)
+    expect_killed(
+        drive("run", base, backend, crash_at=cell.crash_at, chunk_records=cell.chunk_records),
+        cell.crash_at,
+    )
+    if cell.recovery_crash_at:
+        expect_killed(
+            drive("recover", base, backend, crash_at=cell.recovery_crash_at),
+            cell.recovery_crash_at,
+        )
+    expect_ok(drive("recover", base, backend))
+    expect_ok(drive("run", base, backend, run_id="r2"))
+    assert snapshot(base, backend) == clean
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+def test_crash_point(
+    cell: Cell,
+    tmp_path: Path,
+    backend: BackendFactory,
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    run_cell(cell, tmp_path, backend, clean_snapshot(clean_runs, tmp_path_factory, backend))
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.parametrize("cell", STEP_CELLS, ids=lambda c: c.name)
+def test_crash_after_each_step(
+    cell: Cell,
+    tmp_path: Path,
+    backend: BackendFactory,
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    run_cell(cell, tmp_path, backend, clean_snapshot(clean_runs, tmp_path_factory, backend))
+
+
+def test_crash_points_are_distinct_failpoints() -> None:
+    """Every armed name is one the code really reaches (a typo would never crash)."""
+    names = {c.crash_at.split("@")[0] for c in CELLS + STEP_CELLS}
+    names |= {c.recovery_crash_at.split("@")[0] for c in CELLS if c.recovery_crash_at}
+    sources = (
+        "".join(
+            p.read_text()
+            for pkg in ("store", "commitsteps", "publisher")
+            for p in (DRIVER.parents[1] / pkg).rglob("*.py")
+        )
+        + DRIVER.read_text()
+    )
+    missing = sorted(n for n in names if f'failpoint("{n}")' not in sources)
+    assert missing == []
