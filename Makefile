@@ -5,15 +5,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck pytest redis-server bench clean
+.PHONY: demo test lint typecheck pytest redis-server bench clean constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 
-$(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $(STAMP)
+
+# Re-pin after upgrading dependencies on purpose (then run make test).
+constraints: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade -e '.[test]'
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 # redis-server 7 comes from Debian's package: PyPI has no usable build for Python 3.11.
 redis-server:

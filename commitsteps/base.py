@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import ClassVar, TypeVar, cast
+from typing import ClassVar, TypeVar
 
 import attrs
 
@@ -139,7 +139,9 @@ def register(name: str) -> Callable[[S], S]:
     def decorate(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, CommitStep)):
             raise ConfigurationError(f"@register({name!r}) applies to CommitStep subclasses")
-        if not attrs.has(cast(type, cls)):
+        # attrs.has() is true for any subclass of the attrs class CommitStep; the subclass
+        # itself must be decorated, or its own fields would never be stored.
+        if "__attrs_attrs__" not in vars(cls):
             raise ConfigurationError(f"{cls.__qualname__} must be an attrs class (@attrs.frozen)")
         known = _BY_TAG.get(name)
         if known is not None and _qualified(known) != _qualified(cls):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -73,7 +74,9 @@ def _fs(url: str) -> tuple[Any, str]:
 def _size(fs: Any, path: str) -> int | None:
     try:
         if fs is None:
-            return os.stat(path).st_size
+            # A directory is no published file, as in _listing and on object stores.
+            st = os.stat(path)
+            return st.st_size if stat.S_ISREG(st.st_mode) else None
         info = fs.info(path)
     except FileNotFoundError:
         return None

@@ -13,6 +13,12 @@ import zlib
 from typing import Any
 
 import cattrs
+from cattrs.cols import (
+    homogenous_tuple_structure_factory,
+    is_mutable_sequence,
+    is_sequence,
+    list_structure_factory,
+)
 from cattrs.strategies import configure_union_passthrough
 
 from commitsteps.base import CommitStep, class_for, tag_of
@@ -46,6 +52,24 @@ _converter.register_structure_hook(
 )
 
 
+def _array_only(type_: Any) -> Any:
+    make = (
+        list_structure_factory if is_mutable_sequence(type_) else homogenous_tuple_structure_factory
+    )
+    inner = make(type_, _converter)
+
+    def structure(value: Any, t: Any) -> Any:
+        # cattrs takes any iterable: a string given for a list would become its characters.
+        if not isinstance(value, list):
+            raise TypeError(f"expected a JSON array, got {type(value).__name__}")
+        return inner(value, t)
+
+    return structure
+
+
+_converter.register_structure_hook_factory(is_sequence, _array_only)
+
+
 def dumps(step: CommitStep) -> bytes:
     """Serialize a registered step.
 
@@ -75,11 +99,9 @@ def loads(data: bytes) -> CommitStep:
     head, payload = data[:13], data[13:]
     if len(head) < 13 or head[:3] != FORMAT or head[3:4] != b" " or head[12:13] != b" ":
         raise CorruptRecordError(f"not a commitpub step record (starts {data[:16]!r})")
-    try:
-        crc = int(head[4:12], 16)
-    except ValueError:
-        raise CorruptRecordError(f"bad checksum field {head[4:12]!r}") from None
-    if zlib.crc32(payload) != crc:
+    # Compared as text, not parsed: int() would also take "645E8404" or " 45e8404" for the
+    # checksum, letting an altered record pass.
+    if head[4:12] != b"%08x" % zlib.crc32(payload):
         raise CorruptRecordError("step record checksum mismatch (altered or truncated)")
     try:
         doc = json.loads(payload)

@@ -11,6 +11,7 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import StepConflictError
 from store.base import JsonScalar, WatermarkStore, encode_value
 from store.errors import ConfigurationError
+from store.lock import current_token
 from store.registry import open_watermarks
 from store.urls import require_no_credentials
 
@@ -80,7 +81,8 @@ class WatermarkCommitStep(CommitStep):
 
     def execute(self) -> None:
         wm = self._store()
-        if wm.compare_and_set(self.dataset, self.partition, self.previous, self.value):
+        token = current_token()
+        if wm.compare_and_set(self.dataset, self.partition, self.previous, self.value, token=token):
             return
         found = wm.get(self.dataset, self.partition)
         if not _same(found, self.value):
@@ -88,7 +90,9 @@ class WatermarkCommitStep(CommitStep):
 
     def rollback(self) -> None:
         """Set the watermark back to ``previous`` if this step had moved it."""
-        self._store().compare_and_set(self.dataset, self.partition, self.value, self.previous)
+        self._store().compare_and_set(
+            self.dataset, self.partition, self.value, self.previous, token=current_token()
+        )
 
     def _conflict(self, found: JsonScalar) -> str:
         return (

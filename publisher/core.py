@@ -25,7 +25,7 @@ from publisher.work import (
     publish_group,
     recover_group,
 )
-from store import CommitStepStore, open_store
+from store import CommitStepStore, fencing, open_store
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 
@@ -197,7 +197,8 @@ class Publisher:
         published deleted), staged files deleted, the sequence removed. Watermarks end where
         they were before the sequence, so the next run reads the same data again.
         """
-        return discard_one(self.context, dataset)
+        with fencing(self.context.token):
+            return discard_one(self.context, dataset)
 
     def close(self) -> None:
         self.store.close()

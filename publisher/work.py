@@ -8,6 +8,7 @@ Everything here takes a picklable :class:`Context` (the store travels by URL) so
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import logging
 import os
 import shutil
@@ -30,11 +31,12 @@ from commitsteps import (
 )
 from publisher.confinement import Roots, normalize
 from publisher.reports import DatasetReport, Outcome
-from store import CommitStepStore
+from store import CommitStepStore, fencing
 from store.errors import (
     CommitPubError,
     ConfigurationError,
     CorruptRecordError,
+    FencedError,
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
@@ -45,6 +47,12 @@ T = TypeVar("T")
 #: Errors no retry can fix: the sequence is quarantined at once.
 PERMANENT = (CorruptRecordError, UnknownStepTypeError, PathConfinementError)
 TRANSIENT = (StoreUnavailableError, ConnectionError, TimeoutError)
+#: Recent tenacity renamed ``initial`` to ``multiplier`` and warns on the old name.
+_JITTER_FIRST_WAIT = (
+    "multiplier"
+    if "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
+    else "initial"
+)
 
 
 @attrs.frozen
@@ -58,7 +66,9 @@ class RetryPolicy:
     def call(self, fn: Callable[[], T]) -> T:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
-            wait=tenacity.wait_exponential_jitter(initial=self.initial_wait_s, max=self.max_wait_s),
+            wait=tenacity.wait_exponential_jitter(
+                **{_JITTER_FIRST_WAIT: self.initial_wait_s}, max=self.max_wait_s
+            ),
             retry=tenacity.retry_if_exception_type(TRANSIENT),
             before_sleep=lambda rs: log.warning(
                 "transient error, retrying (attempt %d): %s",
@@ -236,6 +246,8 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
         failpoint("publish.after_last_step")
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
         failpoint("publish.after_remove")
+    except FencedError:
+        raise  # another run owns the job now; its recovery finishes this sequence
     except Exception as e:  # a user step may raise anything; it is counted
         return _fail(
             ctx,
@@ -351,12 +363,16 @@ def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
     except (StepError, UnknownStepTypeError, ConfigurationError) as e:
         log.error("dataset %s refused before write-ahead: %s", dataset, _describe(e))
         return _report(dataset, Outcome.REFUSED, started, error=_describe(e))
+    except FencedError:
+        raise
     except CommitPubError as e:
         return _report(dataset, Outcome.FAILED, started, error=_describe(e))
 
     failpoint("publish.before_write_ahead")
     try:
         _write_ahead(ctx, dataset, records)
+    except FencedError:
+        raise  # this run lost the job lock: it stops, nothing of the dataset executed
     except CommitPubError as e:
         # Outcome of the write is known (the store said no, or never answered and holds
         # nothing sealed): nothing was executed, the staging is swept later.
@@ -442,6 +458,8 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
         ctx.roots.check(steps)
         done = verify_all(steps)
         failpoint("recover.after_verify")
+    except FencedError:
+        raise
     except Exception as e:  # counted as a failed attempt
         return _fail(ctx, dataset, status, e, started, steps=None, steps_total=0)
     return _finish(
@@ -491,9 +509,11 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
 
 def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:
     """:func:`publish_one` for each item; the unit a runner ships to a task."""
-    return [publish_one(ctx, item) for item in items]
+    with fencing(ctx.token):
+        return [publish_one(ctx, item) for item in items]
 
 
 def recover_group(ctx: Context, datasets: Sequence[str]) -> list[DatasetReport]:
     """:func:`recover_one` for each dataset; the unit a runner ships to a task."""
-    return [recover_one(ctx, dataset) for dataset in datasets]
+    with fencing(ctx.token):
+        return [recover_one(ctx, dataset) for dataset in datasets]

@@ -14,7 +14,8 @@ from store.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from store.registry import open_store, open_watermarks, register_backend
+from store.lock import JobLock, Lease, LeaseKeeper, current_token, fencing
+from store.registry import open_lock, open_store, open_watermarks, register_backend
 
 __all__ = [
     "BackendNotInstalledError",
@@ -24,7 +25,10 @@ __all__ = [
     "CorruptRecordError",
     "CredentialsInUrlError",
     "FencedError",
+    "JobLock",
     "JsonScalar",
+    "Lease",
+    "LeaseKeeper",
     "LockHeldError",
     "SequenceExistsError",
     "SequenceInfo",
@@ -32,6 +36,9 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "WatermarkStore",
+    "current_token",
+    "fencing",
+    "open_lock",
     "open_store",
     "open_watermarks",
     "register_backend",

@@ -42,6 +42,21 @@ class CommitStepStore(abc.ABC):
 
     # -- backend interface -------------------------------------------------------------
     @abc.abstractmethod
+    def fence(self, store_name: str, token: int) -> None:
+        """Record that a run holding fencing ``token`` now owns ``store_name``.
+
+        From then on a sealing write of ``store_name`` that carries a lower token is refused.
+        The job lock calls this right after each acquisition, before the run reads anything.
+
+        Raises:
+            FencedError: if a higher token was seen already (this run lost its lease).
+        """
+
+    @abc.abstractmethod
+    def fence_token(self, store_name: str) -> int | None:
+        """The highest fencing token seen for ``store_name``, or None."""
+
+    @abc.abstractmethod
     def append(
         self,
         store_name: str,
@@ -53,7 +68,12 @@ class CommitStepStore(abc.ABC):
     ) -> None:
         """Append ``records`` (and seal if asked) in one atomic write.
 
+        With a ``token``, the write is refused if ``store_name`` has seen a higher one (see
+        :meth:`fence`); a sealing write is checked atomically with sealing, or, on backends
+        without such a transaction, both before and after it (the backend documents which).
+
         Raises:
+            FencedError: if a higher fencing token was seen.
             SequenceSealedError: if the sequence is sealed already.
             StoreUnavailableError: if the store cannot be reached.
         """
@@ -172,6 +192,13 @@ class WatermarkStore(abc.ABC):
         token: int | None = None,
     ) -> bool:
         """Set ``value`` if the current value equals ``expected`` (None: never set).
+
+        With a ``token`` (the writer's fencing token), the write is refused if the partition
+        was last set under a higher token, atomically with the comparison; the value then
+        remembers ``token``.
+
+        Raises:
+            FencedError: if the partition was set under a higher token.
 
         Returns:
             True if this call changed the value; False if the current value was not

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from store.errors import CorruptRecordError
@@ -74,8 +74,20 @@ def encode_chunk(
     return body + CHUNK_END + _LEN.pack(zlib.crc32(body))
 
 
-def decode_chunk_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
-    """Return a chunk's header and the offset of its first record, checking the whole chunk."""
+def decode_chunk_header(
+    data: bytes, where: str, expect: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], int]:
+    """Return a chunk's header and the offset of its first record, checking the whole chunk.
+
+    Args:
+        data: the chunk's bytes.
+        where: names the chunk in error messages.
+        expect: header fields the chunk must carry (``urn``, ``index``, ``sealed``): a chunk
+            that is intact but was moved, renamed or copied from another sequence is corrupt.
+
+    Raises:
+        CorruptRecordError: if the chunk is truncated, altered or not the one expected.
+    """
     if not data.startswith(CHUNK_MAGIC):
         raise CorruptRecordError(f"{where}: not a commitpub chunk (bad magic)")
     tail = len(CHUNK_END) + _LEN.size
@@ -93,12 +105,20 @@ def decode_chunk_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
         raise CorruptRecordError(f"{where}: unreadable chunk header") from e
     if not isinstance(header, dict) or not isinstance(header.get("count"), int):
         raise CorruptRecordError(f"{where}: malformed chunk header")
+    for key, value in (expect or {}).items():
+        if header.get(key) != value:
+            raise CorruptRecordError(
+                f"{where}: header field {key!r} is {header.get(key)!r}, expected {value!r} "
+                "(chunk moved, renamed or copied from another sequence)"
+            )
     return header, pos + hlen
 
 
-def iter_chunk_records(data: bytes, where: str) -> Iterator[bytes]:
-    """Yield the payloads of a chunk after checking it whole."""
-    header, pos = decode_chunk_header(data, where)
+def iter_chunk_records(
+    data: bytes, where: str, expect: Mapping[str, Any] | None = None
+) -> Iterator[bytes]:
+    """Yield the payloads of a chunk after checking it whole (``expect``: see above)."""
+    header, pos = decode_chunk_header(data, where, expect)
     end = len(data) - len(CHUNK_END) - _LEN.size
     count = 0
     while pos < end:

@@ -14,14 +14,30 @@ a sealed sequence is never missing records. ``put_sequence`` is one chunk: one w
 fsync. Removal deletes the sealing chunk first and the rest in descending order, so a crash in
 the middle leaves an unsealed prefix, which recovery aborts harmlessly.
 
+Fencing (SPEC guarantee 5): ``ROOT/<job>/.fence/t<token>`` records each fencing token that
+took the job over (dataset names never start with a dot). A write carrying a token is checked
+against the highest one listed there *before* and, for the sealing write, again *after* the
+sealing chunk exists. Without a transaction spanning both files this is the argument: a new
+owner writes its fence file before it lists sequences to recover. If the old owner's check
+after sealing does not see the new fence, the fence was written after the seal, so the new
+owner's recovery finds the sealed sequence and finishes it (steps are idempotent). If it does
+see it, the old owner stops without executing anything and raises :class:`FencedError`; the
+sealed sequence is left for recovery. Either way no two runs publish divergent commits.
+
 Watermarks live in ``ROOT/<dataset>/<partition>/v<version>.json``. Why compare-and-set cannot
 lose an update: version ``n+1`` is created *exclusively* (hard link, which fails if the name
 exists), and only by a writer that read version ``n`` as the current version holding the
 expected value. Two writers that both read version ``n`` race for the same name ``n+1``;
 exactly one link succeeds and the other reports failure. So the versions form one chain in
 which each value was set by a compare-and-set against its predecessor, and the current value
-is the highest version. Old versions are deleted after a newer one exists; a reader that lost
-its file to that clean-up lists again.
+is the highest version. Each version records its writer's fencing token, and a writer with a
+lower token than the version it builds on is refused: that check rides on the same chain, so
+it is atomic with the compare-and-set. A version is deleted only once the version
+``_KEEP_VERSIONS`` above it exists; a reader that lost its file to that clean-up lists again.
+Deleting frees a name, so a writer that read version ``n`` and stalled while others moved
+on could create ``n+1`` again, below the current version, where nobody reads it. Such a
+writer finds the newest version at least ``_KEEP_VERSIONS`` above its own and reports the
+outcome as unknown instead of success.
 """
 
 from __future__ import annotations
@@ -41,17 +57,23 @@ from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
+    FencedError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
-from store.framing import encode_chunk, iter_chunk_records
+from store.framing import decode_chunk_header, encode_chunk, iter_chunk_records
 from store.urls import decode_name, encode_name, redact
 
 _CHUNK_RE = re.compile(r"^c(\d{8})(-s)?\.chunk$")
 _VERSION_RE = re.compile(r"^v(\d{20})\.json$")
 _STATUS = "status.json"
+_FENCE_DIR = ".fence"  # beside the datasets of a job; encoded names never start with a dot
+_FENCE_RE = re.compile(r"^t(\d{20})$")
+_KEEP_FENCES = 4
+# Watermark versions kept below the newest; see the module docstring for why it matters.
+_KEEP_VERSIONS = 16
 
 
 class _Fs:
@@ -75,7 +97,9 @@ class _Fs:
             if self.local:
                 return os.listdir(path)
             return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False)]
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            # A stray file where a directory could be (an operator's note, .DS_Store) holds
+            # no sequence; it must not fail the listing of every other dataset.
             return []
         except OSError as e:
             raise _translate(e, path) from e
@@ -157,6 +181,9 @@ class _Fs:
         """Remove a directory and anything left in it (temporary files)."""
         try:
             if self.local:
+                if not os.path.isdir(path):
+                    os.unlink(path)
+                    return
                 for name in os.listdir(path):
                     os.unlink(f"{path}/{name}")
                 os.rmdir(path)
@@ -218,6 +245,35 @@ class FsCommitStepStore(CommitStepStore):
                 raise CorruptRecordError(f"{directory}: chunk {name} seals before the last chunk")
         return found
 
+    def _fence_dir(self, store_name: str) -> str:
+        return self._io.join(encode_name(store_name, "store name"), _FENCE_DIR)
+
+    def fence_token(self, store_name: str) -> int | None:
+        names = self._io.names(self._fence_dir(store_name))
+        return max((int(m.group(1)) for n in names if (m := _FENCE_RE.match(n))), default=None)
+
+    def _check_fence(self, store_name: str, token: int, doing: str) -> None:
+        seen = self.fence_token(store_name)
+        if seen is not None and seen > token:
+            raise FencedError(
+                f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but "
+                f"token {seen} has taken the job over in {self.url}"
+            )
+
+    def fence(self, store_name: str, token: int) -> None:
+        self._check_fence(store_name, token, "taking over")
+        directory = self._fence_dir(store_name)
+        try:
+            self._io.create_exclusive(f"{directory}/t{token:020d}", b"")
+        except OSError as e:
+            raise _translate(e, directory) from e
+        self._check_fence(store_name, token, "taking over")
+        older = sorted(
+            int(m.group(1)) for n in self._io.names(directory) if (m := _FENCE_RE.match(n))
+        )
+        for old in older[:-_KEEP_FENCES]:
+            self._io.delete(f"{directory}/t{old:020d}")
+
     def append(
         self,
         store_name: str,
@@ -228,6 +284,8 @@ class FsCommitStepStore(CommitStepStore):
         token: int | None = None,
     ) -> None:
         directory = self._dir(store_name, dataset_urn)
+        if token is not None:
+            self._check_fence(store_name, token, f"writing ahead {dataset_urn!r}")
         chunks = self._chunks(directory)
         if chunks and chunks[-1][1]:
             raise SequenceSealedError(
@@ -245,33 +303,43 @@ class FsCommitStepStore(CommitStepStore):
                 f"sequence of {dataset_urn!r} in {store_name!r} changed under us (chunk {index} "
                 "was written by another writer)"
             )
+        if token is not None and seal:
+            # See the module docstring: the sealed sequence stays for the new owner's recovery.
+            self._check_fence(store_name, token, f"sealing {dataset_urn!r}")
 
-    def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
+    def _read_chunks(
+        self, store_name: str, dataset_urn: str
+    ) -> Iterator[tuple[bool, str, bytes, dict[str, Any]]]:
+        """(sealed, path, data, expected header fields) of each chunk, in order."""
         directory = self._dir(store_name, dataset_urn)
-        for _index, _sealed, name in self._chunks(directory):
+        for index, sealed, name in self._chunks(directory):
             path = f"{directory}/{name}"
             try:
                 data = self._io.read(path)
             except OSError as e:
                 raise _translate(e, path) from e
-            yield from iter_chunk_records(data, path)
+            yield sealed, path, data, {"urn": dataset_urn, "index": index, "sealed": sealed}
+
+    def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
+        for _sealed, path, data, expect in self._read_chunks(store_name, dataset_urn):
+            yield from iter_chunk_records(data, path, expect)
 
     def info(self, store_name: str, dataset_urn: str) -> SequenceInfo:
-        directory = self._dir(store_name, dataset_urn)
-        chunks = self._chunks(directory)
-        if not chunks:
-            return SequenceInfo(exists=False, sealed=False, records=0)
-        return SequenceInfo(
-            exists=True,
-            sealed=chunks[-1][1],
-            records=sum(1 for _ in self.iter_records(store_name, dataset_urn)),
-        )
+        exists = sealed = False
+        records = 0
+        token = None
+        for sealed, path, data, expect in self._read_chunks(store_name, dataset_urn):
+            exists = True
+            records += sum(1 for _ in iter_chunk_records(data, path, expect))
+            if sealed:
+                token = decode_chunk_header(data, path)[0].get("token")
+        return SequenceInfo(exists=exists, sealed=sealed, records=records, token=token)
 
     def datasets(self, store_name: str) -> list[str]:
         job_dir = self._io.join(encode_name(store_name, "store name"))
         names = []
         for entry in self._io.names(job_dir):
-            if entry.startswith(".tmp-"):
+            if entry.startswith("."):
                 continue
             if any(_CHUNK_RE.match(n) for n in self._io.names(f"{job_dir}/{entry}")):
                 names.append(decode_name(entry))
@@ -282,9 +350,12 @@ class FsCommitStepStore(CommitStepStore):
             for urn in self.datasets(store_name):
                 self.remove(store_name, urn)
             job_dir = self._io.join(encode_name(store_name, "store name"))
-            for entry in self._io.names(job_dir):
-                self._io.rmdir(f"{job_dir}/{entry}")
-            self._io.rmdir(job_dir)
+            entries = self._io.names(job_dir)
+            for entry in entries:
+                if entry != _FENCE_DIR:  # the fence outlives the sequences it guards
+                    self._io.rmdir(f"{job_dir}/{entry}")
+            if _FENCE_DIR not in entries:
+                self._io.rmdir(job_dir)
             return
         directory = self._dir(store_name, dataset_urn)
         chunks = self._chunks(directory)
@@ -333,15 +404,18 @@ class FsWatermarkStore(WatermarkStore):
     def _dir(self, dataset: str, partition: str) -> str:
         return self._io.join(encode_name(dataset, "dataset"), encode_name(partition, "partition"))
 
-    def _current(self, directory: str) -> tuple[int, JsonScalar]:
+    def _versions(self, directory: str) -> list[int]:
+        return sorted(
+            int(m.group(1)) for n in self._io.names(directory) if (m := _VERSION_RE.match(n))
+        )
+
+    def _current(self, directory: str) -> tuple[int, JsonScalar, int | None]:
         # A version can vanish between listing and reading (clean-up after a newer one was
         # created); listing again then finds the newer one.
         for _ in range(100):
-            versions = sorted(
-                int(m.group(1)) for n in self._io.names(directory) if (m := _VERSION_RE.match(n))
-            )
+            versions = self._versions(directory)
             if not versions:
-                return 0, None
+                return 0, None, None
             path = f"{directory}/v{versions[-1]:020d}.json"
             try:
                 data = self._io.read(path)
@@ -351,8 +425,11 @@ class FsWatermarkStore(WatermarkStore):
                 raise _translate(e, path) from e
             try:
                 doc = json.loads(data)
-                return versions[-1], doc["value"]
-            except (ValueError, KeyError, TypeError) as e:
+                token = doc.get("token")
+                if token is not None and not isinstance(token, int):
+                    raise TypeError(f"token {token!r}")
+                return versions[-1], doc["value"], token
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CorruptRecordError(f"{path}: unreadable watermark") from e
         raise StoreError(f"{directory}: watermark kept changing while being read")
 
@@ -368,19 +445,34 @@ class FsWatermarkStore(WatermarkStore):
         *,
         token: int | None = None,
     ) -> bool:
+        encode_value(value)  # only JSON scalars, as every backend accepts
         directory = self._dir(dataset, partition)
-        version, current = self._current(directory)
+        version, current, seen = self._current(directory)
+        if token is not None and seen is not None and seen > token:
+            raise FencedError(
+                f"watermark {dataset}/{partition} in {self.url}: compare-and-set with fencing "
+                f"token {token} refused, it was last set under token {seen}"
+            )
         if encode_value(current) != encode_value(expected):
             return False
         doc = {"value": value, "token": token}
         data = json.dumps(doc, ensure_ascii=False, allow_nan=False).encode()
+        new = version + 1
         try:
-            if not self._io.create_exclusive(f"{directory}/v{version + 1:020d}.json", data):
+            if not self._io.create_exclusive(f"{directory}/v{new:020d}.json", data):
                 return False
         except OSError as e:
             raise _translate(e, directory) from e
-        if version > 1:
-            self._io.delete(f"{directory}/v{version - 1:020d}.json")
+        newest = self._versions(directory)[-1]
+        if newest >= new + _KEEP_VERSIONS:
+            # Either clean-up had freed this name (the write is lost below the newest version)
+            # or others built on it since this writer stalled: the two cannot be told apart.
+            raise StoreError(
+                f"{directory}: outcome of compare-and-set to {value!r} is unknown: version "
+                f"{newest} exists beside the version {new} just written"
+            )
+        if new > _KEEP_VERSIONS:
+            self._io.delete(f"{directory}/v{new - _KEEP_VERSIONS:020d}.json")
         return True
 
     def get_all(self, dataset: str) -> dict[str, JsonScalar]:

@@ -6,13 +6,23 @@ Keys of a commit-step store with prefix ``P`` (default ``commitpub``)::
     P:{<job>/<dataset>}:seal     JSON {"count", "token"} once sealed
     P:{<job>/<dataset>}:status   JSON status (attempts, quarantine)
     P:{<job>}:datasets           set of the job's datasets
+    P:{<job>}:fence              highest fencing token that took the job over
 
 The three keys of a dataset share one hash tag, so one MULTI/EXEC can write them on Redis
 Cluster too; names are percent-encoded, so a brace in a dataset name cannot end the tag early.
 A sealed write-ahead is one transaction (WATCH, then variadic RPUSH + SET in MULTI/EXEC).
+A write carrying a fencing token also WATCHes the job's fence key and is refused when it holds
+a higher token, so the check is atomic with the write. That WATCH spans two hash slots: on
+standalone Redis (the client commitpub opens) it is one transaction; a Cluster deployment
+would need the job's keys in one slot.
 
-Watermarks: ``P:wm:{<dataset>}`` is a hash of partition -> JSON value; compare-and-set is a
-Lua script, atomic on the server.
+Watermarks: ``P:wm:{<dataset>}`` is a hash of partition -> JSON value and
+``P:wmtoken:{<dataset>}`` a hash of partition -> fencing token of the last writer;
+compare-and-set (with its fencing check) is a Lua script, atomic on the server.
+
+The job lock (:class:`RedisJobLock`): ``P:lock:{<job>}`` holds the lease as JSON with a PX
+expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release are Lua
+scripts that act only for the expected owner.
 
 The password comes from the URL (``redis://:secret@host:6379/0``) or, preferably, from the
 ``COMMITPUB_REDIS_PASSWORD`` environment variable; it is never written into a record.
@@ -22,10 +32,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import attrs
 import redis
 import redis.exceptions
 
@@ -33,12 +45,15 @@ from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
+    FencedError,
+    LockHeldError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
 from store.framing import frame_record, unframe_record
+from store.lock import JobLock, Lease
 from store.urls import encode_name, redact
 
 PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
@@ -50,7 +65,16 @@ _READ_BATCH = 5_000
 T = TypeVar("T")
 
 
-def connect(url: str) -> redis.Redis[bytes]:
+def _raw(item: bytes | str) -> bytes:
+    """A reply as bytes: clients here never decode responses, but redis-py types say maybe."""
+    return item if isinstance(item, bytes) else item.encode()
+
+
+def _text(item: bytes | str) -> str:
+    return item if isinstance(item, str) else item.decode()
+
+
+def connect(url: str) -> redis.Redis:
     """A client for ``url``; the password falls back to ``COMMITPUB_REDIS_PASSWORD``."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
@@ -93,8 +117,29 @@ class _RedisBase:
         self._client.close()
 
 
+def _fenced(store_name: str, token: int, seen: int, doing: str, url: str) -> FencedError:
+    return FencedError(
+        f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but token "
+        f"{seen} has taken the job over in {url}"
+    )
+
+
+# KEYS[1] fence; ARGV[1] token. Raises the fence to the token; returns the fence afterwards.
+_FENCE = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local token = tonumber(ARGV[1])
+if seen > token then return seen end
+redis.call('SET', KEYS[1], ARGV[1])
+return token
+"""
+
+
 class RedisCommitStepStore(_RedisBase, CommitStepStore):
     """A :class:`CommitStepStore` on Redis; see the module docstring."""
+
+    def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
+        super().__init__(url, prefix=prefix)
+        self._fence = self._client.register_script(_FENCE)
 
     def _keys(self, store_name: str, dataset_urn: str) -> tuple[str, str, str]:
         tag = f"{self._prefix}:{{{encode_name(store_name, 'store name')}/"
@@ -103,6 +148,20 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
 
     def _index(self, store_name: str) -> str:
         return f"{self._prefix}:{{{encode_name(store_name, 'store name')}}}:datasets"
+
+    def _fence_key(self, store_name: str) -> str:
+        return f"{self._prefix}:{{{encode_name(store_name, 'store name')}}}:fence"
+
+    def fence_token(self, store_name: str) -> int | None:
+        raw = _call(self.url, lambda: self._client.get(self._fence_key(store_name)))
+        return None if raw is None else int(raw)
+
+    def fence(self, store_name: str, token: int) -> None:
+        seen = _call(
+            self.url, lambda: self._fence(keys=[self._fence_key(store_name)], args=[token])
+        )
+        if int(seen) > token:
+            raise _fenced(store_name, token, int(seen), "taking over", self.url)
 
     def append(
         self,
@@ -115,8 +174,16 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
     ) -> None:
         seq, seal_key, _status = self._keys(store_name, dataset_urn)
         framed = [frame_record(r) for r in records]
+        fence_key = self._fence_key(store_name)
+        watched = (seq, seal_key) if token is None else (seq, seal_key, fence_key)
 
         def write(pipe: Any) -> None:
+            if token is not None:
+                seen = pipe.get(fence_key)
+                if seen is not None and int(seen) > token:
+                    raise _fenced(
+                        store_name, token, int(seen), f"writing ahead {dataset_urn!r}", self.url
+                    )
             if pipe.exists(seal_key):
                 raise SequenceSealedError(
                     f"sequence of {dataset_urn!r} in {store_name!r} is sealed; "
@@ -134,7 +201,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             # The index lives in another hash slot, so it is written first and on its own;
             # a dataset listed there without keys is skipped by datasets().
             self._client.sadd(self._index(store_name), dataset_urn)
-            self._client.transaction(write, seq, seal_key)  # type: ignore[no-untyped-call]
+            self._client.transaction(write, *watched)
 
         _call(self.url, run)
 
@@ -155,7 +222,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
                 lambda s=start: self._client.lrange(seq, s, s + _READ_BATCH - 1),  # type: ignore[misc]
             )
             for offset, item in enumerate(batch):
-                yield unframe_record(item, f"{where}[{start + offset}]")
+                yield unframe_record(_raw(item), f"{where}[{start + offset}]")
             start += len(batch)
             if len(batch) < _READ_BATCH:
                 break
@@ -188,7 +255,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
 
     def datasets(self, store_name: str) -> list[str]:
         def run() -> list[str]:
-            members = sorted(m.decode() for m in self._client.smembers(self._index(store_name)))
+            members = sorted(_text(m) for m in self._client.smembers(self._index(store_name)))
             pipe = self._client.pipeline(transaction=False)
             for urn in members:
                 seq, seal_key, _status = self._keys(store_name, urn)
@@ -201,7 +268,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         if dataset_urn is None:
             index = self._index(store_name)
             for raw in _call(self.url, lambda: self._client.smembers(index)):
-                self.remove(store_name, raw.decode())
+                self.remove(store_name, _text(raw))
             _call(self.url, lambda: self._client.delete(index))
             return
         keys = self._keys(store_name, dataset_urn)
@@ -233,15 +300,19 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         _call(self.url, run)
 
 
-# KEYS[1] hash; ARGV: field, "1" if expected is None else "0", expected JSON, new JSON.
+# KEYS[1] values hash, KEYS[2] tokens hash; ARGV: field, expected JSON, new JSON, token or ''.
+# A missing field reads as JSON null, as get() reads it, so "never set" and "set to None" both
+# match an expected None. Returns 1 set, 0 not expected, or {-1, seen} when fenced off.
 _CAS = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] == '1' then
-  if current then return 0 end
-elseif current ~= ARGV[3] then
-  return 0
+if ARGV[4] ~= '' then
+  local seen = redis.call('HGET', KEYS[2], ARGV[1])
+  if seen and tonumber(seen) > tonumber(ARGV[4]) then return {-1, seen} end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then current = 'null' end
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], ARGV[1], ARGV[4]) end
 return 1
 """
 
@@ -257,7 +328,7 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
         return f"{self._prefix}:wm:{{{encode_name(dataset, 'dataset')}}}"
 
     @staticmethod
-    def _decode(key: str, raw: bytes | None) -> JsonScalar:
+    def _decode(key: str, raw: bytes | str | None) -> JsonScalar:
         if raw is None:
             return None
         try:
@@ -282,11 +353,94 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
     ) -> bool:
         key = self._key(dataset)
         encode_name(partition, "partition")
-        args = [partition, "1" if expected is None else "0", encode_value(expected)]
-        args.append(encode_value(value))
-        return bool(_call(self.url, lambda: self._cas(keys=[key], args=args)))
+        args = [
+            partition,
+            encode_value(expected),
+            encode_value(value),
+            "" if token is None else token,
+        ]
+        keys = [key, f"{self._prefix}:wmtoken:{{{encode_name(dataset, 'dataset')}}}"]
+        result = _call(self.url, lambda: self._cas(keys=keys, args=args))
+        if isinstance(result, list):
+            raise FencedError(
+                f"watermark {dataset}/{partition} in {self.url}: compare-and-set with fencing "
+                f"token {token} refused, it was last set under token {int(result[1])}"
+            )
+        return bool(result)
 
     def get_all(self, dataset: str) -> dict[str, JsonScalar]:
         key = self._key(dataset)
         raw = _call(self.url, lambda: self._client.hgetall(key))
-        return {k.decode(): self._decode(key, v) for k, v in sorted(raw.items())}
+        return {_text(k): self._decode(key, v) for k, v in sorted(raw.items())}
+
+
+# KEYS[1] lease, KEYS[2] token counter; ARGV: expected owner ('' = must be free), lease JSON
+# without token, ttl ms. Returns the new token, or the current lease JSON when it is held.
+_ACQUIRE = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  if ARGV[1] == '' or cjson.decode(current)['owner'] ~= ARGV[1] then return current end
+end
+local token = redis.call('INCR', KEYS[2])
+local lease = cjson.decode(ARGV[2])
+lease['token'] = token
+redis.call('SET', KEYS[1], cjson.encode(lease), 'PX', ARGV[3])
+return token
+"""
+# KEYS[1] lease; ARGV: owner, new lease JSON, ttl ms ('' = release). 1 done, 0 not the owner.
+_RENEW = """
+local current = redis.call('GET', KEYS[1])
+if not current or cjson.decode(current)['owner'] ~= ARGV[1] then return 0 end
+if ARGV[3] == '' then redis.call('DEL', KEYS[1]) else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+return 1
+"""
+
+
+class RedisJobLock(_RedisBase, JobLock):
+    """A :class:`JobLock` on Redis; see the module docstring. An expired lease is gone."""
+
+    def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
+        super().__init__(url, prefix=prefix)
+        self._acquire = self._client.register_script(_ACQUIRE)
+        self._renew = self._client.register_script(_RENEW)
+
+    def _lock_keys(self, job: str) -> list[str]:
+        key = f"{self._prefix}:lock:{{{encode_name(job, 'job name')}}}"
+        return [key, f"{key}:token"]
+
+    def current(self, job: str) -> Lease | None:
+        raw = _call(self.url, lambda: self._client.get(self._lock_keys(job)[0]))
+        return None if raw is None else Lease.from_json(raw, f"{self.url} lock of {job!r}")
+
+    def acquire(self, job: str, *, ttl_s: float) -> Lease:
+        keys = self._lock_keys(job)
+        expected = ""
+        holder = self.current(job)
+        if holder is not None and holder.holder_dead():
+            expected = holder.owner  # taken over at once: its process is gone
+        lease = Lease.new(job, 0, ttl_s)
+        doc = json.dumps(lease.to_dict())
+        result = _call(self.url, lambda: self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)]))
+        if isinstance(result, bytes | str):
+            held = Lease.from_json(result, f"{self.url} lock of {job!r}")
+            raise LockHeldError(f"job {job!r} is locked by another run ({held.describe()})")
+        return attrs.evolve(lease, token=int(result))
+
+    def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
+        renewed = attrs.evolve(lease, expires_at=time.time() + ttl_s)
+        doc = json.dumps(renewed.to_dict())
+        key = self._lock_keys(lease.job)[0]
+        if not _call(
+            self.url, lambda: self._renew(keys=[key], args=[lease.owner, doc, _ms(ttl_s)])
+        ):
+            raise FencedError(f"job lock of {lease.job!r} (token {lease.token}) was lost")
+        return renewed
+
+    def release(self, lease: Lease) -> None:
+        key = self._lock_keys(lease.job)[0]
+        _call(self.url, lambda: self._renew(keys=[key], args=[lease.owner, "", ""]))
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

@@ -1,8 +1,8 @@
 """URL scheme -> backend class, imported lazily so optional dependencies stay optional.
 
 Backends outside this package register through the entry-point groups
-``commitpub.commit_stores`` and ``commitpub.watermark_stores`` (name: the URL scheme, value:
-``module:Class``), or by calling :func:`register_backend`.
+``commitpub.commit_stores``, ``commitpub.watermark_stores`` and ``commitpub.job_locks``
+(name: the URL scheme, value: ``module:Class``), or by calling :func:`register_backend`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import attrs
 
 from store.base import CommitStepStore, WatermarkStore
 from store.errors import BackendNotInstalledError, ConfigurationError
+from store.lock import JobLock
 from store.urls import redact
 
-Kind = Literal["commit_stores", "watermark_stores"]
+Kind = Literal["commit_stores", "watermark_stores", "job_locks"]
 
 
 @attrs.frozen
@@ -39,11 +40,16 @@ _REGISTRY: dict[Kind, dict[str, _Backend]] = {
         "redis": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
     },
+    "job_locks": {
+        "redis": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
+        "rediss": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
+    },
 }
 _DEFAULT: dict[Kind, _Backend] = {
     # Any other scheme (file, s3, gcs, memory, or a bare path) goes through fsspec.
     "commit_stores": _Backend("store.fs:FsCommitStepStore"),
     "watermark_stores": _Backend("store.fs:FsWatermarkStore"),
+    "job_locks": _Backend("store.fslock:FsJobLock"),
 }
 _HINTS = {"s3": "pip install 'commitpub[s3]'", "s3a": "pip install 'commitpub[s3]'"}
 _entry_points_loaded = False
@@ -70,7 +76,7 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    kinds: tuple[Kind, ...] = ("commit_stores", "watermark_stores")
+    kinds: tuple[Kind, ...] = ("commit_stores", "watermark_stores", "job_locks")
     for kind in kinds:
         for ep in entry_points(group=f"commitpub.{kind}"):
             register_backend(kind, ep.name, ep.value)
@@ -80,7 +86,10 @@ def _resolve(kind: Kind, url: str) -> type:
     if not isinstance(url, str) or not url:
         raise ConfigurationError(f"a store URL must be a non-empty string, got {url!r}")
     _load_entry_points()
-    scheme = urlsplit(url).scheme if "://" in url else ""
+    try:
+        scheme = urlsplit(url).scheme if "://" in url else ""
+    except ValueError as e:
+        raise ConfigurationError(f"malformed store URL {redact(url)!r}: {e}") from e
     backend = _REGISTRY[kind].get(scheme, _DEFAULT[kind])
     module_name, _, class_name = backend.target.partition(":")
     try:
@@ -108,6 +117,17 @@ def open_store(url: str) -> CommitStepStore:
     """
     store: CommitStepStore = _resolve("commit_stores", url)(url)
     return store
+
+
+def open_lock(url: str) -> JobLock:
+    """Open the job lock kept at ``url`` (Redis, or a directory of any fsspec filesystem).
+
+    Raises:
+        ConfigurationError: if the URL is not usable.
+        BackendNotInstalledError: if the backend's optional dependency is missing.
+    """
+    lock: JobLock = _resolve("job_locks", url)(url)
+    return lock
 
 
 def open_watermarks(url: str) -> WatermarkStore:

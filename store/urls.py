@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from store.errors import ConfigurationError, CredentialsInUrlError
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 
 # A single path component must stay below common filesystem name limits (255 bytes).
 _MAX_NAME_BYTES = 240
 
 
 def has_credentials(url: str) -> bool:
-    """True when ``url`` carries a password (``scheme://user:secret@host``)."""
-    parts = urlsplit(url)
-    return bool(parts.scheme) and parts.password is not None
+    """True when ``url`` carries a password (``scheme://user:secret@host``).
+
+    Raises:
+        ConfigurationError: if ``url`` looks like a URL but cannot be parsed.
+    """
+    if not _SCHEME.match(url):
+        # A plain path; "//[x" or "/a://[b" are valid file names but would not parse as URLs.
+        return False
+    try:
+        parts = urlsplit(url)
+        return bool(parts.scheme) and parts.password is not None
+    except ValueError as e:
+        raise ConfigurationError(f"malformed URL {redact(url)!r}: {e}") from e
 
 
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***``, for logs and reports."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        # Unparseable (bad IPv6 host, non-numeric port): keep only the scheme.
+        return url.split("://", 1)[0] + "://***" if "://" in url else "***"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

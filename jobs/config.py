@@ -1,0 +1,291 @@
+"""The job definition users write in TOML, checked completely before Spark starts.
+
+::
+
+    [job]
+    name = "orders-ingest"
+    reports = "state/reports"   # optional: where run reports go (default: next to the store)
+    [source]
+    type = "landing"            # the built-in source, or a dotted class name
+    path = "landing"            # required by the landing source
+    time_field = "ts"           # optional: output partitioned by the date of this field
+    options = {}                # optional: keyword options for a user's source class
+    [staging]
+    path = "staging"
+    [output]
+    path = "output"
+    format = "parquet"          # optional; parquet is the only format
+    [store]
+    url = "state/steps"         # or redis://host:port/db
+    [watermarks]
+    url = "state/watermarks"    # or redis://host:port/db
+    [spark]
+    master = "local[2]"         # optional; without it Spark's own default (spark-submit's)
+    conf = { "spark.executor.memory" = "2g" }   # optional
+    [publish]
+    max_attempts = 3            # optional
+
+Relative paths and relative store URLs are resolved against the TOML file's directory. An
+unknown key, a missing required key or a value of the wrong type is a
+:class:`~store.errors.ConfigurationError` naming the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from publisher import Roots
+from store.errors import ConfigurationError
+from store.urls import encode_name, require_no_credentials
+
+LANDING = "landing"
+_FORMATS = ("parquet",)
+
+# table -> key -> (expected type, required)
+_SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
+    "job": {"name": (str, True), "reports": (str, False)},
+    "source": {
+        "type": (str, False),
+        "path": (str, False),
+        "time_field": (str, False),
+        "options": (dict, False),
+    },
+    "staging": {"path": (str, True)},
+    "output": {"path": (str, True), "format": (str, False)},
+    "store": {"url": (str, True)},
+    "watermarks": {"url": (str, True)},
+    "spark": {"master": (str, False), "conf": (dict, False)},
+    "publish": {"max_attempts": (int, False)},
+}
+_REQUIRED_TABLES = ("job", "source", "staging", "output", "store", "watermarks")
+
+
+@attrs.frozen
+class SourceConfig:
+    """The ``[source]`` table: which :class:`~jobs.sources.Source` to build, with what."""
+
+    type: str
+    path: str | None
+    time_field: str | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class JobConfig:
+    """A checked job definition; every path and local store URL is absolute.
+
+    Build one with :func:`load_config`.
+    """
+
+    file: str
+    name: str
+    source: SourceConfig
+    staging: str
+    output: str
+    output_format: str
+    store_url: str
+    watermarks_url: str
+    reports: str
+    spark_master: str | None = None
+    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
+    max_attempts: int = 3
+
+
+def _type_name(t: type) -> str:
+    return {str: "a string", int: "an integer", dict: "a table", bool: "a boolean"}[t]
+
+
+def _check_tables(doc: Mapping[str, Any], file: str) -> None:
+    for table in doc:
+        if table not in _SCHEMA:
+            raise ConfigurationError(
+                f"{file}: unknown table [{table}]; known tables: {', '.join(_SCHEMA)}"
+            )
+    for table in _REQUIRED_TABLES:
+        if table not in doc:
+            raise ConfigurationError(f"{file}: missing required table [{table}]")
+    for table, keys in _SCHEMA.items():
+        values = doc.get(table, {})
+        if not isinstance(values, dict):
+            raise ConfigurationError(f"{file}: '{table}' must be a table")
+        for key, value in values.items():
+            if key not in keys:
+                raise ConfigurationError(
+                    f"{file}: unknown key '{table}.{key}'; known keys of [{table}]: "
+                    f"{', '.join(keys)}"
+                )
+            expected = keys[key][0]
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise ConfigurationError(
+                    f"{file}: key '{table}.{key}' must be {_type_name(expected)}, got "
+                    f"{value!r} ({type(value).__name__})"
+                )
+        for key, (_expected, required) in keys.items():
+            if required and key not in values:
+                raise ConfigurationError(f"{file}: missing required key '{table}.{key}'")
+
+
+def _resolve(value: str, base: Path, key: str) -> str:
+    """An absolute path for a relative one; URLs (``scheme://...``) are kept as they are."""
+    if not value.strip():
+        raise ConfigurationError(f"key '{key}' must not be empty")
+    if "://" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    return os.path.normpath(path)
+
+
+def _spark_conf(conf: Mapping[str, Any], file: str) -> dict[str, str]:
+    out = {}
+    for key, value in conf.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[key] = str(value)
+        else:
+            raise ConfigurationError(
+                f"{file}: key 'spark.conf.{key}' must be a string, number or boolean, got "
+                f"{type(value).__name__}"
+            )
+    return out
+
+
+def _source(src: Mapping[str, Any], base: Path, shown: str) -> SourceConfig:
+    source_type = src.get("type", LANDING)
+    source_path = _resolve(src["path"], base, "source.path") if "path" in src else None
+    if source_type == LANDING:
+        if source_path is None:
+            raise ConfigurationError(f"{shown}: missing required key 'source.path'")
+        if src.get("options"):
+            raise ConfigurationError(
+                f"{shown}: key 'source.options': the landing source takes no options"
+            )
+    time_field = src.get("time_field")
+    if time_field is not None and not time_field.strip():
+        raise ConfigurationError(f"{shown}: key 'source.time_field' must not be empty")
+    return SourceConfig(source_type, source_path, time_field, dict(src.get("options", {})))
+
+
+def _reports(job: Mapping[str, Any], store_url: str, base: Path) -> str:
+    if "reports" in job:
+        return _resolve(job["reports"], base, "job.reports")
+    if "://" not in store_url:
+        return os.path.join(os.path.dirname(store_url), "reports")
+    return str(base / "reports")
+
+
+def load_config(path: str | os.PathLike[str]) -> JobConfig:
+    """Read and check a job TOML file.
+
+    Args:
+        path: the TOML file; relative paths inside it are resolved against its directory.
+
+    Returns:
+        The checked :class:`JobConfig`.
+
+    Raises:
+        ConfigurationError: naming the file and the offending key.
+    """
+    file = Path(path)
+    try:
+        with file.open("rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigurationError(f"job file {file} does not exist") from e
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"{file}: not a readable TOML file: {e}") from e
+    shown = str(file)
+    _check_tables(doc, shown)
+    base = file.resolve().parent
+
+    name = doc["job"]["name"]
+    try:
+        encode_name(name, "job.name")
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{shown}: {e}") from e
+
+    source = _source(doc["source"], base, shown)
+
+    staging = _resolve(doc["staging"]["path"], base, "staging.path")
+    output = _resolve(doc["output"]["path"], base, "output.path")
+    output_format = doc["output"].get("format", "parquet")
+    if output_format not in _FORMATS:
+        raise ConfigurationError(
+            f"{shown}: key 'output.format' must be one of {', '.join(_FORMATS)}, got "
+            f"{output_format!r}"
+        )
+    try:
+        Roots([staging], [output])
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{shown}: keys 'staging.path' and 'output.path': {e}") from e
+
+    store_url = _resolve(doc["store"]["url"], base, "store.url")
+    watermarks_url = _resolve(doc["watermarks"]["url"], base, "watermarks.url")
+    # The watermark URL is written into every watermark step: it must hold no password.
+    try:
+        require_no_credentials(watermarks_url, "watermarks.url")
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{shown}: {e}") from e
+
+    reports = _reports(doc["job"], store_url, base)
+    spark = doc.get("spark", {})
+    max_attempts = doc.get("publish", {}).get("max_attempts", 3)
+    if max_attempts < 1:
+        raise ConfigurationError(
+            f"{shown}: key 'publish.max_attempts' must be >= 1, got {max_attempts}"
+        )
+    config = JobConfig(
+        file=str(file.resolve()),
+        name=name,
+        source=source,
+        staging=staging,
+        output=output,
+        output_format=output_format,
+        store_url=store_url,
+        watermarks_url=watermarks_url,
+        reports=reports,
+        spark_master=spark.get("master"),
+        spark_conf=_spark_conf(spark.get("conf", {}), shown),
+        max_attempts=max_attempts,
+    )
+    source_class(config.source.type)  # an unusable class is a configuration error too
+    return config
+
+
+def source_class(type_name: str) -> type[Any]:
+    """The :class:`~jobs.sources.Source` class named by ``source.type``.
+
+    Args:
+        type_name: ``"landing"`` or a dotted name, ``"package.module.Class"``.
+
+    Raises:
+        ConfigurationError: if the class cannot be imported or is not a Source.
+    """
+    from jobs.sources import LandingSource, Source
+
+    if type_name == LANDING:
+        return LandingSource
+    module_name, _, class_name = type_name.replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ConfigurationError(
+            f"key 'source.type' must be 'landing' or a dotted class name "
+            f"('package.module.Class'), got {type_name!r}"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"key 'source.type': cannot import {type_name!r}: {e}") from e
+    if not (isinstance(cls, type) and issubclass(cls, Source)):
+        raise ConfigurationError(
+            f"key 'source.type': {type_name!r} is not a subclass of jobs.sources.Source"
+        )
+    return cls

@@ -1,0 +1,327 @@
+"""``commitpub demo``: ingest a landing zone through a real crash and count the result.
+
+In a directory of its own, the demo generates a landing zone (three datasets x three
+partitions x thousands of records), runs the job, appends more data (leaving one line
+half-written), runs the job again in a child process that is SIGKILLed in the middle of
+publishing (the fail point ``step.executed@N``: the process executing the commit steps kills
+itself there), recovers, finishes the half-written line, runs once more, and then *counts*:
+every landing record against every published Parquet row, by (dataset, partition, offset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from jobs.config import JobConfig, load_config
+from jobs.run import RunReport, recover_job, run_job
+from jobs.spark import build_session
+from jobs.verify import Tally, tally
+from store import open_store
+from store.errors import ConfigurationError
+from store.failpoints import ENV_VAR as FAILPOINTS_ENV
+
+DATASETS = ("clicks", "orders", "payments")
+PARTITIONS = ("0", "1", "2")
+SEGMENT_RECORDS = 700
+#: The commit step at which the crashing run's publisher process kills itself.
+CRASH_AT = "step.executed@4"
+_MARKER = ".commitpub-demo"
+
+JOB_TOML = """\
+[job]
+name = "demo-ingest"
+
+[source]
+type = "landing"
+path = "landing"
+time_field = "ts"
+
+[staging]
+path = "staging"
+
+[output]
+path = "output"
+format = "parquet"
+
+[store]
+url = "state/steps"
+
+[watermarks]
+url = "state/watermarks"
+
+[spark]
+master = "local[2]"
+conf = { "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "2" }
+
+[publish]
+max_attempts = 3
+"""
+
+Echo = Callable[[str], None]
+
+
+def _record(rng: random.Random, dataset: str, n: int) -> dict[str, object]:
+    day = 1 + n % 5
+    ts = f"2025-03-{day:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00Z"
+    if dataset == "orders":
+        return {
+            "order_id": f"o-{n}",
+            "customer": f"c-{rng.randrange(500)}",
+            "amount": round(rng.uniform(1, 500), 2),
+            "currency": rng.choice(["EUR", "USD", "GBP"]),
+            "ts": ts,
+        }
+    if dataset == "payments":
+        return {
+            "payment_id": f"p-{n}",
+            "order_id": f"o-{rng.randrange(10_000)}",
+            "method": rng.choice(["card", "transfer", "wallet"]),
+            "amount": round(rng.uniform(1, 500), 2),
+            "ts": ts,
+        }
+    return {
+        "session": f"s-{rng.randrange(3000)}",
+        "url": f"/p/{rng.randrange(200)}",
+        "user": {"id": rng.randrange(10_000), "country": rng.choice(["FR", "DE", "NL", "US"])},
+        "ts": ts,
+    }
+
+
+class Landing:
+    """Writes the demo's landing zone like a Kafka producer: append-only segments."""
+
+    def __init__(self, root: Path, seed: int = 7) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        self.next_offset: dict[tuple[str, str], int] = {}
+        self.counter = 0
+
+    def _segment(self, dataset: str, partition: str) -> tuple[Path, int]:
+        directory = self.root / dataset / partition
+        directory.mkdir(parents=True, exist_ok=True)
+        segments = sorted(directory.glob("*.jsonl"))
+        offset = self.next_offset.get((dataset, partition), 0)
+        if segments:
+            last = segments[-1]
+            first = int(last.stem)
+            if offset - first < SEGMENT_RECORDS:
+                return last, first
+        return directory / f"{offset:020d}.jsonl", offset
+
+    def append(self, dataset: str, partition: str, n: int) -> None:
+        """Append ``n`` records, rolling to a new segment every SEGMENT_RECORDS records."""
+        for _ in range(n):
+            path, _first = self._segment(dataset, partition)
+            self.counter += 1
+            line = json.dumps(_record(self.rng, dataset, self.counter)) + "\n"
+            with path.open("a") as f:
+                f.write(line)
+            key = (dataset, partition)
+            self.next_offset[key] = self.next_offset.get(key, 0) + 1
+
+    def append_half_line(self, dataset: str, partition: str) -> str:
+        """Start a record without ending its line, as a writer caught mid-write."""
+        path, _first = self._segment(dataset, partition)
+        self.counter += 1
+        line = json.dumps(_record(self.rng, dataset, self.counter)) + "\n"
+        with path.open("a") as f:
+            f.write(line[: len(line) // 2])
+        return line[len(line) // 2 :]
+
+    def finish_line(self, dataset: str, partition: str, rest: str) -> None:
+        path, _first = self._segment(dataset, partition)
+        with path.open("a") as f:
+            f.write(rest)
+        key = (dataset, partition)
+        self.next_offset[key] = self.next_offset.get(key, 0) + 1
+
+
+def prepare(directory: Path) -> None:
+    """Create ``directory``; an earlier demo there is replaced, anything else is refused.
+
+    Raises:
+        ConfigurationError: if the directory holds files that are not a demo's.
+    """
+    if directory.exists() and any(directory.iterdir()):
+        if not (directory / _MARKER).exists():
+            raise ConfigurationError(
+                f"{directory} exists and is not a commitpub demo directory; pick another --dir"
+            )
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / _MARKER).write_text("made by commitpub demo; deleted by the next demo\n")
+
+
+def _summary(report: RunReport) -> str:
+    counts = report.to_dict()["counts"]
+    parts = [f"{report.status} (exit {report.exit_code})"]
+    for key in ("recovered", "aborted", "published", "quarantined"):
+        if counts[key]:
+            parts.append(f"{key} {counts[key]}")
+    if counts["staged_rows"]:
+        parts.append(f"{counts['staged_rows']} records staged")
+    return ", ".join(parts)
+
+
+def _crash_run(config: JobConfig, directory: Path, echo: Echo) -> int:
+    """Run the job in a child process armed to SIGKILL itself mid-publish.
+
+    Returns:
+        How many sealed commits the crash left pending in the store.
+
+    Raises:
+        RuntimeError: if the child did not crash in the middle of publishing.
+    """
+    log = directory / "crashed-run.log"
+    env = {**os.environ, FAILPOINTS_ENV: CRASH_AT}
+    with log.open("wb") as out:
+        child = subprocess.run(
+            [sys.executable, "-m", "jobs", "run", config.file],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    store = open_store(config.store_url)
+    try:
+        pending = [d for d in store.datasets(config.name) if store.is_sealed(config.name, d)]
+    finally:
+        store.close()
+    killed = "Python worker exited unexpectedly" in log.read_text(errors="replace")
+    if child.returncode == 0 or not pending or not killed:
+        raise RuntimeError(
+            f"the run armed with {CRASH_AT} did not crash mid-publish (exit "
+            f"{child.returncode}, {len(pending)} sealed commits pending, Spark worker "
+            f"{'killed' if killed else 'not killed'}); see {log}"
+        )
+    echo(
+        f"run 2    CRASHED: the process executing commit steps was SIGKILLed at {CRASH_AT}; "
+        f"the run exited {child.returncode}, leaving {len(pending)} sealed commits "
+        f"unfinished ({', '.join(pending)}); log: {log.name}"
+    )
+    return len(pending)
+
+
+def run_demo(directory: Path, *, records: int = 2000, echo: Echo = print) -> bool:
+    """Run the whole demo in ``directory``; print the story and the counted table.
+
+    Args:
+        directory: created (or an earlier demo there replaced).
+        records: records per partition in the first batch.
+        echo: where lines go.
+
+    Returns:
+        True when every source record was published exactly once and every watermark
+        equals its partition's high watermark.
+    """
+    started = time.monotonic()
+    directory = directory.resolve()
+    prepare(directory)
+    landing = Landing(directory / "landing")
+    for dataset in DATASETS:
+        for partition in PARTITIONS:
+            landing.append(dataset, partition, records)
+    (directory / "job.toml").write_text(JOB_TOML)
+    config = load_config(directory / "job.toml")
+    echo(
+        f"demo in {directory}: {landing.counter} records in {len(DATASETS)} datasets x "
+        f"{len(PARTITIONS)} partitions"
+    )
+
+    spark = build_session(config)
+    try:
+        first = run_job(config, spark=spark)
+        echo(f"run 1    {_summary(first)}")
+        if first.exit_code != 0:
+            raise RuntimeError(f"the first run failed: {first.error}; see {first.path}")
+
+        before = landing.counter
+        for dataset in DATASETS:
+            for partition in PARTITIONS:
+                landing.append(dataset, partition, records // 2)
+        rest = landing.append_half_line("clicks", "1")
+        echo(f"append   {landing.counter - before} records; clicks/1 ends in a half-written line")
+
+        _crash_run(config, directory, echo)
+
+        recovery = recover_job(config, spark=spark)
+        echo(
+            f"recover  {recovery.status} (exit {recovery.exit_code}): recovered "
+            f"{', '.join(recovery.recovered) or 'nothing'}, aborted "
+            f"{', '.join(recovery.aborted) or 'nothing'}"
+        )
+
+        landing.finish_line("clicks", "1", rest)
+        landing.append("orders", "2", 17)
+        echo("append   the half-written line is finished; 17 more records in orders/2")
+
+        last = run_job(config, spark=spark)
+        echo(f"run 3    {_summary(last)}")
+    finally:
+        spark.stop()
+
+    tallies = [
+        t
+        for dataset in DATASETS
+        for t in tally(str(directory / "landing"), config.output, config.watermarks_url, dataset)
+    ]
+    _table(tallies, echo)
+    exact = all(t.exact for t in tallies)
+    echo(f"took {time.monotonic() - started:.0f}s; output: {config.output}")
+    echo(f"exactly once: {'yes' if exact else 'NO'}")
+    return exact
+
+
+def _table(tallies: list[Tally], echo: Echo) -> None:
+    header = (
+        "dataset",
+        "part",
+        "source",
+        "published",
+        "duplicates",
+        "missing",
+        "watermark",
+        "high",
+    )
+
+    def cells(name: str, part: str, group: list[Tally], marks: bool) -> tuple[str, ...]:
+        return (
+            name,
+            part,
+            str(sum(t.source for t in group)),
+            str(sum(t.published for t in group)),
+            str(sum(t.duplicates for t in group)),
+            str(sum(t.missing for t in group)),
+            str(group[0].watermark) if marks else "",
+            str(group[0].high_watermark) if marks else "",
+        )
+
+    rows = [cells(t.dataset, t.partition, [t], True) for t in tallies]
+    total = cells("total", "", tallies, False)
+    widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(len(header))]
+
+    def line(values: tuple[str, ...]) -> str:
+        return "  ".join(
+            v.ljust(w) if i < 2 else v.rjust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        ).rstrip()
+
+    rule = line(tuple("-" * w for w in widths))
+    echo("")
+    for text in (line(header), rule, *map(line, rows), rule, line(total), ""):
+        echo(text)
+    unexpected = sum(t.unexpected for t in tallies)
+    mismatched = sum(t.mismatched for t in tallies)
+    if unexpected or mismatched:
+        echo(
+            f"rows with no source record: {unexpected}; rows whose fields differ from their "
+            f"source record: {mismatched}"
+        )

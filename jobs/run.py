@@ -1,0 +1,569 @@
+"""The reference ingestion run: recover, extract with Spark into staging, publish exactly once.
+
+One run of a job, in order:
+
+1. **Recover** (in Spark tasks): finish every sealed sequence left by an earlier run, abort
+   every unsealed one, sweep orphan staging. A dataset still pending afterwards (failed or
+   quarantined) gets nothing new in this run.
+2. **Plan**: per dataset and partition, read the committed watermark and the source's high
+   watermark, once. The run reads exactly the records between the two.
+3. **Extract**: each dataset's records into ``<staging>/<run id>/<dataset>/`` as Parquet,
+   partitioned by the date of ``time_field`` when the job names one.
+4. **Publish** (in Spark tasks): a builder per dataset lists the staged files *on the
+   executor*, from the filesystem, and returns a rename of each to
+   ``<output>/<dataset>/<same partition dirs>/<run id>-<name>`` plus a watermark step per
+   partition (from the committed watermark to the high watermark). The publisher writes the
+   sequence ahead, seals it, executes it.
+
+Every run writes a JSON report into the job's ``reports`` directory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import posixpath
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import fsspec
+
+from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
+from jobs.config import JobConfig, source_class
+from jobs.sources import Source
+from jobs.spark import SparkRunner, TaskInfo, build_session
+from publisher import Outcome, Publisher, PublishReport, RecoveryReport
+from store import JsonScalar, open_watermarks
+from store.errors import ConfigurationError
+from store.failpoints import failpoint
+from store.urls import encode_name, redact
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("commitpub.jobs")
+
+Progress = Callable[[str], None]
+
+#: Exit codes of ``commitpub`` (SPEC): all published, failure, bad configuration or usage,
+#: partial (some datasets quarantined).
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_PARTIAL = 0, 1, 2, 3
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus random hex, e.g. ``20250101T120000Z-3fa9c1``."""
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def date_column(time_field: str) -> str:
+    """The hive partition column holding the date of ``time_field``: ``<field>_date``."""
+    return f"{time_field}_date"
+
+
+@attrs.frozen
+class Mark:
+    """A partition's watermark move in this run."""
+
+    partition: str
+    previous: JsonScalar
+    value: JsonScalar
+
+
+@attrs.frozen
+class StagedDataset:
+    """Builds a dataset's commit sequence where the publish task runs; picklable.
+
+    Calling it lists the dataset's staged Parquet files from the filesystem (never from
+    what the driver remembers) and returns a rename for each, then one watermark step per
+    partition. File names get the run id in front, so reruns never collide.
+    """
+
+    dataset: str
+    staging_dir: str
+    output_dir: str
+    run_id: str
+    watermarks_url: str
+    marks: tuple[Mark, ...]
+
+    def __call__(self) -> list[CommitStep]:
+        files = staged_files(self.staging_dir)
+        if not files:
+            raise MissingSourceError(
+                f"no staged Parquet files for {self.dataset} under {self.staging_dir}"
+            )
+        steps: list[CommitStep] = []
+        for rel in files:
+            directory, name = posixpath.split(rel)
+            dst = posixpath.join(self.output_dir, directory, f"{self.run_id}-{name}")
+            steps.append(FsRenameCommitStep.from_staged(_join(self.staging_dir, rel), dst))
+        steps.extend(
+            WatermarkCommitStep(self.watermarks_url, self.dataset, m.partition, m.previous, m.value)
+            for m in self.marks
+        )
+        return steps
+
+
+def _join(root: str, rel: str) -> str:
+    return posixpath.join(root, rel) if "://" in root else os.path.join(root, rel)
+
+
+def staged_files(root: str) -> list[str]:
+    """Data files under ``root``, relative, sorted; Spark's ``_SUCCESS``, ``_temporary``
+    and hidden checksum files are not data."""
+
+    def data(name: str) -> bool:
+        return not name.startswith(("_", "."))
+
+    found: list[str] = []
+    if "://" not in root:
+        for directory, dirs, names in os.walk(root):
+            dirs[:] = [d for d in dirs if data(d)]
+            rel_dir = os.path.relpath(directory, root)
+            found.extend(posixpath.normpath(posixpath.join(rel_dir, n)) for n in names if data(n))
+        return sorted(found)
+    fs, path = fsspec.core.url_to_fs(root)
+    for full in fs.find(path):
+        rel = posixpath.relpath(full, path)
+        if all(data(part) for part in rel.split("/")):
+            found.append(rel)
+    return sorted(found)
+
+
+@attrs.define
+class StagedInfo:
+    """What a run staged for one dataset."""
+
+    directory: str
+    partitions: dict[str, tuple[JsonScalar, JsonScalar]]
+    files: int = 0
+    rows: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dir": self.directory,
+            "partitions": {p: {"from": a, "to": b} for p, (a, b) in self.partitions.items()},
+            "files": self.files,
+            "rows": self.rows,
+            "bytes": self.bytes,
+        }
+
+
+@attrs.define
+class RunReport:
+    """What one ``run`` or ``recover`` did; :meth:`to_dict` is the JSON report."""
+
+    job: str
+    run_id: str
+    command: str
+    started: str
+    driver_host: str = attrs.field(factory=socket.gethostname)
+    driver_pid: int = attrs.field(factory=os.getpid)
+    spark_master: str | None = None
+    finished: str | None = None
+    error: str | None = None
+    error_exit_code: int = EXIT_FAILURE
+    recovery: RecoveryReport | None = None
+    publish: PublishReport | None = None
+    staged: dict[str, StagedInfo] = attrs.field(factory=dict)
+    extract_failed: dict[str, str] = attrs.field(factory=dict)
+    skipped: dict[str, str] = attrs.field(factory=dict)
+    written_ahead: list[str] = attrs.field(factory=list)
+    durations_s: dict[str, float] = attrs.field(factory=dict)
+    tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
+    path: str | None = None
+
+    def _outcomes(self, outcome: Outcome) -> list[str]:
+        found = set()
+        for part in (self.recovery, self.publish):
+            if part is not None:
+                found.update(part.by_outcome(outcome))
+        return sorted(found)
+
+    @property
+    def recovered(self) -> list[str]:
+        return self._outcomes(Outcome.RECOVERED)
+
+    @property
+    def aborted(self) -> list[str]:
+        return self._outcomes(Outcome.ABORTED)
+
+    @property
+    def published(self) -> list[str]:
+        return self._outcomes(Outcome.PUBLISHED)
+
+    @property
+    def quarantined(self) -> list[str]:
+        return self._outcomes(Outcome.QUARANTINED)
+
+    @property
+    def failed(self) -> list[str]:
+        bad = (Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED)
+        return sorted({d for o in bad for d in self._outcomes(o)} | set(self.extract_failed))
+
+    @property
+    def exit_code(self) -> int:
+        """0 all published, 1 failure, 2 bad configuration, 3 some datasets quarantined."""
+        if self.error is not None:
+            return self.error_exit_code
+        if self.failed:
+            return EXIT_FAILURE
+        if self.quarantined:
+            return EXIT_PARTIAL
+        return EXIT_OK
+
+    @property
+    def status(self) -> str:
+        return {EXIT_OK: "ok", EXIT_PARTIAL: "partial", EXIT_CONFIG: "bad configuration"}.get(
+            self.exit_code, "failed"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = sum(s.rows for s in self.staged.values())
+        return {
+            "job": self.job,
+            "run_id": self.run_id,
+            "command": self.command,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "started": self.started,
+            "finished": self.finished,
+            "driver": {"host": self.driver_host, "pid": self.driver_pid},
+            "spark_master": self.spark_master,
+            "recovered": self.recovered,
+            "aborted": self.aborted,
+            "staged": {d: s.to_dict() for d, s in sorted(self.staged.items())},
+            "written_ahead": sorted(self.written_ahead),
+            "published": self.published,
+            "quarantined": self.quarantined,
+            "failed": self.failed,
+            "extract_failed": self.extract_failed,
+            "skipped": self.skipped,
+            "counts": {
+                "recovered": len(self.recovered),
+                "aborted": len(self.aborted),
+                "staged_datasets": len(self.staged),
+                "staged_rows": rows,
+                "staged_files": sum(s.files for s in self.staged.values()),
+                "written_ahead": len(self.written_ahead),
+                "published": len(self.published),
+                "quarantined": len(self.quarantined),
+                "failed": len(self.failed),
+            },
+            "durations_s": self.durations_s,
+            "recovery": None if self.recovery is None else self.recovery.to_dict(),
+            "publish": None if self.publish is None else self.publish.to_dict(),
+            "spark_tasks": {k: [t.to_dict() for t in v] for k, v in self.tasks.items()},
+        }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _report(config: JobConfig, command: str, run_id: str | None) -> RunReport:
+    if run_id is not None and not _RUN_ID_RE.match(run_id):
+        # It names a staging directory and prefixes published file names; readers skip
+        # files starting with "_" or ".".
+        raise ConfigurationError(
+            f"run id {run_id!r}: use letters, digits, '.', '_' and '-', starting with a "
+            "letter or digit"
+        )
+    return RunReport(config.name, run_id or new_run_id(), command, _now())
+
+
+def open_publisher(config: JobConfig, runner: SparkRunner | None) -> Publisher:
+    """The job's :class:`~publisher.Publisher`, confined to its staging and output roots."""
+    return Publisher(
+        config.store_url,
+        config.name,
+        max_attempts=config.max_attempts,
+        staging_roots=[config.staging],
+        output_roots=[config.output],
+        runner=runner,
+    )
+
+
+def run_job(
+    config: JobConfig,
+    *,
+    spark: SparkSession | None = None,
+    run_id: str | None = None,
+    progress: Progress | None = None,
+) -> RunReport:
+    """Run a job once: recover, extract, publish; write the JSON report.
+
+    Args:
+        config: the checked job definition.
+        spark: a session to use; by default one is built from ``[spark]`` and stopped after.
+        run_id: names the staging directory and the published files; default: a new one.
+        progress: called with a short line as each phase starts.
+
+    Returns:
+        The run's report; ``report.exit_code`` is what ``commitpub run`` exits with.
+    """
+    return _with_spark(config, spark, _report(config, "run", run_id), progress, _run)
+
+
+def recover_job(
+    config: JobConfig,
+    *,
+    spark: SparkSession | None = None,
+    progress: Progress | None = None,
+) -> RunReport:
+    """Only recover a job (in Spark tasks): finish sealed sequences, abort unsealed ones."""
+    return _with_spark(config, spark, _report(config, "recover", None), progress, _recover)
+
+
+def _with_spark(
+    config: JobConfig,
+    spark: SparkSession | None,
+    report: RunReport,
+    progress: Progress | None,
+    body: Callable[[JobConfig, SparkSession, RunReport, Progress], None],
+) -> RunReport:
+    say: Progress = progress or (lambda line: log.info("%s", line))
+    started = time.monotonic()
+    own = spark is None
+    try:
+        if spark is None:
+            say(f"starting Spark ({config.spark_master or 'default master'})")
+            spark = build_session(config)
+        report.spark_master = spark.sparkContext.master
+        body(config, spark, report, say)
+    except ConfigurationError as e:
+        report.error, report.error_exit_code = f"{type(e).__name__}: {e}", EXIT_CONFIG
+        log.error("%s", report.error)
+    except Exception as e:  # a failed run is reported, whatever failed
+        report.error = f"{type(e).__name__}: {_first_line(e)}"
+        log.error("%s failed: %s", report.command, report.error)
+    except BaseException:
+        report.error = "interrupted"
+        raise
+    finally:
+        if own and spark is not None:
+            spark.stop()
+        report.durations_s["total"] = round(time.monotonic() - started, 3)
+        report.finished = _now()
+        write_report(config, report)
+    return report
+
+
+def _first_line(e: BaseException) -> str:
+    """The telling line of an error; Spark's carry a JVM stack trace after it."""
+    text = str(e).strip()
+    for line in text.splitlines():
+        if "Exception:" in line or "Error:" in line:
+            return line.strip(" :")[:2000]
+    return text.splitlines()[0][:2000] if text else ""
+
+
+def _recover(config: JobConfig, spark: SparkSession, report: RunReport, say: Progress) -> None:
+    runner = SparkRunner(spark)
+    pub = open_publisher(config, runner)
+    try:
+        _recover_phase(pub, runner, report, say)
+    finally:
+        pub.close()
+
+
+def _recover_phase(pub: Publisher, runner: SparkRunner, report: RunReport, say: Progress) -> None:
+    say("recovering pending commits in Spark tasks")
+    started = time.monotonic()
+    report.recovery = pub.recover()
+    report.durations_s["recover"] = round(time.monotonic() - started, 3)
+    report.tasks["recover"] = list(runner.last_tasks)
+    for d in report.recovery.datasets:
+        log.info(
+            "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
+        )
+
+
+def _run(config: JobConfig, spark: SparkSession, report: RunReport, say: Progress) -> None:
+    runner = SparkRunner(spark)
+    pub = open_publisher(config, runner)
+    try:
+        _recover_phase(pub, runner, report, say)
+        source: Source = source_class(config.source.type)(config.source.path, config.source.options)
+        plan = _plan(config, source, pub, report)
+        _extract(config, spark, source, plan, report, say)
+        failpoint("run.before_publish")
+        _publish(config, pub, runner, report, say)
+    finally:
+        pub.close()
+
+
+def _plan(
+    config: JobConfig, source: Source, pub: Publisher, report: RunReport
+) -> dict[str, dict[str, tuple[JsonScalar, JsonScalar]]]:
+    """Per dataset, the partitions with new records: (committed, high) watermarks."""
+    pending = set(pub.store.datasets(config.name))
+    quarantined = set(report.recovery.quarantined) if report.recovery else set()
+    wm = open_watermarks(config.watermarks_url)
+    plan: dict[str, dict[str, tuple[JsonScalar, JsonScalar]]] = {}
+    try:
+        for dataset in source.datasets():
+            if dataset in pending:
+                report.skipped[dataset] = (
+                    "quarantined" if dataset in quarantined else "its pending commit failed"
+                )
+                log.warning("skipping %s: %s", dataset, report.skipped[dataset])
+                continue
+            ranges = {}
+            for partition in source.partitions(dataset):
+                high = source.high_watermark(dataset, partition)
+                committed = wm.get(dataset, partition)
+                if source.has_records(committed, high):
+                    ranges[partition] = (committed, high)
+            if ranges:
+                plan[dataset] = ranges
+    finally:
+        wm.close()
+    return plan
+
+
+def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole state
+    config: JobConfig,
+    spark: SparkSession,
+    source: Source,
+    plan: Mapping[str, Mapping[str, tuple[JsonScalar, JsonScalar]]],
+    report: RunReport,
+    say: Progress,
+) -> None:
+    started = time.monotonic()
+    for dataset, ranges in plan.items():
+        directory = os.path.join(config.staging, report.run_id, encode_name(dataset, "dataset"))
+        say(f"extracting {dataset}: {len(ranges)} partitions into staging")
+        try:
+            frame = source.read_dataset(spark, dataset, ranges)
+            _write(config, frame, directory)
+        except ConfigurationError:
+            raise
+        except Exception as e:  # one dataset's failed extract does not stop the others
+            report.extract_failed[dataset] = f"{type(e).__name__}: {_first_line(e)}"
+            log.error("extract of %s failed: %s", dataset, report.extract_failed[dataset])
+            continue
+        report.staged[dataset] = _staged_info(directory, dict(ranges))
+        failpoint("run.dataset_staged")
+    report.durations_s["extract"] = round(time.monotonic() - started, 3)
+
+
+def _write(config: JobConfig, frame: DataFrame, directory: str) -> None:
+    from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+    from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
+
+    writer_frame = frame
+    partition_by: list[str] = []
+    field = config.source.time_field
+    if field is not None:
+        if field not in frame.columns:
+            raise ConfigurationError(
+                f"source.time_field {field!r} is not a top-level field of the records "
+                f"(fields: {', '.join(frame.columns)})"
+            )
+        column = date_column(field)
+        if column in frame.columns:
+            raise ConfigurationError(
+                f"the records already have a field {column!r}, the date partition column of "
+                f"source.time_field {field!r}"
+            )
+        kind = frame.schema[field].dataType
+        if isinstance(kind, T.StringType):
+            date = F.to_date(F.try_to_timestamp(F.col(field)))
+        elif isinstance(kind, T.TimestampType | T.TimestampNTZType | T.DateType):
+            date = F.to_date(F.col(field))
+        elif isinstance(kind, T.NumericType):
+            date = F.to_date(F.timestamp_seconds(F.col(field)))
+        else:
+            raise ConfigurationError(
+                f"source.time_field {field!r} is a {kind.simpleString()}; expected a "
+                "timestamp string, a timestamp or epoch seconds"
+            )
+        writer_frame = frame.withColumn(column, date)
+        partition_by = [column]
+    target = directory if "://" in directory else f"file://{directory}"
+    writer_frame.write.mode("errorifexists").partitionBy(*partition_by).parquet(target)
+
+
+def _staged_info(directory: str, ranges: dict[str, tuple[JsonScalar, JsonScalar]]) -> StagedInfo:
+    import pyarrow.parquet as pq
+
+    info = StagedInfo(directory, ranges)
+    for rel in staged_files(directory):
+        path = _join(directory, rel)
+        info.files += 1
+        if "://" not in path:
+            info.bytes += os.path.getsize(path)
+            info.rows += pq.read_metadata(path).num_rows
+    return info
+
+
+def _publish(
+    config: JobConfig, pub: Publisher, runner: SparkRunner, report: RunReport, say: Progress
+) -> None:
+    if not report.staged:
+        report.durations_s["publish"] = 0.0
+        say("nothing new to publish")
+        return
+    say(f"publishing {len(report.staged)} datasets in Spark tasks")
+    started = time.monotonic()
+    builders = {}
+    for dataset, info in report.staged.items():
+        builders[dataset] = StagedDataset(
+            dataset=dataset,
+            staging_dir=info.directory,
+            output_dir=_join(config.output, encode_name(dataset, "dataset")),
+            run_id=report.run_id,
+            watermarks_url=config.watermarks_url,
+            marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
+        )
+    staging_dirs = {d: info.directory for d, info in report.staged.items()}
+    try:
+        report.publish = pub.publish(builders, staging_dirs=staging_dirs)
+    finally:
+        # Also after a crashed publish task: what the store holds sealed was written ahead.
+        report.durations_s["publish"] = round(time.monotonic() - started, 3)
+        report.tasks["publish"] = list(runner.last_tasks)
+        published = set(report.publish.published) if report.publish else set()
+        report.written_ahead = sorted(
+            d for d in report.staged if d in published or pub.store.is_sealed(config.name, d)
+        )
+    for d in report.publish.datasets:
+        log.info(
+            "publish: %s %s (%d steps)%s",
+            d.dataset,
+            d.outcome,
+            d.steps,
+            f": {d.error}" if d.error else "",
+        )
+
+
+def write_report(config: JobConfig, report: RunReport) -> str:
+    """Write the report as ``<reports>/<run id>-<command>.json``; return its path."""
+    name = f"{report.run_id}-{report.command}.json"
+    data = json.dumps(report.to_dict(), indent=2, ensure_ascii=False).encode()
+    if "://" in config.reports:
+        path = posixpath.join(config.reports, name)
+        fs, p = fsspec.core.url_to_fs(path)
+        fs.pipe_file(p, data)
+    else:
+        os.makedirs(config.reports, exist_ok=True)
+        path = os.path.join(config.reports, name)
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    report.path = path
+    log.info("report: %s", redact(path))
+    return path

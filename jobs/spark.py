@@ -1,0 +1,206 @@
+"""Spark: the session of a job and :class:`SparkRunner`, which runs publisher work in tasks.
+
+The publisher hands a runner a picklable function and a list of items (dataset names to
+recover, or datasets to publish with a builder that lists their staging). ``SparkRunner``
+parallelizes the *items* into a few tasks; each task runs the function on its group, so an
+executor reads its own datasets' sequences from the store (the store travels by URL) and the
+driver only gathers one small report per dataset.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+import commitsteps
+from store.errors import ConfigurationError
+from store.failpoints import ENV_VAR as FAILPOINTS_ENV
+
+#: Environment variables of the driver that executors need as well.
+_EXECUTOR_ENV = (FAILPOINTS_ENV, "COMMITPUB_REDIS_PASSWORD")
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from jobs.config import JobConfig
+
+log = logging.getLogger("commitpub.jobs")
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Defaults under the job's ``[spark] conf``: quiet logs, dates in UTC, no progress bar
+#: mixed into our own output.
+SPARK_DEFAULTS = {
+    "spark.log.level": "ERROR",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def ensure_python() -> None:
+    """Make Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
+
+    Spark's default (``python3`` on the PATH) may be another interpreter without this project
+    installed, and executors would fail to import it.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def build_session(config: JobConfig) -> SparkSession:
+    """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
+
+    Fail points armed in this process (``COMMITPUB_FAILPOINTS``) and the Redis password
+    (``COMMITPUB_REDIS_PASSWORD``) reach the executors too, whose environment otherwise comes
+    from the cluster's workers; Spark redacts the password in its UI and logs.
+    """
+    from pyspark.sql import SparkSession
+
+    ensure_python()
+    builder = SparkSession.builder.appName(f"commitpub {config.name}")
+    if config.spark_master:
+        builder = builder.master(config.spark_master)
+    conf = dict(SPARK_DEFAULTS)
+    for name in _EXECUTOR_ENV:
+        if os.environ.get(name):
+            conf[f"spark.executorEnv.{name}"] = os.environ[name]
+    conf.update(config.spark_conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+@attrs.frozen
+class TaskInfo:
+    """Where one group of items ran: enough to tell executors from the driver."""
+
+    host: str
+    pid: int
+    cwd: str
+    stage: int
+    partition: int
+    attempt: int
+    items: int
+    #: Step modules registered on the driver that this task could not import.
+    import_errors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = attrs.asdict(self)
+        d["import_errors"] = list(self.import_errors)
+        return d
+
+
+def step_modules() -> tuple[str, ...]:
+    """Modules of every step class registered in this process, to import in each task.
+
+    A user's step module is imported on the driver (that registers the class); executors
+    import the same modules before they read sequences, so its tag is known there too.
+    Classes defined in ``__main__`` cannot be imported elsewhere and are left out.
+    """
+    modules = {cls.__module__ for cls in commitsteps.registered().values()}
+    if "__main__" in modules:
+        log.warning(
+            "step classes defined in __main__ cannot be recovered on executors; "
+            "move them to a module that executors can import"
+        )
+    return tuple(sorted(m for m in modules if m != "__main__"))
+
+
+def _import_all(modules: Sequence[str]) -> tuple[str, ...]:
+    errors = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # any import-time error of a user module is reported, not fatal
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+    return tuple(errors)
+
+
+def _run_task(
+    fn: Callable[[Sequence[T]], list[R]], modules: Sequence[str], items: Iterable[T]
+) -> Iterator[tuple[TaskInfo, list[R]]]:
+    from pyspark import TaskContext
+
+    import_errors = _import_all(modules)
+    for error in import_errors:
+        log.warning("could not import step module %s", error)
+    group = list(items)
+    results = fn(group) if group else []
+    tc = TaskContext.get()
+    info = TaskInfo(
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        cwd=os.getcwd(),
+        stage=tc.stageId() if tc else -1,
+        partition=tc.partitionId() if tc else -1,
+        attempt=tc.attemptNumber() if tc else -1,
+        items=len(group),
+        import_errors=import_errors,
+    )
+    yield info, results
+
+
+class SparkRunner:
+    """A :class:`publisher.Runner` that runs each group of items in a Spark task.
+
+    ``Publisher(store, job, runner=SparkRunner(spark))`` verifies and re-executes pending
+    sequences, and builds and writes ahead new ones, in Spark tasks, each responsible for a
+    group of datasets. Step classes registered on the driver are imported in each task
+    first; their modules must be importable on executors (install the package there, or
+    ship it with ``spark-submit --py-files`` / ``SparkContext.addPyFile``).
+
+    Args:
+        spark: the session whose executors run the work.
+        tasks: how many groups (tasks) at most; default: Spark's default parallelism.
+
+    Raises:
+        ConfigurationError: if speculative execution is on: a speculative copy of a task
+            would publish the same datasets twice at once.
+    """
+
+    def __init__(self, spark: SparkSession, *, tasks: int | None = None) -> None:
+        if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+            raise ConfigurationError(
+                "spark.speculation must be off for commitpub: a speculative copy of a publish "
+                "task would execute the same commit twice at once"
+            )
+        if tasks is not None and tasks < 1:
+            raise ConfigurationError(f"tasks must be >= 1, got {tasks}")
+        self.spark = spark
+        self.tasks = tasks
+        #: Where the groups of the latest :meth:`map_groups` call ran.
+        self.last_tasks: tuple[TaskInfo, ...] = ()
+
+    def map_groups(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
+        """Split ``items`` into at most ``tasks`` groups, run ``fn`` on each in a Spark task.
+
+        Returns:
+            The concatenated results; :attr:`last_tasks` tells where each group ran.
+        """
+        items = list(items)
+        if not items:
+            self.last_tasks = ()
+            return []
+        sc = self.spark.sparkContext
+        n = min(len(items), self.tasks or sc.defaultParallelism)
+        name = getattr(getattr(fn, "func", fn), "__name__", "work")
+        sc.setJobDescription(f"commitpub {name}: {len(items)} datasets in {n} tasks")
+        try:
+            task = functools.partial(_run_task, fn, step_modules())
+            gathered: list[tuple[TaskInfo, list[R]]] = (
+                sc.parallelize(items, n).mapPartitions(task).collect()
+            )
+        finally:
+            sc.setJobDescription(None)  # type: ignore[arg-type]
+        self.last_tasks = tuple(info for info, _ in gathered)
+        for info in self.last_tasks:
+            for error in info.import_errors:
+                log.warning("executor %s pid %d could not import %s", info.host, info.pid, error)
+        return [r for _, results in gathered for r in results]

@@ -1,0 +1,211 @@
+"""The job lock: one writer per job, by lease, with a fencing token (SPEC guarantee 5).
+
+A run acquires a *lease* on its job for ``ttl_s`` seconds and renews it in the background
+(:class:`LeaseKeeper`); every acquisition gets a *fencing token* larger than all before it.
+Every sealed write-ahead and every watermark compare-and-set of the run carries that token,
+and the stores refuse a token lower than one they have seen: a driver that was paused past
+its lease ("zombie") and wakes after another run took over cannot commit anything.
+
+A lease whose holder is known dead (same host, its process gone or replaced) is taken over
+at once, so a cron run right after a crash is not blocked until the TTL runs out.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+
+from store.errors import CorruptRecordError, LockHeldError
+
+log = logging.getLogger("commitpub.lock")
+
+_TOKEN: ContextVar[int | None] = ContextVar("commitpub_fencing_token", default=None)
+
+
+def current_token() -> int | None:
+    """The fencing token of the run executing in this context (see :func:`fencing`)."""
+    return _TOKEN.get()
+
+
+@contextmanager
+def fencing(token: int | None) -> Iterator[None]:
+    """Make ``token`` the fencing token of store writes that steps make in this block.
+
+    Steps cannot take the token as an argument (``execute()`` has none), so the publisher sets
+    it here around execution, on the driver and in Spark tasks alike.
+    """
+    reset = _TOKEN.set(token)
+    try:
+        yield
+    finally:
+        _TOKEN.reset(reset)
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux), to tell pid reuse apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # Field 22 counts from after the command name, which may contain spaces.
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+@attrs.frozen
+class Lease:
+    """A held job lock: who holds it, its fencing token and when it expires."""
+
+    job: str
+    owner: str
+    token: int
+    expires_at: float
+    host: str
+    pid: int
+    pid_start: str | None = None
+    released: bool = False
+
+    @classmethod
+    def new(cls, job: str, token: int, ttl_s: float) -> Lease:
+        pid = os.getpid()
+        return cls(
+            job=job,
+            owner=uuid.uuid4().hex,
+            token=token,
+            expires_at=time.time() + ttl_s,
+            host=socket.gethostname(),
+            pid=pid,
+            pid_start=_process_start(pid),
+        )
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.released or (now if now is not None else time.time()) >= self.expires_at
+
+    def holder_dead(self) -> bool:
+        """True when the holder ran on this host and its process is gone (or was replaced)."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        start = _process_start(self.pid)
+        return self.pid_start is not None and start is not None and start != self.pid_start
+
+    def free(self) -> bool:
+        """True when a contender may take the lock over."""
+        return self.expired() or self.holder_dead()
+
+    def describe(self) -> str:
+        state = "released" if self.released else f"expires in {self.expires_at - time.time():.0f}s"
+        return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str, where: str) -> Lease:
+        """Decode a stored lease.
+
+        Raises:
+            CorruptRecordError: if ``data`` is not a lease, naming ``where``.
+        """
+        try:
+            doc = json.loads(data)
+            return cls(**{f.name: doc[f.name] for f in attrs.fields(cls) if f.name in doc})
+        except (ValueError, TypeError) as e:
+            raise CorruptRecordError(f"{where}: unreadable lease: {e}") from e
+
+
+class JobLock(abc.ABC):
+    """Lease-based lock per job name, with monotonically growing fencing tokens."""
+
+    url: str
+
+    @abc.abstractmethod
+    def acquire(self, job: str, *, ttl_s: float) -> Lease:
+        """Take the lock, or take over a lease that expired or whose holder died.
+
+        Raises:
+            LockHeldError: if a live run holds it; the message names the holder.
+        """
+
+    @abc.abstractmethod
+    def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
+        """Extend a held lease.
+
+        Raises:
+            FencedError: if the lease was lost (taken over by a newer token).
+        """
+
+    @abc.abstractmethod
+    def release(self, lease: Lease) -> None:
+        """Give the lock up; a no-op if it was lost already."""
+
+    @abc.abstractmethod
+    def current(self, job: str) -> Lease | None:
+        """The latest lease of ``job`` (held, expired or released), or None."""
+
+    def force_unlock(self, job: str) -> Lease | None:
+        """Release a lease that has expired (operator clean-up); refuse a live one.
+
+        Raises:
+            LockHeldError: if the lease is live.
+        """
+        lease = self.current(job)
+        if lease is None or lease.released:
+            return None
+        if not lease.free():
+            raise LockHeldError(f"job {job!r} is held by a live run ({lease.describe()})")
+        self.release(lease)
+        return lease
+
+    def close(self) -> None:  # noqa: B027 -- optional hook
+        """Release connections."""
+
+
+class LeaseKeeper:
+    """Renews a lease in a background thread until stopped; records a lost lease."""
+
+    def __init__(self, lock: JobLock, lease: Lease, *, ttl_s: float) -> None:
+        self.lock = lock
+        self.lease = lease
+        self.ttl_s = ttl_s
+        self.lost: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="commitpub-lease", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.lease = self.lock.renew(self.lease, ttl_s=self.ttl_s)
+            except Exception as e:  # a lost lease is reported, never raised in the thread
+                self.lost = e
+                log.error("job lock lost: %s", e)
+                return
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.lost is None:
+            self.lock.release(self.lease)

@@ -1,0 +1,176 @@
+"""Helpers of the jobs suite: write landing zones and job files, read what was published.
+
+Counting here is independent of ``jobs.verify``, so the tests do not grade the demo's
+arithmetic with itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from store import open_watermarks
+
+COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
+
+
+class Landing:
+    """A landing zone written record by record: ``<root>/<dataset>/<partition>/<first>.jsonl``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.next: dict[tuple[str, str], int] = {}
+        self.current: dict[tuple[str, str], Path] = {}
+        self.serial = 0
+
+    def append(
+        self, dataset: str, partition: str, n: int, *, new_segment: bool = False
+    ) -> list[dict[str, Any]]:
+        """Append ``n`` records, in a new segment if asked (or if there is none yet)."""
+        key = (dataset, partition)
+        first = self.next.get(key, 0)
+        if new_segment or key not in self.current:
+            directory = self.root / dataset / partition
+            directory.mkdir(parents=True, exist_ok=True)
+            self.current[key] = directory / f"{first:020d}.jsonl"
+        records = []
+        for i in range(n):
+            self.serial += 1
+            records.append(
+                {
+                    "id": f"{dataset}-{partition}-{first + i}",
+                    "serial": self.serial,
+                    "amount": round(self.serial * 0.25, 2),
+                    "ts": f"2025-01-{1 + self.serial % 3:02d}T12:00:00Z",
+                    "tags": {"k": f"v{self.serial % 7}"},
+                }
+            )
+        with self.current[key].open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        self.next[key] = first + n
+        return records
+
+    def write_partial(self, dataset: str, partition: str, text: str) -> None:
+        """Append text without a newline: a record still being written."""
+        with self.current[(dataset, partition)].open("a") as f:
+            f.write(text)
+
+    def finish_line(self, dataset: str, partition: str, text: str) -> None:
+        """Append the end of a partial record and its newline: the record now exists."""
+        with self.current[(dataset, partition)].open("a") as f:
+            f.write(text + "\n")
+        self.next[(dataset, partition)] += 1
+
+
+def source_records(root: Path, dataset: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every complete line of a landing dataset, by (partition, offset)."""
+    out = {}
+    for part_dir in sorted((root / dataset).iterdir()):
+        for seg in sorted(part_dir.glob("*.jsonl")):
+            first = int(seg.stem)
+            with seg.open("rb") as f:
+                for i, raw in enumerate(f):
+                    if raw.endswith(b"\n"):
+                        out[(part_dir.name, first + i)] = json.loads(raw)
+    return out
+
+
+def output_rows(output: Path, dataset: str) -> list[dict[str, Any]]:
+    """All published rows of a dataset, read by pyarrow as a hive-partitioned dataset."""
+    directory = output / dataset
+    if not directory.exists():
+        return []
+    first = ds.dataset(directory, format="parquet", partitioning="hive")
+    schema = pa.unify_schemas([f.physical_schema for f in first.get_fragments()])
+    for field in first.schema:
+        if schema.get_field_index(field.name) < 0:
+            schema = schema.append(field)
+    table = ds.dataset(directory, format="parquet", partitioning="hive", schema=schema).to_table()
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
+def assert_exactly_once(landing: Path, output: Path, wm_url: str, datasets: list[str]) -> int:
+    """Each source record is published exactly once with all its fields; watermarks equal
+    the source's high watermarks. Returns how many records were checked."""
+    checked = 0
+    wm = open_watermarks(wm_url)
+    for dataset in datasets:
+        expected = source_records(landing, dataset)
+        rows = output_rows(output, dataset)
+        keys = [(r["_source_partition"], r["_source_offset"]) for r in rows]
+        dupes = {k: n for k, n in collections.Counter(keys).items() if n > 1}
+        assert dupes == {}, f"{dataset}: duplicates {sorted(dupes)[:10]}"
+        assert sorted(keys) == sorted(expected), f"{dataset}: published keys differ"
+        for row in rows:
+            record = expected[(row["_source_partition"], row["_source_offset"])]
+            assert {k: row[k] for k in record} == record
+            assert str(row["ts_date"]) == record["ts"][:10]
+        for partition in sorted({p for p, _ in expected}):
+            high = 1 + max(o for p, o in expected if p == partition)
+            assert wm.get(dataset, partition) == high, f"{dataset}/{partition} watermark"
+        checked += len(rows)
+    return checked
+
+
+def write_job(directory: Path, **tables: dict[str, Any]) -> Path:
+    """A job TOML in ``directory`` with relative paths; ``tables`` override whole tables."""
+    doc: dict[str, dict[str, Any]] = {
+        "job": {"name": "test-job"},
+        "source": {"type": "landing", "path": "landing", "time_field": "ts"},
+        "staging": {"path": "staging"},
+        "output": {"path": "output", "format": "parquet"},
+        "store": {"url": "state/steps"},
+        "watermarks": {"url": "state/watermarks"},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": False}},
+        "publish": {"max_attempts": 3},
+    }
+    doc.update(tables)
+    lines = []
+    for table, values in doc.items():
+        lines.append(f"[{table}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml(value)}")
+        lines.append("")
+    path = directory / "job.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + " }"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def commitpub(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, log: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``commitpub`` console script in a child process (its own Spark driver)."""
+    full_env = {**os.environ, **(env or {})}
+    if log is None:
+        return subprocess.run(
+            [COMMITPUB, *args], env=full_env, cwd=cwd, capture_output=True, text=True, check=False
+        )
+    with log.open("w") as out:
+        return subprocess.run(
+            [COMMITPUB, *args],
+            env=full_env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=out,
+            text=True,
+            check=False,
+        )

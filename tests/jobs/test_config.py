@@ -1,0 +1,194 @@
+"""The job TOML: keys, defaults, path resolution, errors naming the key, exit code 2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jobhelpers import commitpub, write_job
+
+import jobs.run
+from jobs.cli import main
+from jobs.config import load_config
+from jobs.sources import LandingSource
+from store.errors import ConfigurationError
+
+
+def test_relative_paths_and_store_urls_resolve_against_the_toml_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_dir = tmp_path / "conf"
+    job_dir.mkdir()
+    path = write_job(
+        job_dir,
+        staging={"path": "../scratch/staging"},
+        store={"url": "state/steps"},
+        watermarks={"url": "redis://127.0.0.1:6390/2"},
+        output={"path": str(tmp_path / "abs-output")},
+    )
+    monkeypatch.chdir(tmp_path)  # the working directory must not matter
+
+    config = load_config(os.path.relpath(path, tmp_path))
+
+    assert config.source.path == str(job_dir / "landing")
+    assert config.staging == str(tmp_path / "scratch" / "staging")
+    assert config.output == str(tmp_path / "abs-output")
+    assert config.store_url == str(job_dir / "state" / "steps")
+    assert config.watermarks_url == "redis://127.0.0.1:6390/2"
+    assert config.reports == str(job_dir / "state" / "reports")
+    assert config.file == str(path)
+
+
+def test_defaults_of_optional_keys(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        source={"path": "landing"},
+        output={"path": "output"},
+        spark={},
+        publish={},
+    )
+    config = load_config(path)
+    assert config.source.type == "landing"
+    assert config.source.time_field is None
+    assert config.output_format == "parquet"
+    assert config.max_attempts == 3
+    assert config.spark_master is None
+    assert config.spark_conf == {}
+
+
+def test_spark_conf_values_become_strings(tmp_path: Path) -> None:
+    path = write_job(
+        tmp_path,
+        spark={"master": "local[1]", "conf": {"spark.a": True, "spark.b": 4, "spark.c": "x"}},
+    )
+    config = load_config(path)
+    assert config.spark_master == "local[1]"
+    assert config.spark_conf == {"spark.a": "true", "spark.b": "4", "spark.c": "x"}
+
+
+@pytest.mark.parametrize(
+    ("tables", "named"),
+    [
+        (
+            {"source": {"type": "landing", "path": "landing", "time_feild": "ts"}},
+            "'source.time_feild'",
+        ),
+        ({"publish": {"max_attempts": 3, "retries": 2}}, "'publish.retries'"),
+        ({"sink": {"path": "x"}}, "[sink]"),
+    ],
+)
+def test_unknown_keys_are_errors_naming_the_key(
+    tmp_path: Path, tables: dict[str, dict[str, object]], named: str
+) -> None:
+    path = write_job(tmp_path, **tables)
+    with pytest.raises(ConfigurationError, match="unknown") as info:
+        load_config(path)
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("table", "values", "named"),
+    [
+        ("job", {}, "'job.name'"),
+        ("staging", {}, "'staging.path'"),
+        ("output", {"format": "parquet"}, "'output.path'"),
+        ("store", {}, "'store.url'"),
+        ("watermarks", {}, "'watermarks.url'"),
+        ("source", {"type": "landing"}, "'source.path'"),
+    ],
+)
+def test_missing_required_keys_are_errors_naming_the_key(
+    tmp_path: Path, table: str, values: dict[str, object], named: str
+) -> None:
+    path = write_job(tmp_path, **{table: values})
+    with pytest.raises(ConfigurationError, match="missing required key") as info:
+        load_config(path)
+    assert named in str(info.value)
+
+
+def test_missing_table_is_named(tmp_path: Path) -> None:
+    path = write_job(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('[store]\nurl = "state/steps"\n', ""))
+    with pytest.raises(ConfigurationError, match=r"missing required table \[store\]"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        ({"publish": {"max_attempts": "3"}}, "'publish.max_attempts' must be an integer"),
+        ({"publish": {"max_attempts": 0}}, "'publish.max_attempts' must be >= 1"),
+        ({"output": {"path": "output", "format": "csv"}}, "'output.format' must be one of"),
+        ({"staging": {"path": "output/staging"}}, "overlap"),
+        ({"watermarks": {"url": "redis://:secret@host:6379/0"}}, "carries a password"),
+        ({"source": {"type": "nosuchmodule.Source", "path": "l"}}, "cannot import"),
+        ({"source": {"type": "usersources.NotASource", "path": "l"}}, "not a subclass"),
+        ({"source": {"type": "Landing", "path": "l"}}, "dotted class name"),
+        ({"source": {"path": "l", "options": {"x": 1}}}, "takes no options"),
+        ({"job": {"name": ""}}, "job.name"),
+    ],
+)
+def test_bad_values_are_errors_naming_the_key(
+    tmp_path: Path, tables: dict[str, dict[str, object]], message: str
+) -> None:
+    path = write_job(tmp_path, **tables)
+    with pytest.raises(ConfigurationError, match=message.replace("[", r"\[")):
+        load_config(path)
+
+
+def test_not_toml_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text("[job\nname=")
+    with pytest.raises(ConfigurationError, match="not a readable TOML file"):
+        load_config(path)
+
+
+def test_a_user_source_class_by_dotted_name(tmp_path: Path) -> None:
+    path = write_job(tmp_path, source={"type": "usersources.LateArrivalsSource", "path": "l"})
+    config = load_config(path)
+    from jobs.config import source_class
+
+    assert issubclass(source_class(config.source.type), LandingSource)
+
+
+def test_cli_exits_2_naming_the_key_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_spark(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark must not start for a bad job file")
+
+    monkeypatch.setattr(jobs.run, "build_session", no_spark)
+    path = write_job(tmp_path, store={"url": "state/steps", "urll": "x"})
+    for command in ("run", "recover"):
+        result = CliRunner().invoke(main, [command, str(path)])
+        assert result.exit_code == 2, result.output
+        assert "'store.urll'" in result.output
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "missing.toml")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    result = CliRunner().invoke(main, ["run", str(write_job(tmp_path)), "--run-id", "../x"])
+    assert result.exit_code == 2
+    assert "run id '../x'" in result.output
+
+
+def test_console_script_exits_2_on_a_missing_key(tmp_path: Path) -> None:
+    path = write_job(tmp_path, watermarks={})
+    done = commitpub("run", str(path))
+    assert done.returncode == 2, done.stderr
+    assert "missing required key 'watermarks.url'" in done.stderr
+    assert "Spark" not in done.stderr  # refused before any JVM started
+
+
+def test_usage_errors_exit_2_and_help_has_examples() -> None:
+    result = CliRunner().invoke(main, ["run"])
+    assert result.exit_code == 2
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "commitpub run jobs/orders.toml" in result.output
+    for command in ("run", "recover", "demo"):
+        result = CliRunner().invoke(main, [command, "--help"])
+        assert result.exit_code == 0
+        assert "Example" in result.output

@@ -1,0 +1,39 @@
+"""``commitpub demo``: the counted verdict, from a child process like ``make demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jobhelpers import commitpub
+
+from jobs.cli import main
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_crashes_recovers_and_counts(tmp_path: Path) -> None:
+    done = commitpub("demo", "--dir", str(tmp_path / "demo"), "--records", "300")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "run 2    CRASHED" in out
+    assert "SIGKILLed at step.executed@" in out
+    assert "recover  ok (exit 0): recovered " in out
+    header = ["dataset", "part", "source", "published", "duplicates", "missing", "watermark"]
+    assert [*header, "high"] in [line.split() for line in out.splitlines()]
+    total = next(line for line in out.splitlines() if line.startswith("total"))
+    source, published, duplicates, missing = total.split()[1:5]
+    assert source == published
+    assert (duplicates, missing) == ("0", "0")
+    assert out.rstrip().endswith("exactly once: yes")
+    # Running it again replaces the earlier demo.
+    assert (tmp_path / "demo" / ".commitpub-demo").exists()
+
+
+def test_demo_refuses_a_directory_that_is_not_a_demo(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    result = CliRunner().invoke(main, ["demo", "--dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not a commitpub demo directory" in result.output
+    assert (tmp_path / "precious.txt").read_text() == "keep me"

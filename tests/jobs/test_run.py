@@ -1,0 +1,156 @@
+"""The run in-process on the session's SparkSession: output, reports, late data, quarantine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import usersources
+from jobhelpers import Landing, assert_exactly_once, output_rows, write_job
+from pyspark.sql import SparkSession
+
+import commitsteps
+from commitsteps import FsRenameCommitStep
+from jobs.config import load_config
+from jobs.run import recover_job, run_job
+from store import open_store, open_watermarks
+
+pytestmark = pytest.mark.spark
+
+
+def _landing(base: Path, datasets: tuple[str, ...] = ("orders", "clicks")) -> Landing:
+    landing = Landing(base / "landing")
+    for dataset in datasets:
+        for partition in ("0", "1"):
+            landing.append(dataset, partition, 30)
+            landing.append(dataset, partition, 20, new_segment=True)
+    return landing
+
+
+def test_runs_publish_hive_partitioned_parquet_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    landing = _landing(tmp_path)
+    config = load_config(write_job(tmp_path))
+
+    first = run_job(config, spark=spark, run_id="r1")
+
+    assert first.exit_code == 0, first.error
+    assert first.published == ["clicks", "orders"]
+    assert first.written_ahead == ["clicks", "orders"]
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing", tmp_path / "output", config.watermarks_url, ["orders", "clicks"]
+        )
+        == 200
+    )
+    files = sorted(p.relative_to(tmp_path / "output") for p in (tmp_path / "output").rglob("*"))
+    data = [f for f in files if f.suffix == ".parquet"]
+    assert data
+    assert all(f.parts[1].startswith("ts_date=2025-01-") for f in data)
+    assert all(f.name.startswith("r1-part-") for f in data)
+    dataset = ds.dataset(tmp_path / "output" / "orders", format="parquet", partitioning="hive")
+    assert "ts_date" in dataset.schema.names
+    assert dataset.count_rows() == 100
+    # Nothing left behind: no pending commit, no staging.
+    assert open_store(config.store_url).datasets(config.name) == []
+    assert list((tmp_path / "staging").iterdir()) == []
+
+    report = json.loads(Path(first.path or "").read_text())
+    assert Path(first.path or "").parent == tmp_path / "state" / "reports"
+    assert report["status"] == "ok"
+    assert report["counts"]["staged_rows"] == 200
+    assert report["staged"]["orders"]["partitions"] == {
+        "0": {"from": None, "to": 50},
+        "1": {"from": None, "to": 50},
+    }
+    assert {"recover", "extract", "publish", "total"} <= set(report["durations_s"])
+    assert all(t["pid"] != report["driver"]["pid"] for t in report["spark_tasks"]["publish"])
+
+    idle = run_job(config, spark=spark, run_id="r2")
+    assert idle.exit_code == 0
+    assert idle.staged == {}
+    assert idle.published == []
+
+    landing.append("orders", "1", 7)
+    landing.write_partial("orders", "0", '{"id": "still being wri')
+    third = run_job(config, spark=spark, run_id="r3")
+    assert third.exit_code == 0, third.error
+    assert third.published == ["orders"]
+    assert third.staged["orders"].partitions == {"1": (50, 57)}
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing", tmp_path / "output", config.watermarks_url, ["orders", "clicks"]
+        )
+        == 207
+    )
+    assert any(p.name.startswith("r3-") for p in (tmp_path / "output").rglob("*.parquet"))
+
+
+def test_records_arriving_during_a_run_wait_for_the_next_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path, ("orders",))
+    config = load_config(
+        write_job(tmp_path, source={"type": "usersources.LateArrivalsSource", "path": "landing"})
+    )
+
+    first = run_job(config, spark=spark)
+
+    assert first.exit_code == 0, first.error
+    rows = output_rows(tmp_path / "output", "orders")
+    assert len(rows) == 100
+    assert not any(r["id"].startswith("late-") for r in rows)
+    wm = open_watermarks(config.watermarks_url)
+    assert wm.get("orders", "0") == 50
+
+    second = run_job(config, spark=spark)
+    assert second.exit_code == 0, second.error
+    late = [r for r in output_rows(tmp_path / "output", "orders") if r["id"].startswith("late-")]
+    assert len(late) == 2 * usersources.LATE_RECORDS
+    assert wm.get("orders", "0") == 50 + usersources.LATE_RECORDS
+
+
+def test_time_field_is_optional(spark: SparkSession, tmp_path: Path) -> None:
+    _landing(tmp_path, ("orders",))
+    config = load_config(write_job(tmp_path, source={"path": "landing"}))
+    report = run_job(config, spark=spark)
+    assert report.exit_code == 0, report.error
+    parents = {p.parent for p in (tmp_path / "output").rglob("*.parquet")}
+    assert parents == {tmp_path / "output" / "orders"}
+    assert len(output_rows(tmp_path / "output", "orders")) == 100
+
+
+def test_a_commit_that_keeps_failing_quarantines_its_dataset_and_the_others_go_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path)
+    config = load_config(write_job(tmp_path, publish={"max_attempts": 1}))
+    # A sealed commit whose staged file vanished: it can never complete.
+    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
+    gone.parent.mkdir(parents=True)
+    gone.write_bytes(b"x")
+    step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
+    gone.unlink()
+    store = open_store(config.store_url)
+    store.put_sequence(config.name, "clicks", [commitsteps.dumps(step)])
+
+    report = run_job(config, spark=spark)
+
+    assert report.exit_code == 3
+    assert report.quarantined == ["clicks"]
+    assert report.skipped == {"clicks": "quarantined"}
+    assert report.published == ["orders"]
+    assert "clicks" not in report.staged
+    assert store.is_sealed(config.name, "clicks")  # kept for an operator
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing", tmp_path / "output", config.watermarks_url, ["orders"]
+        )
+        == 100
+    )
+    again = recover_job(config, spark=spark)
+    assert again.exit_code == 3
+    assert json.loads(Path(again.path or "").read_text())["quarantined"] == ["clicks"]

@@ -1,0 +1,134 @@
+"""SparkRunner: publisher work in Spark tasks, each task on a group of datasets."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pyspark.sql import SparkSession
+
+import commitsteps
+from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from jobs.spark import SparkRunner, ensure_python
+from publisher import Outcome, Publisher
+from store import open_store, open_watermarks
+from store.errors import ConfigurationError
+
+HERE = Path(__file__).parent
+
+
+def _pending(base: Path, dataset: str, wm_url: str, extra: list[CommitStep] = ()) -> list[str]:
+    """A sealed sequence as a driver killed right after sealing leaves it; its file targets."""
+    staged = base / "staging" / "run-1" / dataset
+    staged.mkdir(parents=True)
+    steps: list[CommitStep] = []
+    targets = []
+    for i in range(3):
+        (staged / f"f{i}.parquet").write_bytes(b"x" * (i + 1))
+        dst = base / "output" / dataset / f"run-1-f{i}.parquet"
+        steps.append(FsRenameCommitStep.from_staged(str(staged / f"f{i}.parquet"), str(dst)))
+        targets.append(str(dst))
+    steps += extra
+    steps.append(WatermarkCommitStep(wm_url, dataset, "0", None, 3))
+    store = open_store(str(base / "steps"))
+    store.put_sequence("job", dataset, [commitsteps.dumps(s) for s in steps])
+    store.close()
+    return targets
+
+
+def _publisher(base: Path, spark: SparkSession) -> tuple[Publisher, SparkRunner]:
+    runner = SparkRunner(spark)
+    pub = Publisher(
+        str(base / "steps"),
+        "job",
+        staging_roots=[str(base / "staging")],
+        output_roots=[str(base / "output")],
+        runner=runner,
+    )
+    return pub, runner
+
+
+@pytest.mark.spark
+def test_recovery_runs_in_spark_tasks_not_in_the_driver(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    wm_url = str(tmp_path / "wm")
+    datasets = [f"ds{i}" for i in range(5)]
+    targets = [t for d in datasets for t in _pending(tmp_path, d, wm_url)]
+    pub, runner = _publisher(tmp_path, spark)
+
+    report = pub.recover()
+
+    assert report.recovered == datasets
+    driver = os.getpid()
+    pids = {d.pid for d in report.datasets}
+    assert driver not in pids
+    assert pids <= {t.pid for t in runner.last_tasks}
+    # Each task took a group of datasets: local[2] runs two groups, not one per dataset.
+    assert len(runner.last_tasks) == 2
+    assert sum(t.items for t in runner.last_tasks) == len(datasets)
+    assert all(t.pid != driver and t.attempt == 0 for t in runner.last_tasks)
+    assert all(Path(t).exists() for t in targets)
+    wm = open_watermarks(wm_url)
+    assert {d: wm.get(d, "0") for d in datasets} == dict.fromkeys(datasets, 3)
+    assert open_store(str(tmp_path / "steps")).datasets("job") == []
+    assert not any((tmp_path / "staging").iterdir())
+
+
+@pytest.mark.spark
+def test_a_user_step_registered_in_its_own_module_recovers_on_executors(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The driver imports the user's module (that registers the step); executors get the
+    # file the way a user ships it (--py-files), and SparkRunner imports it there.
+    spark.sparkContext.addPyFile(str(HERE / "usersteps.py"))
+    import usersteps
+
+    marker = tmp_path / "output" / "orders" / "_DONE"
+    step = usersteps.DoneMarkerStep(str(marker), "run-1")
+    _pending(tmp_path, "orders", str(tmp_path / "wm"), extra=[step])
+    pub, runner = _publisher(tmp_path, spark)
+
+    report = pub.recover()
+
+    assert report["orders"].outcome == Outcome.RECOVERED, report["orders"].error
+    assert report["orders"].executed == 5
+    content, where = marker.read_text().splitlines()
+    assert content == "run-1"
+    assert int(where.split()[1]) == report["orders"].pid != os.getpid()
+    # Step modules of other test suites (not shipped) may fail to import there; ours did not.
+    assert not [e for t in runner.last_tasks for e in t.import_errors if "usersteps" in e]
+
+
+@pytest.mark.spark
+def test_map_groups_returns_every_result_from_at_most_tasks_groups(spark: SparkSession) -> None:
+    runner = SparkRunner(spark, tasks=3)
+    # A builtin: functions of a test module cannot be unpickled on executors.
+    out = runner.map_groups(sorted, list(range(10)))
+    assert sorted(out) == list(range(10))
+    assert len(runner.last_tasks) == 3
+    assert runner.map_groups(sorted, []) == []
+    assert runner.last_tasks == ()
+
+
+def test_speculative_execution_is_refused() -> None:
+    conf = {"spark.speculation": "true"}
+    fake = SimpleNamespace(
+        sparkContext=SimpleNamespace(getConf=lambda: SimpleNamespace(get=conf.get))
+    )
+    with pytest.raises(ConfigurationError, match=r"spark\.speculation"):
+        SparkRunner(fake)  # type: ignore[arg-type]
+
+
+def test_python_workers_run_this_interpreter_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    ensure_python()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python")
+    ensure_python()
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/python"

@@ -1,0 +1,163 @@
+"""A real ``redis-server`` process for tests: started on a free loopback port, stopped at will.
+
+Used by the session fixtures in conftest.py and by tests that need a server of their own to
+stop and start again (a store unreachable for a while).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_STARTUP_TIMEOUT = 15.0
+_POLL_INTERVAL = 0.02
+INSTALL_HINT = (
+    "redis-server is not installed: run `make test` (it installs Debian's redis-server) "
+    "or `apt-get install redis-server`"
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _resp(*args: str) -> bytes:
+    """One command in the Redis protocol (RESP), so no client library is needed here."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def redis_command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """Send one command to the server on ``port`` and return its first reply line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(_resp(*args))
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            block = conn.recv(4096)
+            if not block:
+                break
+            reply += block
+        return reply.strip()
+
+
+def redis_binary() -> str | None:
+    """The path of ``redis-server``, or None when it is not installed."""
+    return shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+
+
+class RedisProcess:
+    """One real ``redis-server`` process on a fixed loopback port, stopped and started at will.
+
+    The port is chosen once, so :attr:`url` stays valid across :meth:`stop` / :meth:`start`.
+    By default nothing is persisted (``--save "" --appendonly no``): a restarted server is
+    empty. With ``persistent=True`` every write is in the append-only file, fsynced, before it
+    is acknowledged, so a restarted server holds what it had.
+    """
+
+    def __init__(self, workdir: Path, port: int | None = None, *, persistent: bool = False) -> None:
+        binary = redis_binary()
+        if binary is None:
+            raise RuntimeError(INSTALL_HINT)
+        self.binary = binary
+        self.workdir = workdir
+        self.port = port or _free_port()
+        self.log = workdir / "redis.log"
+        self.persistent = persistent
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def version(self) -> str:
+        out = subprocess.run(
+            [self.binary, "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        # "Redis server v=7.0.15 sha=... malloc=..."
+        return next((f[2:] for f in out.split() if f.startswith("v=")), out.strip())
+
+    def start(self) -> None:
+        """Start the server and return once it answers PING."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "save": "",
+            "appendonly": "yes" if self.persistent else "no",
+            "appendfsync": "always",
+            "dir": str(self.workdir),
+            "logfile": str(self.log),
+            "daemonize": "no",
+        }
+        argv = [self.binary, *(arg for k, v in options.items() for arg in (f"--{k}", v))]
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            self._wait_for_ping(self._proc)
+        except BaseException:
+            self.stop()
+            raise
+        print(
+            f"redis-server {self.version()} started on 127.0.0.1:{self.port} pid {self.pid}",
+            file=sys.stderr,
+        )
+
+    def _wait_for_ping(self, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log = self.log.read_text(errors="replace") if self.log.exists() else "(none)"
+                raise RuntimeError(
+                    f"redis-server exited with code {proc.returncode} before answering PING; "
+                    f"its log:\n{log}"
+                )
+            try:
+                if redis_command(self.port, "PING", timeout=0.5) == b"+PONG":
+                    return
+            except OSError:
+                pass
+            time.sleep(_POLL_INTERVAL)
+        raise RuntimeError(
+            f"redis-server on port {self.port} did not answer PING within {_STARTUP_TIMEOUT}s"
+        )
+
+    def stop(self) -> None:
+        """Terminate the server by its PID and wait for it to exit."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def flushdb(self) -> None:
+        reply = redis_command(self.port, "FLUSHDB")
+        if reply != b"+OK":
+            raise RuntimeError(f"FLUSHDB answered {reply!r}")
+
+    def __enter__(self) -> RedisProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,615 @@
+"""Contract suites for the store layer, run against every backend.
+
+Each class is a base whose URL fixture raises until a backend binds it, in the manner of
+fsspec's ``fsspec/tests/abstract`` and pyiceberg's catalog behaviour tests::
+
+    class TestMyCommitStepStore(CommitStepStoreContract):
+        @pytest.fixture
+        def store_url(self, tmp_path: Path) -> str:
+            return f"mystore://{tmp_path}"
+
+A backend that cannot be opened from a URL overrides ``store`` (or ``watermarks``) instead.
+Pytest collects only ``Test*`` classes, so these bases never run on their own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import store
+from store import (
+    CommitStepStore,
+    ConfigurationError,
+    FencedError,
+    JobLock,
+    JsonScalar,
+    LockHeldError,
+    SequenceExistsError,
+    SequenceInfo,
+    SequenceSealedError,
+    WatermarkStore,
+)
+
+JOB = "job"
+
+# Names that stress every encoding layer: path separators, Redis hash-tag braces, spaces,
+# hidden-file and parent-directory dots, percent signs, non-ASCII text.
+AWKWARD_NAMES = [
+    "orders/ünïcødé/日本",
+    "{x}",
+    "}{",
+    "a/b/c",
+    "/leading/slash",
+    "with space",
+    ".hidden",
+    "..",
+    ".",
+    "%2F",
+    "a:b*c?d",
+    "tab\tand\nnewline",
+    "emoji 🚀",
+]
+
+# Worker processes start fresh interpreters (spawn): no state, lock or socket of the test
+# process leaks into them, as on a real cluster.
+_SPAWN = multiprocessing.get_context("spawn")
+_PROCESS_TIMEOUT = 120
+
+
+def _records(n: int) -> list[bytes]:
+    """``n`` distinct records of varying sizes, including an empty one."""
+    return [b"" if i % 997 == 0 else b"r%d-" % i + bytes([i % 256]) * (i % 37) for i in range(n)]
+
+
+class CommitStepStoreContract:
+    """Behaviour every :class:`store.CommitStepStore` must show."""
+
+    @pytest.fixture
+    def store_url(self) -> str:
+        raise NotImplementedError("bind store_url (or override store) for this backend")
+
+    @pytest.fixture
+    def store(self, store_url: str) -> Iterator[CommitStepStore]:
+        with store.open_store(store_url) as opened:
+            yield opened
+
+    # -- round trips -------------------------------------------------------------------
+    def test_missing_sequence_is_empty(self, store: CommitStepStore) -> None:
+        assert store.get(JOB, "ds") == []
+        assert not store.exists(JOB, "ds")
+        assert not store.is_sealed(JOB, "ds")
+        assert SequenceInfo(exists=False, sealed=False, records=0) == store.info(JOB, "ds")
+        assert store.datasets(JOB) == []
+
+    def test_put_then_get(self, store: CommitStepStore) -> None:
+        records = [b"first", b"", b"third \x00\xff"]
+        for record in records:
+            store.put(JOB, "ds", record)
+        assert records == store.get(JOB, "ds")
+        assert all(type(r) is bytes for r in store.get(JOB, "ds"))
+
+    def test_put_sequence_then_get(self, store: CommitStepStore) -> None:
+        records = [b"a", b"", bytes(range(256)), b"\x00" * 10, "ünï".encode()]
+        store.put_sequence(JOB, "ds", records)
+        assert records == store.get(JOB, "ds")
+        assert store.is_sealed(JOB, "ds")
+
+    def test_large_records(self, store: CommitStepStore) -> None:
+        big = bytes(range(256)) * (4 * 4096)  # 4 MiB
+        records = [big, b"", big[::-1], b"tail"]
+        store.put_sequence(JOB, "ds", records)
+        assert records == store.get(JOB, "ds")
+
+    @pytest.mark.parametrize("count", [0, 1, 20_000, 20_001])
+    def test_many_records(self, store: CommitStepStore, count: int) -> None:
+        records = _records(count)
+        store.put_sequence(JOB, "ds", records)
+        assert records == store.get(JOB, "ds")
+        assert SequenceInfo(exists=True, sealed=True, records=count) == store.info(JOB, "ds")
+
+    def test_many_puts_then_seal(self, store: CommitStepStore) -> None:
+        records = _records(50)
+        for record in records:
+            store.put(JOB, "ds", record)
+        store.seal(JOB, "ds")
+        assert records == store.get(JOB, "ds")
+        assert SequenceInfo(exists=True, sealed=True, records=50) == store.info(JOB, "ds")
+
+    def test_empty_sealed_sequence_exists(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "ds", [])
+        assert store.get(JOB, "ds") == []
+        assert store.exists(JOB, "ds")
+        assert store.is_sealed(JOB, "ds")
+        assert store.datasets(JOB) == ["ds"]
+
+    # -- sealing -----------------------------------------------------------------------
+    def test_unsealed_sequence_is_visible_but_not_sealed(self, store: CommitStepStore) -> None:
+        store.put(JOB, "ds", b"one")
+        store.put(JOB, "ds", b"two")
+        assert store.exists(JOB, "ds")
+        assert not store.is_sealed(JOB, "ds")
+        assert SequenceInfo(exists=True, sealed=False, records=2) == store.info(JOB, "ds")
+        assert store.datasets(JOB) == ["ds"]
+
+    def test_put_after_seal_raises(self, store: CommitStepStore) -> None:
+        store.put(JOB, "ds", b"one")
+        store.seal(JOB, "ds")
+        with pytest.raises(SequenceSealedError):
+            store.put(JOB, "ds", b"two")
+        assert store.get(JOB, "ds") == [b"one"]
+
+    def test_seal_twice_raises(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "ds", [b"one"])
+        with pytest.raises(SequenceSealedError):
+            store.seal(JOB, "ds")
+        assert SequenceInfo(exists=True, sealed=True, records=1) == store.info(JOB, "ds")
+
+    def test_put_sequence_over_unsealed_raises(self, store: CommitStepStore) -> None:
+        store.put(JOB, "ds", b"pending")
+        with pytest.raises(SequenceExistsError):
+            store.put_sequence(JOB, "ds", [b"new"])
+        assert store.get(JOB, "ds") == [b"pending"]
+        assert not store.is_sealed(JOB, "ds")
+
+    def test_put_sequence_over_sealed_raises(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "ds", [b"old"])
+        with pytest.raises(SequenceExistsError):
+            store.put_sequence(JOB, "ds", [b"new"])
+        assert store.get(JOB, "ds") == [b"old"]
+
+    def test_info_reports_seal_token(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "sealed-at-once", [b"x"], token=7)
+        store.put(JOB, "sealed-later", b"y")
+        store.seal(JOB, "sealed-later", token=8)
+        assert store.info(JOB, "sealed-at-once").token == 7
+        assert store.info(JOB, "sealed-later").token == 8
+
+    # -- removal and listing -----------------------------------------------------------
+    def test_remove_one_dataset(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "a", [b"a"])
+        store.put_sequence(JOB, "b", [b"b"])
+        store.set_status(JOB, "a", {"attempts": 1})
+        store.remove(JOB, "a")
+        assert store.datasets(JOB) == ["b"]
+        assert not store.exists(JOB, "a")
+        assert store.get(JOB, "a") == []
+        assert store.get_status(JOB, "a") is None
+        assert store.get(JOB, "b") == [b"b"]
+
+    def test_removed_dataset_can_be_written_again(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "ds", [b"first commit"])
+        store.remove(JOB, "ds")
+        store.put_sequence(JOB, "ds", [b"second commit"])
+        assert store.get(JOB, "ds") == [b"second commit"]
+
+    def test_remove_unsealed_dataset(self, store: CommitStepStore) -> None:
+        store.put(JOB, "ds", b"half written")
+        store.remove(JOB, "ds")
+        assert SequenceInfo(exists=False, sealed=False, records=0) == store.info(JOB, "ds")
+
+    def test_remove_whole_store(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "a", [b"a"])
+        store.put(JOB, "b", b"b")
+        store.set_status(JOB, "c", {"quarantined": True})
+        store.put_sequence("other-job", "a", [b"kept"])
+        store.remove(JOB)
+        assert store.datasets(JOB) == []
+        assert store.get(JOB, "a") == []
+        assert not store.exists(JOB, "b")
+        assert store.get_status(JOB, "c") is None
+        assert store.get("other-job", "a") == [b"kept"]
+        assert store.datasets("other-job") == ["a"]
+
+    def test_remove_missing_is_fine(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "present", [b"x"])
+        store.remove(JOB, "absent")
+        store.remove("absent-job")
+        store.remove("absent-job", "absent")
+        assert store.datasets(JOB) == ["present"]
+
+    def test_datasets_sorted(self, store: CommitStepStore) -> None:
+        names = ["orders", "b/2", "Accounts", "b/10", "ünï", "a"]
+        for name in names:
+            store.put(JOB, name, b"x")
+        assert sorted(names) == store.datasets(JOB)
+
+    def test_store_names_are_isolated(self, store: CommitStepStore) -> None:
+        store.put_sequence("job-1", "ds", [b"from job 1"])
+        store.put("job-2", "ds", b"from job 2")
+        assert store.get("job-1", "ds") == [b"from job 1"]
+        assert store.get("job-2", "ds") == [b"from job 2"]
+        assert store.is_sealed("job-1", "ds")
+        assert not store.is_sealed("job-2", "ds")
+        store.remove("job-1")
+        assert store.datasets("job-1") == []
+        assert store.get("job-2", "ds") == [b"from job 2"]
+
+    def test_status_round_trip(self, store: CommitStepStore) -> None:
+        assert store.get_status(JOB, "ds") is None
+        store.put_sequence(JOB, "ds", [b"x"])
+        first = {"attempts": 1, "quarantined": False, "error": "expected 100, found 250 ✗"}
+        store.set_status(JOB, "ds", first)
+        assert first == store.get_status(JOB, "ds")
+        second = {"attempts": 3, "quarantined": True, "history": [1, 2, None]}
+        store.set_status(JOB, "ds", second)
+        assert second == store.get_status(JOB, "ds")
+        assert store.get(JOB, "ds") == [b"x"]
+
+    def test_status_alone_is_not_a_pending_sequence(self, store: CommitStepStore) -> None:
+        store.set_status(JOB, "ds", {"attempts": 0})
+        assert store.get_status(JOB, "ds") == {"attempts": 0}
+        assert not store.exists(JOB, "ds")
+        assert store.datasets(JOB) == []
+
+    # -- names -------------------------------------------------------------------------
+    @pytest.mark.parametrize("name", AWKWARD_NAMES)
+    def test_awkward_dataset_names(self, store: CommitStepStore, name: str) -> None:
+        store.put_sequence(JOB, name, [name.encode()])
+        store.set_status(JOB, name, {"name": name})
+        assert [name.encode()] == store.get(JOB, name)
+        assert [name] == store.datasets(JOB)
+        assert {"name": name} == store.get_status(JOB, name)
+        store.remove(JOB, name)
+        assert store.datasets(JOB) == []
+
+    @pytest.mark.parametrize("name", AWKWARD_NAMES)
+    def test_awkward_store_names(self, store: CommitStepStore, name: str) -> None:
+        store.put_sequence(name, "ds", [b"x"])
+        assert store.get(name, "ds") == [b"x"]
+        assert store.datasets(name) == ["ds"]
+        store.remove(name)
+        assert store.datasets(name) == []
+
+    def test_names_that_encode_alike_stay_apart(self, store: CommitStepStore) -> None:
+        names = ["a/b", "a%2Fb", "a%252Fb", ".x", "%2Ex", "{a}", "%7Ba%7D"]
+        for name in names:
+            store.put_sequence(JOB, name, [name.encode()])
+        assert sorted(names) == store.datasets(JOB)
+        assert [[n.encode()] for n in names] == [store.get(JOB, n) for n in names]
+
+    @pytest.mark.parametrize(("store_name", "dataset"), [("", "ds"), (JOB, "")])
+    def test_empty_names_rejected(
+        self, store: CommitStepStore, store_name: str, dataset: str
+    ) -> None:
+        with pytest.raises(ConfigurationError):
+            store.put(store_name, dataset, b"x")
+
+    # -- pickling ----------------------------------------------------------------------
+    def test_pickled_store_reopens(self, store: CommitStepStore) -> None:
+        store.put_sequence(JOB, "written-here", [b"one"])
+        copy = pickle.loads(pickle.dumps(store))  # noqa: S301 -- our own bytes
+        with copy:
+            assert type(store) is type(copy)
+            assert store.url == copy.url
+            assert copy.get(JOB, "written-here") == [b"one"]
+            copy.put_sequence(JOB, "written-there", [b"two"])
+        assert store.get(JOB, "written-there") == [b"two"]
+        assert store.datasets(JOB) == ["written-here", "written-there"]
+
+    # -- fencing -----------------------------------------------------------------------
+    def test_fence_refuses_older_token(self, store: CommitStepStore) -> None:
+        assert store.fence_token(JOB) is None
+        store.fence(JOB, 5)
+        assert store.fence_token(JOB) == 5
+        with pytest.raises(FencedError, match="token 4"):
+            store.put_sequence(JOB, "ds", [b"a"], token=4)
+        assert not store.exists(JOB, "ds")  # refused before anything was written
+        with pytest.raises(FencedError):
+            store.fence(JOB, 3)
+        assert store.fence_token(JOB) == 5
+
+    def test_fence_admits_same_and_newer_tokens(self, store: CommitStepStore) -> None:
+        store.fence(JOB, 5)
+        store.put_sequence(JOB, "a", [b"a"], token=5)
+        store.fence(JOB, 6)
+        store.put_sequence(JOB, "b", [b"b"], token=6)
+        assert store.info(JOB, "b").token == 6
+        with pytest.raises(FencedError):
+            store.append(JOB, "c", [b"c"], seal=False, token=5)
+        store.put_sequence(JOB, "c", [b"c"])  # no token: tools outside a run are not fenced
+        assert store.datasets(JOB) == ["a", "b", "c"]
+
+    def test_fence_is_per_store_name_and_outlives_removal(self, store: CommitStepStore) -> None:
+        store.fence(JOB, 9)
+        store.put_sequence("other", "ds", [b"x"], token=1)
+        store.put_sequence(JOB, "ds", [b"x"], token=9)
+        store.remove(JOB)
+        assert store.datasets(JOB) == []
+        assert store.fence_token(JOB) == 9
+        with pytest.raises(FencedError):
+            store.put_sequence(JOB, "ds", [b"x"], token=8)
+
+
+# -- watermark workers (module level: spawned processes import them by name) -------------
+def _cas_from_none(url: str, value: str, barrier: Any) -> None:
+    wm = store.open_watermarks(url)
+    try:
+        barrier.wait(timeout=_PROCESS_TIMEOUT)
+        won = wm.compare_and_set("race", "p", None, value)
+    finally:
+        wm.close()
+    raise SystemExit(0 if won else 3)
+
+
+def _increment(url: str, times: int, barrier: Any) -> None:
+    wm = store.open_watermarks(url)
+    try:
+        barrier.wait(timeout=_PROCESS_TIMEOUT)
+        for _ in range(times):
+            while True:
+                current = wm.get("counter", "p")
+                assert isinstance(current, int)
+                if wm.compare_and_set("counter", "p", current, current + 1):
+                    break
+    finally:
+        wm.close()
+
+
+def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]:
+    """Start one spawned process per argument tuple, released together; their exit codes."""
+    barrier = _SPAWN.Barrier(len(args))
+    procs = [_SPAWN.Process(target=target, args=(*a, barrier)) for a in args]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(_PROCESS_TIMEOUT)
+    codes = [proc.exitcode for proc in procs]
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        proc.close()
+    return codes
+
+
+class WatermarkStoreContract:
+    """Behaviour every :class:`store.WatermarkStore` must show."""
+
+    @pytest.fixture
+    def watermarks_url(self) -> str:
+        raise NotImplementedError("bind watermarks_url for this backend")
+
+    @pytest.fixture
+    def watermarks(self, watermarks_url: str) -> Iterator[WatermarkStore]:
+        wm = store.open_watermarks(watermarks_url)
+        try:
+            yield wm
+        finally:
+            wm.close()
+
+    def test_unset_is_none(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.get("ds", "p") is None
+        assert watermarks.get_all("ds") == {}
+
+    def test_set_from_none_succeeds_once(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, 100)
+        assert not watermarks.compare_and_set("ds", "p", None, 200)
+        assert watermarks.get("ds", "p") == 100
+
+    def test_wrong_expected_changes_nothing(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, 100)
+        assert not watermarks.compare_and_set("ds", "p", 99, 300)
+        assert not watermarks.compare_and_set("ds", "other-partition", 100, 300)
+        assert watermarks.get("ds", "p") == 100
+        assert watermarks.get("ds", "other-partition") is None
+
+    def test_chain_of_updates(self, watermarks: WatermarkStore) -> None:
+        previous: JsonScalar = None
+        for value in range(1, 8):
+            assert watermarks.compare_and_set("ds", "p", previous, value)
+            previous = value
+        assert watermarks.get("ds", "p") == 7
+        assert not watermarks.compare_and_set("ds", "p", 6, 100)
+        assert watermarks.get("ds", "p") == 7
+
+    @pytest.mark.parametrize(
+        "value",
+        [0, -5, 2**70, 1.5, -0.25, 1e300, "", "2024-01-31T23:59:59Z", "ünï 日本", True, False],
+        ids=repr,
+    )
+    def test_value_types_round_trip(self, watermarks: WatermarkStore, value: JsonScalar) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, value)
+        found = watermarks.get("ds", "p")
+        assert value == found
+        assert type(value) is type(found)
+        assert watermarks.compare_and_set("ds", "p", value, "next")
+        assert watermarks.get("ds", "p") == "next"
+
+    @pytest.mark.parametrize(
+        ("stored", "expected"),
+        [(1, True), (True, 1), (0, False), (1, "1"), ("1", 1), ("null", None), (0, None)],
+        ids=repr,
+    )
+    def test_values_compare_by_type(
+        self, watermarks: WatermarkStore, stored: JsonScalar, expected: JsonScalar
+    ) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, stored)
+        assert not watermarks.compare_and_set("ds", "p", expected, "changed")
+        assert stored == watermarks.get("ds", "p")
+        assert type(stored) is type(watermarks.get("ds", "p"))
+
+    def test_set_back_to_none(self, watermarks: WatermarkStore) -> None:
+        # A value read back as None compares equal to None, as get() and CAS must agree.
+        assert watermarks.compare_and_set("ds", "p", None, 5)
+        assert watermarks.compare_and_set("ds", "p", 5, None)
+        assert watermarks.get("ds", "p") is None
+        assert watermarks.compare_and_set("ds", "p", None, 6)
+        assert watermarks.get("ds", "p") == 6
+
+    @pytest.mark.parametrize("bad", [[1], {"a": 1}, (1,), b"bytes"], ids=repr)
+    def test_non_scalar_values_rejected(self, watermarks: WatermarkStore, bad: Any) -> None:
+        with pytest.raises(TypeError):
+            watermarks.compare_and_set("ds", "p", None, bad)
+        assert watermarks.get("ds", "p") is None
+        assert watermarks.get_all("ds") == {}
+
+    def test_nan_rejected(self, watermarks: WatermarkStore) -> None:
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            watermarks.compare_and_set("ds", "p", None, float("nan"))
+        assert watermarks.get("ds", "p") is None
+
+    def test_token_is_accepted(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, 1, token=42)
+        assert watermarks.get("ds", "p") == 1
+
+    def test_get_all(self, watermarks: WatermarkStore) -> None:
+        expected: dict[str, JsonScalar] = {"2024-01-01": 10, "eu/w": "x", "日本": 2.5, "{b}": True}
+        for partition, value in expected.items():
+            assert watermarks.compare_and_set("ds", partition, None, value)
+        assert watermarks.compare_and_set("other", "2024-01-01", None, 99)
+        assert expected == watermarks.get_all("ds")
+        assert watermarks.get_all("other") == {"2024-01-01": 99}
+
+    @pytest.mark.parametrize("name", AWKWARD_NAMES)
+    def test_awkward_names(self, watermarks: WatermarkStore, name: str) -> None:
+        assert watermarks.compare_and_set(name, name, None, name)
+        assert name == watermarks.get(name, name)
+        assert {name: name} == watermarks.get_all(name)
+        assert watermarks.get(name, "other") is None
+
+    def test_pickled_store_reopens(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, 1)
+        copy = pickle.loads(pickle.dumps(watermarks))  # noqa: S301 -- our own bytes
+        try:
+            assert watermarks.url == copy.url
+            assert copy.get("ds", "p") == 1
+            assert copy.compare_and_set("ds", "p", 1, 2)
+        finally:
+            copy.close()
+        assert watermarks.get("ds", "p") == 2
+
+    def test_fenced_compare_and_set(self, watermarks: WatermarkStore) -> None:
+        assert watermarks.compare_and_set("ds", "p", None, 10, token=5)
+        with pytest.raises(FencedError, match="token 5"):
+            watermarks.compare_and_set("ds", "p", 10, 20, token=4)
+        assert watermarks.get("ds", "p") == 10
+        assert watermarks.compare_and_set("ds", "p", 10, 20, token=5)
+        assert watermarks.compare_and_set("ds", "p", 20, 30, token=7)
+        with pytest.raises(FencedError):
+            watermarks.compare_and_set("ds", "p", 30, 40, token=6)
+        assert not watermarks.compare_and_set("ds", "p", 99, 40, token=8)  # plain mismatch
+        assert watermarks.compare_and_set("other", "p", None, 1, token=1)  # per partition
+        assert watermarks.get_all("ds") == {"p": 30}
+
+    def test_concurrent_cas_has_one_winner(
+        self, watermarks: WatermarkStore, watermarks_url: str
+    ) -> None:
+        args = [(watermarks_url, f"w{i}") for i in range(8)]
+        codes = _run_processes(_cas_from_none, args)
+        assert [c for c in codes if c != 3] == [0], f"exit codes {codes}"
+        winner = codes.index(0)
+        assert f"w{winner}" == watermarks.get("race", "p")
+
+    def test_concurrent_increments_lose_nothing(
+        self, watermarks: WatermarkStore, watermarks_url: str
+    ) -> None:
+        workers, times = 6, 25
+        assert watermarks.compare_and_set("counter", "p", None, 0)
+        codes = _run_processes(_increment, [(watermarks_url, times)] * workers)
+        assert [0] * workers == codes
+        assert workers * times == watermarks.get("counter", "p")
+
+
+# -- job lock workers ------------------------------------------------------------------------
+def _acquire_and_exit(url: str, job: str, barrier: Any) -> None:
+    """Take the lock and die holding it, as a crashed run does."""
+    lock = store.open_lock(url)
+    barrier.wait(timeout=_PROCESS_TIMEOUT)
+    lease = lock.acquire(job, ttl_s=3600)
+    os._exit(lease.token)  # no release, no clean-up
+
+
+def _contend(url: str, job: str, barrier: Any) -> None:
+    lock = store.open_lock(url)
+    barrier.wait(timeout=_PROCESS_TIMEOUT)
+    try:
+        lock.acquire(job, ttl_s=3600)
+    except LockHeldError:
+        raise SystemExit(3) from None
+    raise SystemExit(0)
+
+
+class JobLockContract:
+    """Behaviour every :class:`store.JobLock` must show."""
+
+    @pytest.fixture
+    def lock_url(self) -> str:
+        raise NotImplementedError("bind lock_url for this backend")
+
+    @pytest.fixture
+    def lock(self, lock_url: str) -> Iterator[JobLock]:
+        opened = store.open_lock(lock_url)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def test_acquire_release_acquire_grows_the_token(self, lock: JobLock) -> None:
+        first = lock.acquire(JOB, ttl_s=60)
+        assert first.token >= 1
+        assert lock.current(JOB) is not None
+        lock.release(first)
+        second = lock.acquire(JOB, ttl_s=60)
+        assert second.token > first.token
+        lock.release(second)
+
+    def test_held_lock_is_refused_naming_the_holder(self, lock: JobLock) -> None:
+        lease = lock.acquire(JOB, ttl_s=60)
+        with pytest.raises(LockHeldError, match=f"pid {os.getpid()}"):
+            lock.acquire(JOB, ttl_s=60)
+        other = lock.acquire("another-job", ttl_s=60)  # jobs lock independently
+        lock.release(other)
+        lock.release(lease)
+
+    def test_expired_lease_is_taken_over_and_old_owner_is_fenced(self, lock: JobLock) -> None:
+        old = lock.acquire(JOB, ttl_s=0.2)
+        time.sleep(0.3)  # let the lease run out (no renewal): a paused driver
+        new = lock.acquire(JOB, ttl_s=60)
+        assert new.token > old.token
+        with pytest.raises(FencedError):
+            lock.renew(old, ttl_s=60)
+        lock.release(old)  # losing owner's release must not free the new owner's lease
+        with pytest.raises(LockHeldError):
+            lock.acquire(JOB, ttl_s=60)
+        renewed = lock.renew(new, ttl_s=60)
+        assert renewed.expires_at >= new.expires_at
+        lock.release(renewed)
+
+    def test_dead_holder_is_taken_over_at_once(self, lock: JobLock, lock_url: str) -> None:
+        codes = _run_processes(_acquire_and_exit, [(lock_url, JOB)])
+        (dead_token,) = codes
+        assert dead_token is not None
+        assert dead_token >= 1
+        lease = lock.acquire(JOB, ttl_s=60)  # its TTL of an hour is not waited out
+        assert lease.token > dead_token
+        lock.release(lease)
+
+    def test_concurrent_acquire_has_one_winner(self, lock: JobLock, lock_url: str) -> None:
+        codes = _run_processes(_contend, [(lock_url, JOB)] * 6)
+        assert sorted(codes) == [0, 3, 3, 3, 3, 3], f"exit codes {codes}"
+
+    def test_force_unlock_only_frees_an_expired_lease(self, lock: JobLock) -> None:
+        lease = lock.acquire(JOB, ttl_s=60)
+        with pytest.raises(LockHeldError):
+            lock.force_unlock(JOB)
+        short = lock.renew(lease, ttl_s=0.1)
+        time.sleep(0.2)
+        lock.force_unlock(JOB)
+        assert lock.acquire(JOB, ttl_s=60).token > short.token
+
+    def test_pickled_lock_reopens(self, lock: JobLock) -> None:
+        lease = lock.acquire(JOB, ttl_s=60)
+        copy = pickle.loads(pickle.dumps(lock))  # noqa: S301 -- our own bytes
+        try:
+            current = copy.current(JOB)
+            assert current is not None
+            assert current.token == lease.token
+        finally:
+            copy.close()

@@ -1,0 +1,652 @@
+"""The step classes: every state of a rename, watermark compare-and-set, and the registry."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import fsspec
+import pytest
+
+import commitsteps
+import store
+from commitsteps import (
+    CommitStep,
+    DuplicateStepTypeError,
+    FsRenameCommitStep,
+    MissingSourceError,
+    StepConflictError,
+    UnknownStepTypeError,
+    WatermarkCommitStep,
+)
+from commitsteps import fs as fs_module
+from store import ConfigurationError, CredentialsInUrlError
+
+DATA = b"0123456789"
+
+
+@commitsteps.register("tests.marker")
+@attrs.frozen
+class MarkerStep(CommitStep):
+    """A user's step, declared outside the package: publishes a marker file."""
+
+    path: str
+    content: str = "done"
+
+    def verify(self) -> bool:
+        p = Path(self.path)
+        return p.is_file() and p.read_text() == self.content
+
+    def execute(self) -> None:
+        if not self.verify():
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.path).write_text(self.content)
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_watermark_stores() -> Iterator[None]:
+    # Steps reach their watermark store through a per-process cache; start and end each test
+    # without clients left open from another.
+    commitsteps.watermark_store.cache_clear()
+    yield
+    commitsteps.watermark_store.cache_clear()
+
+
+# -- FsRenameCommitStep on the local filesystem -----------------------------------------------
+@attrs.frozen
+class Rename:
+    src: Path
+    dst: Path
+
+    def step(self, size: int | None = len(DATA)) -> FsRenameCommitStep:
+        return FsRenameCommitStep(str(self.src), str(self.dst), size)
+
+    def state(self) -> tuple[bytes | None, bytes | None]:
+        return (
+            self.src.read_bytes() if self.src.exists() else None,
+            self.dst.read_bytes() if self.dst.exists() else None,
+        )
+
+
+@pytest.fixture
+def rename(tmp_path: Path) -> Rename:
+    src = tmp_path / "staging" / "run-1" / "part-0.parquet"
+    src.parent.mkdir(parents=True)
+    return Rename(src, tmp_path / "output" / "date=2024-01-01" / "part-0.parquet")
+
+
+def _put(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def test_not_started(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    step = rename.step()
+    assert not step.verify()
+    step.execute()
+    assert rename.state() == (None, DATA)
+    assert step.verify()
+
+
+def test_done(rename: Rename) -> None:
+    _put(rename.dst, DATA)
+    step = rename.step()
+    assert step.verify()
+    step.execute()
+    assert rename.state() == (None, DATA)
+
+
+def test_both_present_with_complete_destination(rename: Rename) -> None:
+    # Copy finished, delete not: only the source is left to delete.
+    _put(rename.src, DATA)
+    _put(rename.dst, DATA)
+    step = rename.step()
+    assert not step.verify()
+    step.execute()
+    assert rename.state() == (None, DATA)
+    assert step.verify()
+
+
+def test_both_present_with_partial_destination(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    _put(rename.dst, DATA[:3])
+    step = rename.step()
+    assert not step.verify()
+    step.execute()
+    assert rename.state() == (None, DATA)
+
+
+def test_source_and_destination_missing(rename: Rename) -> None:
+    step = rename.step()
+    assert not step.verify()
+    with pytest.raises(MissingSourceError, match="is missing") as info:
+        step.execute()
+    assert isinstance(info.value, FileNotFoundError)
+    assert str(rename.src) in str(info.value)
+    assert rename.state() == (None, None)
+
+
+def test_source_missing_and_destination_wrong_size(rename: Rename) -> None:
+    _put(rename.dst, DATA[:4])
+    step = rename.step()
+    assert not step.verify()
+    with pytest.raises(MissingSourceError, match="4 bytes"):
+        step.execute()
+    assert (None, DATA[:4]) == rename.state()
+
+
+@pytest.mark.parametrize("dst", [None, DATA, b"x"], ids=["dst-missing", "dst-full", "dst-short"])
+def test_source_of_wrong_size_is_a_conflict(rename: Rename, dst: bytes | None) -> None:
+    _put(rename.src, DATA + b"extra")
+    if dst is not None:
+        _put(rename.dst, dst)
+    step = rename.step()
+    assert not step.verify()
+    with pytest.raises(StepConflictError, match=f"expected {len(DATA)} bytes, found 15"):
+        step.execute()
+    assert (DATA + b"extra", dst) == rename.state()
+
+
+def test_execute_twice(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    step = rename.step()
+    step.execute()
+    before = rename.dst.stat()
+    step.execute()
+    after = rename.dst.stat()
+    assert rename.state() == (None, DATA)
+    assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+
+
+def test_without_size_any_destination_counts(rename: Rename) -> None:
+    _put(rename.dst, b"whatever")
+    assert rename.step(size=None).verify()
+    rename.dst.unlink()
+    _put(rename.src, b"other length")
+    step = rename.step(size=None)
+    assert not step.verify()
+    step.execute()
+    assert rename.state() == (None, b"other length")
+
+
+def test_destination_directories_are_created(tmp_path: Path) -> None:
+    src = tmp_path / "s.bin"
+    _put(src, DATA)
+    dst = tmp_path / "a" / "b" / "c" / "d.bin"
+    FsRenameCommitStep(str(src), str(dst), len(DATA)).execute()
+    assert dst.read_bytes() == DATA
+
+
+def test_file_urls(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    step = FsRenameCommitStep(f"file://{rename.src}", f"file://{rename.dst}", len(DATA))
+    assert not step.verify()
+    step.execute()
+    assert step.verify()
+    assert rename.state() == (None, DATA)
+
+
+def test_destination_directory_is_not_a_published_file(rename: Rename) -> None:
+    rename.dst.mkdir(parents=True)
+    step = rename.step(size=None)
+    assert not step.verify()
+    assert FsRenameCommitStep.verify_many([step]) == [False]
+
+
+def test_from_staged_records_the_size(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    step = FsRenameCommitStep.from_staged(str(rename.src), str(rename.dst))
+    assert len(DATA) == step.size
+    assert (str(rename.src),) == tuple(step.staged_paths())
+    assert (str(rename.dst),) == tuple(step.published_paths())
+    with pytest.raises(MissingSourceError):
+        FsRenameCommitStep.from_staged(str(rename.src) + ".missing", str(rename.dst))
+
+
+def test_abort_deletes_source_never_destination(rename: Rename) -> None:
+    _put(rename.src, DATA)
+    _put(rename.dst, b"published earlier")
+    step = rename.step()
+    step.abort()
+    assert rename.state() == (None, b"published earlier")
+    step.abort()  # nothing left to delete: still fine
+    assert rename.state() == (None, b"published earlier")
+
+
+def _mixed_batch(tmp_path: Path) -> list[FsRenameCommitStep]:
+    """Steps in every state, spread over a few directories."""
+    steps = []
+    states: list[tuple[bytes | None, bytes | None, int | None]] = [
+        (DATA, None, len(DATA)),  # not started
+        (None, DATA, len(DATA)),  # done
+        (DATA, DATA, len(DATA)),  # copied, not deleted
+        (DATA, b"xy", len(DATA)),  # partial copy
+        (None, None, len(DATA)),  # lost
+        (None, b"xy", len(DATA)),  # lost, partial copy
+        (b"xy", None, len(DATA)),  # staging altered
+        (None, b"xy", None),  # done, size unknown
+    ]
+    for i, (src_data, dst_data, size) in enumerate(states * 3):
+        src = tmp_path / "staging" / f"d{i % 2}" / f"f{i}"
+        dst = tmp_path / "out" / f"p{i % 3}" / f"f{i}"
+        if src_data is not None:
+            _put(src, src_data)
+        if dst_data is not None:
+            _put(dst, dst_data)
+        steps.append(FsRenameCommitStep(str(src), str(dst), size))
+    (tmp_path / "out" / "p0" / "a-directory").mkdir()
+    steps.append(
+        FsRenameCommitStep(str(tmp_path / "gone"), str(tmp_path / "out" / "p0" / "a-directory"))
+    )
+    return steps
+
+
+def test_verify_many_matches_verify_and_lists_each_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = _mixed_batch(tmp_path)
+    expected = [s.verify() for s in steps]
+    assert 2 <= sum(expected) < len(steps)
+    listed: Counter[str] = Counter()
+    real_listing = fs_module._listing
+
+    def counting(fs: Any, directory: str) -> dict[str, int]:
+        listed[directory] += 1
+        return real_listing(fs, directory)
+
+    monkeypatch.setattr(fs_module, "_listing", counting)
+    assert expected == FsRenameCommitStep.verify_many(steps)
+    directories = {os.path.dirname(s.src) for s in steps} | {os.path.dirname(s.dst) for s in steps}
+    assert dict.fromkeys(sorted(directories), 1) == dict(sorted(listed.items()))
+
+
+def test_execute_many_then_all_verified(tmp_path: Path) -> None:
+    steps = []
+    for i in range(30):
+        src = tmp_path / "staging" / f"f{i}"
+        _put(src, DATA * i)
+        steps.append(
+            FsRenameCommitStep(str(src), str(tmp_path / "out" / f"d{i % 4}" / f"f{i}"), 10 * i)
+        )
+    FsRenameCommitStep.execute_many(steps[:10])
+    FsRenameCommitStep.execute_many(steps)  # the first ten again: idempotent
+    assert FsRenameCommitStep.verify_many(steps) == [True] * 30
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "error"),
+    [
+        ("relative/part-0", "/out/part-0", ConfigurationError),
+        ("/staging/part-0", "out/part-0", ConfigurationError),
+        ("file://relative/part-0", "/out/part-0", ConfigurationError),
+        ("", "/out/part-0", ConfigurationError),
+        ("s3://AKIA:secret@bucket/part-0", "/out/part-0", CredentialsInUrlError),
+        ("/staging/part-0", "s3://key:secret@bucket/out", CredentialsInUrlError),
+    ],
+)
+def test_bad_paths_rejected(src: str, dst: str, error: type[Exception]) -> None:
+    with pytest.raises(error) as info:
+        FsRenameCommitStep(src, dst)
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("size", [-1, True, False])
+def test_bad_sizes_rejected(size: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        FsRenameCommitStep("/staging/part-0", "/out/part-0", size)
+
+
+def test_steps_are_frozen_and_compare_by_value() -> None:
+    step = FsRenameCommitStep("/a", "/b", 1)
+    assert FsRenameCommitStep("/a", "/b", 1) == step
+    assert FsRenameCommitStep("/a", "/b", 2) != step
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        step.src = "/c"  # type: ignore[misc]
+    assert FsRenameCommitStep.phase == 0
+    assert WatermarkCommitStep.phase == 1
+
+
+# -- FsRenameCommitStep through fsspec's memory:// filesystem (object-store code paths) -------
+@attrs.frozen
+class MemoryRename:
+    root: str
+    src: str
+    dst: str
+
+    @property
+    def fs(self) -> Any:
+        return fsspec.filesystem("memory")
+
+    def put(self, url: str, data: bytes) -> None:
+        self.fs.pipe_file(url.removeprefix("memory://"), data)
+
+    def state(self) -> tuple[bytes | None, bytes | None]:
+        def read(url: str) -> bytes | None:
+            path = url.removeprefix("memory://")
+            return self.fs.cat_file(path) if self.fs.exists(path) else None
+
+        return read(self.src), read(self.dst)
+
+    def step(self, size: int | None = len(DATA)) -> FsRenameCommitStep:
+        return FsRenameCommitStep(self.src, self.dst, size)
+
+
+@pytest.fixture
+def memory_rename() -> Iterator[MemoryRename]:
+    root = f"/commitpub-test-{uuid.uuid4().hex}"
+    yield MemoryRename(root, f"memory://{root}/staging/f", f"memory://{root}/out/x/f")
+    memory = fsspec.filesystem("memory")
+    if memory.exists(root):
+        memory.rm(root, recursive=True)
+
+
+def test_memory_not_started(memory_rename: MemoryRename) -> None:
+    memory_rename.put(memory_rename.src, DATA)
+    step = memory_rename.step()
+    assert not step.verify()
+    step.execute()
+    assert memory_rename.state() == (None, DATA)
+    assert step.verify()
+    step.execute()
+    assert memory_rename.state() == (None, DATA)
+
+
+def test_memory_both_present_with_complete_destination_only_deletes_source(
+    memory_rename: MemoryRename,
+) -> None:
+    # The destination has the right size, so it is not copied again: its bytes stay.
+    memory_rename.put(memory_rename.src, DATA)
+    memory_rename.put(memory_rename.dst, b"Z" * len(DATA))
+    step = memory_rename.step()
+    assert not step.verify()
+    step.execute()
+    assert (None, b"Z" * len(DATA)) == memory_rename.state()
+
+
+def test_memory_both_present_with_partial_destination_copies_again(
+    memory_rename: MemoryRename,
+) -> None:
+    memory_rename.put(memory_rename.src, DATA)
+    memory_rename.put(memory_rename.dst, DATA[:2])
+    step = memory_rename.step()
+    assert not step.verify()
+    step.execute()
+    assert memory_rename.state() == (None, DATA)
+
+
+def test_memory_done(memory_rename: MemoryRename) -> None:
+    memory_rename.put(memory_rename.dst, DATA)
+    assert memory_rename.step().verify()
+    memory_rename.step().execute()
+    assert memory_rename.state() == (None, DATA)
+
+
+def test_memory_source_lost(memory_rename: MemoryRename) -> None:
+    step = memory_rename.step()
+    assert not step.verify()
+    with pytest.raises(MissingSourceError):
+        step.execute()
+    memory_rename.put(memory_rename.dst, DATA[:1])
+    with pytest.raises(MissingSourceError):
+        step.execute()
+    assert (None, DATA[:1]) == memory_rename.state()
+
+
+def test_memory_source_of_wrong_size(memory_rename: MemoryRename) -> None:
+    memory_rename.put(memory_rename.src, DATA[:5])
+    with pytest.raises(StepConflictError, match="expected 10 bytes, found 5"):
+        memory_rename.step().execute()
+    assert (DATA[:5], None) == memory_rename.state()
+
+
+def test_memory_abort(memory_rename: MemoryRename) -> None:
+    memory_rename.put(memory_rename.src, DATA)
+    memory_rename.put(memory_rename.dst, b"published")
+    memory_rename.step().abort()
+    memory_rename.step().abort()
+    assert memory_rename.state() == (None, b"published")
+
+
+def test_memory_verify_many_and_execute_many(memory_rename: MemoryRename) -> None:
+    base = memory_rename.src.rsplit("/", 2)[0]
+    steps = []
+    for i in range(12):
+        src, dst = f"{base}/staging/f{i}", f"{base}/out/d{i % 3}/f{i}"
+        memory_rename.put(src, DATA)
+        if i % 4 == 0:
+            memory_rename.put(dst, DATA)  # copied, not deleted
+        steps.append(FsRenameCommitStep(src, dst, len(DATA)))
+    assert [s.verify() for s in steps] == FsRenameCommitStep.verify_many(steps)
+    FsRenameCommitStep.execute_many(steps)
+    assert FsRenameCommitStep.verify_many(steps) == [True] * 12
+    assert [s.verify() for s in steps] == [True] * 12
+
+
+def test_local_to_memory_and_back(memory_rename: MemoryRename, tmp_path: Path) -> None:
+    local_src = tmp_path / "staged.bin"
+    _put(local_src, DATA)
+    up = FsRenameCommitStep(str(local_src), memory_rename.dst, len(DATA))
+    up.execute()
+    assert up.verify()
+    assert not local_src.exists()
+    local_dst = tmp_path / "back" / "here.bin"
+    down = FsRenameCommitStep(memory_rename.dst, str(local_dst), len(DATA))
+    down.execute()
+    assert down.verify()
+    assert local_dst.read_bytes() == DATA
+    assert [p.name for p in local_dst.parent.iterdir() if p.name != "here.bin"] == []
+
+
+# -- WatermarkCommitStep against both watermark stores ------------------------------------------
+@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def wm_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
+    return str(tmp_path / "watermarks")
+
+
+def _wm_step(url: str, previous: Any, value: Any) -> WatermarkCommitStep:
+    return WatermarkCommitStep(url, "orders", "2024-01-01", previous, value)
+
+
+def test_watermark_from_unset(wm_url: str) -> None:
+    step = _wm_step(wm_url, None, 100)
+    step.check_preconditions()
+    assert not step.verify()
+    step.execute()
+    assert step.verify()
+    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") == 100
+
+
+def test_watermark_execute_is_idempotent(wm_url: str) -> None:
+    assert commitsteps.watermark_store(wm_url).compare_and_set("orders", "2024-01-01", None, 100)
+    step = _wm_step(wm_url, 100, 200)
+    step.execute()
+    step.execute()
+    assert step.verify()
+    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") == 200
+
+
+def test_watermark_conflict_says_expected_and_found(wm_url: str) -> None:
+    wm = commitsteps.watermark_store(wm_url)
+    assert wm.compare_and_set("orders", "2024-01-01", None, 250)
+    step = _wm_step(wm_url, 100, 200)
+    assert not step.verify()
+    with pytest.raises(StepConflictError) as info:
+        step.execute()
+    assert "expected 100" in str(info.value)
+    assert "found 250" in str(info.value)
+    assert wm.get("orders", "2024-01-01") == 250
+
+
+def test_watermark_check_preconditions(wm_url: str) -> None:
+    wm = commitsteps.watermark_store(wm_url)
+    _wm_step(wm_url, None, "2024-01-02").check_preconditions()
+    assert wm.compare_and_set("orders", "2024-01-01", None, "2024-01-01")
+    _wm_step(wm_url, "2024-01-01", "2024-01-02").check_preconditions()
+    with pytest.raises(StepConflictError, match="expected None, found '2024-01-01'"):
+        _wm_step(wm_url, None, "2024-01-02").check_preconditions()
+    with pytest.raises(StepConflictError, match="expected '2023-12-31', found '2024-01-01'"):
+        _wm_step(wm_url, "2023-12-31", "2024-01-02").check_preconditions()
+    assert wm.get("orders", "2024-01-01") == "2024-01-01"
+
+
+@pytest.mark.parametrize(
+    ("previous", "value"), [(None, 0), (0, 1.5), (1.5, "z"), ("z", True), (True, False)]
+)
+def test_watermark_value_types(wm_url: str, previous: Any, value: Any) -> None:
+    wm = commitsteps.watermark_store(wm_url)
+    if previous is not None:
+        assert wm.compare_and_set("orders", "2024-01-01", None, previous)
+    step = _wm_step(wm_url, previous, value)
+    step.check_preconditions()
+    step.execute()
+    assert step.verify()
+    assert WatermarkCommitStep.verify_many([step]) == [True]
+    found = wm.get("orders", "2024-01-01")
+    assert (type(value), value) == (type(found), found)
+
+
+def test_watermark_step_is_not_fooled_by_equal_looking_values(wm_url: str) -> None:
+    assert commitsteps.watermark_store(wm_url).compare_and_set("orders", "2024-01-01", None, 1)
+    assert not _wm_step(wm_url, None, True).verify()
+    with pytest.raises(StepConflictError):
+        _wm_step(wm_url, True, 2).execute()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"watermarks_url": "redis://:pw@host/0"}, CredentialsInUrlError),
+        ({"watermarks_url": ""}, ConfigurationError),
+        ({"dataset": ""}, ConfigurationError),
+        ({"partition": ""}, ConfigurationError),
+        ({"value": [1]}, ConfigurationError),
+        ({"previous": {"a": 1}}, ConfigurationError),
+        ({"value": float("nan")}, ConfigurationError),
+    ],
+)
+def test_watermark_step_validation(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    fields = {
+        "watermarks_url": "/wm",
+        "dataset": "d",
+        "partition": "p",
+        "previous": None,
+        "value": 1,
+        **kwargs,
+    }
+    with pytest.raises(error):
+        WatermarkCommitStep(**fields)
+
+
+# -- the registry ----------------------------------------------------------------------------
+def test_user_step_is_registered() -> None:
+    assert MarkerStep is commitsteps.registered()["tests.marker"]
+    assert MarkerStep is commitsteps.class_for("tests.marker")
+    assert commitsteps.tag_of(MarkerStep) == "tests.marker"
+    assert FsRenameCommitStep is commitsteps.class_for("fs.rename")
+    assert WatermarkCommitStep is commitsteps.class_for("watermark.cas")
+
+
+def test_registering_the_same_class_again_is_harmless() -> None:
+    assert MarkerStep is commitsteps.register("tests.marker")(MarkerStep)
+    assert MarkerStep is commitsteps.class_for("tests.marker")
+
+
+def test_duplicate_tag_for_another_class_is_refused() -> None:
+    @attrs.frozen
+    class Impostor(CommitStep):
+        def verify(self) -> bool:
+            return True
+
+        def execute(self) -> None:
+            pass
+
+    with pytest.raises(DuplicateStepTypeError, match="already registered"):
+        commitsteps.register("tests.marker")(Impostor)
+    with pytest.raises(DuplicateStepTypeError):
+        commitsteps.register("fs.rename")(Impostor)
+    assert MarkerStep is commitsteps.class_for("tests.marker")
+    assert FsRenameCommitStep is commitsteps.class_for("fs.rename")
+
+
+def test_register_refuses_what_cannot_be_stored() -> None:
+    class NotAttrs(CommitStep):
+        def verify(self) -> bool:
+            return True
+
+        def execute(self) -> None:
+            pass
+
+    @attrs.frozen
+    class NotAStep:
+        x: int
+
+    with pytest.raises(ConfigurationError, match="attrs"):
+        commitsteps.register("tests.not-attrs")(NotAttrs)
+    with pytest.raises(ConfigurationError, match="CommitStep"):
+        commitsteps.register("tests.not-a-step")(NotAStep)  # type: ignore[type-var]
+    with pytest.raises(ConfigurationError):
+        commitsteps.register("  ")
+    assert "tests.not-attrs" not in commitsteps.registered()
+    assert "tests.not-a-step" not in commitsteps.registered()
+
+
+def test_unregistered_subclass_cannot_be_dumped() -> None:
+    @attrs.frozen
+    class Unregistered(MarkerStep):
+        pass
+
+    with pytest.raises(UnknownStepTypeError, match="not registered"):
+        commitsteps.dumps(Unregistered("/x"))
+
+
+def test_unknown_tag_on_loads() -> None:
+    record = commitsteps.dumps(MarkerStep("/x")).replace(b"tests.marker", b"tests.gone!!")
+    payload = record[13:]
+    import zlib
+
+    forged = b"cs1 %08x " % zlib.crc32(payload) + payload
+    with pytest.raises(UnknownStepTypeError, match=r"'tests\.gone!!'") as info:
+        commitsteps.loads(forged)
+    assert "fs.rename" in str(info.value)  # the known tags are listed
+
+
+@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def commit_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[store.CommitStepStore]:
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else str(tmp_path / "s")
+    with store.open_store(url) as opened:
+        yield opened
+
+
+def test_steps_round_trip_through_a_store(
+    commit_store: store.CommitStepStore, tmp_path: Path
+) -> None:
+    staged = tmp_path / "staging" / "f"
+    _put(staged, DATA)
+    steps: list[CommitStep] = [
+        FsRenameCommitStep.from_staged(str(staged), str(tmp_path / "out" / "f")),
+        MarkerStep(str(tmp_path / "out" / "_SUCCESS"), "ünïcødé ✓"),
+        WatermarkCommitStep(str(tmp_path / "wm"), "orders", "p/1", None, 42),
+    ]
+    commit_store.put_sequence("job", "orders", [commitsteps.dumps(s) for s in steps])
+    loaded = [commitsteps.loads(r) for r in commit_store.get("job", "orders")]
+    assert steps == loaded
+    assert [type(s) for s in steps] == [type(s) for s in loaded]
+    assert [s.verify() for s in loaded] == [False, False, False]
+    for step in sorted(loaded, key=lambda s: s.phase):
+        step.execute()
+    assert [s.verify() for s in loaded] == [True, True, True]
+    assert (tmp_path / "out" / "_SUCCESS").read_text() == "ünïcødé ✓"
+    assert (tmp_path / "out" / "f").read_bytes() == DATA

@@ -1,0 +1,306 @@
+"""Publisher behaviour in-process: outcomes, quarantine, retry/discard, bad input, confinement."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from redis_helpers import RedisProcess
+
+import commitsteps
+from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from publisher import Outcome, Publisher, RetryPolicy, Roots
+from store import CommitStepStore, open_store, open_watermarks
+from store.errors import ConfigurationError
+
+FAST = RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.05)
+
+
+@attrs.frozen
+class Job:
+    base: Path
+    store_url: str
+    wm_url: str
+
+    @property
+    def staging(self) -> Path:
+        return self.base / "staging"
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    def publisher(self, **kw: Any) -> Publisher:
+        kw.setdefault("retry", FAST)
+        return Publisher(
+            self.store_url,
+            "job",
+            staging_roots=[str(self.staging)],
+            output_roots=[str(self.output)],
+            **kw,
+        )
+
+    def stage(self, dataset: str, n: int = 3, run: str = "r1") -> list[CommitStep]:
+        d = self.staging / run / dataset
+        d.mkdir(parents=True, exist_ok=True)
+        steps: list[CommitStep] = []
+        for i in range(n):
+            (d / f"f{i}").write_text(f"{dataset}-{i}\n" * (i + 1))
+            steps.append(
+                FsRenameCommitStep.from_staged(
+                    str(d / f"f{i}"), str(self.output / dataset / f"f{i}-{run}")
+                )
+            )
+        wm = open_watermarks(self.wm_url)
+        previous = wm.get(dataset, "0")
+        steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", previous, (previous or 0) + n))
+        return steps
+
+    def store(self) -> CommitStepStore:
+        return open_store(self.store_url)
+
+
+@pytest.fixture(params=["fs", "redis"])
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
+    if request.param == "fs":
+        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
+    else:
+        url = request.getfixturevalue("redis_url")
+        yield Job(tmp_path, url, url)
+
+
+def published(job: Job) -> list[str]:
+    return sorted(str(p.relative_to(job.output)) for p in job.output.rglob("*") if p.is_file())
+
+
+@pytest.mark.redis
+def test_publish_writes_ahead_executes_and_cleans(job: Job) -> None:
+    pub = job.publisher()
+    report = pub.publish(
+        {"a": job.stage("a"), "b": job.stage("b")},
+        staging_dirs={"a": str(job.staging / "r1" / "a"), "b": str(job.staging / "r1" / "b")},
+    )
+    assert report.published == ["a", "b"]
+    assert report.ok
+    assert report["a"].executed == 4
+    assert published(job) == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
+    assert open_watermarks(job.wm_url).get_all("a") == {"0": 3}
+    assert job.store().datasets("job") == []
+    assert list(job.staging.rglob("*")) == []
+
+
+@pytest.mark.redis
+def test_watermark_runs_after_renames_whatever_the_given_order(job: Job) -> None:
+    steps = job.stage("a")
+    mark, renames = steps[-1], steps[:-1]
+    # Make the last rename fail: its staged file is gone (and its destination missing).
+    Path(renames[-1].staged_paths()[0]).unlink()
+    report = job.publisher().publish({"a": [mark, *renames]})
+    assert report["a"].outcome == Outcome.FAILED
+    assert "MissingSourceError" in (report["a"].error or "")
+    assert open_watermarks(job.wm_url).get("a", "0") is None
+
+
+@pytest.mark.redis
+def test_quarantine_after_max_attempts_others_still_publish_then_retry(job: Job) -> None:
+    pub = job.publisher(max_attempts=3)
+    bad = job.stage("bad")
+    staged = Path(bad[1].staged_paths()[0])
+    hidden = staged.with_name("hidden")
+    staged.rename(hidden)  # the staged file vanishes after write-ahead would record it
+    report = pub.publish({"good": job.stage("good"), "bad": bad})
+    assert report["good"].outcome == Outcome.PUBLISHED
+    assert report["bad"].outcome == Outcome.FAILED
+    assert report["bad"].attempts == 1
+    assert pub.recover()["bad"].outcome == Outcome.FAILED
+    third = pub.recover()
+    assert third["bad"].outcome == Outcome.QUARANTINED
+    assert third["bad"].attempts == 3
+    # Quarantined: skipped by recovery and by publish, steps kept, staging kept.
+    assert pub.recover()["bad"].outcome == Outcome.QUARANTINED
+    assert pub.publish({"bad": job.stage("bad", run="r2")})["bad"].outcome == Outcome.QUARANTINED
+    assert job.store().is_sealed("job", "bad")
+    assert hidden.exists()
+    # Other datasets go on.
+    assert pub.publish({"good": job.stage("good", run="r2")})["good"].outcome == Outcome.PUBLISHED
+    # The operator puts the file back and retries: the next recovery finishes the sequence.
+    hidden.rename(staged)
+    assert pub.retry("bad") is True
+    again = pub.recover()
+    assert again["bad"].outcome == Outcome.RECOVERED
+    assert again["bad"].already_done == 1
+    assert again["bad"].executed == 3
+    assert open_watermarks(job.wm_url).get("bad", "0") == 3
+    assert job.store().datasets("job") == []
+
+
+@pytest.mark.redis
+def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
+    pub = job.publisher(max_attempts=1)
+    steps = job.stage("a")
+    Path(steps[2].staged_paths()[0]).unlink()
+    assert pub.publish({"a": steps})["a"].outcome == Outcome.QUARANTINED
+    assert published(job) == ["a/f0-r1", "a/f1-r1"]
+    report = pub.discard("a")
+    assert report.outcome == Outcome.ABORTED
+    assert published(job) == []  # what the sequence had published is gone ...
+    assert open_watermarks(job.wm_url).get("a", "0") is None  # ... the watermark never moved
+    assert [p for p in job.staging.rglob("*") if p.is_file()] == []
+    assert job.store().datasets("job") == []
+    # Discard is safe to repeat.
+    assert pub.discard("a").steps == 0
+
+
+@pytest.mark.redis
+def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
+    steps = job.stage("a")
+    st = job.store()
+    for step in steps:
+        st.put("job", "a", commitsteps.dumps(step))
+    orphan = job.staging / "r0" / "x"
+    orphan.mkdir(parents=True)
+    (orphan / "data").write_text("left by a crashed extract")
+    report = job.publisher().recover()
+    assert report.aborted == ["a"]
+    assert sorted(report.orphans_deleted) == [str(job.staging / "r0")]
+    # The aborted run's directory goes with its staged files; the orphan with the sweep.
+    assert list(job.staging.rglob("*")) == []
+    assert published(job) == []
+    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert st.datasets("job") == []
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("bad", ["corrupt", "unknown-tag", "outside-roots"])
+def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> None:
+    steps = job.stage("bad")
+    records = [commitsteps.dumps(s) for s in steps]
+    if bad == "corrupt":
+        records[1] = records[1].replace(b"f1", b"f9")
+    elif bad == "unknown-tag":
+        records[1] = commitsteps.dumps(steps[1]).replace(b'"fs.rename"', b'"fs.gone"')
+        records[1] = _refresh_crc(records[1])
+    else:
+        outside = FsRenameCommitStep(steps[1].staged_paths()[0], str(job.base / "output-old/x"))
+        records[1] = commitsteps.dumps(outside)
+    job.store().put_sequence("job", "bad", records)
+    pub = job.publisher()
+    report = pub.recover()
+    assert report["bad"].outcome == Outcome.QUARANTINED
+    expected_error = {
+        "corrupt": "CorruptRecordError",
+        "unknown-tag": "UnknownStepTypeError",
+        "outside-roots": "PathConfinementError",
+    }[bad]
+    assert expected_error in (report["bad"].error or "")
+    assert published(job) == []  # not even step 0 ran
+    assert open_watermarks(job.wm_url).get("bad", "0") is None
+    assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
+    # A quarantined sequence's staging is not swept; other datasets publish.
+    assert pub.publish({"good": job.stage("good")})["good"].outcome == Outcome.PUBLISHED
+
+
+def _refresh_crc(record: bytes) -> bytes:
+    import zlib
+
+    payload = record[13:]
+    return b"cs1 %08x " % zlib.crc32(payload) + payload
+
+
+@pytest.mark.redis
+def test_publish_refuses_paths_outside_roots_before_write_ahead(job: Job) -> None:
+    steps = job.stage("a")
+    sneaky = FsRenameCommitStep(
+        steps[0].staged_paths()[0], str(job.output / ".." / "output-old" / "f")
+    )
+    report = job.publisher().publish({"a": [sneaky, *steps[1:]], "b": job.stage("b")})
+    assert report["a"].outcome == Outcome.REFUSED
+    assert "outside the output roots" in (report["a"].error or "")
+    assert report["b"].outcome == Outcome.PUBLISHED
+    assert not job.store().exists("job", "a")
+    assert not (job.base / "output-old").exists()
+
+
+@pytest.mark.redis
+def test_publish_refuses_a_moved_watermark_and_blocks_on_pending(job: Job) -> None:
+    steps = job.stage("a")
+    open_watermarks(job.wm_url).compare_and_set("a", "0", None, 250)
+    report = job.publisher().publish({"a": steps})
+    assert report["a"].outcome == Outcome.REFUSED
+    assert "expected None, found 250" in (report["a"].error or "")
+    assert published(job) == []
+    job.store().put("job", "b", commitsteps.dumps(job.stage("b")[0]))
+    assert job.publisher().publish({"b": job.stage("b", run="r2")})["b"].outcome == Outcome.BLOCKED
+
+
+def test_roots_normalize_paths(tmp_path: Path) -> None:
+    roots = Roots([str(tmp_path / "staging")], [str(tmp_path / "output")])
+    ok = FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / "output/a"))
+    roots.check([ok])
+    for dst in ("output/../secret", "output-old/a", "output"):
+        with pytest.raises(commitsteps.PathConfinementError):
+            roots.check([FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / dst))])
+    with pytest.raises(commitsteps.PathConfinementError):
+        roots.check(
+            [FsRenameCommitStep(str(tmp_path / "staging/../x"), str(tmp_path / "output/a"))]
+        )
+    s3 = Roots(["s3://b/staging"], ["s3://b/out"])
+    s3.check([FsRenameCommitStep("s3://b/staging/r/x", "s3://b/out/x")])
+    with pytest.raises(commitsteps.PathConfinementError):
+        s3.check([FsRenameCommitStep("s3://b/staging/../out/x", "s3://b/out/y")])
+    with pytest.raises(ConfigurationError):
+        Roots([str(tmp_path)], [str(tmp_path / "output")])
+    assert roots.run_dir(str(tmp_path / "staging/r/a/b")) == str(tmp_path / "staging/r")
+
+
+def test_publisher_rejects_bad_configuration(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        Publisher(str(tmp_path), "job", max_attempts=0)
+    with pytest.raises(ConfigurationError, match="job_name"):
+        Publisher(str(tmp_path), "")
+    with pytest.raises(ConfigurationError, match="staging_roots"):
+        Publisher(str(tmp_path), "job", staging_roots=str(tmp_path))
+
+
+def test_recovery_verifies_by_listing_directories_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
+    steps = job.stage("a", n=50)
+    job.store().put_sequence("job", "a", [commitsteps.dumps(s) for s in steps])
+    import commitsteps.fs as cfs
+
+    listed: list[str] = []
+    real = cfs._listing
+    monkeypatch.setattr(cfs, "_listing", lambda fs, d: listed.append(d) or real(fs, d))
+    monkeypatch.setattr(cfs, "_size", lambda *a: pytest.fail("per-file stat during verify"))
+    report = job.publisher().recover()
+    assert report.recovered == ["a"]
+    # Verified before and after execution: 2 directories (staging, output) x 2 passes.
+    assert sorted(listed) == sorted([str(job.staging / "r1" / "a"), str(job.output / "a")] * 2)
+
+
+@pytest.mark.redis
+def test_store_unreachable_for_a_while_is_retried(tmp_path: Path) -> None:
+    """A real redis-server of its own goes away and comes back (with its data) during recovery."""
+    server = RedisProcess(tmp_path / "redis", persistent=True)
+    server.start()
+    job = Job(tmp_path, server.url, str(tmp_path / "wm"))
+    steps = job.stage("a")
+    job.store().put_sequence("job", "a", [commitsteps.dumps(s) for s in steps])
+    server.stop()
+    restart = threading.Timer(1.0, server.start)
+    restart.start()
+    try:
+        report = job.publisher(
+            retry=RetryPolicy(attempts=20, initial_wait_s=0.1, max_wait_s=0.5)
+        ).recover()
+    finally:
+        restart.join()
+        server.stop()
+    assert report.recovered == ["a"]
+    assert published(job) == [f"a/f{i}-r1" for i in range(3)]

@@ -1,0 +1,308 @@
+"""Property-based round trips of step records, and every way a record can be damaged."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import commitsteps
+from commitsteps import (
+    CommitStep,
+    FsRenameCommitStep,
+    UnknownStepTypeError,
+    WatermarkCommitStep,
+)
+from store import CorruptRecordError
+
+PROPERTY = settings(max_examples=150, deadline=None)
+
+
+@attrs.frozen
+class Window:
+    start: int
+    end: int | None = None
+
+
+@commitsteps.register("tests.serialization.rich")
+@attrs.frozen
+class RichStep(CommitStep):
+    """A user's step using every field type the CommitStep docstring allows."""
+
+    name: str
+    count: int
+    ratio: float
+    flag: bool
+    note: str | None
+    tags: list[str]
+    labels: dict[str, int]
+    window: Window
+
+    def verify(self) -> bool:
+        return False
+
+    def execute(self) -> None:
+        """Nothing to do: only the record matters here."""
+
+
+def forge(tag: Any, fields: Any) -> bytes:
+    """A record with a valid checksum around any document, to reach the checks behind it."""
+    payload = json.dumps({"t": tag, "d": fields}).encode()
+    return b"cs1 %08x %s" % (zlib.crc32(payload), payload)
+
+
+# -- strategies ------------------------------------------------------------------------------
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+absolute_paths = st.text().map(lambda t: "/" + t)
+paths_and_urls = (
+    absolute_paths
+    | st.text().map(lambda t: "file:///" + t)
+    | st.text().map(lambda t: "s3://bucket/" + t)
+)
+rename_steps = st.builds(
+    FsRenameCommitStep,
+    src=paths_and_urls,
+    dst=paths_and_urls,
+    size=st.none() | st.integers(min_value=0, max_value=2**63),
+)
+watermark_steps = st.builds(
+    WatermarkCommitStep,
+    watermarks_url=absolute_paths | st.just("redis://cache.internal:6379/0"),
+    dataset=st.text(min_size=1),
+    partition=st.text(min_size=1),
+    previous=json_scalars,
+    value=json_scalars,
+)
+rich_steps = st.builds(
+    RichStep,
+    name=st.text(),
+    count=st.integers(),
+    ratio=st.floats(allow_nan=False, allow_infinity=False),
+    flag=st.booleans(),
+    note=st.none() | st.text(),
+    tags=st.lists(st.text(), max_size=5),
+    labels=st.dictionaries(st.text(), st.integers(), max_size=5),
+    window=st.builds(Window, st.integers(), st.none() | st.integers()),
+)
+any_step = rename_steps | watermark_steps | rich_steps
+
+
+def typed(step: CommitStep) -> list[tuple[type, Any]]:
+    """Field values with their types: 1, 1.0 and True are equal but must not be confused."""
+    return [(type(v), v) for v in attrs.astuple(step, recurse=False)]
+
+
+# -- round trips -----------------------------------------------------------------------------
+@PROPERTY
+@given(rename_steps)
+def test_rename_round_trip(step: FsRenameCommitStep) -> None:
+    loaded = commitsteps.loads(commitsteps.dumps(step))
+    assert step == loaded
+    assert typed(step) == typed(loaded)
+
+
+@PROPERTY
+@given(watermark_steps)
+def test_watermark_round_trip(step: WatermarkCommitStep) -> None:
+    loaded = commitsteps.loads(commitsteps.dumps(step))
+    assert step == loaded
+    assert typed(step) == typed(loaded)
+
+
+@PROPERTY
+@given(rich_steps)
+def test_user_step_round_trip(step: RichStep) -> None:
+    loaded = commitsteps.loads(commitsteps.dumps(step))
+    assert step == loaded
+    assert typed(step) == typed(loaded)
+    assert isinstance(loaded, RichStep)
+    assert type(step.window) is type(loaded.window)
+
+
+@PROPERTY
+@given(any_step)
+def test_dumps_is_deterministic(step: CommitStep) -> None:
+    data = commitsteps.dumps(step)
+    assert data == commitsteps.dumps(commitsteps.loads(data))
+    assert data.startswith(b"cs1 ")
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
+def test_bytes_like_input_is_accepted(wrap: Any) -> None:
+    step = FsRenameCommitStep("/staging/a", "/out/a", 3)
+    assert step == commitsteps.loads(wrap(commitsteps.dumps(step)))
+
+
+def test_record_layout() -> None:
+    step = FsRenameCommitStep("/s/ü", "/d/ü", 3)
+    payload = '{"t":"fs.rename","d":{"src":"/s/ü","dst":"/d/ü","size":3}}'.encode()
+    assert b"cs1 %08x %s" % (zlib.crc32(payload), payload) == commitsteps.dumps(step)
+
+
+# -- damage ------------------------------------------------------------------------------------
+@PROPERTY
+@given(any_step, st.data())
+def test_any_altered_byte_is_detected(step: CommitStep, data: st.DataObject) -> None:
+    record = bytearray(commitsteps.dumps(step))
+    at = data.draw(st.integers(0, len(record) - 1), label="offset")
+    record[at] ^= data.draw(st.integers(1, 255), label="xor")
+    with pytest.raises(CorruptRecordError):
+        commitsteps.loads(bytes(record))
+
+
+@settings(max_examples=40, deadline=None)
+@given(any_step)
+def test_every_truncation_is_detected(step: CommitStep) -> None:
+    record = commitsteps.dumps(step)
+    accepted = []
+    for length in range(len(record)):
+        try:
+            commitsteps.loads(record[:length])
+        except CorruptRecordError:
+            continue
+        accepted.append(length)
+    assert accepted == []
+
+
+@PROPERTY
+@given(any_step, st.binary(min_size=1, max_size=8))
+def test_appended_bytes_are_detected(step: CommitStep, extra: bytes) -> None:
+    with pytest.raises(CorruptRecordError):
+        commitsteps.loads(commitsteps.dumps(step) + extra)
+
+
+def test_checksum_field_is_compared_exactly() -> None:
+    # int(..., 16) would read all of these as the same checksum.
+    record = commitsteps.dumps(FsRenameCommitStep("/a", "/b", 1))
+    crc = record[4:12]
+    variants = {crc.upper(), b" " + crc[1:], b"+" + crc[1:], crc[:4] + b"_" + crc[5:]} - {crc}
+    payload = record[12:]
+    assert variants
+    for variant in variants:
+        with pytest.raises(CorruptRecordError):
+            commitsteps.loads(b"cs1 " + variant + payload)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"",
+        b"cs1",
+        b"cs2 00000000 {}",
+        b"CS1 00000000 {}",
+        b"cs1-00000000 {}",
+        b"cs1 zzzzzzzz {}",
+        b"\x00" * 40,
+    ],
+)
+def test_not_a_record(record: bytes) -> None:
+    with pytest.raises(CorruptRecordError):
+        commitsteps.loads(record)
+
+
+@pytest.mark.parametrize("value", ["a string", None, 42, ["list"], {"t": "fs.rename"}], ids=repr)
+def test_non_bytes_input(value: Any) -> None:
+    with pytest.raises(CorruptRecordError, match="bytes"):
+        commitsteps.loads(value)
+
+
+def test_unknown_tag_with_valid_checksum() -> None:
+    with pytest.raises(UnknownStepTypeError, match=r"'tests\.never-registered'"):
+        commitsteps.loads(forge("tests.never-registered", {}))
+
+
+RENAME = {"src": "/s", "dst": "/d", "size": 3}
+WATERMARK = {"watermarks_url": "/wm", "dataset": "d", "partition": "p", "previous": 1, "value": 2}
+RICH = {
+    "name": "n",
+    "count": 1,
+    "ratio": 0.5,
+    "flag": True,
+    "note": None,
+    "tags": ["a"],
+    "labels": {"k": 1},
+    "window": {"start": 1, "end": None},
+}
+
+
+@pytest.mark.parametrize(
+    ("tag", "fields"),
+    [
+        ("fs.rename", RENAME),
+        ("watermark.cas", WATERMARK),
+        ("tests.serialization.rich", RICH),
+    ],
+)
+def test_forged_valid_records_load(tag: str, fields: dict[str, Any]) -> None:
+    step = commitsteps.loads(forge(tag, fields))
+    assert fields == json.loads(commitsteps.dumps(step)[13:])["d"]
+
+
+@pytest.mark.parametrize(
+    ("tag", "fields"),
+    [
+        ("fs.rename", {**RENAME, "src": 5}),
+        ("fs.rename", {**RENAME, "size": "3"}),
+        ("fs.rename", {**RENAME, "size": True}),
+        ("fs.rename", {**RENAME, "size": 3.0}),
+        ("fs.rename", {**RENAME, "size": -1}),
+        ("fs.rename", {**RENAME, "src": "relative/path"}),
+        ("fs.rename", {**RENAME, "dst": "s3://key:secret@bucket/x"}),
+        ("fs.rename", {**RENAME, "extra": 1}),
+        ("fs.rename", {"src": "/s", "size": 3}),
+        ("fs.rename", [RENAME]),
+        ("fs.rename", None),
+        ("watermark.cas", {**WATERMARK, "dataset": 7}),
+        ("watermark.cas", {**WATERMARK, "value": [1]}),
+        ("watermark.cas", {**WATERMARK, "previous": {"a": 1}}),
+        ("watermark.cas", {**WATERMARK, "value": float("nan")}),
+        ("watermark.cas", {**WATERMARK, "watermarks_url": "redis://:pw@h/0"}),
+        ("watermark.cas", {**WATERMARK, "token": 1}),
+        ("tests.serialization.rich", {**RICH, "count": 1.5}),
+        ("tests.serialization.rich", {**RICH, "count": False}),
+        ("tests.serialization.rich", {**RICH, "ratio": "0.5"}),
+        ("tests.serialization.rich", {**RICH, "flag": 1}),
+        ("tests.serialization.rich", {**RICH, "note": 5}),
+        ("tests.serialization.rich", {**RICH, "tags": "abc"}),
+        ("tests.serialization.rich", {**RICH, "tags": {"a": 1}}),
+        ("tests.serialization.rich", {**RICH, "tags": [1]}),
+        ("tests.serialization.rich", {**RICH, "labels": [["k", 1]]}),
+        ("tests.serialization.rich", {**RICH, "labels": {"k": "1"}}),
+        ("tests.serialization.rich", {**RICH, "window": "1-2"}),
+        ("tests.serialization.rich", {**RICH, "window": {"start": 1, "stop": 2}}),
+        ("tests.serialization.rich", {**RICH, "window": {"start": 1, "end": True}}),
+        ("tests.serialization.rich", {**RICH, "window": {"start": 1, "end": 2.5}}),
+        ("tests.serialization.rich", {**RICH, "note": True}),
+        (5, RENAME),
+        (None, RENAME),
+    ],
+)
+def test_fields_that_do_not_fit_are_corrupt(tag: Any, fields: Any) -> None:
+    with pytest.raises(CorruptRecordError):
+        commitsteps.loads(forge(tag, fields))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"{not json", b"\xff\xfe{}", b"[]", b'"text"', b"{}", b'{"t": "fs.rename"}', b"null"],
+)
+def test_payloads_that_are_not_records_are_corrupt(payload: bytes) -> None:
+    with pytest.raises(CorruptRecordError):
+        commitsteps.loads(b"cs1 %08x %s" % (zlib.crc32(payload), payload))
+
+
+def test_step_fields_that_are_not_json_cannot_be_dumped() -> None:
+    step = RichStep("n", 1, float("inf"), True, None, [], {}, Window(0))
+    with pytest.raises(ValueError, match="JSON"):
+        commitsteps.dumps(step)
