@@ -17,7 +17,7 @@ $(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
 
 # Re-pin after upgrading dependencies on purpose (then run make test).
 constraints: $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade -e '.[test,bench]'
 	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable; } > constraints.tmp
 	mv constraints.tmp constraints.txt
 
@@ -43,8 +43,21 @@ test: lint typecheck pytest
 demo: $(STAMP)
 	$(BIN)/commitpub demo --dir demo
 
-bench: $(STAMP) redis-server
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+# Every benchmarks/NAME.py (helpers start with an underscore), then report.py refreshes the
+# README table and chart. Fixtures shared between scripts live in BENCH_CACHE, removed after.
+BENCH_CACHE ?= $(CURDIR)/.bench-cache
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) redis-server
+	@for f in benchmarks/[!_]*.py; do \
+	  [ "$$f" = benchmarks/report.py ] && continue; \
+	  echo "== $$f"; BENCH_CACHE=$(BENCH_CACHE) $(BIN)/python $$f || exit 1; done
+	rm -rf $(BENCH_CACHE)
+	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) demo .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) demo .bench-cache .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

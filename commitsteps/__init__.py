@@ -7,6 +7,7 @@ from commitsteps.errors import (
     PathConfinementError,
     StepConflictError,
     StepError,
+    StepValueError,
     UnknownStepTypeError,
 )
 from commitsteps.fs import FsRenameCommitStep
@@ -21,6 +22,7 @@ __all__ = [
     "PathConfinementError",
     "StepConflictError",
     "StepError",
+    "StepValueError",
     "UnknownStepTypeError",
     "WatermarkCommitStep",
     "class_for",

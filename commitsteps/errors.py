@@ -13,6 +13,10 @@ class DuplicateStepTypeError(ConfigurationError):
     """Two different classes were registered under the same tag."""
 
 
+class StepValueError(ConfigurationError):
+    """A step holds a value that cannot be stored (NaN, a lone surrogate, not plain data)."""
+
+
 class StepError(CommitPubError):
     """A step could not be completed. The state it leaves is known (nothing half-done)."""
 

@@ -36,6 +36,8 @@ from store.urls import require_no_credentials
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
 # them 3-4x slower), so local batches run serially.
 _REMOTE_CONCURRENCY = 16
+# Largest object S3's CopyObject takes in one request; s3fs copies bigger ones in parts.
+_S3_COPY_LIMIT = 5 * 2**30
 
 
 def _is_local(url: str) -> bool:
@@ -77,6 +79,8 @@ def _size(fs: Any, path: str) -> int | None:
             # A directory is no published file, as in _listing and on object stores.
             st = os.stat(path)
             return st.st_size if stat.S_ISREG(st.st_mode) else None
+        # s3fs answers from a cached listing when it has one, which may predate other writers.
+        fs.invalidate_cache(path)
         info = fs.info(path)
     except FileNotFoundError:
         return None
@@ -91,6 +95,7 @@ def _listing(fs: Any, directory: str) -> dict[str, int]:
         if fs is None:
             with os.scandir(directory) as it:
                 return {e.name: e.stat().st_size for e in it if e.is_file()}
+        fs.invalidate_cache(directory)
         entries = fs.ls(directory, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return {}
@@ -99,6 +104,44 @@ def _listing(fs: Any, directory: str) -> dict[str, int]:
         for e in entries
         if e.get("type") == "file"
     }
+
+
+def _sizes(steps: Sequence[CommitStep]) -> list[tuple[FsRenameCommitStep, int | None, int | None]]:
+    """(step, source size, destination size) of each rename, listing each directory once."""
+    listings: dict[tuple[int, str], dict[str, int]] = {}
+
+    def size_of(url: str) -> int | None:
+        fs, path = _fs(url)
+        directory, name = posixpath.split(path)
+        key = (id(fs), directory)
+        if key not in listings:
+            listings[key] = _listing(fs, directory)
+        return listings[key].get(name)
+
+    out = []
+    for step in steps:
+        assert isinstance(step, FsRenameCommitStep)
+        out.append((step, size_of(step.src), size_of(step.dst)))
+    return out
+
+
+def _copy_within(fs: Any, spath: str, dpath: str, size: int | None) -> None:
+    """Copy on one filesystem; on S3, one CopyObject when the size is known."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
+    if "s3" in protocols and size is not None and size <= _S3_COPY_LIMIT:
+        # s3fs's cp_file would first HEAD the source to learn its size, which the listing
+        # told already: that HEAD would add half again to the requests of a rename.
+        src_bucket, src_key, _ = fs.split_path(spath)
+        dst_bucket, dst_key, _ = fs.split_path(dpath)
+        fs.call_s3(
+            "copy_object",
+            Bucket=dst_bucket,
+            Key=dst_key,
+            CopySource={"Bucket": src_bucket, "Key": src_key},
+        )
+        fs.invalidate_cache(dpath)
+        return
+    fs.cp_file(spath, dpath)
 
 
 @register("fs.rename")
@@ -146,21 +189,7 @@ class FsRenameCommitStep(CommitStep):
     @classmethod
     def verify_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
         """Verify by listing each source and destination directory once, not per file."""
-        listings: dict[tuple[int, str], dict[str, int]] = {}
-
-        def size_of(url: str) -> int | None:
-            fs, path = _fs(url)
-            directory, name = posixpath.split(path)
-            key = (id(fs), directory)
-            if key not in listings:
-                listings[key] = _listing(fs, directory)
-            return listings[key].get(name)
-
-        results = []
-        for step in steps:
-            assert isinstance(step, FsRenameCommitStep)
-            results.append(step._done(size_of(step.src), size_of(step.dst)))
-        return results
+        return [step._done(src, dst) for step, src, dst in _sizes(steps)]
 
     def execute(self) -> None:
         self._execute(set())
@@ -175,8 +204,11 @@ class FsRenameCommitStep(CommitStep):
             step._execute(made)
             failpoint("step.executed")
         if remote:
+            # The state of every rename comes from one listing per directory (no HEAD per
+            # object); then each is a copy and a delete at most, many in flight at once.
             with ThreadPoolExecutor(_REMOTE_CONCURRENCY) as pool:
-                for future in [pool.submit(s._execute, made) for s in remote]:
+                futures = [pool.submit(s._finish, src, dst) for s, src, dst in _sizes(remote)]
+                for future in futures:
                     future.result()
                     failpoint("step.executed")
 
@@ -186,13 +218,17 @@ class FsRenameCommitStep(CommitStep):
         if sfs is None and dfs is None:
             self._execute_local(spath, dpath, made_dirs)
             return
-        src_size, dst_size = _size(sfs, spath), _size(dfs, dpath)
+        self._finish(_size(sfs, spath), _size(dfs, dpath))
+
+    def _finish(self, src_size: int | None, dst_size: int | None) -> None:
+        """Copy (unless the destination is already right) and delete, from the sizes found."""
         if self._done(src_size, dst_size):
             return
         self._check_source(src_size, dst_size)
-        assert src_size is not None
+        sfs, spath = _fs(self.src)
+        dfs, dpath = _fs(self.dst)
         if dst_size != src_size:
-            self._copy(sfs, spath, dfs, dpath)
+            self._copy(sfs, spath, dfs, dpath, src_size)
         if sfs is None:
             os.unlink(spath)
         else:
@@ -226,9 +262,9 @@ class FsRenameCommitStep(CommitStep):
             )
 
     @staticmethod
-    def _copy(sfs: Any, spath: str, dfs: Any, dpath: str) -> None:
+    def _copy(sfs: Any, spath: str, dfs: Any, dpath: str, size: int | None) -> None:
         if sfs is not None and sfs is dfs:
-            sfs.copy(spath, dpath)
+            _copy_within(sfs, spath, dpath, size)
             return
         reader = open(spath, "rb") if sfs is None else sfs.open(spath, "rb")  # noqa: SIM115
         with reader as r:

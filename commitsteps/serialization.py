@@ -22,6 +22,7 @@ from cattrs.cols import (
 from cattrs.strategies import configure_union_passthrough
 
 from commitsteps.base import CommitStep, class_for, tag_of
+from commitsteps.errors import StepValueError
 from store.base import JsonScalar
 from store.errors import CorruptRecordError
 
@@ -75,13 +76,19 @@ def dumps(step: CommitStep) -> bytes:
 
     Raises:
         UnknownStepTypeError: if the step's class is not registered.
+        StepValueError: if a field cannot be stored (NaN or infinity, a lone surrogate in a
+            string, a value that is not plain data).
     """
-    payload = json.dumps(
-        {"t": tag_of(type(step)), "d": _converter.unstructure(step)},
-        ensure_ascii=False,
-        allow_nan=False,
-        separators=(",", ":"),
-    ).encode()
+    tag = tag_of(type(step))
+    try:
+        payload = json.dumps(
+            {"t": tag, "d": _converter.unstructure(step)},
+            ensure_ascii=False,
+            allow_nan=False,
+            separators=(",", ":"),
+        ).encode()
+    except (ValueError, TypeError) as e:  # UnicodeEncodeError is a ValueError
+        raise StepValueError(f"step {tag!r} cannot be stored: {e}: {step!r:.300}") from e
     return b"%s %08x %s" % (FORMAT, zlib.crc32(payload), payload)
 
 

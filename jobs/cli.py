@@ -1,35 +1,60 @@
-"""The ``commitpub`` command line: ``run``, ``recover`` and ``demo``.
+"""The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
+``discard``, ``unlock`` and ``demo``.
 
 Exit codes (SPEC): 0 all datasets published, 1 failure, 2 bad configuration or usage,
-3 partial (some datasets quarantined). Logs go to stderr: rich lines and a progress spinner
-on a terminal, plain lines otherwise (cron, Airflow).
+3 partial (some datasets quarantined), 75 another run holds the job lock. Logs go to stderr:
+rich lines and progress bars on a terminal, plain lines otherwise (cron, Airflow), or JSON
+lines with ``--log-format json``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from jobs.config import JobConfig, load_config
-from jobs.run import EXIT_CONFIG, EXIT_FAILURE, RunReport
-from store.errors import ConfigurationError
+from jobs.run import EXIT_CONFIG, EXIT_FAILURE, EXIT_LOCKED, Progress, RunReport, log_progress
+from store.errors import CommitPubError, ConfigurationError, LockHeldError
 
 log = logging.getLogger("commitpub.jobs")
 
 
-def _setup_logging(verbose: int, quiet: bool) -> None:
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers (``--log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def _setup_logging(verbose: int, quiet: bool, log_format: str) -> None:
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     root = logging.getLogger("commitpub")
     root.setLevel(level)
     root.handlers.clear()
     handler: logging.Handler
-    if sys.stderr.isatty():
+    if log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_JsonFormatter())
+    elif _fancy(log_format):
         from rich.console import Console
         from rich.logging import RichHandler
 
@@ -42,32 +67,81 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
     root.propagate = False
 
 
+def _fancy(log_format: str) -> bool:
+    """Rich output and progress bars: on a terminal, unless plain or JSON lines were asked."""
+    return log_format == "auto" and sys.stderr.isatty()
+
+
+def _log_format() -> str:
+    ctx = click.get_current_context().find_root()
+    return str(ctx.params.get("log_format") or "auto")
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"commitpub: error: {message}", err=True)
+    sys.exit(code)
+
+
 def _load(job_file: str) -> JobConfig:
     try:
         return load_config(job_file)
     except ConfigurationError as e:
-        click.echo(f"commitpub: error: {e}", err=True)
-        sys.exit(EXIT_CONFIG)
+        _fail(str(e), EXIT_CONFIG)
+
+
+class _Bars:
+    """A rich progress bar per phase; a phase is the text of a line before any colon."""
+
+    def __init__(self, bars: Any) -> None:
+        self.bars = bars
+        self.phase: str | None = None
+        self.task: Any = None
+
+    def __call__(self, line: str, done: int | None = None, total: int | None = None) -> None:
+        phase = line.split(":", maxsplit=1)[0]
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.task = self.bars.add_task(line, total=total)
+            log.debug("%s", line)
+        self.bars.update(self.task, description=line, total=total, completed=done or 0)
+
+    def close(self) -> None:
+        if self.task is not None:
+            total = self.bars.tasks[self.task].total or 1
+            self.bars.update(self.task, completed=total, total=total)
 
 
 @contextmanager
-def _progress() -> Iterator[Callable[[str], None]]:
-    """A spinner with the current phase on a terminal; plain log lines otherwise."""
-    if not sys.stderr.isatty():
-        yield lambda line: log.info("%s", line)
+def _progress() -> Iterator[Progress]:
+    """Progress bars per phase on a terminal; plain log lines otherwise (cron, Airflow)."""
+    if not _fancy(_log_format()):
+        yield log_progress
         return
     from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as RichProgress
 
-    with Console(stderr=True).status("starting") as status:
-
-        def update(line: str) -> None:
-            status.update(line)
-            log.info("%s", line)
-
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with RichProgress(*columns, console=Console(stderr=True)) as bars:
+        update = _Bars(bars)
         yield update
+        update.close()
 
 
-def _finish(report: RunReport, as_json: bool) -> None:
+def _finish(report: RunReport, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -84,39 +158,60 @@ def _finish(report: RunReport, as_json: bool) -> None:
     sys.exit(report.exit_code)
 
 
+_EXIT_CODES = """\b
+Exit codes: 0 all published, 1 failure, 2 bad configuration or usage,
+3 some datasets quarantined, 75 another run holds the job lock."""
+
+
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="""\b
+    epilog=f"""\b
 Examples:
   commitpub demo --dir /tmp/commitpub-demo
   commitpub run jobs/orders.toml
-  commitpub recover jobs/orders.toml --json
+  commitpub status jobs/orders.toml --json
+  commitpub --log-format json run jobs/orders.toml 2>> /var/log/commitpub.jsonl
 
-\b
-Exit codes: 0 all published, 1 failure, 2 bad configuration or usage,
-3 some datasets quarantined.""",
+{_EXIT_CODES}""",
 )
 @click.option("-v", "--verbose", count=True, help="More log lines (debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
-def main(verbose: int, quiet: bool) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "plain", "json"]),
+    default="auto",
+    show_default=True,
+    help="auto: progress bars on a terminal, plain lines otherwise; json: one object per line.",
+)
+def main(verbose: int, quiet: bool, log_format: str) -> None:
     """Publish PySpark batch ingestion output exactly once."""
-    _setup_logging(verbose, quiet)
+    _setup_logging(verbose, quiet, log_format)
+
+
+_JOB = click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
+_AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def _locked(e: LockHeldError) -> NoReturn:
+    _fail(f"{e}; nothing was changed", EXIT_LOCKED)
 
 
 @main.command(
-    epilog="""\b
-Example:
+    epilog=f"""\b
+Examples:
   commitpub run jobs/orders.toml
-  COMMITPUB_REDIS_PASSWORD=... commitpub run jobs/orders.toml --json > report.json"""
+  COMMITPUB_REDIS_PASSWORD=... commitpub run jobs/orders.toml --json > report.json
+
+{_EXIT_CODES}"""
 )
-@click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
+@_JOB
 @click.option("--run-id", help="Name of this run (staging directory, published file names).")
-@click.option("--json", "as_json", is_flag=True, help="Print the run report as JSON.")
+@_AS_JSON
 def run(job_file: str, run_id: str | None, as_json: bool) -> None:
     """Recover, extract new records with Spark, publish them exactly once.
 
-    The job file is checked before Spark starts; the run writes a JSON report into the
-    job's reports directory (default: next to the commit store).
+    The job file is checked and the job lock taken before Spark starts; the run writes a
+    JSON report into the job's reports directory (default: next to the commit store).
     """
     from jobs.run import run_job
 
@@ -125,22 +220,190 @@ def run(job_file: str, run_id: str | None, as_json: bool) -> None:
         with _progress() as progress:
             report = run_job(config, run_id=run_id, progress=progress)
     except ConfigurationError as e:
-        click.echo(f"commitpub: error: {e}", err=True)
-        sys.exit(EXIT_CONFIG)
+        _fail(str(e), EXIT_CONFIG)
+    except LockHeldError as e:
+        _locked(e)
     _finish(report, as_json)
 
 
-@main.command(epilog="\b\nExample:\n  commitpub recover jobs/orders.toml")
-@click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@main.command(epilog=f"\b\nExample:\n  commitpub recover jobs/orders.toml\n\n{_EXIT_CODES}")
+@_JOB
+@_AS_JSON
 def recover(job_file: str, as_json: bool) -> None:
     """Finish commits a crashed run left pending, in Spark tasks; ingest nothing new."""
     from jobs.run import recover_job
 
     config = _load(job_file)
-    with _progress() as progress:
-        report = recover_job(config, progress=progress)
+    try:
+        with _progress() as progress:
+            report = recover_job(config, progress=progress)
+    except LockHeldError as e:
+        _locked(e)
     _finish(report, as_json)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  commitpub status jobs/orders.toml
+  commitpub status jobs/orders.toml --json | jq '.quarantined'"""
+)
+@_JOB
+@_AS_JSON
+def status(job_file: str, as_json: bool) -> None:
+    """Pending and quarantined sequences per dataset, the job lock, the last run. Read-only."""
+    from jobs import ops
+
+    doc = _store_call(lambda: ops.status(_load(job_file)))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        return
+    lock = doc["lock"]
+    click.echo(f"job {doc['job']} (store {doc['store']})")
+    held = (
+        f", token {lock['token']}, pid {lock['pid']} on {lock['host']}" if "token" in lock else ""
+    )
+    click.echo(f"lock: {lock['state']}{held}")
+    if not doc["pending"]:
+        click.echo("pending: none")
+    for p in doc["pending"]:
+        state = "QUARANTINED" if p["quarantined"] else "sealed" if p["sealed"] else "unsealed"
+        click.echo(
+            f"  {p['dataset']}: {state}, {p['steps']} steps, {p['attempts']} attempts, "
+            f"age {_age(p['age_s'])}"
+            + (f", last error: {p['last_error']}" if p["last_error"] else "")
+        )
+    last = doc["last_run"]
+    if last is None:
+        click.echo("last run: none recorded")
+    else:
+        counts = ", ".join(f"{k} {v}" for k, v in (last.get("counts") or {}).items() if v)
+        click.echo(
+            f"last run: {last['command']} {last['run_id']} {last['status']} "
+            f"(exit {last['exit_code']}) at {last['finished']}: {counts or 'nothing to do'}"
+        )
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  commitpub inspect jobs/orders.toml orders
+  commitpub inspect jobs/orders.toml orders --json | jq '.steps[] | select(.verified == false)'"""
+)
+@_JOB
+@click.argument("dataset")
+@_AS_JSON
+def inspect(job_file: str, dataset: str, as_json: bool) -> None:
+    """Show a pending sequence's decoded steps and whether each verifies. Changes nothing."""
+    from jobs import ops
+
+    doc = _store_call(lambda: ops.inspect(_load(job_file), dataset))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        return
+    state = "QUARANTINED" if doc["quarantined"] else "sealed" if doc["sealed"] else "unsealed"
+    click.echo(
+        f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
+        f"{doc['attempts']} attempts"
+        + (f", last error: {doc['last_error']}" if doc["last_error"] else "")
+    )
+    for step in doc["steps"]:
+        mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
+        fields = {k: v for k, v in step.items() if k not in ("index", "type", "verified")}
+        shown = " ".join(f"{k}={v}" for k, v in fields.items())
+        click.echo(f"  [{step['index']:>4}] {mark:<4} {step['type']} {shown}")
+
+
+@main.command(
+    epilog="""\b
+Example:
+  commitpub retry jobs/orders.toml orders   # after fixing what made it fail"""
+)
+@_JOB
+@click.argument("dataset")
+def retry(job_file: str, dataset: str) -> None:
+    """Lift a dataset's quarantine; the next run tries its pending commit again."""
+    from jobs import ops
+
+    was = _store_call(lambda: ops.retry(_load(job_file), dataset))
+    click.echo(
+        f"{dataset}: quarantine lifted; the next run retries it"
+        if was
+        else f"{dataset}: was not quarantined; attempts reset"
+    )
+
+
+@main.command(
+    epilog="""\b
+Examples:
+  commitpub discard jobs/orders.toml orders
+  commitpub discard jobs/orders.toml orders --yes   # no question (scripts)"""
+)
+@_JOB
+@click.argument("dataset")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def discard(job_file: str, dataset: str, yes: bool) -> None:
+    """Throw a pending commit away; its data is extracted again by the next run.
+
+    Steps already done are rolled back (watermarks set back, files it published deleted),
+    its staged files deleted. Watermarks end where they were before it.
+    """
+    from jobs import ops
+
+    config = _load(job_file)
+    if not yes:
+        click.confirm(
+            f"Discard the pending commit of {dataset!r} in job {config.name!r}? Its data will "
+            "be extracted again",
+            abort=True,
+        )
+    report = _store_call(lambda: ops.discard(config, dataset))
+    click.echo(f"{dataset}: discarded ({report.outcome}, {report.steps} steps)")
+
+
+@main.command(
+    epilog="""\b
+Example:
+  commitpub unlock jobs/orders.toml --force   # a lease whose run died on another host"""
+)
+@_JOB
+@click.option("--force", is_flag=True, help="Required: confirms this is about a dead run.")
+def unlock(job_file: str, force: bool) -> None:
+    """Free the job lock of a run that died: only an expired lease (or a dead holder's)."""
+    from jobs import ops
+
+    if not force:
+        raise click.UsageError("unlock changes the job lock: pass --force")
+    freed = _store_call(lambda: ops.unlock(_load(job_file)))
+    click.echo("lock was free" if freed is None else f"freed the lease ({freed.describe()})")
+
+
+T = TypeVar("T")
+
+
+def _store_call(fn: Callable[[], T]) -> T:
+    """Run an operator command; map its typed errors to exit codes."""
+    from jobs.ops import NothingPendingError
+
+    try:
+        return fn()
+    except LockHeldError as e:
+        _locked(e)
+    except ConfigurationError as e:
+        _fail(str(e), EXIT_CONFIG)
+    except NothingPendingError as e:
+        _fail(str(e), EXIT_FAILURE)
+    except CommitPubError as e:
+        _fail(f"{type(e).__name__}: {e}", EXIT_FAILURE)
 
 
 @main.command(epilog="\b\nExample:\n  commitpub demo --dir /tmp/commitpub-demo")

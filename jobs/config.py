@@ -24,6 +24,12 @@
     conf = { "spark.executor.memory" = "2g" }   # optional
     [publish]
     max_attempts = 3            # optional
+    [lock]                      # optional: one writer per job (lease + fencing token)
+    url = "state/steps"         # default: the store's URL; or redis://host:port/db
+    ttl_s = 120                 # lease length; renewed every ttl_s / 3 while the run lives
+    [metrics]                   # optional: Prometheus metrics of each run
+    textfile = "/var/lib/node_exporter/commitpub_orders.prom"   # textfile collector
+    pushgateway = "http://pushgateway:9091"                     # or a Pushgateway
 
 Relative paths and relative store URLs are resolved against the TOML file's directory. An
 unknown key, a missing required key or a value of the wrong type is a
@@ -63,6 +69,8 @@ _SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
     "watermarks": {"url": (str, True)},
     "spark": {"master": (str, False), "conf": (dict, False)},
     "publish": {"max_attempts": (int, False)},
+    "lock": {"url": (str, False), "ttl_s": (float, False)},
+    "metrics": {"textfile": (str, False), "pushgateway": (str, False)},
 }
 _REQUIRED_TABLES = ("job", "source", "staging", "output", "store", "watermarks")
 
@@ -96,10 +104,25 @@ class JobConfig:
     spark_master: str | None = None
     spark_conf: Mapping[str, str] = attrs.field(factory=dict)
     max_attempts: int = 3
+    lock_url: str = ""  # empty: the store's URL
+    lock_ttl_s: float = 120.0
+    metrics_textfile: str | None = None
+    metrics_pushgateway: str | None = None
+
+    @property
+    def lock_at(self) -> str:
+        """Where the job lock lives: ``[lock] url``, else beside the commit store."""
+        return self.lock_url or self.store_url
 
 
 def _type_name(t: type) -> str:
-    return {str: "a string", int: "an integer", dict: "a table", bool: "a boolean"}[t]
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        dict: "a table",
+        bool: "a boolean",
+    }[t]
 
 
 def _check_tables(doc: Mapping[str, Any], file: str) -> None:
@@ -122,7 +145,10 @@ def _check_tables(doc: Mapping[str, Any], file: str) -> None:
                     f"{', '.join(keys)}"
                 )
             expected = keys[key][0]
-            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            accepted = (int, float) if expected is float else expected  # TOML 120 is an int
+            if not isinstance(value, accepted) or (
+                expected in (int, float) and isinstance(value, bool)
+            ):
                 raise ConfigurationError(
                     f"{file}: key '{table}.{key}' must be {_type_name(expected)}, got "
                     f"{value!r} ({type(value).__name__})"
@@ -181,6 +207,33 @@ def _reports(job: Mapping[str, Any], store_url: str, base: Path) -> str:
     if "://" not in store_url:
         return os.path.join(os.path.dirname(store_url), "reports")
     return str(base / "reports")
+
+
+def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any]:
+    """The optional ``[lock]`` and ``[metrics]`` tables, as JobConfig keyword arguments."""
+    lock = doc.get("lock", {})
+    ttl_s = float(lock.get("ttl_s", 120.0))
+    if not 1.0 <= ttl_s <= 86_400:
+        raise ConfigurationError(
+            f"{shown}: key 'lock.ttl_s' must be between 1 and 86400 seconds, got {ttl_s}"
+        )
+    metrics = doc.get("metrics", {})
+    pushgateway = metrics.get("pushgateway")
+    if pushgateway is not None and not pushgateway.startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
+            f"{pushgateway!r}"
+        )
+    return {
+        "lock_url": _resolve(lock["url"], base, "lock.url") if "url" in lock else "",
+        "lock_ttl_s": ttl_s,
+        "metrics_textfile": (
+            _resolve(metrics["textfile"], base, "metrics.textfile")
+            if "textfile" in metrics
+            else None
+        ),
+        "metrics_pushgateway": pushgateway,
+    }
 
 
 def load_config(path: str | os.PathLike[str]) -> JobConfig:
@@ -256,6 +309,7 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         spark_master=spark.get("master"),
         spark_conf=_spark_conf(spark.get("conf", {}), shown),
         max_attempts=max_attempts,
+        **_operations(doc, base, shown),
     )
     source_class(config.source.type)  # an unusable class is a configuration error too
     return config

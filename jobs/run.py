@@ -15,7 +15,10 @@ One run of a job, in order:
    partition (from the committed watermark to the high watermark). The publisher writes the
    sequence ahead, seals it, executes it.
 
-Every run writes a JSON report into the job's ``reports`` directory.
+Before anything else, a run takes the job lock (a lease renewed in the background, see
+:mod:`store.lock`) and fences the commit store with its token, before Spark starts; a lock
+held by a live run raises :class:`~store.errors.LockHeldError` and changes nothing. Every
+run writes a JSON report into the job's ``reports`` directory.
 """
 
 from __future__ import annotations
@@ -29,19 +32,21 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
 from jobs.config import JobConfig, source_class
+from jobs.metrics import export as export_metrics
 from jobs.sources import Source
 from jobs.spark import SparkRunner, TaskInfo, build_session
 from publisher import Outcome, Publisher, PublishReport, RecoveryReport
-from store import JsonScalar, open_watermarks
-from store.errors import ConfigurationError
+from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
+from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
 from store.urls import encode_name, redact
 
@@ -50,11 +55,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("commitpub.jobs")
 
-Progress = Callable[[str], None]
+
+class Progress(Protocol):
+    """Told as each phase starts, and of its progress where it is counted."""
+
+    def __call__(self, line: str, done: int | None = None, total: int | None = None) -> None: ...
+
+
+def log_progress(line: str, done: int | None = None, total: int | None = None) -> None:
+    log.info("%s%s", line, "" if total is None else f" ({done}/{total})")
+
 
 #: Exit codes of ``commitpub`` (SPEC): all published, failure, bad configuration or usage,
-#: partial (some datasets quarantined).
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_PARTIAL = 0, 1, 2, 3
+#: partial (some datasets quarantined), another run holds the job lock (EX_TEMPFAIL).
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_PARTIAL, EXIT_LOCKED = 0, 1, 2, 3, 75
 
 
 def new_run_id() -> str:
@@ -167,6 +181,7 @@ class RunReport:
     driver_host: str = attrs.field(factory=socket.gethostname)
     driver_pid: int = attrs.field(factory=os.getpid)
     spark_master: str | None = None
+    lock_token: int | None = None
     finished: str | None = None
     error: str | None = None
     error_exit_code: int = EXIT_FAILURE
@@ -221,9 +236,12 @@ class RunReport:
 
     @property
     def status(self) -> str:
-        return {EXIT_OK: "ok", EXIT_PARTIAL: "partial", EXIT_CONFIG: "bad configuration"}.get(
-            self.exit_code, "failed"
-        )
+        return {
+            EXIT_OK: "ok",
+            EXIT_PARTIAL: "partial",
+            EXIT_CONFIG: "bad configuration",
+            EXIT_LOCKED: "lost the job lock",
+        }.get(self.exit_code, "failed")
 
     def to_dict(self) -> dict[str, Any]:
         rows = sum(s.rows for s in self.staged.values())
@@ -238,6 +256,7 @@ class RunReport:
             "finished": self.finished,
             "driver": {"host": self.driver_host, "pid": self.driver_pid},
             "spark_master": self.spark_master,
+            "lock_token": self.lock_token,
             "recovered": self.recovered,
             "aborted": self.aborted,
             "staged": {d: s.to_dict() for d, s in sorted(self.staged.items())},
@@ -283,8 +302,14 @@ def _report(config: JobConfig, command: str, run_id: str | None) -> RunReport:
     return RunReport(config.name, run_id or new_run_id(), command, _now())
 
 
-def open_publisher(config: JobConfig, runner: SparkRunner | None) -> Publisher:
-    """The job's :class:`~publisher.Publisher`, confined to its staging and output roots."""
+def open_publisher(
+    config: JobConfig, runner: SparkRunner | None, token: int | None = None
+) -> Publisher:
+    """The job's :class:`~publisher.Publisher`, confined to its staging and output roots.
+
+    ``token`` is the job lock's fencing token: every sealed write-ahead and watermark
+    compare-and-set of the publisher carries it.
+    """
     return Publisher(
         config.store_url,
         config.name,
@@ -292,7 +317,31 @@ def open_publisher(config: JobConfig, runner: SparkRunner | None) -> Publisher:
         staging_roots=[config.staging],
         output_roots=[config.output],
         runner=runner,
+        fencing_token=token,
     )
+
+
+@contextmanager
+def job_lock(config: JobConfig) -> Iterator[LeaseKeeper]:
+    """Hold the job lock for the block: acquire, fence the commit store, renew, release.
+
+    Raises:
+        LockHeldError: at once, if a live run holds the lock; nothing was changed.
+        FencedError: if a newer run took the lock over before this one fenced the store.
+    """
+    lock = open_lock(config.lock_at)
+    try:
+        lease = lock.acquire(config.name, ttl_s=config.lock_ttl_s)
+        log.info("job lock of %s taken: %s", config.name, lease.describe())
+        with LeaseKeeper(lock, lease, ttl_s=config.lock_ttl_s) as keeper:
+            store = open_store(config.store_url)
+            try:
+                store.fence(config.name, lease.token)
+            finally:
+                store.close()
+            yield keeper
+    finally:
+        lock.close()
 
 
 def run_job(
@@ -326,25 +375,52 @@ def recover_job(
     return _with_spark(config, spark, _report(config, "recover", None), progress, _recover)
 
 
+Body = Callable[[JobConfig, "SparkSession", RunReport, Progress, int], None]
+
+
 def _with_spark(
     config: JobConfig,
     spark: SparkSession | None,
     report: RunReport,
     progress: Progress | None,
-    body: Callable[[JobConfig, SparkSession, RunReport, Progress], None],
+    body: Body,
 ) -> RunReport:
-    say: Progress = progress or (lambda line: log.info("%s", line))
+    say: Progress = progress or log_progress
     started = time.monotonic()
+    with job_lock(config) as keeper:  # before Spark starts: a held lock changes nothing
+        report.lock_token = keeper.lease.token
+        _spark_body(config, spark, report, say, body, keeper.lease.token)
+        report.durations_s["total"] = round(time.monotonic() - started, 3)
+        if keeper.lost is not None and report.error is None:
+            report.error = f"lost the job lock during the run: {keeper.lost}"
+            report.error_exit_code = EXIT_LOCKED
+        report.finished = _now()
+        write_report(config, report)
+        export_metrics(config, report.to_dict())
+    return report
+
+
+def _spark_body(  # noqa: PLR0917 -- internal; one call site
+    config: JobConfig,
+    spark: SparkSession | None,
+    report: RunReport,
+    say: Progress,
+    body: Body,
+    token: int,
+) -> None:
     own = spark is None
     try:
         if spark is None:
             say(f"starting Spark ({config.spark_master or 'default master'})")
             spark = build_session(config)
         report.spark_master = spark.sparkContext.master
-        body(config, spark, report, say)
+        body(config, spark, report, say, token)
     except ConfigurationError as e:
         report.error, report.error_exit_code = f"{type(e).__name__}: {e}", EXIT_CONFIG
         log.error("%s", report.error)
+    except FencedError as e:
+        report.error, report.error_exit_code = f"{type(e).__name__}: {e}", EXIT_LOCKED
+        log.error("another run took the job over; this run stops: %s", e)
     except Exception as e:  # a failed run is reported, whatever failed
         report.error = f"{type(e).__name__}: {_first_line(e)}"
         log.error("%s failed: %s", report.command, report.error)
@@ -354,10 +430,6 @@ def _with_spark(
     finally:
         if own and spark is not None:
             spark.stop()
-        report.durations_s["total"] = round(time.monotonic() - started, 3)
-        report.finished = _now()
-        write_report(config, report)
-    return report
 
 
 def _first_line(e: BaseException) -> str:
@@ -369,9 +441,11 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:2000] if text else ""
 
 
-def _recover(config: JobConfig, spark: SparkSession, report: RunReport, say: Progress) -> None:
+def _recover(
+    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, token: int
+) -> None:
     runner = SparkRunner(spark)
-    pub = open_publisher(config, runner)
+    pub = open_publisher(config, runner, token)
     try:
         _recover_phase(pub, runner, report, say)
     finally:
@@ -379,9 +453,11 @@ def _recover(config: JobConfig, spark: SparkSession, report: RunReport, say: Pro
 
 
 def _recover_phase(pub: Publisher, runner: SparkRunner, report: RunReport, say: Progress) -> None:
-    say("recovering pending commits in Spark tasks")
+    pending = len(pub.store.datasets(pub.job_name))
+    say("recovering pending commits in Spark tasks", 0, pending)
     started = time.monotonic()
     report.recovery = pub.recover()
+    say("recovering pending commits in Spark tasks", pending, pending)
     report.durations_s["recover"] = round(time.monotonic() - started, 3)
     report.tasks["recover"] = list(runner.last_tasks)
     for d in report.recovery.datasets:
@@ -390,9 +466,11 @@ def _recover_phase(pub: Publisher, runner: SparkRunner, report: RunReport, say: 
         )
 
 
-def _run(config: JobConfig, spark: SparkSession, report: RunReport, say: Progress) -> None:
+def _run(
+    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, token: int
+) -> None:
     runner = SparkRunner(spark)
-    pub = open_publisher(config, runner)
+    pub = open_publisher(config, runner, token)
     try:
         _recover_phase(pub, runner, report, say)
         source: Source = source_class(config.source.type)(config.source.path, config.source.options)
@@ -442,9 +520,9 @@ def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole
     say: Progress,
 ) -> None:
     started = time.monotonic()
-    for dataset, ranges in plan.items():
+    for done, (dataset, ranges) in enumerate(plan.items()):
         directory = os.path.join(config.staging, report.run_id, encode_name(dataset, "dataset"))
-        say(f"extracting {dataset}: {len(ranges)} partitions into staging")
+        say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
             frame = source.read_dataset(spark, dataset, ranges)
             _write(config, frame, directory)
@@ -516,7 +594,8 @@ def _publish(
         report.durations_s["publish"] = 0.0
         say("nothing new to publish")
         return
-    say(f"publishing {len(report.staged)} datasets in Spark tasks")
+    total = len(report.staged)
+    say("writing ahead and publishing in Spark tasks", 0, total)
     started = time.monotonic()
     builders = {}
     for dataset, info in report.staged.items():
@@ -539,6 +618,7 @@ def _publish(
         report.written_ahead = sorted(
             d for d in report.staged if d in published or pub.store.is_sealed(config.name, d)
         )
+    say("writing ahead and publishing in Spark tasks", total, total)
     for d in report.publish.datasets:
         log.info(
             "publish: %s %s (%d steps)%s",

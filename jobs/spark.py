@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 import commitsteps
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
+from store.failpoints import MARKS_ENV_VAR
 
 #: Environment variables of the driver that executors need as well.
-_EXECUTOR_ENV = (FAILPOINTS_ENV, "COMMITPUB_REDIS_PASSWORD")
+_EXECUTOR_ENV = (FAILPOINTS_ENV, MARKS_ENV_VAR, "COMMITPUB_REDIS_PASSWORD")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,6 +91,8 @@ class TaskInfo:
     items: int
     #: Step modules registered on the driver that this task could not import.
     import_errors: tuple[str, ...] = ()
+    #: Set when a store refused this task's writes: the run lost its job lock.
+    fenced: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -132,7 +135,13 @@ def _run_task(
     for error in import_errors:
         log.warning("could not import step module %s", error)
     group = list(items)
-    results = fn(group) if group else []
+    fenced = None
+    try:
+        results = fn(group) if group else []
+    except FencedError as e:
+        # Carried back as data: the driver re-raises it as itself, not as a Spark job failure
+        # (which Spark would retry and wrap in a JVM stack trace).
+        results, fenced = [], str(e)
     tc = TaskContext.get()
     info = TaskInfo(
         host=socket.gethostname(),
@@ -143,6 +152,7 @@ def _run_task(
         attempt=tc.attemptNumber() if tc else -1,
         items=len(group),
         import_errors=import_errors,
+        fenced=fenced,
     )
     yield info, results
 
@@ -200,6 +210,9 @@ class SparkRunner:
         finally:
             sc.setJobDescription(None)  # type: ignore[arg-type]
         self.last_tasks = tuple(info for info, _ in gathered)
+        fenced = [info.fenced for info in self.last_tasks if info.fenced]
+        if fenced:
+            raise FencedError(fenced[0])
         for info in self.last_tasks:
             for error in info.import_errors:
                 log.warning("executor %s pid %d could not import %s", info.host, info.pid, error)

@@ -35,6 +35,10 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _strictly_inside(path: str, roots: Sequence[str]) -> bool:
+    return any(_inside(path, r) and path != r for r in roots)
+
+
 @attrs.frozen
 class Roots:
     """The staging and output roots of a job, normalized."""
@@ -56,20 +60,34 @@ class Roots:
         Raises:
             PathConfinementError: naming the step's path and the roots.
         """
+        # Most steps of a sequence share a few directories: a plain file name under a local
+        # directory that was found inside a root is inside it too, so each directory is
+        # normalized and compared once, not each of (say) 100,000 paths.
+        inside: dict[tuple[str, str], bool] = {}
         for step in steps:
             for path in step.staged_paths():
-                self._require(path, self.staging, "staging")
+                self._require(path, self.staging, "staging", inside)
             for path in step.published_paths():
-                self._require(path, self.output, "output")
+                self._require(path, self.output, "output", inside)
 
     @staticmethod
-    def _require(path: str, roots: Sequence[str], kind: str) -> None:
-        normalized = normalize(path)
+    def _require(
+        path: str, roots: Sequence[str], kind: str, inside: dict[tuple[str, str], bool]
+    ) -> None:
         if not roots:
             raise PathConfinementError(
                 f"{path} needs a configured {kind} root, and the publisher has none"
             )
-        if not any(_inside(normalized, r) and normalized != r for r in roots):
+        directory, name = os.path.split(path)
+        if name in ("", ".", "..") or "://" in path or not os.path.isabs(path):
+            ok = _strictly_inside(normalize(path), roots)
+        else:
+            key = (kind, directory)
+            if key not in inside:
+                normalized_dir = normalize(directory)
+                inside[key] = any(_inside(normalized_dir, r) for r in roots)
+            ok = inside[key]
+        if not ok:
             raise PathConfinementError(
                 f"{path} is outside the {kind} roots ({', '.join(roots)}); refused"
             )

@@ -171,6 +171,8 @@ class Publisher:
                     "dataset": dataset,
                     "sealed": info.sealed,
                     "steps": info.records,
+                    "token": info.token,
+                    "written_at": info.written_at,
                     "status": self.store.get_status(self.job_name, dataset) or {},
                 }
             )

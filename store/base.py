@@ -27,6 +27,8 @@ class SequenceInfo:
     sealed: bool
     records: int
     token: int | None = None
+    #: When the write-ahead began (Unix time), where the backend knows it; not compared.
+    written_at: float | None = attrs.field(default=None, eq=False)
 
 
 class CommitStepStore(abc.ABC):

@@ -5,6 +5,10 @@ unless the environment variable ``COMMITPUB_FAILPOINTS`` names that point when t
 starts, in the form ``name`` or ``name@N`` (kill at the N-th time the point is reached,
 counting from 1), several separated by commas. The idea is FreeBSD's and TiKV's fail points:
 the crash happens in the real code path, so no test double can drift from it.
+
+``name@N:stop`` stops the process with SIGSTOP instead (a driver paused by a long GC or a
+frozen VM, for zombie tests); if ``COMMITPUB_FAILPOINT_MARKS`` names a directory, a file
+``<name>.<pid>`` is created there first, so a test learns the point was reached.
 """
 
 from __future__ import annotations
@@ -14,30 +18,38 @@ import signal
 from collections import Counter
 
 ENV_VAR = "COMMITPUB_FAILPOINTS"
+MARKS_ENV_VAR = "COMMITPUB_FAILPOINT_MARKS"
 
 
-def _parse(spec: str) -> dict[str, int]:
-    points: dict[str, int] = {}
+def _parse(spec: str) -> dict[str, tuple[int, signal.Signals]]:
+    points: dict[str, tuple[int, signal.Signals]] = {}
     for raw_item in spec.split(","):
         item = raw_item.strip()
         if not item:
             continue
+        item, _, action = item.partition(":")
         name, _, nth = item.partition("@")
-        points[name] = int(nth) if nth else 1
+        sig = signal.SIGSTOP if action == "stop" else signal.SIGKILL
+        points[name] = (int(nth) if nth else 1, sig)
     return points
 
 
-_ARMED: dict[str, int] = _parse(os.environ.get(ENV_VAR, ""))
+_ARMED: dict[str, tuple[int, signal.Signals]] = _parse(os.environ.get(ENV_VAR, ""))
 _HITS: Counter[str] = Counter()
 
 
 def failpoint(name: str) -> None:
-    """Kill this process with SIGKILL if ``name`` is armed and reached for the armed time."""
+    """Kill (or stop) this process if ``name`` is armed and reached for the armed time."""
     if not _ARMED or name not in _ARMED:
         return
     _HITS[name] += 1
-    if _HITS[name] == _ARMED[name]:
-        os.kill(os.getpid(), signal.SIGKILL)
+    nth, sig = _ARMED[name]
+    if _HITS[name] == nth:
+        marks = os.environ.get(MARKS_ENV_VAR)
+        if marks:
+            with open(os.path.join(marks, f"{name}.{os.getpid()}"), "w"):
+                pass
+        os.kill(os.getpid(), sig)
 
 
 def arm(spec: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -61,7 +62,14 @@ def encode_chunk(
 ) -> bytes:
     """Encode one chunk of a sequence; see the module docstring for the layout."""
     header = json.dumps(
-        {"urn": urn, "index": index, "count": len(records), "sealed": sealed, "token": token},
+        {
+            "urn": urn,
+            "index": index,
+            "count": len(records),
+            "sealed": sealed,
+            "token": token,
+            "written": round(time.time(), 3),
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     ).encode()

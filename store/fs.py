@@ -8,7 +8,8 @@ Layout of a commit-step store rooted at ``ROOT``::
 
 Every chunk is written whole in one atomic operation: on a local disk a temporary file is
 written, fsynced and hard-linked to its final name (the link fails if the name exists, so two
-writers cannot both create chunk N); on object stores it is a single PUT. Sealing is part of
+writers cannot both create chunk N); on S3 it is a single conditional PUT
+(``If-None-Match: *``), which S3 rejects if the object exists. Sealing is part of
 the chunk's *name*, so a crash while writing leaves either no new chunk or a complete one, and
 a sealed sequence is never missing records. ``put_sequence`` is one chunk: one write, one
 fsync. Removal deletes the sealing chunk first and the rest in descending order, so a crash in
@@ -38,6 +39,21 @@ Deleting frees a name, so a writer that read version ``n`` and stalled while oth
 on could create ``n+1`` again, below the current version, where nobody reads it. Such a
 writer finds the newest version at least ``_KEEP_VERSIONS`` above its own and reports the
 outcome as unknown instead of success.
+
+Object stores. Every "create exclusively" above (chunks, watermark versions, fences, and the
+job lock's lease files in store/fslock.py) is fsspec's ``pipe_file(..., mode="create")``. On
+S3 (s3fs) that is a PUT with ``If-None-Match: *``: S3 decides concurrent creators of one key
+atomically, so exactly one succeeds and the rest get 412 Precondition Failed, and the
+arguments above hold as on a local disk. Listings are read fresh (s3fs's listing cache is
+dropped first), and S3 lists strongly consistently. Where the endpoint does not support
+conditional writes the guarantee is weaker, in one of two ways. An endpoint that answers 501
+Not Implemented fails every exclusive create with a :class:`StoreError`: nothing is published,
+loudly. An endpoint (or fsspec filesystem) that ignores the condition, or checks existence
+and then writes as fsspec's generic fallback does, keeps the stores correct only while one
+writer at a time touches a job: the job lock still keeps runs apart, except two runs that
+contend for the lock within one round trip, which could both take it; then both could write
+chunk N of a sequence or version n+1 of a watermark, and the last writer wins. Run such
+endpoints with one scheduler per job, or keep the commit-step store and watermarks on Redis.
 """
 
 from __future__ import annotations
@@ -87,6 +103,9 @@ class _Fs:
         self.fs = fs
         self.local = isinstance(fs, LocalFileSystem)
         self.root = root.rstrip("/") or "/"
+        # s3fs would HEAD every object before reading it, to split large reads into parallel
+        # ranges; what the stores read is small, so one GET does.
+        self._read_options = {"max_concurrency": 1} if "s3" in _protocols(fs) else {}
 
     def join(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
@@ -96,6 +115,8 @@ class _Fs:
         try:
             if self.local:
                 return os.listdir(path)
+            # s3fs and others cache listings and would not see what other processes wrote.
+            self.fs.invalidate_cache(path)
             return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False)]
         except (FileNotFoundError, NotADirectoryError):
             # A stray file where a directory could be (an operator's note, .DS_Store) holds
@@ -108,19 +129,30 @@ class _Fs:
         if self.local:
             with open(path, "rb") as f:
                 return f.read()
-        data: bytes = self.fs.cat_file(path)
+        data: bytes = self.fs.cat_file(path, **self._read_options)
         return data
+
+    def _put(self, path: str, data: bytes, mode: str) -> None:
+        try:
+            self.fs.pipe_file(path, data, mode=mode)
+        except FileNotFoundError:
+            # Filesystems with directories want the parent first. Object stores have none, so
+            # they are spared that request until it matters (s3fs then creates the bucket).
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(path, data, mode=mode)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` in one atomic step; False if it exists already."""
         directory = path.rsplit("/", 1)[0]
         if not self.local:
-            # Object stores: one PUT makes the object visible whole. The existence check is
-            # not atomic with the PUT; the job lock keeps writers apart there.
-            if self.fs.exists(path):
+            # fsspec's create mode: on S3 one PUT with If-None-Match: *, which makes the object
+            # visible whole or fails because it exists. See the module docstring for endpoints
+            # and filesystems that cannot do this atomically.
+            failpoint("store.write_ahead.temp_written")  # as on disk: all ready, nothing visible
+            try:
+                self._put(path, data, "create")
+            except FileExistsError:
                 return False
-            self.fs.makedirs(directory, exist_ok=True)
-            self.fs.pipe_file(path, data)
             return True
         created_dir = not os.path.isdir(directory)
         if created_dir:
@@ -156,8 +188,7 @@ class _Fs:
         """Write ``path`` atomically, replacing what is there."""
         directory = path.rsplit("/", 1)[0]
         if not self.local:
-            self.fs.makedirs(directory, exist_ok=True)
-            self.fs.pipe_file(path, data)
+            self._put(path, data, "overwrite")
             return
         os.makedirs(directory, exist_ok=True)
         tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
@@ -187,10 +218,17 @@ class _Fs:
                 for name in os.listdir(path):
                     os.unlink(f"{path}/{name}")
                 os.rmdir(path)
-            elif self.fs.exists(path):
-                self.fs.rm(path, recursive=True)
+            else:
+                self.fs.invalidate_cache(path)  # as in names(): others may have written here
+                if self.fs.exists(path):
+                    self.fs.rm(path, recursive=True)
         except FileNotFoundError:
             pass
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -327,13 +365,26 @@ class FsCommitStepStore(CommitStepStore):
     def info(self, store_name: str, dataset_urn: str) -> SequenceInfo:
         exists = sealed = False
         records = 0
-        token = None
+        token = written_at = None
         for sealed, path, data, expect in self._read_chunks(store_name, dataset_urn):
-            exists = True
             records += sum(1 for _ in iter_chunk_records(data, path, expect))
+            header = decode_chunk_header(data, path)[0]
+            if not exists:
+                written_at = header.get("written")
+            exists = True
             if sealed:
-                token = decode_chunk_header(data, path)[0].get("token")
-        return SequenceInfo(exists=exists, sealed=sealed, records=records, token=token)
+                token = header.get("token")
+        return SequenceInfo(
+            exists=exists, sealed=sealed, records=records, token=token, written_at=written_at
+        )
+
+    def exists(self, store_name: str, dataset_urn: str) -> bool:
+        # From the listing alone: chunk names tell existence and sealing, no read needed.
+        return bool(self._chunks(self._dir(store_name, dataset_urn)))
+
+    def is_sealed(self, store_name: str, dataset_urn: str) -> bool:
+        chunks = self._chunks(self._dir(store_name, dataset_urn))
+        return bool(chunks) and chunks[-1][1]
 
     def datasets(self, store_name: str) -> list[str]:
         job_dir = self._io.join(encode_name(store_name, "store name"))

@@ -110,7 +110,14 @@ class Lease:
         return self.expired() or self.holder_dead()
 
     def describe(self) -> str:
-        state = "released" if self.released else f"expires in {self.expires_at - time.time():.0f}s"
+        left = self.expires_at - time.time()
+        state = (
+            "released"
+            if self.released
+            else f"expires in {left:.0f}s"
+            if left >= 0
+            else f"expired {-left:.0f}s ago"
+        )
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,6 +181,7 @@ class JobLock(abc.ABC):
         if not lease.free():
             raise LockHeldError(f"job {job!r} is held by a live run ({lease.describe()})")
         self.release(lease)
+        log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
         return lease
 
     def close(self) -> None:  # noqa: B027 -- optional hook

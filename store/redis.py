@@ -92,6 +92,11 @@ def _call(url: str, fn: Callable[[], T]) -> T:
     """Run ``fn``, translating redis-py errors into commitpub's at the boundary."""
     try:
         return fn()
+    except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError) as e:
+        # A ConnectionError subclass in redis-py, but waiting will not make it pass.
+        raise ConfigurationError(
+            f"Redis at {url} refused the credentials (set {PASSWORD_ENV}): {e}"
+        ) from e
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
         raise StoreUnavailableError(f"Redis at {url} unreachable: {e}") from e
     except redis.exceptions.RedisError as e:
@@ -194,7 +199,8 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             for start in range(0, len(framed), _PUSH_BATCH):
                 pipe.rpush(seq, *framed[start : start + _PUSH_BATCH])
             if seal:
-                pipe.set(seal_key, json.dumps({"count": count, "token": token}))
+                seal_doc = {"count": count, "token": token, "at": round(time.time(), 3)}
+                pipe.set(seal_key, json.dumps(seal_doc))
             failpoint("store.write_ahead.temp_written")
 
         def run() -> None:
@@ -240,10 +246,11 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             return int(length), raw
 
         length, raw_seal = _call(self.url, run)
-        token = None
+        token = written_at = None
         if raw_seal is not None:
             try:
-                token = json.loads(raw_seal).get("token")
+                seal_doc = json.loads(raw_seal)
+                token, written_at = seal_doc.get("token"), seal_doc.get("at")
             except (ValueError, AttributeError) as e:
                 raise CorruptRecordError(f"{seal_key}: unreadable seal") from e
         return SequenceInfo(
@@ -251,6 +258,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             sealed=raw_seal is not None,
             records=length,
             token=token,
+            written_at=written_at,
         )
 
     def datasets(self, store_name: str) -> list[str]:

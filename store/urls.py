@@ -24,24 +24,36 @@ def has_credentials(url: str) -> bool:
         return False
     try:
         parts = urlsplit(url)
-        return bool(parts.scheme) and parts.password is not None
+        return bool(parts.scheme) and (
+            parts.password is not None or bool(_SECRET_PARAM.search(parts.query))
+        )
     except ValueError as e:
         raise ConfigurationError(f"malformed URL {redact(url)!r}: {e}") from e
 
 
+_SECRET_PARAM = re.compile(r"(?i)((?:^|&)(?:password|secret|token|key)[^=&]*=)[^&]*")
+
+
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for logs and reports."""
+    """``url`` with any password replaced by ``***``, for logs and reports.
+
+    Both places a URL can carry one are covered: ``user:secret@host`` and query parameters
+    such as ``?password=...`` (redis-py reads those too).
+    """
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        query = _SECRET_PARAM.sub(r"\1***", parts.query)
+        if parts.password is None and query == parts.query:
             return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        netloc = parts.netloc
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
     except ValueError:
         # Unparseable (bad IPv6 host, non-numeric port): keep only the scheme.
         return url.split("://", 1)[0] + "://***" if "://" in url else "***"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def require_no_credentials(url: str, what: str) -> str:

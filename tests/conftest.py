@@ -1,17 +1,23 @@
-"""Fixtures shared by every test module: a real ``redis-server`` for the whole session.
+"""Fixtures shared by every test module: a real ``redis-server`` and a real S3 endpoint.
 
 ``redis_server`` starts one server process per session on a free loopback port and yields its
 URL; ``redis_url`` hands each test the same server with an empty database. Later suites
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.
+
+``s3_endpoint`` starts moto's S3 server the same way (tests/s3_helpers.py) and puts its
+endpoint and dummy credentials into the environment, where s3fs finds them as it would on a
+real deployment, and subprocesses inherit them; ``s3_bucket`` gives each test a fresh bucket.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis_helpers import INSTALL_HINT, RedisProcess, redis_binary
+from s3_helpers import MotoS3Process
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
 pytest.register_assert_rewrite("store_contract")
@@ -37,3 +43,50 @@ def redis_url(redis_process: RedisProcess) -> str:
     """The session's Redis server with database 0 emptied before the test."""
     redis_process.flushdb()
     return redis_process.url
+
+
+@pytest.fixture(scope="session")
+def s3_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3Process]:
+    """The session's :class:`MotoS3Process`, its endpoint set in this process's environment."""
+    with (
+        MotoS3Process(tmp_path_factory.mktemp("moto-s3")) as server,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        for name, value in server.env().items():
+            mp.setenv(name, value)
+        yield server
+        import s3fs
+
+        # Cached filesystems hold clients bound to this endpoint, which is going away.
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_process: MotoS3Process) -> str:
+    """URL of the session's S3 endpoint; ``AWS_ENDPOINT_URL`` and credentials point to it."""
+    return s3_process.endpoint_url
+
+
+@pytest.fixture
+def s3_bucket(s3_process: MotoS3Process) -> Iterator[str]:
+    """A new, empty bucket on the session's endpoint, deleted with its contents afterwards."""
+    name = s3_process.new_bucket()
+    yield name
+    s3_process.delete_bucket(name)
+
+
+@pytest.fixture
+def s3_requests(s3_bucket: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """(operation, parameters) of every S3 request this process makes through s3fs."""
+    import fsspec
+
+    fs = fsspec.filesystem("s3")
+    fs.ls(s3_bucket)  # creates the client whose events are hooked
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        seen.append((model.name, params))
+
+    fs.s3.meta.events.register("provide-client-params.s3.*", record)
+    yield seen
+    fs.s3.meta.events.unregister("provide-client-params.s3.*", record)

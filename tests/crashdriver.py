@@ -3,12 +3,14 @@
     python tests/crashdriver.py run     --base DIR --store URL --watermarks URL --run-id R
     python tests/crashdriver.py recover --base DIR --store URL --watermarks URL
 
-The source is implicit and deterministic: DATASETS x PARTITIONS, each with RECORDS records
-(offsets 0..RECORDS-1). A run recovers first (as ``commitpub run`` does), extracts every
-partition from its committed watermark up to RECORDS into ``staging/<run>/<dataset>/...`` in
-files of FILE_RECORDS records, then publishes renames + one watermark step per partition.
-Crashes come from ``COMMITPUB_FAILPOINTS`` (store/failpoints.py): the process SIGKILLs
-itself at the named point. Prints the report as JSON on success.
+``--base`` is a local directory or an fsspec URL (``s3://bucket/prefix``) under which
+``staging/`` and ``output/`` live. The source is implicit and deterministic: DATASETS x
+PARTITIONS, each with RECORDS records (offsets 0..RECORDS-1). A run recovers first (as
+``commitpub run`` does), extracts every partition from its committed watermark up to RECORDS
+into ``staging/<run>/<dataset>/...`` in files of FILE_RECORDS records, then publishes
+renames + one watermark step per partition. Crashes come from ``COMMITPUB_FAILPOINTS``
+(store/failpoints.py): the process SIGKILLs itself at the named point. Prints the report as
+JSON on success.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import argparse
 import json
 import os
 import sys
+
+import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from publisher import Publisher, RetryPolicy
@@ -35,6 +39,16 @@ def safe(dataset: str) -> str:
     return dataset.replace("/", "_")
 
 
+def write(path: str, text: str) -> None:
+    if "://" in path:
+        fs, fs_path = fsspec.core.url_to_fs(path)
+        fs.pipe_file(fs_path, text.encode())
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def extract(base: str, run_id: str, wm_url: str) -> dict[str, list[CommitStep]]:
     wm = open_watermarks(wm_url)
     sequences: dict[str, list[CommitStep]] = {}
@@ -47,13 +61,14 @@ def extract(base: str, run_id: str, wm_url: str) -> dict[str, list[CommitStep]]:
             if start >= RECORDS:
                 continue
             stage = f"{base}/staging/{run_id}/{safe(dataset)}/p={partition}"
-            os.makedirs(stage, exist_ok=True)
             for first in range(start, RECORDS, FILE_RECORDS):
                 src = f"{stage}/part-{first:05d}.dat"
-                with open(src, "w") as f:
-                    f.writelines(
+                write(
+                    src,
+                    "".join(
                         f"{dataset},{partition},{o}\n" for o in range(first, first + FILE_RECORDS)
-                    )
+                    ),
+                )
                 failpoint("extract.file_written")
                 dst = f"{base}/output/{safe(dataset)}/p={partition}/part-{first:05d}-{run_id}.dat"
                 renames.append(FsRenameCommitStep.from_staged(src, dst))

@@ -101,6 +101,13 @@ class CommitStepStoreContract:
         assert records == store.get(JOB, "ds")
         assert store.is_sealed(JOB, "ds")
 
+    def test_sealed_sequence_knows_when_it_was_written(self, store: CommitStepStore) -> None:
+        before = time.time()
+        store.put_sequence(JOB, "ds", [b"a"])
+        written_at = store.info(JOB, "ds").written_at
+        assert written_at is not None
+        assert before - 1 <= written_at <= time.time() + 1
+
     def test_large_records(self, store: CommitStepStore) -> None:
         big = bytes(range(256)) * (4 * 4096)  # 4 MiB
         records = [big, b"", big[::-1], b"tail"]

@@ -316,24 +316,27 @@ def test_steps_are_frozen_and_compare_by_value() -> None:
     assert WatermarkCommitStep.phase == 1
 
 
-# -- FsRenameCommitStep through fsspec's memory:// filesystem (object-store code paths) -------
+# -- FsRenameCommitStep on object stores: fsspec's memory:// and S3 (moto's server) --------
 @attrs.frozen
-class MemoryRename:
+class ObjectStoreRename:
     root: str
     src: str
     dst: str
 
     @property
     def fs(self) -> Any:
-        return fsspec.filesystem("memory")
+        return fsspec.core.url_to_fs(self.root)[0]
 
     def put(self, url: str, data: bytes) -> None:
-        self.fs.pipe_file(url.removeprefix("memory://"), data)
+        self.fs.pipe_file(url, data)
 
     def state(self) -> tuple[bytes | None, bytes | None]:
         def read(url: str) -> bytes | None:
-            path = url.removeprefix("memory://")
-            return self.fs.cat_file(path) if self.fs.exists(path) else None
+            try:
+                data: bytes = self.fs.cat_file(url)
+            except FileNotFoundError:
+                return None
+            return data
 
         return read(self.src), read(self.dst)
 
@@ -341,90 +344,95 @@ class MemoryRename:
         return FsRenameCommitStep(self.src, self.dst, size)
 
 
-@pytest.fixture
-def memory_rename() -> Iterator[MemoryRename]:
-    root = f"/commitpub-test-{uuid.uuid4().hex}"
-    yield MemoryRename(root, f"memory://{root}/staging/f", f"memory://{root}/out/x/f")
-    memory = fsspec.filesystem("memory")
-    if memory.exists(root):
-        memory.rm(root, recursive=True)
+@pytest.fixture(params=["memory", pytest.param("s3", marks=pytest.mark.s3)])
+def object_rename(request: pytest.FixtureRequest) -> Iterator[ObjectStoreRename]:
+    if request.param == "s3":
+        root = f"s3://{request.getfixturevalue('s3_bucket')}/t"
+    else:
+        root = f"memory:///commitpub-test-{uuid.uuid4().hex}"
+    yield ObjectStoreRename(root, f"{root}/staging/f", f"{root}/out/x/f")
+    if request.param == "memory":
+        memory = fsspec.filesystem("memory")
+        path = root.removeprefix("memory://")
+        if memory.exists(path):
+            memory.rm(path, recursive=True)
 
 
-def test_memory_not_started(memory_rename: MemoryRename) -> None:
-    memory_rename.put(memory_rename.src, DATA)
-    step = memory_rename.step()
+def test_object_store_not_started(object_rename: ObjectStoreRename) -> None:
+    object_rename.put(object_rename.src, DATA)
+    step = object_rename.step()
     assert not step.verify()
     step.execute()
-    assert memory_rename.state() == (None, DATA)
+    assert object_rename.state() == (None, DATA)
     assert step.verify()
     step.execute()
-    assert memory_rename.state() == (None, DATA)
+    assert object_rename.state() == (None, DATA)
 
 
-def test_memory_both_present_with_complete_destination_only_deletes_source(
-    memory_rename: MemoryRename,
+def test_object_store_both_present_with_complete_destination_only_deletes_source(
+    object_rename: ObjectStoreRename,
 ) -> None:
     # The destination has the right size, so it is not copied again: its bytes stay.
-    memory_rename.put(memory_rename.src, DATA)
-    memory_rename.put(memory_rename.dst, b"Z" * len(DATA))
-    step = memory_rename.step()
+    object_rename.put(object_rename.src, DATA)
+    object_rename.put(object_rename.dst, b"Z" * len(DATA))
+    step = object_rename.step()
     assert not step.verify()
     step.execute()
-    assert (None, b"Z" * len(DATA)) == memory_rename.state()
+    assert (None, b"Z" * len(DATA)) == object_rename.state()
 
 
-def test_memory_both_present_with_partial_destination_copies_again(
-    memory_rename: MemoryRename,
+def test_object_store_both_present_with_partial_destination_copies_again(
+    object_rename: ObjectStoreRename,
 ) -> None:
-    memory_rename.put(memory_rename.src, DATA)
-    memory_rename.put(memory_rename.dst, DATA[:2])
-    step = memory_rename.step()
+    object_rename.put(object_rename.src, DATA)
+    object_rename.put(object_rename.dst, DATA[:2])
+    step = object_rename.step()
     assert not step.verify()
     step.execute()
-    assert memory_rename.state() == (None, DATA)
+    assert object_rename.state() == (None, DATA)
 
 
-def test_memory_done(memory_rename: MemoryRename) -> None:
-    memory_rename.put(memory_rename.dst, DATA)
-    assert memory_rename.step().verify()
-    memory_rename.step().execute()
-    assert memory_rename.state() == (None, DATA)
+def test_object_store_done(object_rename: ObjectStoreRename) -> None:
+    object_rename.put(object_rename.dst, DATA)
+    assert object_rename.step().verify()
+    object_rename.step().execute()
+    assert object_rename.state() == (None, DATA)
 
 
-def test_memory_source_lost(memory_rename: MemoryRename) -> None:
-    step = memory_rename.step()
+def test_object_store_source_lost(object_rename: ObjectStoreRename) -> None:
+    step = object_rename.step()
     assert not step.verify()
     with pytest.raises(MissingSourceError):
         step.execute()
-    memory_rename.put(memory_rename.dst, DATA[:1])
+    object_rename.put(object_rename.dst, DATA[:1])
     with pytest.raises(MissingSourceError):
         step.execute()
-    assert (None, DATA[:1]) == memory_rename.state()
+    assert (None, DATA[:1]) == object_rename.state()
 
 
-def test_memory_source_of_wrong_size(memory_rename: MemoryRename) -> None:
-    memory_rename.put(memory_rename.src, DATA[:5])
+def test_object_store_source_of_wrong_size(object_rename: ObjectStoreRename) -> None:
+    object_rename.put(object_rename.src, DATA[:5])
     with pytest.raises(StepConflictError, match="expected 10 bytes, found 5"):
-        memory_rename.step().execute()
-    assert (DATA[:5], None) == memory_rename.state()
+        object_rename.step().execute()
+    assert (DATA[:5], None) == object_rename.state()
 
 
-def test_memory_abort(memory_rename: MemoryRename) -> None:
-    memory_rename.put(memory_rename.src, DATA)
-    memory_rename.put(memory_rename.dst, b"published")
-    memory_rename.step().abort()
-    memory_rename.step().abort()
-    assert memory_rename.state() == (None, b"published")
+def test_object_store_abort(object_rename: ObjectStoreRename) -> None:
+    object_rename.put(object_rename.src, DATA)
+    object_rename.put(object_rename.dst, b"published")
+    object_rename.step().abort()
+    object_rename.step().abort()
+    assert object_rename.state() == (None, b"published")
 
 
-def test_memory_verify_many_and_execute_many(memory_rename: MemoryRename) -> None:
-    base = memory_rename.src.rsplit("/", 2)[0]
+def test_object_store_verify_many_and_execute_many(object_rename: ObjectStoreRename) -> None:
+    base = object_rename.src.rsplit("/", 2)[0]
     steps = []
     for i in range(12):
         src, dst = f"{base}/staging/f{i}", f"{base}/out/d{i % 3}/f{i}"
-        memory_rename.put(src, DATA)
+        object_rename.put(src, DATA)
         if i % 4 == 0:
-            memory_rename.put(dst, DATA)  # copied, not deleted
+            object_rename.put(dst, DATA)  # copied, not deleted
         steps.append(FsRenameCommitStep(src, dst, len(DATA)))
     assert [s.verify() for s in steps] == FsRenameCommitStep.verify_many(steps)
     FsRenameCommitStep.execute_many(steps)
@@ -432,19 +440,52 @@ def test_memory_verify_many_and_execute_many(memory_rename: MemoryRename) -> Non
     assert [s.verify() for s in steps] == [True] * 12
 
 
-def test_local_to_memory_and_back(memory_rename: MemoryRename, tmp_path: Path) -> None:
+def test_local_to_object_store_and_back(object_rename: ObjectStoreRename, tmp_path: Path) -> None:
     local_src = tmp_path / "staged.bin"
     _put(local_src, DATA)
-    up = FsRenameCommitStep(str(local_src), memory_rename.dst, len(DATA))
+    up = FsRenameCommitStep(str(local_src), object_rename.dst, len(DATA))
     up.execute()
     assert up.verify()
     assert not local_src.exists()
     local_dst = tmp_path / "back" / "here.bin"
-    down = FsRenameCommitStep(memory_rename.dst, str(local_dst), len(DATA))
+    down = FsRenameCommitStep(object_rename.dst, str(local_dst), len(DATA))
     down.execute()
     assert down.verify()
     assert local_dst.read_bytes() == DATA
     assert [p.name for p in local_dst.parent.iterdir() if p.name != "here.bin"] == []
+
+
+@pytest.mark.s3
+def test_s3_renames_learn_state_from_listings(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]]
+) -> None:
+    root = f"s3://{s3_bucket}/t"
+    fs = fsspec.filesystem("s3")
+    steps = []
+    for i in range(30):
+        src, dst = f"{root}/staging/f{i}", f"{root}/out/d{i % 3}/f{i}"
+        fs.pipe_file(src, DATA)
+        if i % 5 == 0:
+            fs.pipe_file(dst, DATA)  # copied, not deleted
+        if i % 7 == 1:
+            fs.pipe_file(dst, DATA[:3])  # copy cut short
+        steps.append(FsRenameCommitStep(src, dst, len(DATA)))
+    complete = {0, 5, 10, 20, 25}  # 15 was overwritten short
+    s3_requests.clear()
+    assert FsRenameCommitStep.verify_many(steps) == [False] * 30
+    # One listing of the staging directory and one of each destination directory.
+    assert Counter(op for op, _ in s3_requests) == {"ListObjectsV2": 4}
+    s3_requests.clear()
+    FsRenameCommitStep.execute_many(steps)
+    assert Counter(op for op, _ in s3_requests) == {
+        "ListObjectsV2": 4,
+        "CopyObject": 30 - len(complete),
+        "DeleteObject": 30,
+    }
+    copied = {p["Key"].rsplit("f", 1)[1] for op, p in s3_requests if op == "CopyObject"}
+    assert copied == {str(i) for i in range(30) if i not in complete}
+    assert FsRenameCommitStep.verify_many(steps) == [True] * 30
+    assert fs.cat_file(f"{root}/out/d0/f15") == DATA
 
 
 # -- WatermarkCommitStep against both watermark stores ------------------------------------------

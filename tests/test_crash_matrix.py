@@ -1,10 +1,14 @@
-"""SPEC's crash points x {filesystem store, Redis store}, with real SIGKILLed subprocesses.
+"""SPEC's crash points x {filesystem, Redis, S3}, with real SIGKILLed subprocesses.
 
 Each cell runs the job of ``crashdriver.py`` in a subprocess armed to SIGKILL itself at one
 crash point, checks it really died there, runs recovery and then the job again (each in a
 fresh subprocess), and compares the result with a clean run: the same published files with
 the same bytes (file names carry the run id, which is stripped for the comparison), every
 source record exactly once, the same watermarks, nothing left in the store or in staging.
+
+The S3 backend keeps everything on moto's S3 server (tests/s3_helpers.py): store, watermarks,
+staging and output, so renames are copies and deletes killed half-way. Its after-step cells
+are a sample (see S3_STEP_CELLS): each S3 cell costs several seconds of requests.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import attrs
 import crashdriver
+import fsspec
 import pytest
 
 from store import open_store, open_watermarks
@@ -74,24 +79,43 @@ CELLS = [
 ]
 # "After each step": every step index of the job (all datasets' renames and watermarks).
 STEP_CELLS = [Cell(f"after-step-{k}", f"step.executed@{k}") for k in range(1, TOTAL_STEPS + 1)]
+# On S3: the first rename, one in the middle of the concurrent batch, the last rename, the
+# first and last watermark of a dataset, the next dataset's first step, the job's last step.
+_PER_DATASET = crashdriver.STEPS_PER_DATASET
+_RENAMES = _PER_DATASET - len(crashdriver.PARTITIONS)
+S3_STEP_CELLS = [
+    STEP_CELLS[k - 1]
+    for k in (1, _RENAMES // 2, _RENAMES, _RENAMES + 1, _PER_DATASET, _PER_DATASET + 1, TOTAL_STEPS)
+]
 
 
 @attrs.frozen
 class Backend:
+    kind: str
     store_url: str
     watermarks_url: str
+    #: Where staging/ and output/ live when not in the local base directory.
+    data_url: str | None = None
 
 
 BackendFactory = Callable[[Path], Backend]
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=["fs", "redis", pytest.param("s3", marks=pytest.mark.s3)])
 def backend(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
     if request.param == "fs":
-        yield lambda base: Backend(f"{base}/state/steps", f"{base}/state/watermarks")
-        return
-    url = request.getfixturevalue("redis_url")
-    yield lambda _base: Backend(url, url)
+        yield lambda base: Backend("fs", f"{base}/state/steps", f"{base}/state/watermarks")
+    elif request.param == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        yield lambda base: Backend(
+            "s3",
+            f"s3://{bucket}/{base.name}/state/steps",
+            f"s3://{bucket}/{base.name}/state/watermarks",
+            data_url=f"s3://{bucket}/{base.name}",
+        )
+    else:
+        url = request.getfixturevalue("redis_url")
+        yield lambda _base: Backend("redis", url, url)
 
 
 def drive(
@@ -112,7 +136,7 @@ def drive(
             str(DRIVER),
             command,
             "--base",
-            str(base),
+            backend.data_url or str(base),
             "--store",
             backend.store_url,
             "--watermarks",
@@ -140,15 +164,32 @@ def expect_killed(proc: subprocess.CompletedProcess[str], point: str) -> None:
     )
 
 
+def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """(path under output/, bytes) of every published file; every path left in staging."""
+    if backend.data_url is None:
+        output, staging = base / "output", base / "staging"
+        published = [
+            (str(p.relative_to(output)), p.read_bytes())
+            for p in sorted(output.rglob("*"))
+            if p.is_file()
+        ]
+        return published, sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
+    fs, root = fsspec.core.url_to_fs(backend.data_url)
+    fs.invalidate_cache()  # other processes wrote it all
+    output = f"{root}/output/"
+    published = [(p.removeprefix(output), fs.cat_file(p)) for p in sorted(fs.find(output))]
+    return published, sorted(fs.find(f"{root}/staging"))
+
+
 def snapshot(base: Path, backend: Backend) -> dict[str, Any]:
     files: dict[str, bytes] = {}
     records: collections.Counter[str] = collections.Counter()
-    for path in sorted((base / "output").rglob("*")):
-        if path.is_file():
-            key = re.sub(r"-r\d+\.dat$", ".dat", str(path.relative_to(base / "output")))
-            assert key not in files, f"{key} published twice"
-            files[key] = path.read_bytes()
-            records.update(files[key].decode().splitlines())
+    published, left = _published_and_left(base, backend)
+    for path, data in published:
+        key = re.sub(r"-r\d+\.dat$", ".dat", path)
+        assert key not in files, f"{key} published twice"
+        files[key] = data
+        records.update(data.decode().splitlines())
     wm = open_watermarks(backend.watermarks_url)
     watermarks = {
         (d, p): wm.get(d, p) for d in crashdriver.DATASETS for p in crashdriver.PARTITIONS
@@ -156,8 +197,6 @@ def snapshot(base: Path, backend: Backend) -> dict[str, Any]:
     wm.close()
     with open_store(backend.store_url) as st:
         pending = st.datasets(JOB)
-    staging = base / "staging"
-    left = sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
     return {
         "files": files,
         "duplicates": sorted(r for r, n in records.items() if n > 1),
@@ -184,7 +223,7 @@ def clean_snapshot(
 ) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("clean")
     backend = factory(base)
-    kind = "redis" if backend.store_url.startswith("redis") else "fs"
+    kind = backend.kind
     if kind not in clean_runs:
         _reset(backend)
         expect_ok(drive("run", base, backend))
@@ -200,7 +239,7 @@ def clean_snapshot(
 
 
 def _reset(backend: Backend) -> None:
-    if backend.store_url.startswith("redis"):
+    if backend.kind == "redis":
         import redis
 
         with redis.Redis.from_url(backend.store_url) as client:
@@ -244,8 +283,23 @@ def test_crash_point(
 
 @pytest.mark.slow
 @pytest.mark.redis
+@pytest.mark.parametrize("backend", ["fs", "redis"], indirect=True)
 @pytest.mark.parametrize("cell", STEP_CELLS, ids=lambda c: c.name)
 def test_crash_after_each_step(
+    cell: Cell,
+    tmp_path: Path,
+    backend: BackendFactory,
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    run_cell(cell, tmp_path, backend, clean_snapshot(clean_runs, tmp_path_factory, backend))
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+@pytest.mark.parametrize("cell", S3_STEP_CELLS, ids=lambda c: c.name)
+def test_s3_crash_after_sampled_steps(
     cell: Cell,
     tmp_path: Path,
     backend: BackendFactory,

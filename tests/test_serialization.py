@@ -302,7 +302,13 @@ def test_payloads_that_are_not_records_are_corrupt(payload: bytes) -> None:
         commitsteps.loads(b"cs1 %08x %s" % (zlib.crc32(payload), payload))
 
 
-def test_step_fields_that_are_not_json_cannot_be_dumped() -> None:
-    step = RichStep("n", 1, float("inf"), True, None, [], {}, Window(0))
-    with pytest.raises(ValueError, match="JSON"):
+@pytest.mark.parametrize(
+    ("ratio", "note", "why"),
+    [(float("inf"), None, "JSON"), (float("nan"), None, "JSON"), (0.5, "lone \udc80", "surrogate")],
+)
+def test_step_fields_that_are_not_json_cannot_be_dumped(ratio: float, note: Any, why: str) -> None:
+    step = RichStep("n", 1, ratio, True, note, [], {}, Window(0))
+    with pytest.raises(commitsteps.StepValueError, match=why) as caught:
         commitsteps.dumps(step)
+    assert "tests.serialization.rich" in str(caught.value)  # names the step's type
+    assert isinstance(caught.value, ValueError)  # a ConfigurationError, so a ValueError too

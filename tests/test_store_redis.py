@@ -11,7 +11,7 @@ import redis
 from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 import store
-from store import CorruptRecordError, StoreUnavailableError
+from store import ConfigurationError, CorruptRecordError, StoreUnavailableError
 from store.redis import PASSWORD_ENV, RedisCommitStepStore, RedisWatermarkStore
 
 pytestmark = pytest.mark.redis
@@ -117,7 +117,8 @@ def test_many_records_are_read_across_batches(
     redis_store.put_sequence("job", "ds", records)
     seq, seal, _status = redis_store._keys("job", "ds")
     assert client.llen(seq) == 12_345
-    assert json.loads(client.get(seal) or b"") == {"count": 12_345, "token": None}
+    seal_doc = json.loads(client.get(seal) or b"")
+    assert seal_doc == {"count": 12_345, "token": None, "at": seal_doc["at"]}
     assert records == redis_store.get("job", "ds")
 
 
@@ -195,7 +196,11 @@ def test_password_from_url_or_environment(
     monkeypatch.delenv(PASSWORD_ENV, raising=False)
     client.config_set("requirepass", "s3cret")
     try:
-        with store.open_store(redis_url) as s, pytest.raises(store.StoreError):
+        # Refused credentials are a configuration error, not an outage to wait out.
+        with (
+            store.open_store(redis_url) as s,
+            pytest.raises(ConfigurationError, match=PASSWORD_ENV),
+        ):
             s.get("job", "ds")
         with_password = redis_url.replace("redis://", "redis://:s3cret@")
         with store.open_store(with_password) as s:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import time
 import zlib
 from typing import Any
 
@@ -143,6 +144,12 @@ def test_missing_backend_module_names_the_install_hint(isolated_registry: None) 
         ("redis://h:1/0", "redis://h:1/0"),
         ("/plain/path", "/plain/path"),
         ("s3://user@bucket/p", "s3://user@bucket/p"),
+        ("redis://h:1/0?password=pw&db=2", "redis://h:1/0?password=***&db=2"),
+        (
+            "rediss://h/0?ssl_cert_reqs=none&Password=x",
+            "rediss://h/0?ssl_cert_reqs=none&Password=***",
+        ),
+        ("s3://bucket/p?versionId=3", "s3://bucket/p?versionId=3"),
     ],
 )
 def test_redact(url: str, expected: str) -> None:
@@ -224,6 +231,7 @@ def test_unframe_error_names_the_place() -> None:
 def test_chunk_round_trip(records: list[bytes]) -> None:
     data = encode_chunk("urn/ü", 3, records, sealed=True, token=9)
     header, _offset = decode_chunk_header(data, "chunk")
+    assert time.time() - 60 < header.pop("written") <= time.time() + 0.001  # rounded to ms
     assert {"urn": "urn/ü", "index": 3, "count": len(records), "sealed": True, "token": 9} == header
     assert records == list(iter_chunk_records(data, "chunk"))
     assert data.startswith(CHUNK_MAGIC)
@@ -274,3 +282,9 @@ def test_chunk_with_bad_header_is_rejected(header: bytes) -> None:
     body = CHUNK_MAGIC + len(header).to_bytes(4, "big") + header
     with pytest.raises(CorruptRecordError, match="header"):
         list(iter_chunk_records(_reseal(body), "chunk"))
+
+
+def test_password_in_a_query_parameter_counts_as_credentials() -> None:
+    assert has_credentials("redis://h:6379/0?password=pw")
+    with pytest.raises(CredentialsInUrlError, match=r"password=\*\*\*"):
+        require_no_credentials("redis://h:6379/0?password=pw", "watermarks.url")

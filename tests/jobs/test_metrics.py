@@ -1,0 +1,146 @@
+"""Prometheus metrics of a run: the textfile collector's file and a real HTTP Pushgateway
+endpoint (a local server that records what it is sent)."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from jobhelpers import write_job
+
+import commitsteps
+from commitsteps import WatermarkCommitStep
+from jobs.config import JobConfig, load_config
+from jobs.metrics import Sample, export, render
+from jobs.run import RunReport, StagedInfo
+from store import open_store
+from store.errors import ConfigurationError
+
+
+def _values(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def _report(exit_ok: bool) -> RunReport:
+    report = RunReport("test-job", "r1", "run", "2025-01-01T00:00:00+00:00")
+    report.staged["orders"] = StagedInfo("/staging/r1/orders", {"0": (0, 10)}, files=2, rows=10)
+    report.durations_s.update({"extract": 1.5, "publish": 0.25, "total": 3.0})
+    if not exit_ok:
+        report.error = "RuntimeError: boom"
+    return report
+
+
+def _config(tmp_path: Path, **metrics: str) -> JobConfig:
+    return load_config(write_job(tmp_path, metrics=metrics))
+
+
+def test_render_writes_help_and_type_once_and_escapes_labels() -> None:
+    text = render(
+        [
+            Sample("m", "A metric.", 1, {"job": 'a"b\\c'}),
+            Sample("m", "A metric.", 2.5, {"job": "x\ny"}),
+        ]
+    )
+    assert text.count("# HELP m A metric.") == 1
+    assert text.count("# TYPE m gauge") == 1
+    assert 'm{job="a\\"b\\\\c"} 1.0' in text
+    assert 'm{job="x\\ny"} 2.5' in text
+
+
+def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
+    tmp_path: Path,
+) -> None:
+    prom = tmp_path / "textfile" / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    store = open_store(config.store_url)
+    store.put_sequence(config.name, "pending", [commitsteps.dumps(_step(config))])
+    store.set_status(config.name, "pending", {"attempts": 3, "quarantined": True})
+
+    export(config, _report(exit_ok=True).to_dict())
+    first = _values(prom.read_text())
+    job = 'commitpub_job="test-job"'
+    assert first[f"commitpub_last_run_exit_code{{{job}}}"] == 0
+    assert first[f"commitpub_last_run_records{{{job}}}"] == 10
+    assert first[f"commitpub_last_run_files{{{job}}}"] == 2
+    assert first[f'commitpub_last_run_duration_seconds{{{job},phase="extract"}}'] == 1.5
+    assert first[f"commitpub_pending_sequences{{{job}}}"] == 1
+    assert first[f"commitpub_quarantined_datasets{{{job}}}"] == 1
+    success = first[f"commitpub_last_success_timestamp_seconds{{{job}}}"]
+    assert success > 1.7e9
+
+    export(config, _report(exit_ok=False).to_dict())
+    second = _values(prom.read_text())
+    assert second[f"commitpub_last_run_exit_code{{{job}}}"] == 1
+    assert second[f"commitpub_last_success_timestamp_seconds{{{job}}}"] == success
+    assert second[f"commitpub_last_run_timestamp_seconds{{{job}}}"] >= success
+    assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]  # no temp file left
+
+
+def _step(config: JobConfig) -> WatermarkCommitStep:
+    return WatermarkCommitStep(config.watermarks_url, "pending", "0", None, 1)
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[tuple[str, str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.command, self.path, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def gateway() -> Iterator[tuple[str, list[tuple[str, str, bytes]]]]:
+    received: ClassVar[list[tuple[str, str, bytes]]] = []
+    handler = type("Gateway", (_Gateway,), {"received": received})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_push_posts_the_run_to_the_pushgateway_group_of_the_job(
+    tmp_path: Path, gateway: tuple[str, list[tuple[str, str, bytes]]]
+) -> None:
+    url, received = gateway
+    config = _config(tmp_path, pushgateway=url)
+    export(config, _report(exit_ok=False).to_dict())
+    [(method, path, body)] = received
+    assert method == "POST"  # replaces only the names sent: the last success stays
+    assert path == "/metrics/job/commitpub/commitpub_job/test-job"
+    text = body.decode()
+    assert 'commitpub_last_run_exit_code{commitpub_job="test-job"} 1.0' in text
+    assert "commitpub_last_success_timestamp_seconds" not in text
+    assert re.search(r"^# TYPE commitpub_pending_sequences gauge$", text, re.M)
+
+
+def test_an_unreachable_pushgateway_does_not_fail_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(tmp_path, pushgateway="http://127.0.0.1:9")  # discard port: refused
+    export(config, _report(exit_ok=True).to_dict())
+    assert "push to http://127.0.0.1:9 failed" in caplog.text
+
+
+def test_pushgateway_must_be_http(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"metrics\.pushgateway"):
+        _config(tmp_path, pushgateway="ftp://x")

@@ -1,0 +1,226 @@
+"""The operator's commands (status, inspect, retry, discard, unlock) and the job lock's exit
+code 75, in-process through click, on a job whose pending sequences the test writes itself.
+No Spark: these commands never start one."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from jobhelpers import write_job
+
+import commitsteps
+from commitsteps import FsRenameCommitStep, WatermarkCommitStep
+from jobs.cli import main
+from jobs.config import JobConfig, load_config
+from publisher import Outcome, Publisher
+from publisher.work import recover_one
+from store import open_lock, open_store, open_watermarks
+
+
+class Job:
+    """A job with two pending sequences: ``clicks`` quarantined, ``orders`` sealed."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.file = write_job(base)
+        self.config: JobConfig = load_config(self.file)
+        staged = base / "staging" / "r1" / "orders"
+        staged.mkdir(parents=True)
+        steps: list[commitsteps.CommitStep] = []
+        for i in range(2):
+            src = staged / f"part-{i}.parquet"
+            src.write_bytes(b"x" * (i + 5))
+            dst = base / "output" / "orders" / f"r1-part-{i}.parquet"
+            steps.append(FsRenameCommitStep.from_staged(str(src), str(dst)))
+        steps.append(WatermarkCommitStep(self.config.watermarks_url, "orders", "0", None, 50))
+        self.orders_steps = steps
+        self.store = open_store(self.config.store_url)
+        self.store.put_sequence(self.config.name, "orders", [commitsteps.dumps(s) for s in steps])
+        # A sealed commit whose staged file vanished can never complete: quarantined at once.
+        gone = base / "staging" / "r0" / "clicks" / "f.parquet"
+        gone.parent.mkdir(parents=True)
+        gone.write_bytes(b"y")
+        step = FsRenameCommitStep.from_staged(str(gone), str(base / "output" / "clicks" / "f"))
+        gone.unlink()
+        self.store.put_sequence(self.config.name, "clicks", [commitsteps.dumps(step)])
+        pub = Publisher(
+            self.store,
+            self.config.name,
+            max_attempts=1,
+            staging_roots=[self.config.staging],
+            output_roots=[self.config.output],
+        )
+        # Recover only clicks: orders stays pending for the tests to look at.
+        assert recover_one(pub.context, "clicks").outcome == Outcome.QUARANTINED
+
+    def cli(self, *args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(main, [*args[:1], str(self.file), *args[1:]], input=input)
+
+    def records(self, dataset: str) -> list[bytes]:
+        return self.store.get(self.config.name, dataset)
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    return Job(tmp_path)
+
+
+def _json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_status_reports_pending_and_quarantined_datasets(job: Job) -> None:
+    doc = _json(job.cli("status", "--json"))
+    assert doc["job"] == "test-job"
+    assert doc["quarantined"] == ["clicks"]
+    by_name = {p["dataset"]: p for p in doc["pending"]}
+    assert sorted(by_name) == ["clicks", "orders"]
+    assert by_name["clicks"]["attempts"] == 1
+    assert "f.parquet" in by_name["clicks"]["last_error"]
+    assert by_name["orders"] == {
+        **by_name["orders"],
+        "sealed": True,
+        "steps": 3,
+        "attempts": 0,
+        "quarantined": False,
+    }
+    assert 0 <= by_name["orders"]["age_s"] < 600
+    assert doc["lock"] == {"state": "free"}
+    assert doc["last_run"] is None
+
+    text = job.cli("status")
+    assert text.exit_code == 0
+    assert "clicks: QUARANTINED, 1 steps, 1 attempts" in text.output
+    assert "orders: sealed, 3 steps, 0 attempts" in text.output
+
+
+def test_inspect_decodes_steps_and_verifies_without_changing_anything(job: Job) -> None:
+    before = job.records("orders")
+    # One rename done by hand, as a crashed run might have left it.
+    first = job.orders_steps[0]
+    assert isinstance(first, FsRenameCommitStep)
+    Path(first.dst).parent.mkdir(parents=True)
+    os.rename(first.src, first.dst)
+
+    doc = _json(job.cli("inspect", "orders", "--json"))
+
+    assert [s["type"] for s in doc["steps"]] == ["fs.rename", "fs.rename", "watermark.cas"]
+    assert [s["verified"] for s in doc["steps"]] == [True, False, False]
+    assert doc["steps"][1]["src"] == job.orders_steps[1].staged_paths()[0]
+    assert doc["done"] == 1
+    assert doc["sealed"] is True
+    # Read-only: the sequence, the staged file and the watermark are as they were.
+    assert job.records("orders") == before
+    assert Path(job.orders_steps[1].staged_paths()[0]).exists()
+    assert open_watermarks(job.config.watermarks_url).get("orders", "0") is None
+
+    text = job.cli("inspect", "orders")
+    assert text.exit_code == 0
+    assert "1 done" in text.output
+    assert "todo watermark.cas" in text.output
+
+    missing = job.cli("inspect", "nope")
+    assert missing.exit_code == 1
+    assert "'nope'" in missing.output
+    assert "no pending sequence" in missing.output
+
+
+def test_retry_lifts_the_quarantine(job: Job) -> None:
+    result = job.cli("retry", "clicks")
+    assert result.exit_code == 0, result.output
+    assert "quarantine lifted" in result.output
+    doc = _json(job.cli("status", "--json"))
+    assert doc["quarantined"] == []
+    assert {p["dataset"]: p["attempts"] for p in doc["pending"]} == {"clicks": 0, "orders": 0}
+    missing = job.cli("retry", "nope")
+    assert missing.exit_code == 1
+    assert "no pending sequence" in missing.output
+
+
+def test_discard_asks_first_then_rolls_back(job: Job) -> None:
+    staged = [p for s in job.orders_steps for p in s.staged_paths()]
+    declined = job.cli("discard", "orders", input="n\n")
+    assert declined.exit_code == 1
+    assert "Aborted" in declined.output
+    assert len(job.records("orders")) == 3
+
+    done = job.cli("discard", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "orders: discarded" in done.output
+    assert job.store.datasets(job.config.name) == ["clicks"]
+    assert not any(Path(p).exists() for p in staged)  # extracted again by the next run
+    assert not (job.base / "output" / "orders").exists()
+    assert open_watermarks(job.config.watermarks_url).get("orders", "0") is None
+
+
+def test_changing_commands_exit_75_while_a_run_holds_the_lock(job: Job) -> None:
+    lock = open_lock(job.config.lock_at)
+    lease = lock.acquire(job.config.name, ttl_s=60)  # this process is alive: the lease is live
+    try:
+        for args in (("retry", "clicks"), ("discard", "orders", "--yes")):
+            result = job.cli(*args)
+            assert result.exit_code == 75, result.output
+            assert f"pid {os.getpid()}" in result.output
+            assert "nothing was changed" in result.output
+        assert len(job.records("orders")) == 3
+        assert _json(job.cli("status", "--json"))["quarantined"] == ["clicks"]
+        assert _json(job.cli("status", "--json"))["lock"]["state"] == "held"
+
+        refused = job.cli("unlock", "--force")
+        assert refused.exit_code == 75
+        assert "live run" in refused.output
+        assert job.cli("unlock").exit_code == 2  # --force is required
+    finally:
+        lock.release(lease)
+
+
+def test_unlock_frees_an_expired_lease(job: Job) -> None:
+    lock = open_lock(job.config.lock_at)
+    lease = lock.acquire(job.config.name, ttl_s=0.2)
+    time.sleep(0.3)  # the run stopped renewing: its lease ran out
+    assert _json(job.cli("status", "--json"))["lock"]["state"] == "expired"
+    result = job.cli("unlock", "--force")
+    assert result.exit_code == 0, result.output
+    assert f"token {lease.token}" in result.output
+    assert _json(job.cli("status", "--json"))["lock"]["state"] == "released"
+    again = job.cli("unlock", "--force")
+    assert again.exit_code == 0
+    assert "lock was free" in again.output
+
+
+@pytest.mark.parametrize(
+    "command", ["run", "recover", "status", "inspect", "retry", "discard", "unlock", "demo"]
+)
+def test_every_command_has_an_example_in_its_help(command: str) -> None:
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output
+    assert f"commitpub {command}" in result.output
+
+
+def test_main_help_lists_the_exit_codes() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "75 another run holds the job lock" in " ".join(result.output.split())
+
+
+def test_log_format_json_writes_one_object_per_line(job: Job) -> None:
+    lock = open_lock(job.config.lock_at)
+    lease = lock.acquire(job.config.name, ttl_s=0.2)
+    time.sleep(0.3)
+    # unlock logs nothing itself; the lock module does when it frees a lease.
+    result = CliRunner().invoke(
+        main, ["--log-format", "json", "-v", "unlock", str(job.file), "--force"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in result.stderr.splitlines() if x.startswith("{")]
+    assert lines, result.stderr
+    assert all({"ts", "level", "logger", "msg"} <= set(x) for x in lines)
+    assert any(f"token {lease.token}" in x["msg"] for x in lines)

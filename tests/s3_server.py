@@ -1,0 +1,60 @@
+"""moto's S3 server, with conditional writes made atomic as on S3, for the test endpoint.
+
+    python tests/s3_server.py --port PORT
+
+moto (5.x) honours ``If-None-Match: *`` and ``If-Match`` on PUT, but checks the condition and
+then stores the object without a lock (``moto/s3/responses.py``, ``put_object``), so two
+conditional PUTs in flight together can both pass the check. S3 itself decides them
+atomically, and the stores rely on that, so this server runs moto's application behind one
+lock for conditional writes only; everything else stays concurrent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import run_simple
+
+_CONDITIONS = ("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH")
+
+App = Callable[[dict[str, Any], Any], Iterable[bytes]]
+
+
+def atomic_conditional_writes(app: App) -> App:
+    """Wrap a WSGI ``app`` so conditional PUT/POST requests run one at a time."""
+    lock = threading.Lock()
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ["REQUEST_METHOD"] in ("PUT", "POST") and any(h in environ for h in _CONDITIONS):
+            with lock:
+                # The whole response is produced under the lock: moto stores while building it.
+                return list(app(environ, start_response))
+        return app(environ, start_response)
+
+    return wrapped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    run_simple(
+        args.host,
+        args.port,
+        atomic_conditional_writes(DomainDispatcherApplication(create_backend_app)),
+        threaded=True,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
+    main()

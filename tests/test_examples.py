@@ -1,0 +1,71 @@
+"""The examples and the README's code stay true: the job file loads, the DAG skips on 75,
+the cron line tells 75 apart, and the README's custom CommitStep runs as printed."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import commitsteps.base
+from jobs.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def test_example_job_file_loads() -> None:
+    config = load_config(EXAMPLES / "orders.toml")
+    assert config.name == "orders-ingest"
+    assert config.store_url == str(EXAMPLES / "state" / "steps")
+    assert config.lock_ttl_s == 120
+    assert config.metrics_textfile == str(EXAMPLES / "state/metrics/commitpub_orders.prom")
+
+
+def test_airflow_dag_skips_on_75_and_alerts_on_failures() -> None:
+    tree = ast.parse((EXAMPLES / "airflow_dag.py").read_text())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "BashOperator"
+    ]
+    assert len(calls) == 1
+    kwargs = {k.arg: k.value for k in calls[0].keywords}
+    assert ast.literal_eval(kwargs["skip_on_exit_code"]) == 75
+    assert isinstance(kwargs["on_failure_callback"], ast.Name)
+    assert " run " in ast.unparse(kwargs["bash_command"])
+
+
+def test_crontab_line_treats_75_as_quiet_and_other_codes_as_loud(tmp_path: Path) -> None:
+    line = next(
+        x for x in (EXAMPLES / "crontab").read_text().splitlines() if x and not x.startswith("#")
+    )
+    command = re.split(r"\s+", line, maxsplit=5)[5]
+    # Replace the job's command with one that exits with a chosen code; keep the handling.
+    handling = command.split(";", 1)[1]
+    for code, loud in ((0, False), (75, False), (1, True), (3, True)):
+        done = subprocess.run(
+            ["/bin/sh", "-c", f"(exit {code}); {handling}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert bool(done.stdout.strip()) is loud, (code, done.stdout)
+
+
+def test_readme_custom_commit_step_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The example registers its class: keep that out of the registry of later tests (whose
+    # Spark tasks would try to import the example's module).
+    monkeypatch.setattr(commitsteps.base, "_BY_TAG", dict(commitsteps.base._BY_TAG))
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    [example] = [b for b in blocks if "@commitsteps.register" in b]
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 -- our own README
+    step_class = namespace["SuccessMarkerStep"]
+    assert isinstance(step_class, type)
+    assert commitsteps.tag_of(step_class) == "acme.success-marker"
