@@ -1,0 +1,224 @@
+"""Shared by the benchmark scripts: alternated timing, the table, the ratio line, results JSON.
+
+Every benchmark compares two sides, A (commitpub) and B (what a user would otherwise do), in
+the same process run, alternating A B A B, and reports the median of each side. Each side is
+a callable that does its own untimed setup and returns the seconds its timed part took, so a
+side may time itself with a clock or read the time from elsewhere (Spark's metrics).
+
+Not a benchmark itself: ``make bench`` skips files whose name starts with an underscore.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+# The scripts run as plain files (python benchmarks/NAME.py): the project and the tests'
+# redis helper are importable from the checkout, installed or not.
+for _path in (REPO, REPO / "tests"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+Side = Callable[[], float]
+
+
+def parse_args(description: str, *, rounds: int = 3) -> argparse.Namespace:
+    """``--quick`` (smaller N, for smoke runs) and ``--rounds``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small N, for a smoke run")
+    parser.add_argument("--rounds", type=int, default=rounds, help="A/B rounds (median)")
+    return parser.parse_args()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds ``fn`` takes on the monotonic clock."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def alternate(a: Side, b: Side, rounds: int, *, label: str = "") -> tuple[list[float], list[float]]:
+    """Run A B A B ... ``rounds`` times; return the seconds of each side, in order."""
+    times_a: list[float] = []
+    times_b: list[float] = []
+    for i in range(rounds):
+        times_a.append(a())
+        times_b.append(b())
+        print(
+            f"  {label} round {i + 1}/{rounds}: A {times_a[-1]:.4f}s  B {times_b[-1]:.4f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return times_a, times_b
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def row(
+    series: str, n: int, times_a: Sequence[float], times_b: Sequence[float], **extra: Any
+) -> dict[str, Any]:
+    """One line of a result: medians of both sides and their ratio A / B."""
+    a, b = median(times_a), median(times_b)
+    return {
+        "series": series,
+        "n": n,
+        "a_s": round(a, 6),
+        "b_s": round(b, 6),
+        "ratio": round(a / b, 4) if b else float("inf"),
+        "rounds": len(times_a),
+        "a_all_s": [round(t, 6) for t in times_a],
+        "b_all_s": [round(t, 6) for t in times_b],
+        **extra,
+    }
+
+
+def print_table(rows: Sequence[dict[str, Any]], a_name: str, b_name: str) -> None:
+    headers = ["series", "N", f"A: {a_name}", f"B: {b_name}", "A/B", "rounds"]
+    lines = [
+        [
+            str(r["series"]),
+            f"{r['n']:,}",
+            _fmt(r["a_s"], r.get("unit", "s")),
+            _fmt(r["b_s"], r.get("unit", "s")),
+            f"{r['ratio']:.3f}",
+            str(r["rounds"]),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.2f} s"
+
+
+def finish(
+    name: str,
+    *,
+    title: str,
+    a_name: str,
+    b_name: str,
+    rows: Sequence[dict[str, Any]],
+    ratio: float,
+    goal: str,
+    met: bool,
+    quick: bool,
+    notes: str = "",
+) -> None:
+    """Print the table, write ``results/NAME.json`` (full runs only) and the ratio line last."""
+    print(f"{title}\nA = {a_name}; B = {b_name}; goal: {goal}")
+    print_table(rows, a_name, b_name)
+    if notes:
+        print(notes)
+    doc = {
+        "name": name,
+        "title": title,
+        "a": a_name,
+        "b": b_name,
+        "goal": goal,
+        "ratio": round(ratio, 4),
+        "met": met,
+        "quick": quick,
+        "notes": notes,
+        "rows": list(rows),
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}",
+    }
+    if not quick:  # a smoke run must not overwrite the figures the README shows
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"goal {'met' if met else 'MISSED'}: {goal}")
+    print(f"ratio={ratio:.2f}")
+
+
+@contextlib.contextmanager
+def workdir(name: str) -> Iterator[Path]:
+    """A scratch directory (under ``$BENCH_TMP`` if set), deleted afterwards."""
+    path = Path(
+        tempfile.mkdtemp(prefix=f"commitpub-bench-{name}-", dir=os.environ.get("BENCH_TMP"))
+    )
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[str]:
+    """A real ``redis-server`` on a free port, as the tests start it; yields its URL."""
+    from redis_helpers import RedisProcess
+
+    with RedisProcess(directory / "redis") as server:
+        yield server.url
+
+
+def flush_redis(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+
+
+def spark_session(app: str, **conf: str) -> Any:
+    """A local[2] SparkSession with commitpub's defaults, quiet, without the UI."""
+    from pyspark.sql import SparkSession
+
+    from jobs.spark import SPARK_DEFAULTS, ensure_python
+
+    ensure_python()
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    settings = {
+        **SPARK_DEFAULTS,
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+        **conf,
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+#: ext4 allows 65,000 links to one inode.
+_LINKS_PER_INODE = 60_000
+
+
+def make_files(paths: Sequence[str]) -> None:
+    """Create empty files fast: hard links to a few inodes (creating a file here costs ~1 ms,
+    a link ~0.1 ms). Parent directories are created as needed."""
+    made: set[str] = set()
+    origin = ""
+    for i, path in enumerate(paths):
+        parent = os.path.dirname(path)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        if i % _LINKS_PER_INODE == 0:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            origin = path
+        else:
+            os.link(origin, path)

@@ -1,0 +1,124 @@
+"""end_to_end: Spark write to staging + publish ÷ Spark's default write straight to the output.
+
+Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
+``commitpub run`` writes a dataset (``jobs.run``: ``mode("errorifexists")``, partitioned by
+the date column). A: the write into a staging directory, then ``Publisher.publish`` in a
+Spark task through ``jobs.SparkRunner`` with the filesystem store, the builder listing the
+staged files there (what ``commitpub run`` does). B: the same write straight into the output
+directory with Spark's default commit. Goal: A/B <= 1.00.
+
+    python benchmarks/end_to_end.py [--quick] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import _common
+
+from jobs.run import StagedDataset
+from jobs.spark import SparkRunner
+from publisher import Outcome, Publisher
+from store import open_store
+
+GOAL = 1.0
+TASKS = 8
+DATES = 10
+
+
+class EndToEnd:
+    def __init__(self, spark: Any, base: Path, rows: int) -> None:
+        from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+
+        self.spark = spark
+        self.base = base
+        self.count = 0
+        self.frame = spark.range(0, rows, 1, TASKS).select(
+            F.col("id"),
+            F.sha2(F.col("id").cast("string"), 256).alias("payload"),
+            F.date_add(F.lit("2024-01-01").cast("date"), (F.col("id") % DATES).cast("int")).alias(
+                "event_date"
+            ),
+        )
+        self.runner = SparkRunner(spark)
+        self.files = 0
+
+    def _write(self, target: str) -> None:
+        self.frame.write.mode("errorifexists").partitionBy("event_date").parquet(f"file://{target}")
+
+    def direct(self) -> float:
+        self.count += 1
+        target = f"{self.base}/direct/run{self.count}"
+        seconds = _common.timed(lambda: self._write(target))
+        shutil.rmtree(target, ignore_errors=True)
+        return seconds
+
+    def staged(self) -> float:
+        self.count += 1
+        run = f"run{self.count}"
+        staged = f"{self.base}/staging/{run}/table"
+        output = f"{self.base}/output/{run}/table"
+        pub = Publisher(
+            open_store(str(self.base / "steps")),
+            "bench",
+            staging_roots=[str(self.base / "staging")],
+            output_roots=[str(self.base / "output")],
+            runner=self.runner,
+        )
+        builder = StagedDataset("table", staged, output, run, str(self.base / "wm"), ())
+        report = None
+
+        def go() -> None:
+            nonlocal report
+            self._write(staged)
+            report = pub.publish({"table": builder}, staging_dirs={"table": staged})
+
+        seconds = _common.timed(go)
+        assert report is not None
+        entry = report["table"]
+        if entry.outcome != Outcome.PUBLISHED:
+            raise RuntimeError(f"publish failed: {entry}")
+        self.files = entry.executed
+        pub.close()
+        shutil.rmtree(f"{self.base}/output/{run}", ignore_errors=True)
+        return seconds
+
+
+def main() -> None:
+    args = _common.parse_args(__doc__ or "")
+    rows = 200_000 if args.quick else 2_000_000
+    with _common.workdir("end-to-end") as base:
+        spark = _common.spark_session("commitpub-bench-end-to-end")
+        try:
+            bench = EndToEnd(spark, base, rows)
+            bench.direct()  # warm-up: JVM, Python workers, Parquet writer
+            bench.staged()
+            times_a, times_b = _common.alternate(
+                bench.staged, bench.direct, args.rounds, label=f"rows={rows}"
+            )
+        finally:
+            spark.stop()
+    row = _common.row(
+        f"Parquet, {TASKS} tasks x {DATES} dates = {bench.files} files",
+        rows,
+        times_a,
+        times_b,
+        unit_n="rows",
+    )
+    _common.finish(
+        "end_to_end",
+        title="Spark write to staging + publish vs Spark's default write to the output",
+        a_name="write to staging + Publisher.publish (SparkRunner, fs store)",
+        b_name="Spark write to the output (v1 commit)",
+        rows=[row],
+        ratio=row["ratio"],
+        goal=f"<= {GOAL:.2f}",
+        met=row["ratio"] <= GOAL,
+        quick=args.quick,
+    )
+
+
+if __name__ == "__main__":
+    main()
