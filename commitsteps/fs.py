@@ -201,7 +201,7 @@ class FsRenameCommitStep(CommitStep):
         remote = [s for s in renames if not (_is_local(s.src) and _is_local(s.dst))]
         made: set[str] = set()
         for step in local:
-            step._execute(made)
+            step._execute_local(_local_path(step.src), _local_path(step.dst), made)
             failpoint("step.executed")
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
@@ -235,7 +235,7 @@ class FsRenameCommitStep(CommitStep):
             sfs.rm_file(spath)
 
     def _execute_local(self, spath: str, dpath: str, made_dirs: set[str]) -> None:
-        parent = os.path.dirname(dpath)
+        parent = dpath[: dpath.rfind("/")] or "/"  # dpath is absolute (validated)
         if parent not in made_dirs:
             os.makedirs(parent, exist_ok=True)
             made_dirs.add(parent)

@@ -71,6 +71,11 @@ def _array_only(type_: Any) -> Any:
 _converter.register_structure_hook_factory(is_sequence, _array_only)
 
 
+# One encoder for every record: json.dumps with options builds a new one on each call, which
+# was a third of the cost of serializing a rename step.
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def dumps(step: CommitStep) -> bytes:
     """Serialize a registered step.
 
@@ -81,12 +86,7 @@ def dumps(step: CommitStep) -> bytes:
     """
     tag = tag_of(type(step))
     try:
-        payload = json.dumps(
-            {"t": tag, "d": _converter.unstructure(step)},
-            ensure_ascii=False,
-            allow_nan=False,
-            separators=(",", ":"),
-        ).encode()
+        payload = _encode({"t": tag, "d": _converter.unstructure(step)}).encode()
     except (ValueError, TypeError) as e:  # UnicodeEncodeError is a ValueError
         raise StepValueError(f"step {tag!r} cannot be stored: {e}: {step!r:.300}") from e
     return b"%s %08x %s" % (FORMAT, zlib.crc32(payload), payload)

@@ -78,15 +78,16 @@ class Roots:
             raise PathConfinementError(
                 f"{path} needs a configured {kind} root, and the publisher has none"
             )
-        directory, name = os.path.split(path)
-        if name in ("", ".", "..") or "://" in path or not os.path.isabs(path):
+        cut = path.rfind("/")
+        directory, name = path[:cut], path[cut + 1 :]
+        if cut <= 0 or name in ("", ".", "..") or "://" in path or path[0] != "/":
             ok = _strictly_inside(normalize(path), roots)
         else:
             key = (kind, directory)
-            if key not in inside:
-                normalized_dir = normalize(directory)
-                inside[key] = any(_inside(normalized_dir, r) for r in roots)
-            ok = inside[key]
+            found = inside.get(key)
+            if found is None:
+                found = inside[key] = any(_inside(normalize(directory), r) for r in roots)
+            ok = found
         if not ok:
             raise PathConfinementError(
                 f"{path} is outside the {kind} roots ({', '.join(roots)}); refused"
