@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from jobs.config import JobConfig, load_config
+from jobs.config import JobConfig, apply_s3, load_config
 from jobs.run import EXIT_CONFIG, EXIT_FAILURE, EXIT_LOCKED, Progress, RunReport, log_progress
 from store.errors import CommitPubError, ConfigurationError, LockHeldError
 
@@ -84,9 +84,11 @@ def _fail(message: str, code: int) -> NoReturn:
 
 def _load(job_file: str) -> JobConfig:
     try:
-        return load_config(job_file)
+        config = load_config(job_file)
     except ConfigurationError as e:
         _fail(str(e), EXIT_CONFIG)
+    apply_s3(config)
+    return config
 
 
 class _Bars:

@@ -71,6 +71,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
     "publish": {"max_attempts": (int, False)},
     "lock": {"url": (str, False), "ttl_s": (float, False)},
     "metrics": {"textfile": (str, False), "pushgateway": (str, False)},
+    "s3": {"endpoint_url": (str, False), "region": (str, False)},
 }
 _REQUIRED_TABLES = ("job", "source", "staging", "output", "store", "watermarks")
 
@@ -108,6 +109,8 @@ class JobConfig:
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
     metrics_pushgateway: str | None = None
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
 
     @property
     def lock_at(self) -> str:
@@ -236,6 +239,40 @@ def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any
     }
 
 
+def _s3(doc: Mapping[str, Any], shown: str) -> dict[str, Any]:
+    """The optional ``[s3]`` table. Credentials never go here: they stay in the standard
+    places (environment, ~/.aws, instance roles), out of job files in version control."""
+    s3 = doc.get("s3", {})
+    endpoint = s3.get("endpoint_url")
+    if endpoint is not None:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"{shown}: key 's3.endpoint_url' must be an http:// or https:// URL, got "
+                f"{endpoint!r}"
+            )
+        try:
+            require_no_credentials(endpoint, "s3.endpoint_url")
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{shown}: {e}") from e
+    return {"s3_endpoint_url": endpoint, "s3_region": s3.get("region")}
+
+
+#: Where botocore (under s3fs) reads what the ``[s3]`` table sets.
+S3_ENVIRONMENT = {"s3_endpoint_url": "AWS_ENDPOINT_URL", "s3_region": "AWS_DEFAULT_REGION"}
+
+
+def apply_s3(config: JobConfig) -> None:
+    """Put the ``[s3]`` table into this process's environment, over what was there.
+
+    Called before any S3 filesystem is opened; ``jobs.spark.build_session`` passes the same
+    variables on to the executors.
+    """
+    for field, variable in S3_ENVIRONMENT.items():
+        value = getattr(config, field)
+        if value is not None:
+            os.environ[variable] = value
+
+
 def load_config(path: str | os.PathLike[str]) -> JobConfig:
     """Read and check a job TOML file.
 
@@ -310,6 +347,7 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         spark_conf=_spark_conf(spark.get("conf", {}), shown),
         max_attempts=max_attempts,
         **_operations(doc, base, shown),
+        **_s3(doc, shown),
     )
     source_class(config.source.type)  # an unusable class is a configuration error too
     return config

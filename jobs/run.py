@@ -24,6 +24,7 @@ run writes a JSON report into the job's ``reports`` directory.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -570,8 +571,52 @@ def _write(config: JobConfig, frame: DataFrame, directory: str) -> None:
             )
         writer_frame = frame.withColumn(column, date)
         partition_by = [column]
+    if "://" in directory and not directory.startswith("file://"):
+        _write_with_fsspec(writer_frame, partition_by, directory)
+        return
     target = directory if "://" in directory else f"file://{directory}"
     writer_frame.write.mode("errorifexists").partitionBy(*partition_by).parquet(target)
+
+
+def _write_with_fsspec(frame: DataFrame, partition_by: list[str], directory: str) -> None:
+    """Stage on an object store through fsspec (s3fs) from the Spark tasks.
+
+    Spark's own writer would need Hadoop's S3A connector on every node; staging is private
+    to the run, so no commit protocol is needed either: each task writes its partition's
+    rows with pyarrow under a name made of its partition index, so a retried or speculative
+    attempt overwrites the same objects instead of adding rows. The layout is Spark's
+    (hive-style ``column=value`` directories).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema  # pyarrow only, no pandas
+
+    schema = to_arrow_schema(frame.schema)
+    write = functools.partial(_write_task, directory, tuple(partition_by), schema)
+    frame.rdd.mapPartitionsWithIndex(write).collect()
+
+
+def _write_task(
+    directory: str, partition_by: tuple[str, ...], schema: Any, index: int, rows: Iterator[Any]
+) -> Iterator[int]:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    table = pa.Table.from_pylist([row.asDict(recursive=True) for row in rows], schema=schema)
+    if table.num_rows == 0:
+        return
+    fs, root = fsspec.core.url_to_fs(directory)
+    written: list[str] = []
+    pads.write_dataset(
+        table,
+        root,
+        format="parquet",
+        filesystem=fs,
+        partitioning=list(partition_by) or None,
+        partitioning_flavor="hive" if partition_by else None,
+        basename_template=f"part-{index:05d}-{{i}}.parquet",
+        existing_data_behavior="overwrite_or_ignore",
+        file_visitor=lambda f: written.append(f.path),
+    )
+    yield len(written)
 
 
 def _staged_info(directory: str, ranges: dict[str, tuple[JsonScalar, JsonScalar]]) -> StagedInfo:

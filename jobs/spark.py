@@ -26,7 +26,14 @@ from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
 
 #: Environment variables of the driver that executors need as well.
-_EXECUTOR_ENV = (FAILPOINTS_ENV, MARKS_ENV_VAR, "COMMITPUB_REDIS_PASSWORD")
+_EXECUTOR_ENV = (
+    FAILPOINTS_ENV,
+    MARKS_ENV_VAR,
+    "COMMITPUB_REDIS_PASSWORD",
+    # Where S3 is ([s3] table or the driver's environment); credentials are the cluster's.
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,9 +65,10 @@ def ensure_python() -> None:
 def build_session(config: JobConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
-    Fail points armed in this process (``COMMITPUB_FAILPOINTS``) and the Redis password
-    (``COMMITPUB_REDIS_PASSWORD``) reach the executors too, whose environment otherwise comes
-    from the cluster's workers; Spark redacts the password in its UI and logs.
+    Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
+    (``COMMITPUB_REDIS_PASSWORD``) and the S3 endpoint and region reach the executors too,
+    whose environment otherwise comes from the cluster's workers; Spark redacts the password
+    in its UI and logs.
     """
     from pyspark.sql import SparkSession
 

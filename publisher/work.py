@@ -292,8 +292,17 @@ def cleanup_staging(roots: Roots, staged: Sequence[str], staging_dir: str | None
         if staging_dir is not None:
             roots.check([_Staged(staging_dir)])
             _rmtree(staging_dir)
-        # Directories first, normalized once each: staged files share a few of them.
-        parents = {normalize(d) for d in {os.path.dirname(p) for p in staged if "://" not in p}}
+        # Directories first, normalized once each: staged files share a few of them. Those
+        # under staging_dir went with it.
+        gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
+        parents = {
+            normalize(d)
+            for d in {
+                os.path.dirname(p)
+                for p in staged
+                if "://" not in p and not (gone and p.startswith(gone))
+            }
+        }
         if staging_dir is not None and "://" not in staging_dir:
             parents.add(os.path.dirname(normalize(staging_dir)))
         for parent in sorted(parents, key=len, reverse=True):

@@ -11,7 +11,7 @@ from jobhelpers import commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.config import load_config
+from jobs.config import apply_s3, load_config
 from jobs.sources import LandingSource
 from store.errors import ConfigurationError
 
@@ -77,6 +77,7 @@ def test_spark_conf_values_become_strings(tmp_path: Path) -> None:
         ),
         ({"publish": {"max_attempts": 3, "retries": 2}}, "'publish.retries'"),
         ({"sink": {"path": "x"}}, "[sink]"),
+        ({"s3": {"endpoint_url": "http://s3.local", "secret_key": "x"}}, "'s3.secret_key'"),
     ],
 )
 def test_unknown_keys_are_errors_naming_the_key(
@@ -129,6 +130,8 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
         ({"source": {"type": "Landing", "path": "l"}}, "dotted class name"),
         ({"source": {"path": "l", "options": {"x": 1}}}, "takes no options"),
         ({"job": {"name": ""}}, "job.name"),
+        ({"s3": {"endpoint_url": "s3.local:9000"}}, "'s3.endpoint_url' must be an http"),
+        ({"s3": {"endpoint_url": "http://key:secret@s3.local"}}, "s3.endpoint_url"),
     ],
 )
 def test_bad_values_are_errors_naming_the_key(
@@ -137,6 +140,18 @@ def test_bad_values_are_errors_naming_the_key(
     path = write_job(tmp_path, **tables)
     with pytest.raises(ConfigurationError, match=message.replace("[", r"\[")):
         load_config(path)
+
+
+def test_s3_table_sets_the_endpoint_for_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://from-the-environment:1")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    config = load_config(write_job(tmp_path, s3={"endpoint_url": "http://127.0.0.1:9000"}))
+    assert (config.s3_endpoint_url, config.s3_region) == ("http://127.0.0.1:9000", None)
+    apply_s3(config)
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"  # the job file wins
+    assert "AWS_DEFAULT_REGION" not in os.environ  # unset keys leave the environment alone
 
 
 def test_not_toml_is_a_configuration_error(tmp_path: Path) -> None:

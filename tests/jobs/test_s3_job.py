@@ -1,0 +1,83 @@
+"""The whole job on S3: staging, output, commit-step store, watermarks and job lock are all
+``s3://`` URLs on moto's S3 server, reached through s3fs. The endpoint comes only from the
+job's ``[s3]`` table: it is taken out of the environment the ``commitpub`` processes get.
+
+Run 1 is clean; run 2 is SIGKILLed in the middle of publishing (copies and deletes on S3);
+run 3 recovers and finishes. Then every source record is in the output exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import fsspec
+import pytest
+from jobhelpers import COMMITPUB, Landing, assert_exactly_once, write_job
+
+from store import open_store
+from store.failpoints import ENV_VAR
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
+
+DATASETS = ["clicks", "orders"]
+
+
+def _run(job: Path, *args: str, log: Path, failpoint: str | None = None) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", ENV_VAR)}
+    if failpoint:
+        env[ENV_VAR] = failpoint
+    with log.open("w") as out:
+        return subprocess.run(
+            [COMMITPUB, *args, str(job)], env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+        ).returncode
+
+
+def test_job_runs_recovers_and_publishes_exactly_once_on_s3(
+    s3_bucket: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    landing = Landing(tmp_path / "landing")
+    for dataset in DATASETS:
+        for partition in ("0", "1"):
+            landing.append(dataset, partition, 120)
+    remote = f"s3://{s3_bucket}/orders-job"
+    job = write_job(
+        tmp_path,
+        staging={"path": f"{remote}/staging"},
+        output={"path": f"{remote}/output", "format": "parquet"},
+        store={"url": f"{remote}/state/steps"},
+        watermarks={"url": f"{remote}/state/watermarks"},
+        lock={"url": f"{remote}/state/steps"},
+        s3={"endpoint_url": s3_endpoint, "region": "us-east-1"},
+    )
+
+    assert _run(job, "run", log=tmp_path / "run1.log") == 0, (tmp_path / "run1.log").read_text()
+
+    for dataset in DATASETS:
+        landing.append(dataset, "1", 60, new_segment=True)
+    code = _run(job, "run", log=tmp_path / "run2.log", failpoint="step.executed@3")
+    log2 = (tmp_path / "run2.log").read_text()
+    assert code == 1, log2[-3000:]
+    assert "Python worker exited unexpectedly" in log2  # the SIGKILLed executor process
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    store = open_store(f"{remote}/state/steps")
+    half_done = [d for d in store.datasets("test-job") if store.is_sealed("test-job", d)]
+    assert half_done, "run 2 should leave a sealed, partly executed commit"
+
+    assert _run(job, "run", log=tmp_path / "run3.log") == 0, (tmp_path / "run3.log").read_text()
+    code = _run(job, "status", "--json", log=tmp_path / "status.log")
+    status = json.loads((tmp_path / "status.log").read_text())
+    assert code == 0, status
+    assert status["pending"] == [], status
+
+    fs.invalidate_cache()
+    assert fs.find(f"{remote}/staging") == []  # staging swept clean
+    local_output = tmp_path / "output"
+    fs.get(f"{remote}/output/", str(local_output), recursive=True)
+    checked = assert_exactly_once(
+        tmp_path / "landing", local_output, f"{remote}/state/watermarks", DATASETS
+    )
+    assert checked == len(DATASETS) * (2 * 120 + 60)
