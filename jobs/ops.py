@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import cattrs
 import fsspec
@@ -19,11 +20,13 @@ import commitsteps
 from commitsteps import CommitStep
 from jobs.config import JobConfig
 from jobs.run import job_lock, open_publisher
-from publisher import DatasetReport
+from publisher import DatasetReport, Publisher
 from publisher.work import verify_all
 from store import Lease, open_lock, open_store
 from store.errors import CommitPubError, StoreError
 from store.urls import redact
+
+T = TypeVar("T")
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -161,6 +164,18 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     }
 
 
+def _on_pending(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
+    """Run ``action`` under the job lock on a dataset that has a pending sequence."""
+    with job_lock(config) as keeper:
+        pub = open_publisher(config, None, keeper.lease.token)
+        try:
+            if not pub.store.exists(config.name, dataset):
+                raise _nothing_pending(config, dataset)
+            return action(pub)
+        finally:
+            pub.close()
+
+
 def retry(config: JobConfig, dataset: str) -> bool:
     """Lift a dataset's quarantine under the job lock; True if it was quarantined.
 
@@ -168,14 +183,7 @@ def retry(config: JobConfig, dataset: str) -> bool:
         NothingPendingError: if the dataset has no pending sequence.
         LockHeldError: if a run holds the job lock.
     """
-    with job_lock(config) as keeper:
-        pub = open_publisher(config, None, keeper.lease.token)
-        try:
-            if not pub.store.exists(config.name, dataset):
-                raise _nothing_pending(config, dataset)
-            return pub.retry(dataset)
-        finally:
-            pub.close()
+    return _on_pending(config, dataset, lambda pub: pub.retry(dataset))
 
 
 def discard(config: JobConfig, dataset: str) -> DatasetReport:
@@ -185,14 +193,7 @@ def discard(config: JobConfig, dataset: str) -> DatasetReport:
         NothingPendingError: if the dataset has no pending sequence.
         LockHeldError: if a run holds the job lock.
     """
-    with job_lock(config) as keeper:
-        pub = open_publisher(config, None, keeper.lease.token)
-        try:
-            if not pub.store.exists(config.name, dataset):
-                raise _nothing_pending(config, dataset)
-            return pub.discard(dataset)
-        finally:
-            pub.close()
+    return _on_pending(config, dataset, lambda pub: pub.discard(dataset))
 
 
 def unlock(config: JobConfig) -> Lease | None:

@@ -55,6 +55,18 @@ def redis_binary() -> str | None:
     return shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a server process started by a fixture (SIGKILL after 10 s) and reap it."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class RedisProcess:
     """One real ``redis-server`` process on a fixed loopback port, stopped and started at will.
 
@@ -141,14 +153,7 @@ class RedisProcess:
     def stop(self) -> None:
         """Terminate the server by its PID and wait for it to exit."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
     def flushdb(self) -> None:
         reply = redis_command(self.port, "FLUSHDB")

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from redis_helpers import _free_port
+from redis_helpers import _free_port, stop_process
 
 _STARTUP_TIMEOUT = 30.0
 _POLL_INTERVAL = 0.05
@@ -103,14 +103,7 @@ class MotoS3Process:
     def stop(self) -> None:
         """Terminate the server by its PID and wait for it to exit."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
     def client(self) -> Any:
         """A plain boto3 S3 client for this endpoint (to arrange and inspect buckets)."""
