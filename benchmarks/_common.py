@@ -36,11 +36,18 @@ for _path in (REPO, REPO / "tests"):
 Side = Callable[[], float]
 
 
-def parse_args(description: str, *, rounds: int = 3) -> argparse.Namespace:
-    """``--quick`` (smaller N, for smoke runs) and ``--rounds``."""
+def parse_args(description: str, *, rounds: int = 3, sizes: bool = False) -> argparse.Namespace:
+    """``--quick`` (smaller N, for smoke runs), ``--rounds`` and, if asked, ``--sizes``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small N, for a smoke run")
     parser.add_argument("--rounds", type=int, default=rounds, help="A/B rounds (median)")
+    if sizes:
+        parser.add_argument(
+            "--sizes",
+            type=lambda text: [int(n) for n in text.split(",")],
+            default=None,
+            help="only these N, comma-separated (results are still recorded)",
+        )
     return parser.parse_args()
 
 

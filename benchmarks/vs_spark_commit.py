@@ -15,7 +15,7 @@ So each round is B then A on the same files. Goal: A/B <= 0.1 at 2k, 10k and 20k
 Spark writes about 1,000 files a minute on this loaded 2-core machine, so the largest sizes
 run fewer rounds (see ROUNDS); the table says how many.
 
-    python benchmarks/vs_spark_commit.py [--quick] [--rounds R]
+    python benchmarks/vs_spark_commit.py [--quick] [--rounds R] [--sizes 2000,10000]
 """
 
 from __future__ import annotations
@@ -118,8 +118,10 @@ class Round:
 
 
 def main() -> None:
-    args = _common.parse_args(__doc__ or "", rounds=0)
+    args = _common.parse_args(__doc__ or "", rounds=0, sizes=True)
     sizes = {800: 1, 2_000: 1} if args.quick else ROUNDS
+    if args.sizes:
+        sizes = {n: ROUNDS.get(n, 1) for n in args.sizes}
     rows = []
     with _common.workdir("vs-spark") as base:
         spark = _common.spark_session("commitpub-bench-vs-spark-commit")
