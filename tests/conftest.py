@@ -22,6 +22,17 @@ from s3_helpers import MotoS3Process
 # Plain asserts in the shared contract suites report their operands like those in test modules.
 pytest.register_assert_rewrite("store_contract")
 
+#: The real servers this session started, for the summary at the end of the test log.
+_STARTED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the real servers the tests ran against, so the log shows it."""
+    if _STARTED:
+        terminalreporter.section("real servers used")
+        for line in _STARTED:
+            terminalreporter.write_line(line)
+
 
 @pytest.fixture(scope="session")
 def redis_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
@@ -29,6 +40,7 @@ def redis_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisPro
     if redis_binary() is None:
         pytest.fail(INSTALL_HINT)
     with RedisProcess(tmp_path_factory.mktemp("redis-server")) as server:
+        _STARTED.append(f"redis-server {server.version()} on {server.url} (pid {server.pid})")
         yield server
 
 
@@ -54,6 +66,7 @@ def s3_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3Proce
     ):
         for name, value in server.env().items():
             mp.setenv(name, value)
+        _STARTED.append(f"moto S3 server (HTTP) on {server.endpoint_url} (pid {server.pid})")
         yield server
         import s3fs
 

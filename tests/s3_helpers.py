@@ -54,6 +54,10 @@ class MotoS3Process:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def env(self) -> dict[str, str]:
         """What a process needs in its environment to reach this endpoint through s3fs."""
         return {"AWS_ENDPOINT_URL": self.endpoint_url, **CREDENTIALS}
