@@ -45,7 +45,9 @@ demo: $(STAMP)
 
 # Every benchmarks/NAME.py (helpers start with an underscore), then report.py refreshes the
 # README table and chart. Fixtures shared between scripts live in BENCH_CACHE, removed after.
+# `make bench BENCH_ARGS=--quick` is a smoke run at small N; it leaves the README's figures.
 BENCH_CACHE ?= $(CURDIR)/.bench-cache
+BENCH_ARGS ?=
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP)
@@ -55,7 +57,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP) redis-server
 	@for f in benchmarks/[!_]*.py; do \
 	  [ "$$f" = benchmarks/report.py ] && continue; \
-	  echo "== $$f"; BENCH_CACHE=$(BENCH_CACHE) $(BIN)/python $$f || exit 1; done
+	  echo "== $$f"; BENCH_CACHE=$(BENCH_CACHE) $(BIN)/python $$f $(BENCH_ARGS) || exit 1; done
 	rm -rf $(BENCH_CACHE)
 	$(BIN)/python benchmarks/report.py
 

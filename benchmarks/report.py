@@ -102,15 +102,44 @@ def chart(results: dict[str, dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def _previous_rows(text: str) -> dict[str, list[str]]:
+    """The README's current table rows, grouped by benchmark (a group's later rows have an
+    empty first cell)."""
+    groups: dict[str, list[str]] = {}
+    inside = text.split(START, 1)[-1].split(END, 1)[0]
+    name = None
+    for line in inside.splitlines()[2:]:
+        if not line.startswith("|"):
+            continue
+        first = line.split("|")[1].strip()
+        name = first or name
+        if name is not None:
+            groups.setdefault(name, []).append(line)
+    return groups
+
+
 def main() -> None:
     results = load()
     text = README.read_text()
     pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
     if not pattern.search(text):
         raise SystemExit(f"{README} has no {START} ... {END} markers")
-    README.write_text(pattern.sub(lambda _m: f"{START}\n{table(results)}\n{END}", text))
-    chart(results)
-    print(f"refreshed {README.name} and {CHART.name} from {len(results)} results")
+    # A benchmark without a result here (not run, or only a --quick smoke run) keeps the rows
+    # the README has, so a partial run never erases figures measured before.
+    previous = _previous_rows(text)
+    lines = table(results).splitlines()
+    kept = lines[:2]
+    for line in lines[2:]:
+        name = line.split("|")[1].strip() if line.startswith("|") else ""
+        unmeasured = name and name not in results and name in previous
+        kept.extend(previous[name] if unmeasured else [line])
+    README.write_text(pattern.sub(lambda _m: f"{START}\n" + "\n".join(kept) + f"\n{END}", text))
+    missing = [name for name in ORDER if name not in results]
+    if missing:
+        print(f"chart left as it is: no results here for {', '.join(missing)}")
+    else:
+        chart(results)
+    print(f"refreshed {README.name} from {len(results)} results")
 
 
 if __name__ == "__main__":
