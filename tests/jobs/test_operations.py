@@ -4,8 +4,10 @@ No Spark: these commands never start one."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from jobhelpers import write_job
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from jobs.cli import main
+from jobs.cli import _Bars, _fancy, main
 from jobs.config import JobConfig, load_config
 from publisher import Outcome, Publisher
 from publisher.work import recover_one
@@ -224,3 +226,46 @@ def test_log_format_json_writes_one_object_per_line(job: Job) -> None:
     assert lines, result.stderr
     assert all({"ts", "level", "logger", "msg"} <= set(x) for x in lines)
     assert any(f"token {lease.token}" in x["msg"] for x in lines)
+
+
+def test_progress_bars_on_a_terminal_one_bar_per_phase() -> None:
+    from rich.console import Console
+    from rich.progress import MofNCompleteColumn, TextColumn
+    from rich.progress import Progress as RichProgress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    with RichProgress(
+        TextColumn("{task.description}"), MofNCompleteColumn(), console=console
+    ) as bars:
+        say = _Bars(bars)
+        say("recovering pending commits in Spark tasks", 0, 2)
+        say("recovering pending commits in Spark tasks", 2, 2)
+        say("extracting: orders (2 partitions)", 0, 2)
+        say("extracting: clicks (1 partitions)", 1, 2)
+        say("writing ahead and publishing in Spark tasks", 0, 3)
+        say.close()
+
+    # A phase is the text before a colon: one bar each, finished when the next phase starts.
+    assert [t.description for t in bars.tasks] == [
+        "recovering pending commits in Spark tasks",
+        "extracting: clicks (1 partitions)",
+        "writing ahead and publishing in Spark tasks",
+    ]
+    assert [(t.completed, t.total) for t in bars.tasks] == [(2, 2), (2, 2), (3, 3)]
+    assert "3/3" in out.getvalue()
+
+
+def test_bars_only_on_a_terminal_and_only_when_not_asked_for_plain_or_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert not _fancy("auto")  # pytest's captured stderr is no terminal: plain log lines
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert _fancy("auto")
+    assert not _fancy("plain")
+    assert not _fancy("json")
