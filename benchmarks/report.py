@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"
 CHART = HERE / "results.png"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+LATEST = "Latest full run"
 #: Benchmarks in the order of the table, with their scripts.
 ORDER = [
     "publish_local",
@@ -65,7 +66,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     when = max((d["when"] for d in results.values()), default="never")
     machine = next((d["machine"] for d in results.values()), "")
     lines.append("")
-    lines.append(f"Latest full run: {when} on {machine}. Chart: `results.png`.")
+    lines.append(f"{LATEST}: {when} on {machine}. Chart: `results.png`.")
     return "\n".join(lines)
 
 
@@ -102,13 +103,17 @@ def chart(results: dict[str, dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def inside_lines(text: str) -> list[str]:
+    """The README's lines between the results markers."""
+    return text.split(START, 1)[-1].split(END, 1)[0].splitlines()
+
+
 def _previous_rows(text: str) -> dict[str, list[str]]:
     """The README's current table rows, grouped by benchmark (a group's later rows have an
     empty first cell)."""
     groups: dict[str, list[str]] = {}
-    inside = text.split(START, 1)[-1].split(END, 1)[0]
     name = None
-    for line in inside.splitlines()[2:]:
+    for line in inside_lines(text)[3:]:
         if not line.startswith("|"):
             continue
         first = line.split("|")[1].strip()
@@ -132,6 +137,10 @@ def main() -> None:
     for line in lines[2:]:
         name = line.split("|")[1].strip() if line.startswith("|") else ""
         unmeasured = name and name not in results and name in previous
+        if not results and line.startswith(LATEST):
+            # Nothing measured here: the date and machine of the last full run stay.
+            kept.extend([p for p in inside_lines(text) if p.startswith(LATEST)][:1] or [line])
+            continue
         kept.extend(previous[name] if unmeasured else [line])
     README.write_text(pattern.sub(lambda _m: f"{START}\n" + "\n".join(kept) + f"\n{END}", text))
     missing = [name for name in ORDER if name not in results]
