@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 import attrs
+import fsspec
 
-from commitsteps.errors import DuplicateStepTypeError, UnknownStepTypeError
+from commitsteps.errors import DuplicateStepTypeError, StepError, UnknownStepTypeError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 
@@ -83,18 +84,23 @@ class CommitStep(abc.ABC):
         watermark moved by someone else) is refused before anything becomes visible.
         """
 
-    def abort(self) -> None:  # noqa: B027 -- optional hook, most steps stage nothing
+    def abort(self) -> None:
         """Undo the staging this step refers to, for a sequence that was never sealed.
 
-        Only staged inputs may be touched here, never published data.
+        Only staged inputs may be touched here, never published data. The default deletes
+        every path of :meth:`staged_paths`.
         """
+        for url in self.staged_paths():
+            delete_path(url)
 
-    def rollback(self) -> None:  # noqa: B027 -- optional hook
+    def rollback(self) -> None:
         """Undo this step's effect, when an operator discards a partly executed sequence.
 
-        Must be safe to run twice and on a step that never ran. The default undoes nothing;
-        override it for steps whose effect must not outlive a discarded commit.
+        Must be safe to run twice and on a step that never ran. The default deletes every
+        path of :meth:`published_paths`; override it for effects that are not files.
         """
+        for url in self.published_paths():
+            delete_path(url)
 
     def staged_paths(self) -> Sequence[str]:
         """Paths this step reads from staging; each must lie under a staging root."""
@@ -115,6 +121,21 @@ class CommitStep(abc.ABC):
         for step in steps:
             step.execute()
             failpoint("step.executed")
+
+
+def delete_path(url: str) -> None:
+    """Delete one file, given as a path or fsspec URL; a file already gone is no error.
+
+    Raises:
+        StepError: if the file exists and cannot be deleted.
+    """
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StepError(f"could not delete {url}: {e}") from e
 
 
 _TAG_ATTR = "__commitstep_tag__"

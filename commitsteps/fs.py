@@ -28,7 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import MissingSourceError, StepConflictError, StepError
+from commitsteps.errors import MissingSourceError, StepConflictError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.urls import require_no_credentials
@@ -278,24 +278,3 @@ class FsRenameCommitStep(CommitStep):
                     w.write(block)
         if dfs is None:
             os.replace(dpath + ".commitpub-tmp", dpath)
-
-    def rollback(self) -> None:
-        """Delete the published file (data is extracted again); the source is left alone."""
-        self._delete(self.dst)
-
-    def abort(self) -> None:
-        """Delete the staged source; the destination is never touched."""
-        self._delete(self.src)
-
-    @staticmethod
-    def _delete(url: str) -> None:
-        fs, path = _fs(url)
-        try:
-            if fs is None:
-                os.unlink(path)
-            else:
-                fs.rm_file(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise StepError(f"could not delete {url}: {e}") from e

@@ -244,7 +244,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
                     f"steps {failed[:10]} of {dataset} still do not verify after execution"
                 )
         failpoint("publish.after_last_step")
-        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
         failpoint("publish.after_remove")
     except FencedError:
         raise  # another run owns the job now; its recovery finishes this sequence
@@ -378,7 +378,7 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
                 started,
                 error="a pending sequence must be recovered first (Publisher.recover())",
             )
-        steps = ordered(item.build())
+        steps = ordered(ctx.retry.call(item.build))
         ctx.roots.check(steps)
         if item.staging_dir is not None:
             ctx.roots.check([_Staged(item.staging_dir)])
@@ -390,7 +390,8 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         return _report(dataset, Outcome.REFUSED, started, error=_describe(e))
     except FencedError:
         raise
-    except CommitPubError as e:
+    except Exception as e:  # a builder or a user step may raise anything; only this dataset
+        log.error("dataset %s failed before write-ahead: %s", dataset, _describe(e))
         return _report(dataset, Outcome.FAILED, started, error=_describe(e))
     return _Prepared(item, steps, records, status, started)
 
@@ -489,7 +490,7 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
                 return _fail(ctx, dataset, status, e, started, steps=None, steps_total=info.records)
             # Unsealed and unreadable: nothing of it ever ran. Drop it; the sweep takes the
             # staging it named.
-            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
             return _report(dataset, Outcome.ABORTED, started, error=_describe(e))
         if not info.sealed:
             return _abort(ctx, dataset, steps, started)
@@ -516,7 +517,7 @@ def _abort(
             continue
         step.abort()
         failpoint("recover.abort_step")
-    ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+    ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
     cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
     return _report(dataset, Outcome.ABORTED, started, steps=len(steps))
 
@@ -533,14 +534,20 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
     try:
         steps = _load(ctx, dataset)
     except PERMANENT as e:
-        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
         return _report(dataset, Outcome.ABORTED, started, error=f"unreadable, dropped: {e}")
-    ctx.roots.check(steps)
     if steps and all(verify_all(steps)):
-        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset))
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
         cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
         return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
     for step in reversed(steps):
+        try:
+            ctx.roots.check([step])
+        except PathConfinementError:
+            # Publish and recover refuse such a step before anything runs: nothing of it is
+            # to be undone, and nothing outside the roots is ever touched.
+            log.warning("not rolling back a step outside the job's roots: %s", step)
+            continue
         step.rollback()
     return _abort(ctx, dataset, steps, started)
 

@@ -97,11 +97,18 @@ class CommitStepStore(abc.ABC):
         """The datasets of ``store_name`` that hold a sequence, sorted."""
 
     @abc.abstractmethod
-    def remove(self, store_name: str, dataset_urn: str | None = None) -> None:
+    def remove(
+        self, store_name: str, dataset_urn: str | None = None, *, token: int | None = None
+    ) -> None:
         """Delete a dataset's sequence and status, or the whole store when no dataset is given.
 
         A crash in the middle leaves at worst an *unsealed* prefix of the sequence, never a
-        sealed sequence with records missing.
+        sealed sequence with records missing. With a ``token``, the removal is refused if
+        ``store_name`` has seen a higher one: a driver that lost its lease must not remove
+        a sequence the new owner wrote for the same dataset.
+
+        Raises:
+            FencedError: if a higher fencing token was seen.
         """
 
     @abc.abstractmethod

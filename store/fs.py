@@ -396,7 +396,12 @@ class FsCommitStepStore(CommitStepStore):
                 names.append(decode_name(entry))
         return sorted(names)
 
-    def remove(self, store_name: str, dataset_urn: str | None = None) -> None:
+    def remove(
+        self, store_name: str, dataset_urn: str | None = None, *, token: int | None = None
+    ) -> None:
+        if token is not None:
+            what = "removing " + ("every sequence" if dataset_urn is None else repr(dataset_urn))
+            self._check_fence(store_name, token, what)
         if dataset_urn is None:
             for urn in self.datasets(store_name):
                 self.remove(store_name, urn)

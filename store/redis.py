@@ -272,16 +272,30 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
 
         return _call(self.url, run)
 
-    def remove(self, store_name: str, dataset_urn: str | None = None) -> None:
+    def remove(
+        self, store_name: str, dataset_urn: str | None = None, *, token: int | None = None
+    ) -> None:
         if dataset_urn is None:
             index = self._index(store_name)
             for raw in _call(self.url, lambda: self._client.smembers(index)):
-                self.remove(store_name, _text(raw))
+                self.remove(store_name, _text(raw), token=token)
             _call(self.url, lambda: self._client.delete(index))
             return
         keys = self._keys(store_name, dataset_urn)
-        # One DEL of keys in one slot is atomic: no partial sequence is ever left behind.
-        _call(self.url, lambda: self._client.delete(*keys))
+        fence_key = self._fence_key(store_name)
+
+        def drop(pipe: Any) -> None:
+            if token is not None:
+                seen = pipe.get(fence_key)
+                if seen is not None and int(seen) > token:
+                    raise _fenced(
+                        store_name, token, int(seen), f"removing {dataset_urn!r}", self.url
+                    )
+            pipe.multi()
+            # One DEL of keys in one slot is atomic: no partial sequence is left behind.
+            pipe.delete(*keys)
+
+        _call(self.url, lambda: self._client.transaction(drop, fence_key))
         failpoint("store.remove.chunk_deleted")
         _call(self.url, lambda: self._client.srem(self._index(store_name), dataset_urn))
 

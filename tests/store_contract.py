@@ -323,6 +323,17 @@ class CommitStepStoreContract:
         store.put_sequence(JOB, "c", [b"c"])  # no token: tools outside a run are not fenced
         assert store.datasets(JOB) == ["a", "b", "c"]
 
+    def test_fence_refuses_removal_by_an_older_token(self, store: CommitStepStore) -> None:
+        store.fence(JOB, 5)
+        store.put_sequence(JOB, "ds", [b"new owner's"], token=5)
+        with pytest.raises(FencedError, match="token 4"):
+            store.remove(JOB, "ds", token=4)
+        with pytest.raises(FencedError):
+            store.remove(JOB, token=4)
+        assert store.get(JOB, "ds") == [b"new owner's"]
+        store.remove(JOB, "ds", token=5)
+        assert not store.exists(JOB, "ds")
+
     def test_fence_is_per_store_name_and_outlives_removal(self, store: CommitStepStore) -> None:
         store.fence(JOB, 9)
         store.put_sequence("other", "ds", [b"x"], token=1)
@@ -533,14 +544,23 @@ def _acquire_and_exit(url: str, job: str, barrier: Any) -> None:
     os._exit(lease.token)  # no release, no clean-up
 
 
-def _contend(url: str, job: str, barrier: Any) -> None:
+def _contend(url: str, job: str, tried: Any, barrier: Any) -> None:
+    """Try to take the lock once: exit 0 if taken, 3 if refused as held.
+
+    Every contender, the winner too, stays alive until all have tried (``tried``): a winner
+    that exited at once would look dead (same host, pid gone) to a slower contender, which
+    would rightly take the lock over and win as well.
+    """
     lock = store.open_lock(url)
     barrier.wait(timeout=_PROCESS_TIMEOUT)
     try:
         lock.acquire(job, ttl_s=3600)
+        code = 0
     except LockHeldError:
-        raise SystemExit(3) from None
-    raise SystemExit(0)
+        code = 3
+    finally:
+        tried.wait(timeout=_PROCESS_TIMEOUT)
+    raise SystemExit(code)
 
 
 class JobLockContract:
@@ -599,7 +619,8 @@ class JobLockContract:
         lock.release(lease)
 
     def test_concurrent_acquire_has_one_winner(self, lock: JobLock, lock_url: str) -> None:
-        codes = _run_processes(_contend, [(lock_url, JOB)] * 6)
+        tried = _SPAWN.Barrier(6)
+        codes = _run_processes(_contend, [(lock_url, JOB, tried)] * 6)
         assert sorted(codes) == [0, 3, 3, 3, 3, 3], f"exit codes {codes}"
 
     def test_force_unlock_only_frees_an_expired_lease(self, lock: JobLock) -> None:

@@ -155,6 +155,50 @@ def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
     assert pub.discard("a").steps == 0
 
 
+@commitsteps.register("tests.publisher.marker")
+@attrs.frozen
+class MarkerStep(CommitStep):
+    """A user step that declares the file it publishes and nothing else about undoing."""
+
+    path: str
+
+    def verify(self) -> bool:
+        return Path(self.path).is_file()
+
+    def execute(self) -> None:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).write_text("done")
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+
+@pytest.mark.redis
+def test_discard_deletes_what_a_user_step_published(job: Job) -> None:
+    pub = job.publisher(max_attempts=1)
+    marker = MarkerStep(str(job.output / "a" / "_SUCCESS"))
+    steps = job.stage("a")
+    Path(steps[1].staged_paths()[0]).unlink()
+    assert pub.publish({"a": [*steps, marker]})["a"].outcome == Outcome.QUARANTINED
+    # Renames run in order until the missing one; the marker (same phase, last) never ran.
+    assert published(job) == ["a/f0-r1"]
+    marker.execute()  # as if it had run before the failure
+    assert pub.discard("a").outcome == Outcome.ABORTED
+    assert published(job) == []
+
+
+@pytest.mark.redis
+def test_one_dataset_whose_steps_cannot_be_built_does_not_stop_the_others(job: Job) -> None:
+    def broken() -> list[CommitStep]:
+        raise ValueError("listing the staging failed in a way nobody foresaw")
+
+    report = job.publisher().publish({"a": broken, "b": job.stage("b")})
+    assert report["a"].outcome == Outcome.FAILED
+    assert "ValueError: listing the staging failed" in (report["a"].error or "")
+    assert report["b"].outcome == Outcome.PUBLISHED
+    assert not job.store().exists("job", "a")
+
+
 @pytest.mark.redis
 def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
     steps = job.stage("a")
@@ -202,6 +246,15 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
     # A quarantined sequence's staging is not swept; other datasets publish.
     assert pub.publish({"good": job.stage("good")})["good"].outcome == Outcome.PUBLISHED
+    # The operator can still throw it away: staged files inside the roots go (an unreadable
+    # sequence names none: the next recovery sweeps them), nothing outside them is touched,
+    # the watermark stays.
+    assert pub.discard("bad").outcome == Outcome.ABORTED
+    assert job.store().datasets("job") == []
+    pub.recover()
+    assert not any(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
+    assert not (job.base / "output-old").exists()
+    assert open_watermarks(job.wm_url).get("bad", "0") is None
 
 
 def _refresh_crc(record: bytes) -> bytes:
