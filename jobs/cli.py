@@ -22,7 +22,7 @@ import click
 
 from jobs.config import JobConfig, apply_s3, load_config
 from jobs.run import EXIT_CONFIG, EXIT_FAILURE, EXIT_LOCKED, Progress, RunReport, log_progress
-from store.errors import CommitPubError, ConfigurationError, LockHeldError
+from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -218,14 +218,12 @@ def run(job_file: str, run_id: str | None, as_json: bool) -> None:
     from jobs.run import run_job
 
     config = _load(job_file)
-    try:
+
+    def go() -> RunReport:
         with _progress() as progress:
-            report = run_job(config, run_id=run_id, progress=progress)
-    except ConfigurationError as e:
-        _fail(str(e), EXIT_CONFIG)
-    except LockHeldError as e:
-        _locked(e)
-    _finish(report, as_json)
+            return run_job(config, run_id=run_id, progress=progress)
+
+    _finish(_store_call(go), as_json)
 
 
 @main.command(epilog=f"\b\nExample:\n  commitpub recover jobs/orders.toml\n\n{_EXIT_CODES}")
@@ -236,12 +234,12 @@ def recover(job_file: str, as_json: bool) -> None:
     from jobs.run import recover_job
 
     config = _load(job_file)
-    try:
+
+    def go() -> RunReport:
         with _progress() as progress:
-            report = recover_job(config, progress=progress)
-    except LockHeldError as e:
-        _locked(e)
-    _finish(report, as_json)
+            return recover_job(config, progress=progress)
+
+    _finish(_store_call(go), as_json)
 
 
 def _age(seconds: float | None) -> str:
@@ -393,7 +391,7 @@ T = TypeVar("T")
 
 
 def _store_call(fn: Callable[[], T]) -> T:
-    """Run an operator command; map its typed errors to exit codes."""
+    """Run a command's work; map its typed errors to exit codes."""
     from jobs.ops import NothingPendingError
 
     try:
@@ -404,6 +402,8 @@ def _store_call(fn: Callable[[], T]) -> T:
         _fail(str(e), EXIT_CONFIG)
     except NothingPendingError as e:
         _fail(str(e), EXIT_FAILURE)
+    except FencedError as e:
+        _fail(f"{e}; another run has taken the job over", EXIT_LOCKED)
     except CommitPubError as e:
         _fail(f"{type(e).__name__}: {e}", EXIT_FAILURE)
 

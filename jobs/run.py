@@ -583,19 +583,27 @@ def _write_with_fsspec(frame: DataFrame, partition_by: list[str], directory: str
 
     Spark's own writer would need Hadoop's S3A connector on every node; staging is private
     to the run, so no commit protocol is needed either: each task writes its partition's
-    rows with pyarrow under a name made of its partition index, so a retried or speculative
-    attempt overwrites the same objects instead of adding rows. The layout is Spark's
-    (hive-style ``column=value`` directories).
+    rows with pyarrow under a name made of its partition index and an id of this write, so
+    a retried or speculative attempt overwrites the same objects instead of adding rows,
+    while a later write (a run id given again) never meets an earlier write's names. The
+    layout is Spark's (hive-style ``column=value`` directories).
     """
     from pyspark.sql.pandas.types import to_arrow_schema  # pyarrow only, no pandas
 
     schema = to_arrow_schema(frame.schema)
-    write = functools.partial(_write_task, directory, tuple(partition_by), schema)
+    write = functools.partial(
+        _write_task, directory, tuple(partition_by), schema, secrets.token_hex(8)
+    )
     frame.rdd.mapPartitionsWithIndex(write).collect()
 
 
-def _write_task(
-    directory: str, partition_by: tuple[str, ...], schema: Any, index: int, rows: Iterator[Any]
+def _write_task(  # noqa: PLR0917 -- bound by functools.partial, then called by Spark
+    directory: str,
+    partition_by: tuple[str, ...],
+    schema: Any,
+    write_id: str,
+    index: int,
+    rows: Iterator[Any],
 ) -> Iterator[int]:
     import pyarrow as pa
     import pyarrow.dataset as pads
@@ -612,7 +620,7 @@ def _write_task(
         filesystem=fs,
         partitioning=list(partition_by) or None,
         partitioning_flavor="hive" if partition_by else None,
-        basename_template=f"part-{index:05d}-{{i}}.parquet",
+        basename_template=f"part-{index:05d}-{write_id}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore",
         file_visitor=lambda f: written.append(f.path),
     )

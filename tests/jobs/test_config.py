@@ -13,6 +13,7 @@ import jobs.run
 from jobs.cli import main
 from jobs.config import apply_s3, load_config
 from jobs.sources import LandingSource
+from store import open_store
 from store.errors import ConfigurationError
 
 
@@ -187,6 +188,25 @@ def test_cli_exits_2_naming_the_key_before_spark_starts(
     result = CliRunner().invoke(main, ["run", str(write_job(tmp_path)), "--run-id", "../x"])
     assert result.exit_code == 2
     assert "run id '../x'" in result.output
+
+
+def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_spark(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark must not start when the store refuses this run")
+
+    monkeypatch.setattr(jobs.run, "build_session", no_spark)
+    path = write_job(tmp_path)
+    config = load_config(path)
+    with open_store(config.store_url) as st:
+        st.fence(config.name, 10**6)  # a run holding a far newer token took the job over
+    for command in ("run", "recover"):
+        result = CliRunner().invoke(main, [command, str(path)])
+        assert result.exit_code == 75, result.output
+        assert "token 1000000 has taken the job over" in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "staging").exists()
 
 
 def test_console_script_exits_2_on_a_missing_key(tmp_path: Path) -> None:
