@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from store.errors import CorruptRecordError, LockHeldError
+from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
 log = logging.getLogger("commitpub.lock")
 
@@ -203,10 +203,21 @@ class LeaseKeeper:
         while not self._stop.wait(self.ttl_s / 3):
             try:
                 self.lease = self.lock.renew(self.lease, ttl_s=self.ttl_s)
-            except Exception as e:  # a lost lease is reported, never raised in the thread
-                self.lost = e
-                log.error("job lock lost: %s", e)
+            except (StoreUnavailableError, ConnectionError, TimeoutError) as e:
+                # The lock's store is out of reach: the lease is still ours until it
+                # expires, and the next tick tries again.
+                if not self.lease.expired():
+                    log.warning("could not renew the job lock (will retry): %s", e)
+                    continue
+                self._lose(e)
                 return
+            except Exception as e:  # a lost lease is reported, never raised in the thread
+                self._lose(e)
+                return
+
+    def _lose(self, error: BaseException) -> None:
+        self.lost = error
+        log.error("job lock lost: %s", error)
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()

@@ -30,6 +30,7 @@ from store import (
     FencedError,
     JobLock,
     JsonScalar,
+    LeaseKeeper,
     LockHeldError,
     SequenceExistsError,
     SequenceInfo,
@@ -622,6 +623,18 @@ class JobLockContract:
         tried = _SPAWN.Barrier(6)
         codes = _run_processes(_contend, [(lock_url, JOB, tried)] * 6)
         assert sorted(codes) == [0, 3, 3, 3, 3, 3], f"exit codes {codes}"
+
+    def test_lease_keeper_renews_in_the_background_then_releases(self, lock: JobLock) -> None:
+        lease = lock.acquire(JOB, ttl_s=0.6)
+        with LeaseKeeper(lock, lease, ttl_s=0.6) as keeper:
+            time.sleep(1.5)  # two and a half TTLs: only renewal keeps the lease alive
+            with pytest.raises(LockHeldError):
+                lock.acquire(JOB, ttl_s=60)
+            assert keeper.lost is None
+            assert keeper.lease.expires_at > lease.expires_at
+        after = lock.acquire(JOB, ttl_s=60)  # released on exit: free at once
+        assert after.token > lease.token
+        lock.release(after)
 
     def test_force_unlock_only_frees_an_expired_lease(self, lock: JobLock) -> None:
         lease = lock.acquire(JOB, ttl_s=60)

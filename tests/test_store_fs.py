@@ -3,6 +3,7 @@ plus what only this backend can show (chunk files altered or lost on disk)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 import store
-from store import CorruptRecordError, SequenceInfo, StoreError
+from store import CorruptRecordError, LeaseKeeper, SequenceInfo, StoreError
 from store.fs import FsCommitStepStore, FsWatermarkStore
 
 
@@ -262,3 +263,45 @@ def test_unreadable_watermark_is_corrupt(tmp_path: Path) -> None:
     version.write_text("{broken")
     with pytest.raises(CorruptRecordError):
         wm.get("ds", "p")
+
+
+class _Flaky(store.JobLock):
+    """A real lock whose renewals fail as if its store were out of reach, ``failures`` times."""
+
+    def __init__(self, inner: store.JobLock, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.renewals = 0
+
+    def acquire(self, job: str, *, ttl_s: float) -> store.Lease:
+        return self.inner.acquire(job, ttl_s=ttl_s)
+
+    def renew(self, lease: store.Lease, *, ttl_s: float) -> store.Lease:
+        if self.failures > 0:
+            self.failures -= 1
+            raise store.StoreUnavailableError("lock store unreachable (simulated)")
+        self.renewals += 1
+        return self.inner.renew(lease, ttl_s=ttl_s)
+
+    def release(self, lease: store.Lease) -> None:
+        self.inner.release(lease)
+
+    def current(self, job: str) -> store.Lease | None:
+        return self.inner.current(job)
+
+
+def test_lease_survives_renewals_that_fail_while_it_is_still_valid(tmp_path: Path) -> None:
+    flaky = _Flaky(store.open_lock(str(tmp_path)), failures=1)
+    lease = flaky.acquire("job", ttl_s=0.9)
+    with LeaseKeeper(flaky, lease, ttl_s=0.9) as keeper:
+        time.sleep(1.4)  # the first renewal fails, the next ones succeed
+        assert keeper.lost is None
+        assert flaky.renewals >= 1
+
+
+def test_lease_is_lost_when_renewals_fail_until_it_expires(tmp_path: Path) -> None:
+    flaky = _Flaky(store.open_lock(str(tmp_path)), failures=100)
+    lease = flaky.acquire("job", ttl_s=0.6)
+    with LeaseKeeper(flaky, lease, ttl_s=0.6) as keeper:
+        time.sleep(1.2)
+        assert isinstance(keeper.lost, store.StoreUnavailableError)
