@@ -222,7 +222,8 @@ def _read_slice(s: _Slice) -> Iterator[str]:
             if not complete:
                 # Offsets before ``end`` were complete lines when the run started.
                 raise ValueError(f"{s.path}: the line of offset {offset} is incomplete")
-            if offset >= s.start:
+            # A blank line takes an offset but holds no record, as JSON-lines readers have it.
+            if offset >= s.start and not raw.isspace():
                 yield _with_source(raw, s, offset)
             offset += 1
     if s.limit is None and offset < s.end:

@@ -80,6 +80,13 @@ def test_a_slice_reads_its_offsets_and_refuses_overlapping_segments(tmp_path: Pa
         list(_read_slice(_Slice("p", str(seg), 10, 10, 20, None)))
 
 
+def test_a_blank_line_takes_an_offset_and_holds_no_record(tmp_path: Path) -> None:
+    seg = tmp_path / "00000000000000000000.jsonl"
+    seg.write_text('{"n": 0}\n\n  \r\n{"n": 3}\n')
+    got = [json.loads(x) for x in _read_slice(_Slice("p", str(seg), 0, 0, 4, None))]
+    assert [(r["n"], r["_source_offset"]) for r in got] == [(0, 0), (3, 3)]
+
+
 def test_reserved_field_names_are_refused(tmp_path: Path) -> None:
     seg = tmp_path / "00000000000000000000.jsonl"
     seg.write_text('{"_source_offset": 1}\n')
