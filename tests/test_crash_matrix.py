@@ -40,48 +40,72 @@ TOTAL_STEPS = len(crashdriver.DATASETS) * crashdriver.STEPS_PER_DATASET
 class Cell:
     name: str
     crash_at: str
+    #: How many datasets (the first ones, in crashdriver.DATASETS order, which is the order
+    #: the job publishes them in) recovery alone must leave exactly as a clean run does:
+    #: those committed before the crash, plus the one it killed after its seal (a sealed
+    #: sequence is finished by recovery). A dataset killed before its seal (extract,
+    #: before_write_ahead, write_ahead.*, store.write_ahead.*) is aborted: nothing of it is
+    #: published and its watermarks stay unset until the next run.
+    done_after_recovery: int
     chunk_records: int = 200_000
     #: A second crash, during the recovery that follows the first.
     recovery_crash_at: str | None = None
 
 
+_PER_DATASET = crashdriver.STEPS_PER_DATASET
 CELLS = [
-    Cell("during-extract", "extract.file_written@7"),
-    Cell("after-staging-before-write-ahead", "publish.before_write_ahead@1"),
-    Cell("mid-write-ahead-unsealed", "publish.write_ahead.chunk_written@1", chunk_records=8),
-    Cell("mid-write-ahead-second-dataset", "publish.write_ahead.chunk_written@4", chunk_records=8),
-    Cell("inside-atomic-chunk-write", "store.write_ahead.temp_written@1"),
-    Cell("after-seal-before-first-step", "publish.after_seal@1"),
-    Cell("after-seal-second-dataset", "publish.after_seal@2"),
-    Cell("after-last-step-before-removal", "publish.after_last_step@1"),
-    Cell("mid-removal", "store.remove.chunk_deleted@1", chunk_records=8),
-    Cell("after-removal-before-staging-cleanup", "publish.after_remove@1"),
-    Cell("after-removal-last-dataset", "publish.after_remove@3"),
+    # Before the first dataset's seal: recovery aborts it, the next run publishes all.
+    Cell("during-extract", "extract.file_written@7", 0),
+    Cell("after-staging-before-write-ahead", "publish.before_write_ahead@1", 0),
+    Cell("mid-write-ahead-unsealed", "publish.write_ahead.chunk_written@1", 0, chunk_records=8),
+    Cell("inside-atomic-chunk-write", "store.write_ahead.temp_written@1", 0),
+    # 22 steps in chunks of 8: two chunk_written per dataset, @4 is in the second dataset.
+    Cell(
+        "mid-write-ahead-second-dataset",
+        "publish.write_ahead.chunk_written@4",
+        1,
+        chunk_records=8,
+    ),
+    # After a seal: recovery alone finishes that dataset.
+    Cell("after-seal-before-first-step", "publish.after_seal@1", 1),
+    Cell("after-seal-second-dataset", "publish.after_seal@2", 2),
+    Cell("after-last-step-before-removal", "publish.after_last_step@1", 1),
+    Cell("mid-removal", "store.remove.chunk_deleted@1", 1, chunk_records=8),
+    Cell("after-removal-before-staging-cleanup", "publish.after_remove@1", 1),
+    Cell("after-removal-last-dataset", "publish.after_remove@3", 3),
     # In the middle of recovery: a first crash leaves work, a second kills its recovery.
-    Cell("recovery-mid-reexecution", "step.executed@30", recovery_crash_at="step.executed@3"),
-    Cell("recovery-after-verify", "step.executed@12", recovery_crash_at="recover.after_verify@1"),
+    Cell("recovery-mid-reexecution", "step.executed@30", 2, recovery_crash_at="step.executed@3"),
+    Cell(
+        "recovery-after-verify", "step.executed@12", 1, recovery_crash_at="recover.after_verify@1"
+    ),
     Cell(
         "recovery-mid-abort",
         "publish.write_ahead.chunk_written@1",
+        0,
         chunk_records=8,
         recovery_crash_at="recover.abort_step@2",
     ),
     Cell(
         "recovery-mid-orphan-sweep",
         "publish.after_remove@1",
+        1,
         recovery_crash_at="recover.orphan_deleted@1",
     ),
     Cell(
         "recovery-before-its-removal",
         "step.executed@5",
+        1,
         recovery_crash_at="publish.after_last_step@1",
     ),
 ]
 # "After each step": every step index of the job (all datasets' renames and watermarks).
-STEP_CELLS = [Cell(f"after-step-{k}", f"step.executed@{k}") for k in range(1, TOTAL_STEPS + 1)]
+# Steps only execute once their dataset is sealed: step k belongs to dataset ceil(k / 22).
+STEP_CELLS = [
+    Cell(f"after-step-{k}", f"step.executed@{k}", -(-k // _PER_DATASET))
+    for k in range(1, TOTAL_STEPS + 1)
+]
 # On S3: the first rename, one in the middle of the concurrent batch, the last rename, the
 # first and last watermark of a dataset, the next dataset's first step, the job's last step.
-_PER_DATASET = crashdriver.STEPS_PER_DATASET
 _RENAMES = _PER_DATASET - len(crashdriver.PARTITIONS)
 S3_STEP_CELLS = [
     STEP_CELLS[k - 1]
@@ -246,6 +270,29 @@ def _reset(backend: Backend) -> None:
             client.flushdb()
 
 
+def expect_recovered(
+    base: Path, backend: Backend, clean: dict[str, Any], done_after_recovery: int
+) -> None:
+    """Right after a successful recovery: nothing pending, staging empty; the first
+    ``done_after_recovery`` datasets published exactly as the clean run did, the others not
+    at all and with their watermarks unset."""
+    snap = snapshot(base, backend)
+    assert snap["pending"] == []
+    assert snap["staging"] == []
+    assert snap["duplicates"] == []
+    done = crashdriver.DATASETS[:done_after_recovery]
+    prefixes = {f"{crashdriver.safe(d)}/" for d in done}
+    files = {k: v for k, v in clean["files"].items() if any(map(k.startswith, prefixes))}
+    assert sorted(snap["files"]) == sorted(files), f"published after recovery; done: {done}"
+    assert snap["files"] == files
+    watermarks = {
+        (d, p): clean["watermarks"][(d, p)] if d in done else None
+        for d in crashdriver.DATASETS
+        for p in crashdriver.PARTITIONS
+    }
+    assert snap["watermarks"] == watermarks
+
+
 def run_cell(
     cell: Cell,
     tmp_path: Path,
@@ -265,6 +312,7 @@ def run_cell(
             cell.recovery_crash_at,
         )
     expect_ok(drive("recover", base, backend))
+    expect_recovered(base, backend, clean, cell.done_after_recovery)
     expect_ok(drive("run", base, backend, run_id="r2"))
     assert snapshot(base, backend) == clean
 

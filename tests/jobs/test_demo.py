@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from jobhelpers import commitpub
 
 from jobs.cli import main
+from jobs.demo import prepare
 
 
 @pytest.mark.spark
@@ -27,8 +28,22 @@ def test_demo_crashes_recovers_and_counts(tmp_path: Path) -> None:
     assert source == published
     assert (duplicates, missing) == ("0", "0")
     assert out.rstrip().endswith("exactly once: yes")
-    # Running it again replaces the earlier demo.
-    assert (tmp_path / "demo" / ".commitpub-demo").exists()
+    # Running it again would replace this demo: its first step, prepare(), accepts the
+    # directory (it refuses any that is not a demo's) and empties it.
+    prepare(tmp_path / "demo")
+    assert [p.name for p in (tmp_path / "demo").iterdir()] == [".commitpub-demo"]
+
+
+def test_prepare_replaces_an_earlier_demo(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    prepare(directory)
+    (directory / "output" / "orders").mkdir(parents=True)
+    (directory / "output" / "orders" / "old.parquet").write_text("from the earlier demo")
+    (directory / "job.toml").write_text("[job]\n")
+
+    prepare(directory)
+
+    assert [p.name for p in directory.iterdir()] == [".commitpub-demo"]
 
 
 def test_demo_refuses_a_directory_that_is_not_a_demo(tmp_path: Path) -> None:
