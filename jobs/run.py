@@ -345,6 +345,34 @@ def job_lock(config: JobConfig) -> Iterator[LeaseKeeper]:
         lock.close()
 
 
+STAGING_OWNER = ".commitpub-job"
+
+
+def claim_staging(config: JobConfig) -> None:
+    """Mark the staging path as this job's, or refuse it if another job's mark is there.
+
+    Recovery deletes whatever under the staging path no pending commit of the job refers
+    to, so two jobs sharing one staging path would delete each other's runs.
+
+    Raises:
+        ConfigurationError: if another job uses the staging path.
+    """
+    fs, root = fsspec.core.url_to_fs(config.staging)
+    marker = posixpath.join(root, STAGING_OWNER)
+    try:
+        owner = fs.cat_file(marker).decode()
+    except FileNotFoundError:
+        fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(marker, config.name.encode())
+        return
+    if owner != config.name:
+        raise ConfigurationError(
+            f"{config.file}: staging.path {redact(config.staging)} belongs to job {owner!r}; "
+            "give each job a staging path of its own (recovery deletes what its commits do "
+            "not refer to)"
+        )
+
+
 def run_job(
     config: JobConfig,
     *,
@@ -389,6 +417,7 @@ def _with_spark(
     say: Progress = progress or log_progress
     started = time.monotonic()
     with job_lock(config) as keeper:  # before Spark starts: a held lock changes nothing
+        claim_staging(config)
         report.lock_token = keeper.lease.token
         _spark_body(config, spark, report, say, body, keeper.lease.token)
         report.durations_s["total"] = round(time.monotonic() - started, 3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import posixpath
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -40,7 +41,9 @@ class Publisher:
         job_name: the job; it names the job's part of the store.
         max_attempts: failed executions of a sealed sequence before its dataset is
             quarantined.
-        staging_roots: every rename's source must lie under one of these.
+        staging_roots: every rename's source must lie under one of these. They belong to
+            this job: recovery deletes what lies in them that no pending sequence refers to
+            (entries whose names start with a dot excepted).
         output_roots: every rename's destination must lie under one of these.
         runner: where per-dataset work runs; None runs it in this process,
             ``jobs.SparkRunner(spark)`` runs it in Spark tasks.
@@ -211,9 +214,10 @@ def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:
 
 
 def _children(root: str) -> list[str]:
+    """Entries directly under a staging root, but for hidden ones (a job's marks)."""
     if "://" not in root:
         try:
-            return sorted(f"{root}/{n}" for n in os.listdir(root))
+            return sorted(f"{root}/{n}" for n in os.listdir(root) if not n.startswith("."))
         except FileNotFoundError:
             return []
     fs, path = fsspec.core.url_to_fs(root)
@@ -222,7 +226,11 @@ def _children(root: str) -> list[str]:
     except FileNotFoundError:
         return []
     scheme = root.split("://", 1)[0]
-    return sorted(normalize(f"{scheme}://{n.rstrip('/')}") for n in names)
+    return sorted(
+        normalize(f"{scheme}://{n.rstrip('/')}")
+        for n in names
+        if not posixpath.basename(n.rstrip("/")).startswith(".")
+    )
 
 
 def _delete_tree(path: str) -> None:

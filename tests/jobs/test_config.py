@@ -209,6 +209,27 @@ def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(
     assert not (tmp_path / "staging").exists()
 
 
+def test_two_jobs_cannot_share_a_staging_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_spark(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark must not start for a staging path of another job")
+
+    first = load_config(write_job(tmp_path))
+    jobs.run.claim_staging(first)
+    jobs.run.claim_staging(first)  # its own mark: fine, again and again
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    path = write_job(
+        other_dir, job={"name": "other-job"}, staging={"path": str(tmp_path / "staging")}
+    )
+    monkeypatch.setattr(jobs.run, "build_session", no_spark)
+    result = CliRunner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "belongs to job 'test-job'" in result.output
+    assert [p.name for p in (tmp_path / "staging").iterdir()] == [".commitpub-job"]
+
+
 def test_console_script_exits_2_on_a_missing_key(tmp_path: Path) -> None:
     path = write_job(tmp_path, watermarks={})
     done = commitpub("run", str(path))

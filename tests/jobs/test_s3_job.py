@@ -74,7 +74,8 @@ def test_job_runs_recovers_and_publishes_exactly_once_on_s3(
     assert status["pending"] == [], status
 
     fs.invalidate_cache()
-    assert fs.find(f"{remote}/staging") == []  # staging swept clean
+    # Staging swept clean but for the job's mark of it.
+    assert fs.find(f"{remote}/staging") == [f"{remote}/staging/.commitpub-job".split("://")[-1]]
     local_output = tmp_path / "output"
     fs.get(f"{remote}/output/", str(local_output), recursive=True)
     checked = assert_exactly_once(
