@@ -193,7 +193,9 @@ def test_remove_deletes_the_files(fs_store: FsCommitStepStore, tmp_path: Path) -
     fs_store.put_sequence("job", "ds", [b"x"])
     fs_store.set_status("job", "ds", {"attempts": 1})
     fs_store.remove("job", "ds")
-    assert list((tmp_path / "job").iterdir()) == []
+    # The dataset's directory stays, empty, for the next commit of the dataset.
+    assert [p.name for p in (tmp_path / "job").rglob("*")] == ["ds"]
+    assert fs_store.datasets("job") == []
     fs_store.remove("job")
     assert list(tmp_path.iterdir()) == []
 
@@ -226,13 +228,13 @@ def test_info_of_unsealed_chunks(fs_store: FsCommitStepStore) -> None:
 def test_old_watermark_versions_are_cleaned_up(tmp_path: Path) -> None:
     wm = store.open_watermarks(str(tmp_path))
     previous = None
-    for value in range(100):
+    for value in range(200):
         assert wm.compare_and_set("ds", "p", previous, value)
         previous = value
     versions = sorted((tmp_path / "ds" / "p").glob("v*.json"))
-    assert wm.get("ds", "p") == 99
-    assert 1 <= len(versions) <= 20
-    assert f"v{100:020d}.json" == versions[-1].name
+    assert wm.get("ds", "p") == 199
+    assert 1 <= len(versions) <= 65
+    assert f"v{200:020d}.json" == versions[-1].name
 
 
 def test_stale_writer_cannot_revive_a_cleaned_up_version(
@@ -245,15 +247,16 @@ def test_stale_writer_cannot_revive_a_cleaned_up_version(
     b = FsWatermarkStore(str(tmp_path))
     assert b.compare_and_set("ds", "p", None, 0)
     stale = a._current(a._dir("ds", "p"))
-    for value in range(50):
+    for value in range(150):
         assert b.compare_and_set("ds", "p", value, value + 1)
+    assert not (tmp_path / "ds" / "p" / f"v{2:020d}.json").exists()  # the name is free again
     monkeypatch.setattr(a, "_current", lambda _directory: stale)
     try:
         won = a.compare_and_set("ds", "p", 0, 1000)
     except StoreError:
         won = False
     assert not won
-    assert b.get("ds", "p") == 50
+    assert b.get("ds", "p") == 150
 
 
 def test_unreadable_watermark_is_corrupt(tmp_path: Path) -> None:
