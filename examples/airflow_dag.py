@@ -3,9 +3,10 @@
 Exit 75 (another run holds the job lock) marks the task *skipped*, not failed: the next
 schedule catches up. Exit 3 (some datasets quarantined, the others published) fails the task
 and pages someone through ``on_failure_callback``, since it stays until an operator runs
-``commitpub retry`` or ``commitpub discard``. Exit 1 fails the task and Airflow retries it;
-exit 2 (bad job file) fails it for good. Copy this file into your DAGs folder and adapt the
-paths.
+``commitpub retry`` or ``commitpub discard``. Exit 1 fails the task and Airflow retries it.
+Airflow retries by task, not by exit code, so exits 2 (bad job file) and 3 are retried too:
+harmless, as both refuse again within seconds and change nothing. Copy this file into your
+DAGs folder and adapt the paths.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ import functools
 import importlib
 import logging
 import os
+import re
 import socket
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -34,6 +35,8 @@ _EXECUTOR_ENV = (
     "AWS_ENDPOINT_URL",
     "AWS_DEFAULT_REGION",
 )
+
+_CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,13 +65,27 @@ def ensure_python() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of the driver's environment that executors get as well.
+
+    Besides :data:`_EXECUTOR_ENV`, fsspec's S3 configuration (``FSSPEC_S3_*``, such as
+    ``FSSPEC_S3_ENDPOINT_URL``) goes along, but for credentials (names holding KEY, SECRET,
+    TOKEN or PASSWORD): those are the cluster's own, never copied into Spark's conf.
+    """
+    out = {name: environ[name] for name in _EXECUTOR_ENV if environ.get(name)}
+    for name, value in environ.items():
+        if name.startswith("FSSPEC_S3_") and value and not _CREDENTIAL.search(name):
+            out[name] = value
+    return out
+
+
 def build_session(config: JobConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
     (``COMMITPUB_REDIS_PASSWORD``) and the S3 endpoint and region reach the executors too,
-    whose environment otherwise comes from the cluster's workers; Spark redacts the password
-    in its UI and logs.
+    whose environment otherwise comes from the cluster's workers (see :func:`executor_env`);
+    Spark redacts the password in its UI and logs.
     """
     from pyspark.sql import SparkSession
 
@@ -77,9 +94,8 @@ def build_session(config: JobConfig) -> SparkSession:
     if config.spark_master:
         builder = builder.master(config.spark_master)
     conf = dict(SPARK_DEFAULTS)
-    for name in _EXECUTOR_ENV:
-        if os.environ.get(name):
-            conf[f"spark.executorEnv.{name}"] = os.environ[name]
+    for name, value in executor_env(os.environ).items():
+        conf[f"spark.executorEnv.{name}"] = value
     conf.update(config.spark_conf)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from jobs.spark import SparkRunner, ensure_python
+from jobs.spark import SparkRunner, ensure_python, executor_env
 from publisher import Outcome, Publisher
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
@@ -132,3 +132,20 @@ def test_python_workers_run_this_interpreter_unless_told_otherwise(
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python")
     ensure_python()
     assert os.environ["PYSPARK_PYTHON"] == "/opt/python"
+
+
+def test_executors_get_s3_settings_but_never_credentials() -> None:
+    env = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "FSSPEC_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "FSSPEC_S3_KEY": "AKIA...",
+        "FSSPEC_S3_SECRET": "s3cr3t",
+        "FSSPEC_S3_TOKEN": "t",
+        "FSSPEC_GCS_PROJECT": "p",
+        "HOME": "/root",
+    }
+    assert executor_env(env) == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "FSSPEC_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    }
