@@ -4,9 +4,10 @@ Exit 75 (another run holds the job lock) marks the task *skipped*, not failed: t
 schedule catches up. Exit 3 (some datasets quarantined, the others published) fails the task
 and pages someone through ``on_failure_callback``, since it stays until an operator runs
 ``commitpub retry`` or ``commitpub discard``. Exit 1 fails the task and Airflow retries it.
-Airflow retries by task, not by exit code, so exits 2 (bad job file) and 3 are retried too:
-harmless, as both refuse again within seconds and change nothing. Copy this file into your
-DAGs folder and adapt the paths.
+Airflow retries by task, not by exit code, so exits 2 (bad job file) and 3 are retried too,
+harmlessly: exit 2 is refused again before Spark starts, and a retried exit 3 is one more
+run that publishes what is new and again skips the quarantined dataset. Copy this file into
+your DAGs folder and adapt the paths.
 """
 
 from __future__ import annotations
