@@ -144,6 +144,19 @@ def _copy_within(fs: Any, spath: str, dpath: str, size: int | None) -> None:
     fs.cp_file(spath, dpath)
 
 
+def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
+    """Delete (filesystem, path) pairs: local ones one by one, others in one bulk call per
+    filesystem and bucket (s3fs sends a DeleteObjects request per 1,000 keys of a bucket)."""
+    groups: dict[tuple[int, str], tuple[Any, list[str]]] = {}
+    for fs, path in sources:
+        if fs is None:
+            os.unlink(path)
+        else:
+            groups.setdefault((id(fs), path.split("/", 1)[0]), (fs, []))[1].append(path)
+    for fs, paths in groups.values():
+        fs.rm(paths)
+
+
 @register("fs.rename")
 @attrs.frozen
 class FsRenameCommitStep(CommitStep):
@@ -205,12 +218,19 @@ class FsRenameCommitStep(CommitStep):
             failpoint("step.executed")
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
-            # object); then each is a copy and a delete at most, many in flight at once.
+            # object); the copies run many at once, then the sources go in bulk deletes (one
+            # request per 1,000 objects on S3). A crash in between leaves renames with both
+            # sides present, which verify() and execute() finish by deleting the source; so
+            # the crash point after a step is here after its copy.
             with ThreadPoolExecutor(_REMOTE_CONCURRENCY) as pool:
-                futures = [pool.submit(s._finish, src, dst) for s, src, dst in _sizes(remote)]
+                futures = [pool.submit(s._copy, src, dst) for s, src, dst in _sizes(remote)]
+                sources = []
                 for future in futures:
-                    future.result()
+                    source = future.result()
+                    if source is not None:
+                        sources.append(source)
                     failpoint("step.executed")
+            _delete_all(sources)
 
     def _execute(self, made_dirs: set[str]) -> None:
         sfs, spath = _fs(self.src)
@@ -222,17 +242,19 @@ class FsRenameCommitStep(CommitStep):
 
     def _finish(self, src_size: int | None, dst_size: int | None) -> None:
         """Copy (unless the destination is already right) and delete, from the sizes found."""
+        _delete_all([source] if (source := self._copy(src_size, dst_size)) else [])
+
+    def _copy(self, src_size: int | None, dst_size: int | None) -> tuple[Any, str] | None:
+        """The copy half of a rename, from the sizes found: the source left to delete
+        (its filesystem, None if local, and path), or None when the rename is done."""
         if self._done(src_size, dst_size):
-            return
+            return None
         self._check_source(src_size, dst_size)
         sfs, spath = _fs(self.src)
         dfs, dpath = _fs(self.dst)
         if dst_size != src_size:
-            self._copy(sfs, spath, dfs, dpath, src_size)
-        if sfs is None:
-            os.unlink(spath)
-        else:
-            sfs.rm_file(spath)
+            self._copy_file(sfs, spath, dfs, dpath, src_size)
+        return sfs, spath
 
     def _execute_local(self, spath: str, dpath: str, made_dirs: set[str]) -> None:
         parent = dpath[: dpath.rfind("/")] or "/"  # dpath is absolute (validated)
@@ -262,7 +284,7 @@ class FsRenameCommitStep(CommitStep):
             )
 
     @staticmethod
-    def _copy(sfs: Any, spath: str, dfs: Any, dpath: str, size: int | None) -> None:
+    def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int | None) -> None:
         if sfs is not None and sfs is dfs:
             _copy_within(sfs, spath, dpath, size)
             return

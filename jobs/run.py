@@ -114,10 +114,10 @@ class StagedDataset:
                 f"no staged Parquet files for {self.dataset} under {self.staging_dir}"
             )
         steps: list[CommitStep] = []
-        for rel in files:
+        for rel, size in files.items():
             directory, name = posixpath.split(rel)
             dst = posixpath.join(self.output_dir, directory, f"{self.run_id}-{name}")
-            steps.append(FsRenameCommitStep.from_staged(_join(self.staging_dir, rel), dst))
+            steps.append(FsRenameCommitStep(_join(self.staging_dir, rel), dst, size))
         steps.extend(
             WatermarkCommitStep(self.watermarks_url, self.dataset, m.partition, m.previous, m.value)
             for m in self.marks
@@ -129,26 +129,29 @@ def _join(root: str, rel: str) -> str:
     return posixpath.join(root, rel) if "://" in root else os.path.join(root, rel)
 
 
-def staged_files(root: str) -> list[str]:
-    """Data files under ``root``, relative, sorted; Spark's ``_SUCCESS``, ``_temporary``
-    and hidden checksum files are not data."""
+def staged_files(root: str) -> dict[str, int]:
+    """Data files under ``root``, relative, sorted, with their sizes; Spark's ``_SUCCESS``,
+    ``_temporary`` and hidden checksum files are not data. On an object store the sizes
+    come from the listing, not from a request per file."""
 
     def data(name: str) -> bool:
         return not name.startswith(("_", "."))
 
-    found: list[str] = []
+    found: dict[str, int] = {}
     if "://" not in root:
         for directory, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if data(d)]
             rel_dir = os.path.relpath(directory, root)
-            found.extend(posixpath.normpath(posixpath.join(rel_dir, n)) for n in names if data(n))
-        return sorted(found)
+            for name in filter(data, names):
+                size = os.stat(os.path.join(directory, name)).st_size
+                found[posixpath.normpath(posixpath.join(rel_dir, name))] = size
+        return dict(sorted(found.items()))
     fs, path = fsspec.core.url_to_fs(root)
-    for full in fs.find(path):
+    for full, info in fs.find(path, detail=True).items():
         rel = posixpath.relpath(full, path)
         if all(data(part) for part in rel.split("/")):
-            found.append(rel)
-    return sorted(found)
+            found[rel] = int(info["size"])
+    return dict(sorted(found.items()))
 
 
 @attrs.define
@@ -660,11 +663,11 @@ def _staged_info(directory: str, ranges: dict[str, tuple[JsonScalar, JsonScalar]
     import pyarrow.parquet as pq
 
     info = StagedInfo(directory, ranges)
-    for rel in staged_files(directory):
+    for rel, size in staged_files(directory).items():
         path = _join(directory, rel)
         info.files += 1
+        info.bytes += size
         if "://" not in path:
-            info.bytes += os.path.getsize(path)
             info.rows += pq.read_metadata(path).num_rows
     return info
 

@@ -106,6 +106,8 @@ STEP_CELLS = [
 ]
 # On S3: the first rename, one in the middle of the concurrent batch, the last rename, the
 # first and last watermark of a dataset, the next dataset's first step, the job's last step.
+# There a dataset's copies run first and its sources go in one bulk delete after them, so a
+# crash "after a rename" comes after its copy: every source of the dataset is still there.
 _RENAMES = _PER_DATASET - len(crashdriver.PARTITIONS)
 S3_STEP_CELLS = [
     STEP_CELLS[k - 1]
