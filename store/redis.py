@@ -161,6 +161,14 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         raw = _call(self.url, lambda: self._client.get(self._fence_key(store_name)))
         return None if raw is None else int(raw)
 
+    def _check_fence(self, pipe: Any, store_name: str, token: int | None, doing: str) -> None:
+        """Inside a WATCH of the fence key: refuse ``token`` if a higher one was seen."""
+        if token is None:
+            return
+        seen = pipe.get(self._fence_key(store_name))
+        if seen is not None and int(seen) > token:
+            raise _fenced(store_name, token, int(seen), doing, self.url)
+
     def fence(self, store_name: str, token: int) -> None:
         seen = _call(
             self.url, lambda: self._fence(keys=[self._fence_key(store_name)], args=[token])
@@ -183,12 +191,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         watched = (seq, seal_key) if token is None else (seq, seal_key, fence_key)
 
         def write(pipe: Any) -> None:
-            if token is not None:
-                seen = pipe.get(fence_key)
-                if seen is not None and int(seen) > token:
-                    raise _fenced(
-                        store_name, token, int(seen), f"writing ahead {dataset_urn!r}", self.url
-                    )
+            self._check_fence(pipe, store_name, token, f"writing ahead {dataset_urn!r}")
             if pipe.exists(seal_key):
                 raise SequenceSealedError(
                     f"sequence of {dataset_urn!r} in {store_name!r} is sealed; "
@@ -285,12 +288,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         fence_key = self._fence_key(store_name)
 
         def drop(pipe: Any) -> None:
-            if token is not None:
-                seen = pipe.get(fence_key)
-                if seen is not None and int(seen) > token:
-                    raise _fenced(
-                        store_name, token, int(seen), f"removing {dataset_urn!r}", self.url
-                    )
+            self._check_fence(pipe, store_name, token, f"removing {dataset_urn!r}")
             pipe.multi()
             # One DEL of keys in one slot is atomic: no partial sequence is left behind.
             pipe.delete(*keys)

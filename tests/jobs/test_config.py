@@ -170,13 +170,18 @@ def test_a_user_source_class_by_dotted_name(tmp_path: Path) -> None:
     assert issubclass(source_class(config.source.type), LandingSource)
 
 
-def test_cli_exits_2_naming_the_key_before_spark_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_spark(*_args: object, **_kw: object) -> None:
-        raise AssertionError("Spark must not start for a bad job file")
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the command gets as far as starting Spark."""
 
-    monkeypatch.setattr(jobs.run, "build_session", no_spark)
+    def refuse(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark must not start: the command should have stopped before")
+
+    monkeypatch.setattr(jobs.run, "build_session", refuse)
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_cli_exits_2_naming_the_key_before_spark_starts(tmp_path: Path) -> None:
     path = write_job(tmp_path, store={"url": "state/steps", "urll": "x"})
     for command in ("run", "recover"):
         result = CliRunner().invoke(main, [command, str(path)])
@@ -190,13 +195,8 @@ def test_cli_exits_2_naming_the_key_before_spark_starts(
     assert "run id '../x'" in result.output
 
 
-def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_spark(*_args: object, **_kw: object) -> None:
-        raise AssertionError("Spark must not start when the store refuses this run")
-
-    monkeypatch.setattr(jobs.run, "build_session", no_spark)
+@pytest.mark.usefixtures("no_spark")
+def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(tmp_path: Path) -> None:
     path = write_job(tmp_path)
     config = load_config(path)
     with open_store(config.store_url) as st:
@@ -209,12 +209,8 @@ def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(
     assert not (tmp_path / "staging").exists()
 
 
-def test_two_jobs_cannot_share_a_staging_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_spark(*_args: object, **_kw: object) -> None:
-        raise AssertionError("Spark must not start for a staging path of another job")
-
+@pytest.mark.usefixtures("no_spark")
+def test_two_jobs_cannot_share_a_staging_path(tmp_path: Path) -> None:
     first = load_config(write_job(tmp_path))
     jobs.run.claim_staging(first)
     jobs.run.claim_staging(first)  # its own mark: fine, again and again
@@ -223,7 +219,6 @@ def test_two_jobs_cannot_share_a_staging_path(
     path = write_job(
         other_dir, job={"name": "other-job"}, staging={"path": str(tmp_path / "staging")}
     )
-    monkeypatch.setattr(jobs.run, "build_session", no_spark)
     result = CliRunner().invoke(main, ["run", str(path)])
     assert result.exit_code == 2, result.output
     assert "belongs to job 'test-job'" in result.output
