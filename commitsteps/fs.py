@@ -209,13 +209,14 @@ class FsRenameCommitStep(CommitStep):
 
     @classmethod
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
-        renames = [s for s in steps if isinstance(s, FsRenameCommitStep)]
-        local = [s for s in renames if _is_local(s.src) and _is_local(s.dst)]
-        remote = [s for s in renames if not (_is_local(s.src) and _is_local(s.dst))]
+        remote: list[FsRenameCommitStep] = []
         made: set[str] = set()
-        for step in local:
-            step._execute_local(_local_path(step.src), _local_path(step.dst), made)
-            failpoint("step.executed")
+        for step in (s for s in steps if isinstance(s, FsRenameCommitStep)):
+            if _is_local(step.src) and _is_local(step.dst):
+                step._execute_local(_local_path(step.src), _local_path(step.dst), made)
+                failpoint("step.executed")
+            else:
+                remote.append(step)
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
             # object); the copies run many at once, then the sources go in bulk deletes (one
