@@ -92,3 +92,22 @@ def test_listings_see_what_other_clients_wrote(s3_bucket: str) -> None:
     assert steps.datasets("job") == ["a", "b"]
     assert steps.get("job", "a") == [b"one", b"two"]
     assert steps.get("job", "b") == [b"x"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "append"])
+def test_altered_chunk_object_is_detected(s3_bucket: str, damage: str) -> None:
+    st = store.open_store(f"s3://{s3_bucket}/steps")
+    st.put_sequence("job", "ds", [b"alpha", b"beta", b"gamma"])
+    fs = fsspec.filesystem("s3")
+    (chunk,) = [p for p in fs.find(f"{s3_bucket}/steps") if p.endswith(".chunk")]
+    original = fs.cat_file(chunk)
+    altered = {
+        "flip": original[:20] + bytes([original[20] ^ 0x01]) + original[21:],
+        "truncate": original[: len(original) // 2],
+        "append": original + b"x",
+    }[damage]
+    fs.pipe_file(chunk, altered)
+    with pytest.raises(store.CorruptRecordError):
+        st.get("job", "ds")
+    fs.pipe_file(chunk, original)
+    assert st.get("job", "ds") == [b"alpha", b"beta", b"gamma"]
