@@ -98,6 +98,19 @@ rich_steps = st.builds(
 any_step = rename_steps | watermark_steps | rich_steps
 
 
+def test_every_built_in_step_has_a_round_trip_strategy() -> None:
+    """A new built-in step class must get its own strategy above, or this fails."""
+    built_in = {
+        tag
+        for tag, cls in commitsteps.registered().items()
+        if cls.__module__.startswith("commitsteps.")
+    }
+    assert built_in == {
+        commitsteps.tag_of(FsRenameCommitStep),
+        commitsteps.tag_of(WatermarkCommitStep),
+    }
+
+
 def typed(step: CommitStep) -> list[tuple[type, Any]]:
     """Field values with their types: 1, 1.0 and True are equal but must not be confused."""
     return [(type(v), v) for v in attrs.astuple(step, recurse=False)]
