@@ -172,10 +172,13 @@ class _Fs:
         except OSError as e:
             if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
                 raise
-            # Filesystems without hard links: rename after a check (single writer by lock).
-            if os.path.exists(path):
-                return False
-            os.rename(tmp, path)
+            # A check then a rename would let two writers both "create" the name, which the
+            # arguments above (and the job lock's) rule out: refuse such a filesystem loudly.
+            raise StoreError(
+                f"{directory}: this filesystem cannot make hard links, so records cannot be "
+                "created exclusively here; keep the store on a local filesystem that can "
+                "(ext4, xfs, ...), on S3 or on Redis"
+            ) from e
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

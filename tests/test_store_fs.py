@@ -3,6 +3,8 @@ plus what only this backend can show (chunk files altered or lost on disk)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -257,6 +259,19 @@ def test_stale_writer_cannot_revive_a_cleaned_up_version(
         won = False
     assert not won
     assert b.get("ds", "p") == 150
+
+
+def test_a_filesystem_without_hard_links_is_refused_loudly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(_src: str, _dst: str) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    wm = store.open_watermarks(str(tmp_path))
+    with pytest.raises(StoreError, match="cannot make hard links"):
+        wm.compare_and_set("ds", "p", None, 1)
+    assert list((tmp_path / "ds" / "p").iterdir()) == []  # no version, no temporary file
 
 
 def test_unreadable_watermark_is_corrupt(tmp_path: Path) -> None:
