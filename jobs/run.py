@@ -341,6 +341,18 @@ def job_lock(config: JobConfig) -> Iterator[LeaseKeeper]:
             store = open_store(config.store_url)
             try:
                 store.fence(config.name, lease.token)
+            except FencedError as e:
+                latest = lock.current(config.name)
+                if latest is None or latest.owner != lease.owner:
+                    raise  # another run took the lock over since: it owns the job
+                # Nobody took over: the lock handed out an older token than the store saw.
+                raise ConfigurationError(
+                    f"the job lock at {redact(config.lock_at)} gave token {lease.token}, but "
+                    f"the commit store has seen a newer one of job {config.name!r} ({e}). The "
+                    "lock's token counter went back: its Redis lost its data, or lock.url "
+                    "changed. Point lock.url at the lock used before, or remove the job's "
+                    "fence from the commit store while no run is active"
+                ) from e
             finally:
                 store.close()
             yield keeper

@@ -196,14 +196,15 @@ def test_cli_exits_2_naming_the_key_before_spark_starts(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_spark")
-def test_a_store_fenced_by_a_newer_run_exits_75_before_spark_starts(tmp_path: Path) -> None:
+def test_a_lock_whose_tokens_went_back_is_a_configuration_error(tmp_path: Path) -> None:
     path = write_job(tmp_path)
     config = load_config(path)
     with open_store(config.store_url) as st:
-        st.fence(config.name, 10**6)  # a run holding a far newer token took the job over
+        st.fence(config.name, 10**6)  # seen from a lock whose counter is gone since
     for command in ("run", "recover"):
         result = CliRunner().invoke(main, [command, str(path)])
-        assert result.exit_code == 75, result.output
+        assert result.exit_code == 2, result.output
+        assert "token counter went back" in result.output
         assert "token 1000000 has taken the job over" in result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
     assert not (tmp_path / "staging").exists()
