@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from store.errors import SequenceExistsError
+from store.errors import CorruptRecordError, FencedError, SequenceExistsError
 
 JsonScalar = int | float | str | bool | None
 
@@ -57,6 +57,26 @@ class CommitStepStore(abc.ABC):
     @abc.abstractmethod
     def fence_token(self, store_name: str) -> int | None:
         """The highest fencing token seen for ``store_name``, or None."""
+
+    def check_fence(self, store_name: str, token: int | None, doing: str) -> None:
+        """Refuse ``doing`` when ``store_name`` has seen a higher token than ``token``.
+
+        Callers that delete outside the store (staged or published files) call this right
+        before each batch of deletions, so a run that lost its lease stops deleting. It is a
+        read, so a takeover between it and the deletion is not excluded; callers document
+        why that window is harmless for what they delete. None checks nothing.
+
+        Raises:
+            FencedError: naming ``doing``, the token and the newer one.
+        """
+        if token is None:
+            return
+        seen = self.fence_token(store_name)
+        if seen is not None and seen > token:
+            raise FencedError(
+                f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but "
+                f"token {seen} has taken the job over in {self.url}"
+            )
 
     @abc.abstractmethod
     def append(
@@ -116,8 +136,33 @@ class CommitStepStore(abc.ABC):
         """The JSON status object kept beside a sequence (attempts, quarantine), or None."""
 
     @abc.abstractmethod
-    def set_status(self, store_name: str, dataset_urn: str, status: dict[str, Any]) -> None:
-        """Replace the status object of a dataset atomically."""
+    def set_status(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        status: dict[str, Any],
+        *,
+        token: int | None = None,
+    ) -> None:
+        """Replace the status object of a dataset atomically.
+
+        With a ``token``, the write is refused if ``store_name`` has seen a higher one, so a
+        run that lost its lease cannot count attempts or quarantine for the new owner.
+
+        Raises:
+            FencedError: if a higher fencing token was seen.
+        """
+
+    @abc.abstractmethod
+    def statuses(self, store_name: str) -> dict[str, dict[str, Any]]:
+        """Every dataset of ``store_name`` that has a status object, pending or not.
+
+        A dataset can have a status without a sequence (its extract failed, or a discard
+        recorded its progress); :meth:`datasets` lists only pending sequences.
+
+        Raises:
+            CorruptRecordError: if a status object is unreadable.
+        """
 
     def close(self) -> None:  # noqa: B027 -- optional hook: most backends hold nothing to close
         """Release connections; the store must not be used afterwards."""
@@ -172,6 +217,21 @@ class CommitStepStore(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+def decode_status(data: bytes | str, where: str) -> dict[str, Any]:
+    """A stored status object, checked to be a JSON object.
+
+    Raises:
+        CorruptRecordError: naming ``where``, if it is not.
+    """
+    try:
+        status = json.loads(data)
+    except ValueError as e:
+        raise CorruptRecordError(f"{where}: unreadable status") from e
+    if not isinstance(status, dict):
+        raise CorruptRecordError(f"{where}: status is not an object")
+    return status
 
 
 def encode_value(value: JsonScalar) -> str:

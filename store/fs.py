@@ -69,7 +69,14 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore, encode_value
+from store.base import (
+    CommitStepStore,
+    JsonScalar,
+    SequenceInfo,
+    WatermarkStore,
+    decode_status,
+    encode_value,
+)
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -299,22 +306,14 @@ class FsCommitStepStore(CommitStepStore):
         names = self._io.names(self._fence_dir(store_name))
         return max((int(m.group(1)) for n in names if (m := _FENCE_RE.match(n))), default=None)
 
-    def _check_fence(self, store_name: str, token: int, doing: str) -> None:
-        seen = self.fence_token(store_name)
-        if seen is not None and seen > token:
-            raise FencedError(
-                f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but "
-                f"token {seen} has taken the job over in {self.url}"
-            )
-
     def fence(self, store_name: str, token: int) -> None:
-        self._check_fence(store_name, token, "taking over")
+        self.check_fence(store_name, token, "taking over")
         directory = self._fence_dir(store_name)
         try:
             self._io.create_exclusive(f"{directory}/t{token:020d}", b"")
         except OSError as e:
             raise _translate(e, directory) from e
-        self._check_fence(store_name, token, "taking over")
+        self.check_fence(store_name, token, "taking over")
         older = sorted(
             int(m.group(1)) for n in self._io.names(directory) if (m := _FENCE_RE.match(n))
         )
@@ -332,7 +331,7 @@ class FsCommitStepStore(CommitStepStore):
     ) -> None:
         directory = self._dir(store_name, dataset_urn)
         if token is not None:
-            self._check_fence(store_name, token, f"writing ahead {dataset_urn!r}")
+            self.check_fence(store_name, token, f"writing ahead {dataset_urn!r}")
         chunks = self._chunks(directory)
         if chunks and chunks[-1][1]:
             raise SequenceSealedError(
@@ -352,7 +351,7 @@ class FsCommitStepStore(CommitStepStore):
             )
         if token is not None and seal:
             # See the module docstring: the sealed sequence stays for the new owner's recovery.
-            self._check_fence(store_name, token, f"sealing {dataset_urn!r}")
+            self.check_fence(store_name, token, f"sealing {dataset_urn!r}")
 
     def _read_chunks(
         self, store_name: str, dataset_urn: str
@@ -410,7 +409,7 @@ class FsCommitStepStore(CommitStepStore):
     ) -> None:
         if token is not None:
             what = "removing " + ("every sequence" if dataset_urn is None else repr(dataset_urn))
-            self._check_fence(store_name, token, what)
+            self.check_fence(store_name, token, what)
         if dataset_urn is None:
             for urn in self.datasets(store_name):
                 self.remove(store_name, urn)
@@ -432,23 +431,38 @@ class FsCommitStepStore(CommitStepStore):
         self._io.rmdir(directory, keep=True)
 
     def get_status(self, store_name: str, dataset_urn: str) -> dict[str, Any] | None:
-        path = f"{self._dir(store_name, dataset_urn)}/{_STATUS}"
+        return self._read_status(f"{self._dir(store_name, dataset_urn)}/{_STATUS}")
+
+    def _read_status(self, path: str) -> dict[str, Any] | None:
         try:
             data = self._io.read(path)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise _translate(e, path) from e
-        try:
-            status = json.loads(data)
-        except ValueError as e:
-            raise CorruptRecordError(f"{path}: unreadable status") from e
-        if not isinstance(status, dict):
-            raise CorruptRecordError(f"{path}: status is not an object")
-        return status
+        return decode_status(data, path)
 
-    def set_status(self, store_name: str, dataset_urn: str, status: dict[str, Any]) -> None:
+    def statuses(self, store_name: str) -> dict[str, dict[str, Any]]:
+        job_dir = self._io.join(encode_name(store_name, "store name"))
+        found = {}
+        for entry in sorted(self._io.names(job_dir)):
+            if entry.startswith("."):
+                continue
+            status = self._read_status(f"{job_dir}/{entry}/{_STATUS}")
+            if status is not None:
+                found[decode_name(entry)] = status
+        return found
+
+    def set_status(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        status: dict[str, Any],
+        *,
+        token: int | None = None,
+    ) -> None:
         path = f"{self._dir(store_name, dataset_urn)}/{_STATUS}"
+        self.check_fence(store_name, token, f"recording the status of {dataset_urn!r}")
         try:
             self._io.replace(path, json.dumps(status, ensure_ascii=False).encode())
         except OSError as e:

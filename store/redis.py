@@ -41,7 +41,14 @@ import attrs
 import redis
 import redis.exceptions
 
-from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore, encode_value
+from store.base import (
+    CommitStepStore,
+    JsonScalar,
+    SequenceInfo,
+    WatermarkStore,
+    decode_status,
+    encode_value,
+)
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -300,22 +307,43 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
     def get_status(self, store_name: str, dataset_urn: str) -> dict[str, Any] | None:
         key = self._keys(store_name, dataset_urn)[2]
         raw = _call(self.url, lambda: self._client.get(key))
-        if raw is None:
-            return None
-        try:
-            status = json.loads(raw)
-        except ValueError as e:
-            raise CorruptRecordError(f"{key}: unreadable status") from e
-        if not isinstance(status, dict):
-            raise CorruptRecordError(f"{key}: status is not an object")
-        return status
+        return None if raw is None else decode_status(raw, key)
 
-    def set_status(self, store_name: str, dataset_urn: str, status: dict[str, Any]) -> None:
+    def statuses(self, store_name: str) -> dict[str, dict[str, Any]]:
+        def run() -> list[tuple[str, Any]]:
+            members = sorted(_text(m) for m in self._client.smembers(self._index(store_name)))
+            pipe = self._client.pipeline(transaction=False)
+            for urn in members:
+                pipe.get(self._keys(store_name, urn)[2])
+            return list(zip(members, pipe.execute(), strict=True))
+
+        return {
+            urn: decode_status(raw, self._keys(store_name, urn)[2])
+            for urn, raw in _call(self.url, run)
+            if raw is not None
+        }
+
+    def set_status(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        status: dict[str, Any],
+        *,
+        token: int | None = None,
+    ) -> None:
         key = self._keys(store_name, dataset_urn)[2]
+        fence_key = self._fence_key(store_name)
+        doc = json.dumps(status, ensure_ascii=False)
+
+        def write(pipe: Any) -> None:
+            self._check_fence(pipe, store_name, token, f"recording the status of {dataset_urn!r}")
+            pipe.multi()
+            pipe.set(key, doc)
 
         def run() -> None:
+            # The index lives in another hash slot: written first, as for append().
             self._client.sadd(self._index(store_name), dataset_urn)
-            self._client.set(key, json.dumps(status, ensure_ascii=False))
+            self._client.transaction(write, fence_key)
 
         _call(self.url, run)
 

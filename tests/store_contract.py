@@ -256,6 +256,24 @@ class CommitStepStoreContract:
         assert not store.exists(JOB, "ds")
         assert store.datasets(JOB) == []
 
+    def test_statuses_list_every_dataset_with_a_status(self, store: CommitStepStore) -> None:
+        assert store.statuses(JOB) == {}
+        store.put_sequence(JOB, "pending", [b"x"])
+        store.put_sequence(JOB, "no-status", [b"y"])
+        store.set_status(JOB, "pending", {"attempts": 2})
+        store.set_status(JOB, "extract-failed", {"attempts": 1, "quarantined": True})
+        store.set_status("other", "elsewhere", {"attempts": 5})
+        expected = {
+            "extract-failed": {"attempts": 1, "quarantined": True},
+            "pending": {"attempts": 2},
+        }
+        assert store.statuses(JOB) == expected
+        store.remove(JOB, "pending")
+        assert store.statuses(JOB) == {"extract-failed": {"attempts": 1, "quarantined": True}}
+        store.remove(JOB, "extract-failed")
+        assert store.statuses(JOB) == {}
+        assert store.statuses("other") == {"elsewhere": {"attempts": 5}}
+
     # -- names -------------------------------------------------------------------------
     @pytest.mark.parametrize("name", AWKWARD_NAMES)
     def test_awkward_dataset_names(self, store: CommitStepStore, name: str) -> None:
@@ -334,6 +352,23 @@ class CommitStepStoreContract:
         assert store.get(JOB, "ds") == [b"new owner's"]
         store.remove(JOB, "ds", token=5)
         assert not store.exists(JOB, "ds")
+
+    def test_fence_refuses_status_writes_by_an_older_token(self, store: CommitStepStore) -> None:
+        store.fence(JOB, 5)
+        store.set_status(JOB, "ds", {"attempts": 1}, token=5)
+        with pytest.raises(FencedError, match="token 4"):
+            store.set_status(JOB, "ds", {"attempts": 2, "quarantined": True}, token=4)
+        assert store.get_status(JOB, "ds") == {"attempts": 1}
+        store.set_status(JOB, "ds", {"attempts": 3}, token=6)
+        assert store.get_status(JOB, "ds") == {"attempts": 3}
+
+    def test_check_fence_names_both_tokens(self, store: CommitStepStore) -> None:
+        store.check_fence(JOB, 1, "deleting staging")  # no fence yet: nothing to refuse
+        store.fence(JOB, 7)
+        store.check_fence(JOB, 7, "deleting staging")
+        store.check_fence(JOB, None, "deleting staging")
+        with pytest.raises(FencedError, match=r"deleting staging .* token 6, but token 7"):
+            store.check_fence(JOB, 6, "deleting staging")
 
     def test_fence_is_per_store_name_and_outlives_removal(self, store: CommitStepStore) -> None:
         store.fence(JOB, 9)
