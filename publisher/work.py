@@ -7,7 +7,6 @@ Everything here takes a picklable :class:`Context` (the store travels by URL) so
 
 from __future__ import annotations
 
-import datetime as dt
 import inspect
 import logging
 import os
@@ -29,8 +28,11 @@ from commitsteps import (
     dumps,
     loads,
 )
+from publisher import status as status_record
 from publisher.confinement import Roots, normalize
+from publisher.errors import CorruptStatusError, DiscardRefusedError
 from publisher.reports import DatasetReport, Outcome
+from publisher.status import DatasetStatus, Discarding
 from store import CommitStepStore, fencing
 from store.errors import (
     CommitPubError,
@@ -174,7 +176,7 @@ def _load(ctx: Context, dataset: str) -> list[CommitStep]:
 def _fail(
     ctx: Context,
     dataset: str,
-    status: dict[str, Any],
+    status: DatasetStatus,
     error: BaseException,
     started: float,
     *,
@@ -183,18 +185,25 @@ def _fail(
     **kw: Any,
 ) -> DatasetReport:
     """Count a failed attempt; quarantine after ``max_attempts`` or at once if permanent."""
-    attempts = int(status.get("attempts", 0)) + 1
+    attempts = status.attempts + 1
     quarantined = attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
-    new_status = {
-        "attempts": attempts,
-        "quarantined": quarantined,
-        "last_error": _describe(error),
-        "updated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "first_failed": status.get("first_failed")
-        or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
+    at = status_record.now()
+    # evolve keeps a discard in progress: a failure never turns it back into a sequence
+    # that recovery would execute.
+    new_status = attrs.evolve(
+        status,
+        attempts=attempts,
+        quarantined=quarantined,
+        last_error=_describe(error),
+        updated=at,
+        first_failed=status.first_failed or at,
+    )
     try:
-        ctx.retry.call(lambda: ctx.store.set_status(ctx.job, dataset, new_status))
+        ctx.retry.call(
+            lambda: status_record.write(ctx.store, ctx.job, dataset, new_status, token=ctx.token)
+        )
+    except FencedError:
+        raise  # another run owns the job now: it counts its own attempts
     except CommitPubError as e:
         log.error("could not record the failure of %s in the store: %s", dataset, e)
     log.error(
@@ -222,7 +231,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
     dataset: str,
     steps: Sequence[CommitStep],
     done: Sequence[bool],
-    status: dict[str, Any],
+    status: DatasetStatus,
     started: float,
     *,
     outcome: Outcome,
@@ -268,7 +277,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
         steps=len(steps),
         already_done=sum(done),
         executed=executed,
-        attempts=int(status.get("attempts", 0)),
+        attempts=status.attempts,
     )
 
 
@@ -338,8 +347,14 @@ class _Staged(CommitStep):
         return (self.path,)
 
 
-def _status(ctx: Context, dataset: str) -> dict[str, Any]:
-    return ctx.retry.call(lambda: ctx.store.get_status(ctx.job, dataset)) or {}
+def _status(ctx: Context, dataset: str) -> DatasetStatus:
+    """The dataset's status (a default one if it has none).
+
+    Raises:
+        CorruptStatusError: if the stored status is unreadable or a field does not fit.
+    """
+    found = ctx.retry.call(lambda: status_record.read(ctx.store, ctx.job, dataset))
+    return DatasetStatus() if found is None else found
 
 
 @attrs.frozen
@@ -349,35 +364,34 @@ class _Prepared:
     item: PublishItem
     steps: list[CommitStep]
     records: list[bytes]
-    status: dict[str, Any]
+    status: DatasetStatus
     started: float
 
 
 def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
     """Build, check and serialize one dataset's sequence; a report if it goes no further.
 
-    Reads only: nothing is written and no step runs, so it may run ahead of the dataset
-    before it.
+    No step runs and nothing is written ahead. The only writes are to the dataset's status:
+    an unreadable status is replaced by a quarantine naming it, and the marker of a discard
+    that was killed after removing its sequence is dropped.
     """
     started = time.monotonic()
     dataset = item.dataset
     try:
         status = _status(ctx, dataset)
-        if status.get("quarantined"):
-            return _report(
-                dataset,
-                Outcome.QUARANTINED,
-                started,
-                attempts=int(status.get("attempts", 0)),
-                error=status.get("last_error"),
-            )
-        if ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset)):
-            return _report(
-                dataset,
-                Outcome.BLOCKED,
-                started,
-                error="a pending sequence must be recovered first (Publisher.recover())",
-            )
+    except CorruptStatusError as e:
+        return _fail(ctx, dataset, DatasetStatus(), e, started, steps=())
+    try:
+        pending = ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset))
+        if status.discarding is not None and not pending:
+            # The discard removed the sequence and was killed before its status went too. Its
+            # marker must not outlive the sequence it was about: the next recovery would take
+            # the sequence written now for the one to throw away.
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
+            status = DatasetStatus()
+        held = _held(dataset, status, pending, started)
+        if held is not None:
+            return held
         steps = ordered(ctx.retry.call(item.build))
         ctx.roots.check(steps)
         if item.staging_dir is not None:
@@ -394,6 +408,41 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         log.error("dataset %s failed before write-ahead: %s", dataset, _describe(e))
         return _report(dataset, Outcome.FAILED, started, error=_describe(e))
     return _Prepared(item, steps, records, status, started)
+
+
+def _held(
+    dataset: str, status: DatasetStatus, pending: bool, started: float
+) -> DatasetReport | None:
+    """Why a dataset gets nothing new now (quarantined, or blocked by a pending sequence)."""
+    if status.discarding is not None:
+        error = discard_in_progress(dataset, status.discarding)
+        return _report(dataset, Outcome.BLOCKED, started, error=error)
+    if status.quarantined:
+        return _report(
+            dataset,
+            Outcome.QUARANTINED,
+            started,
+            attempts=status.attempts,
+            error=status.last_error,
+        )
+    if pending:
+        return _report(
+            dataset,
+            Outcome.BLOCKED,
+            started,
+            error="a pending sequence must be recovered first (Publisher.recover())",
+        )
+    return None
+
+
+def discard_in_progress(dataset: str, discarding: Discarding) -> str:
+    """What an operator is told of a discard that is not finished."""
+    token = discarding.token
+    return (
+        f"a discard of the pending sequence of {dataset!r} begun at {discarding.started}"
+        f"{'' if token is None else f' (fencing token {token})'} is not finished: run discard "
+        "again, or let the next recovery finish it"
+    )
 
 
 def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
@@ -463,13 +512,23 @@ def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
 
 def recover_one(ctx: Context, dataset: str) -> DatasetReport:
     """Finish a sealed sequence (verify, execute what is missing, verify again) or abort an
-    unsealed one."""
+    unsealed one; finish an operator's discard that was killed half-way."""
     started = time.monotonic()
-    status: dict[str, Any] = {}
     try:
         status = _status(ctx, dataset)
+    except FencedError:
+        raise
+    except Exception as e:  # counted as a failed attempt; an unreadable status is one too
+        return _fail(ctx, dataset, DatasetStatus(), e, started, steps=None)
+    if status.discarding is not None:
+        return _resume_discard(ctx, dataset, status, started)
+    return _recover(ctx, dataset, status, started)
+
+
+def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) -> DatasetReport:
+    try:
         info = ctx.retry.call(lambda: ctx.store.info(ctx.job, dataset))
-        if status.get("quarantined"):
+        if status.quarantined:
             try:
                 keeps: tuple[str, ...] | None = _keeps(ctx, _load(ctx, dataset))
             except PERMANENT:
@@ -479,8 +538,8 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
                 Outcome.QUARANTINED,
                 started,
                 steps=info.records,
-                attempts=int(status.get("attempts", 0)),
-                error=status.get("last_error"),
+                attempts=status.attempts,
+                error=status.last_error,
                 keeps_staging=keeps,
             )
         try:
@@ -528,28 +587,107 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
     A sequence whose every step verifies was complete: it is only removed. Otherwise the
     steps already done are rolled back in reverse order (watermarks set back, published
     files of this sequence deleted), the staged files are deleted and the sequence removed,
-    so the data is extracted again. Safe to repeat after a crash.
+    so the data is extracted again. The discard is recorded in the dataset's status before
+    anything is deleted (:class:`~publisher.status.Discarding`) and the sequence goes last,
+    so after a crash anywhere, discard again (or the next recovery) finishes it and nothing
+    is rolled back twice. A status without a sequence (a quarantine, an unreadable status)
+    is removed.
+
+    Raises:
+        DiscardRefusedError: if the sequence names a path outside the job's current roots;
+            nothing was changed.
     """
     started = time.monotonic()
+    try:
+        status = _status(ctx, dataset)
+    except CorruptStatusError as e:
+        log.warning("discarding %s, whose status is unreadable: %s", dataset, e)
+        status = DatasetStatus()
+    return _discard(ctx, dataset, status, started, resuming=False)
+
+
+def _resume_discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float
+) -> DatasetReport:
+    """Finish a discard found in progress; a failure here is reported, never counted."""
+    try:
+        report = _discard(ctx, dataset, status, started, resuming=True)
+    except FencedError:
+        raise
+    except Exception as e:  # reported; the discard stays recorded, so it is never executed
+        log.error("could not finish the discard of %s: %s", dataset, _describe(e))
+        return _report(dataset, Outcome.FAILED, started, error=_describe(e), keeps_staging=None)
+    log.info("finished the discard of %s begun by an earlier command", dataset)
+    return report
+
+
+def _discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float, *, resuming: bool
+) -> DatasetReport:
     try:
         steps = _load(ctx, dataset)
     except PERMANENT as e:
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-        return _report(dataset, Outcome.ABORTED, started, error=f"unreadable, dropped: {e}")
-    if steps and all(verify_all(steps)):
+        return _report(
+            dataset,
+            Outcome.DISCARDED,
+            started,
+            error=f"unreadable, dropped without rolling anything back: {_describe(e)}",
+        )
+    if not steps:
+        # No sequence (or an empty one): only a status is left to go.
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-        cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
-        return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-    for step in reversed(steps):
-        try:
-            ctx.roots.check([step])
-        except PathConfinementError:
-            # Publish and recover refuse such a step before anything runs: nothing of it is
-            # to be undone, and nothing outside the roots is ever touched.
-            log.warning("not rolling back a step outside the job's roots: %s", step)
-            continue
-        step.rollback()
-    return _abort(ctx, dataset, steps, started)
+        return _report(dataset, Outcome.DISCARDED, started)
+    try:
+        ctx.roots.check(steps)
+    except PathConfinementError as e:
+        raise DiscardRefusedError(
+            f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"
+            f"{'' if resuming else ', nothing was changed'}. The sequence was written under "
+            f"other staging/output roots than the job's current ones: {e}. Rolling back only "
+            "the steps inside the current roots would leave the effects of the others in "
+            "place; configure the roots it was written under and run discard again"
+        ) from e
+    marker = status.discarding
+    if marker is None:
+        marker = Discarding(token=ctx.token, started=status_record.now())
+        _write_status(ctx, dataset, attrs.evolve(status, discarding=marker))
+        failpoint("discard.marked")
+    if not marker.rolled_back:
+        if all(verify_all(steps)):
+            # Complete: its effects stay, only the record goes.
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
+            cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+            return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
+        for step in reversed(steps):
+            step.rollback()
+            failpoint("discard.step_rolled_back")
+        marker = attrs.evolve(marker, rolled_back=True)
+        _write_status(ctx, dataset, attrs.evolve(status, discarding=marker))
+        failpoint("discard.rolled_back")
+    # Staged files, then the sequence (and the status with it), last.
+    return attrs.evolve(_abort(ctx, dataset, steps, started), outcome=Outcome.DISCARDED)
+
+
+def _write_status(ctx: Context, dataset: str, status: DatasetStatus) -> None:
+    ctx.retry.call(
+        lambda: status_record.write(ctx.store, ctx.job, dataset, status, token=ctx.token)
+    )
+
+
+def record_failure(ctx: Context, dataset: str, error: BaseException) -> DatasetReport:
+    """Count a failure of ``dataset`` outside a commit, as a failed publish counts.
+
+    Quarantined after ``max_attempts`` (at once for a permanent error); an unreadable
+    status is replaced.
+    """
+    started = time.monotonic()
+    try:
+        status = _status(ctx, dataset)
+    except CorruptStatusError as e:
+        log.warning("replacing the unreadable status of %s: %s", dataset, e)
+        status = DatasetStatus()
+    return _fail(ctx, dataset, status, error, started, steps=())
 
 
 def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:
