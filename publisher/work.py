@@ -186,10 +186,12 @@ def _fail(
 ) -> DatasetReport:
     """Count a failed attempt; quarantine after ``max_attempts`` or at once if permanent."""
     attempts = status.attempts + 1
-    quarantined = attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
+    # A discard in progress stays what it is (recovery finishes it): a failure recorded
+    # meanwhile neither drops it nor quarantines the dataset.
+    quarantined = status.discarding is None and (
+        attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
+    )
     at = status_record.now()
-    # evolve keeps a discard in progress: a failure never turns it back into a sequence
-    # that recovery would execute.
     new_status = attrs.evolve(
         status,
         attempts=attempts,
@@ -651,7 +653,9 @@ def _discard(
     marker = status.discarding
     if marker is None:
         marker = Discarding(token=ctx.token, started=status_record.now())
-        _write_status(ctx, dataset, attrs.evolve(status, discarding=marker))
+        # No longer quarantined: until it is finished, the dataset is being discarded.
+        status = attrs.evolve(status, quarantined=False, discarding=marker)
+        _write_status(ctx, dataset, status)
         failpoint("discard.marked")
     if not marker.rolled_back:
         if all(verify_all(steps)):

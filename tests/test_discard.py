@@ -260,3 +260,24 @@ def test_discard_refuses_a_sequence_written_under_other_roots_and_changes_nothin
     # Under the roots it was written under, it goes.
     assert job.publisher(output="output-old").discard("a").outcome == Outcome.DISCARDED
     assert not any((job.base / "output-old").rglob("*-r1"))
+
+
+@pytest.mark.redis
+def test_a_failure_recorded_during_a_discard_neither_drops_it_nor_quarantines(job: Job) -> None:
+    job.half_published("a")
+    pub = job.publisher(max_attempts=1)
+    job.trap("rollback")
+    with pytest.raises(OSError, match="rollback interrupted"):
+        pub.discard("a")
+    job.trap("rollback", armed=False)
+
+    failed = pub.record_failure("a", ValueError("its extract failed"))
+
+    assert failed.outcome == Outcome.FAILED
+    assert pub.quarantined() == []
+    status = pub.status("a")
+    assert status is not None
+    assert status.discarding is not None
+    assert pub.recover()["a"].outcome == Outcome.DISCARDED
+    assert job.published() == []
+    assert pub.status("a") is None
