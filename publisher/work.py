@@ -32,6 +32,7 @@ from publisher import status as status_record
 from publisher.confinement import Roots, normalize
 from publisher.errors import CorruptStatusError, DiscardRefusedError
 from publisher.reports import DatasetReport, Outcome
+from publisher.runner import current_attempt
 from publisher.status import DatasetStatus, Discarding
 from store import CommitStepStore, fencing
 from store.errors import (
@@ -476,9 +477,28 @@ def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
 
 
 def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
-    """Write one dataset's sequence ahead, seal it, execute it, remove it."""
+    """Write one dataset's sequence ahead, seal it, execute it, remove it.
+
+    In a retried attempt of its task (see :func:`publisher.runner.task_attempt`), a dataset
+    refused before write-ahead is reported ``blocked``: an earlier attempt may have
+    published it and died before returning, which leaves exactly what a refusal sees (its
+    staged files gone, its watermark moved). Only the next run can tell, from the store.
+    """
     prepared = _prepare(ctx, item)
-    return prepared if isinstance(prepared, DatasetReport) else _commit(ctx, prepared)
+    if not isinstance(prepared, DatasetReport):
+        return _commit(ctx, prepared)
+    attempt = current_attempt()
+    if attempt and prepared.outcome == Outcome.REFUSED:
+        return attrs.evolve(
+            prepared,
+            outcome=Outcome.BLOCKED,
+            error=(
+                f"the publish task was retried by Spark (attempt {attempt}) and an earlier "
+                f"attempt may have published it: {prepared.error}. Nothing was written ahead "
+                "by this attempt; the next run starts from what the store holds"
+            ),
+        )
+    return prepared
 
 
 def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
