@@ -249,7 +249,9 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
         return "DISCARDING (unfinished: run discard again)"
     if doc["quarantined"]:
         return "QUARANTINED"
-    return otherwise or ("sealed" if doc["sealed"] else "unsealed")
+    if otherwise is not None:
+        return otherwise
+    return "UNREADABLE" if doc["sealed"] is None else "sealed" if doc["sealed"] else "unsealed"
 
 
 def _age(seconds: float | None) -> str:
@@ -333,6 +335,8 @@ def inspect(job_file: str, dataset: str, as_json: bool) -> None:
         f"{doc['attempts']} attempts"
         + (f", last error: {doc['last_error']}" if doc["last_error"] else "")
     )
+    if doc["unreadable"]:
+        click.echo(f"  unreadable: {doc['unreadable']}")
     for step in doc["steps"]:
         mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
         fields = {k: v for k, v in step.items() if k not in ("index", "type", "verified")}

@@ -23,8 +23,8 @@ from jobs.run import job_lock, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher
 from publisher import status as status_record
 from publisher.work import verify_all
-from store import Lease, open_lock, open_store
-from store.errors import CommitPubError, StoreError
+from store import Lease, SequenceInfo, open_lock, open_store
+from store.errors import CommitPubError, CorruptRecordError, StoreError
 from store.urls import redact
 
 T = TypeVar("T")
@@ -150,15 +150,29 @@ def _describe_step(step: CommitStep) -> dict[str, Any]:
 def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     """The decoded steps of a pending sequence and whether each verifies; changes nothing.
 
+    A sequence the store cannot read is shown with the error (and the steps read before
+    it), not raised: inspect is for finding out what is wrong.
+
     Raises:
         NothingPendingError: if the dataset has no pending sequence.
     """
+    records: list[bytes] = []
+    unreadable = None
     with open_store(config.store_url) as st:
-        info = st.info(config.name, dataset)
-        if not info.exists:
+        try:
+            info: SequenceInfo | None = st.info(config.name, dataset)
+        except CorruptRecordError as e:
+            info, unreadable = None, f"{type(e).__name__}: {e}"
+        if (info is None and dataset not in st.datasets(config.name)) or (
+            info is not None and not info.exists
+        ):
             raise _nothing_pending(config, dataset)
         status_doc = status_record.read_or_quarantined(st, config.name, dataset)
-        records = st.get(config.name, dataset)
+        try:
+            # Streamed, so the records before a damaged one are still shown.
+            records.extend(st.iter_records(config.name, dataset))
+        except CorruptRecordError as e:
+            unreadable = f"{type(e).__name__}: {e}"
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
     for index, record in enumerate(records):
@@ -179,12 +193,14 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     return {
         "job": config.name,
         "dataset": dataset,
-        "sealed": info.sealed,
-        "token": info.token,
-        "written_at": info.written_at,
+        "sealed": None if info is None else info.sealed,
+        "token": None if info is None else info.token,
+        "written_at": None if info is None else info.written_at,
         **_status_fields(status_doc or DatasetStatus()),
         "steps": steps,
         "done": sum(1 for s in steps if s.get("verified")),
+        # Why the store could not read the sequence (or its rest, after the steps shown).
+        "unreadable": unreadable,
     }
 
 

@@ -194,7 +194,7 @@ class Publisher:
                 info = self.store.info(self.job_name, dataset)
             except CorruptRecordError as e:
                 out.append(
-                    PendingSequence(dataset, sealed=False, steps=0, status=status, error=str(e))
+                    PendingSequence(dataset, sealed=None, steps=0, status=status, error=str(e))
                 )
                 continue
             out.append(
@@ -306,7 +306,8 @@ class PendingSequence:
     """A pending sequence as :meth:`Publisher.pending` lists it."""
 
     dataset: str
-    sealed: bool
+    #: None when the store could not read it (see ``error``).
+    sealed: bool | None
     #: Records (steps) written ahead.
     steps: int
     #: Its status; a default one when it has none.

@@ -202,6 +202,31 @@ def test_status_and_inspect_show_an_unreadable_status_as_a_quarantine(job: Job) 
     assert job.store.get_status(job.config.name, "orders") is None
 
 
+def test_a_damaged_sequence_is_shown_by_status_and_inspect_and_discard_removes_it(
+    job: Job,
+) -> None:
+    [chunk] = (job.base / "state" / "steps" / "test-job" / "orders").glob("*.chunk")
+    chunk.write_bytes(chunk.read_bytes()[:-20])  # truncated, as a full disk might leave it
+
+    doc = _json(job.cli("status", "--json"))
+    orders = next(p for p in doc["pending"] if p["dataset"] == "orders")
+    assert "truncated" in orders["error"] or "checksum" in orders["error"], orders
+    assert orders["sealed"] is None
+    assert "orders: UNREADABLE, 0 steps" in job.cli("status").output
+    assert f"unreadable: {orders['error']}" in job.cli("status").output
+    inspected = _json(job.cli("inspect", "orders", "--json"))
+    assert inspected["unreadable"].startswith("CorruptRecordError: ")
+    assert inspected["steps"] == []
+    text = job.cli("inspect", "orders").output
+    assert text.startswith("orders: UNREADABLE, 0 steps, 0 done")
+    assert "unreadable: CorruptRecordError" in text
+
+    done = job.cli("discard", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "orders: discarded (discarded, 0 steps)" in done.output
+    assert job.store.datasets(job.config.name) == ["clicks"]
+
+
 def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job) -> None:
     pub = _publisher(job, max_attempts=2)
     pub.record_failure("events", ValueError("events/0/1.jsonl line 3: not JSON"))
