@@ -388,7 +388,10 @@ def discard(job_file: str, dataset: str, yes: bool) -> None:
             abort=True,
         )
     report = _store_call(lambda: ops.discard(config, dataset))
-    click.echo(f"{dataset}: discarded ({report.outcome}, {report.steps} steps)")
+    click.echo(
+        f"{dataset}: discarded ({report.outcome}, {report.steps} steps)"
+        + (f": {report.error}" if report.error else "")
+    )
 
 
 @main.command(

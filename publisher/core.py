@@ -140,7 +140,7 @@ class Publisher:
         Safe to kill at any point and run again.
         """
         started = time.monotonic()
-        datasets = self.context.retry.call(self._recoverable)
+        datasets = self.context.retry.call(lambda: self.store.datasets(self.job_name))
         reports = _sorted(
             self.runner.map_groups(functools.partial(recover_group, self.context), datasets)
         )
@@ -150,16 +150,6 @@ class Publisher:
             round(time.monotonic() - started, 6),
             orphans_deleted=deleted,
             sweep_skipped=skipped,
-        )
-
-    def _recoverable(self) -> list[str]:
-        """Datasets with a pending sequence, and those whose discard was killed after its
-        sequence went but before its status did (recovery drops that status)."""
-        datasets = self.store.datasets(self.job_name)
-        pending = set(datasets)
-        statuses = status_record.read_all(self.store, self.job_name)
-        return datasets + sorted(
-            d for d, s in statuses.items() if s.discarding is not None and d not in pending
         )
 
     def _sweep(self, reports: Sequence[DatasetReport]) -> tuple[tuple[str, ...], str | None]:
