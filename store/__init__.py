@@ -1,6 +1,7 @@
 """The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
+from store.connections import Connections, connecting_only
 from store.errors import (
     BackendNotInstalledError,
     CommitPubError,
@@ -8,6 +9,7 @@ from store.errors import (
     CorruptRecordError,
     CredentialsInUrlError,
     FencedError,
+    ForeignStoreError,
     LockHeldError,
     SequenceExistsError,
     SequenceSealedError,
@@ -22,9 +24,11 @@ __all__ = [
     "CommitPubError",
     "CommitStepStore",
     "ConfigurationError",
+    "Connections",
     "CorruptRecordError",
     "CredentialsInUrlError",
     "FencedError",
+    "ForeignStoreError",
     "JobLock",
     "JsonScalar",
     "Lease",
@@ -36,6 +40,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "WatermarkStore",
+    "connecting_only",
     "current_token",
     "fencing",
     "open_lock",

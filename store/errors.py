@@ -56,3 +56,11 @@ class FencedError(StoreError):
 
 class LockHeldError(StoreError):
     """The job lock is held by another live run."""
+
+
+class ForeignStoreError(CommitPubError, PermissionError):
+    """A step or record names a store the job is not configured to use.
+
+    Nothing connects to it: a record never decides where to connect (and so where the job's
+    credentials go).
+    """

@@ -13,10 +13,11 @@ real deployment, and subprocesses inherit them; ``s3_bucket`` gives each test a 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_helpers import INSTALL_HINT, RedisProcess, redis_binary
+from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
@@ -55,6 +56,12 @@ def redis_url(redis_process: RedisProcess) -> str:
     """The session's Redis server with database 0 emptied before the test."""
     redis_process.flushdb()
     return redis_process.url
+
+
+@pytest.fixture
+def recorded_host(tmp_path: Path) -> Iterator[RecordedHost]:
+    with RedisProcess(tmp_path / "recorded-host") as server:
+        yield RecordedHost(server)
 
 
 @pytest.fixture(scope="session")

@@ -166,3 +166,22 @@ class RedisProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RecordedHost:
+    """A real redis-server that a forged or stale record names; counts who connected."""
+
+    def __init__(self, server: RedisProcess) -> None:
+        self.server = server
+        self.url = server.url
+        self.baseline = self._received()
+
+    def _received(self) -> int:
+        import redis
+
+        with redis.Redis(host="127.0.0.1", port=self.server.port) as client:
+            return int(client.info("stats")["total_connections_received"])
+
+    def connections_since_start(self) -> int:
+        """Connections received since the baseline, not counting the two made to count."""
+        return self._received() - self.baseline - 1

@@ -57,6 +57,7 @@ class Job:
             max_attempts=1,
             staging_roots=[self.config.staging],
             output_roots=[self.config.output],
+            stores=[self.config.watermarks_url],
         )
         # Recover only clicks: orders stays pending for the tests to look at.
         assert recover_one(pub.context, "clicks").outcome == Outcome.QUARANTINED
