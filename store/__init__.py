@@ -1,6 +1,7 @@
 """The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
+from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
     BackendNotInstalledError,
     CommitPubError,
@@ -13,6 +14,7 @@ from store.errors import (
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
+    VolatileStoreError,
 )
 from store.lock import JobLock, Lease, LeaseKeeper, current_token, fencing
 from store.registry import open_lock, open_store, open_watermarks, register_backend
@@ -24,7 +26,9 @@ __all__ = [
     "ConfigurationError",
     "CorruptRecordError",
     "CredentialsInUrlError",
+    "Durability",
     "FencedError",
+    "HasDurability",
     "JobLock",
     "JsonScalar",
     "Lease",
@@ -35,6 +39,7 @@ __all__ = [
     "SequenceSealedError",
     "StoreError",
     "StoreUnavailableError",
+    "VolatileStoreError",
     "WatermarkStore",
     "current_token",
     "fencing",
@@ -42,4 +47,5 @@ __all__ = [
     "open_store",
     "open_watermarks",
     "register_backend",
+    "require_durable",
 ]

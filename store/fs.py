@@ -77,6 +77,7 @@ from store.base import (
     decode_status,
     encode_value,
 )
+from store.durability import Durability, local_durability
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -113,6 +114,19 @@ class _Fs:
         # s3fs would HEAD every object before reading it, to split large reads into parallel
         # ranges; what the stores read is small, so one GET does.
         self._read_options = {"max_concurrency": 1} if "s3" in _protocols(fs) else {}
+
+    def durability(self, url: str) -> Durability:
+        """See :mod:`store.durability`: fsspec's ``memory://`` and tmpfs are refused."""
+        if self.local:
+            return local_durability(self.root)
+        if "memory" in _protocols(self.fs):
+            return Durability.of(
+                [
+                    f"{url} is fsspec's memory filesystem, which lives in one process only: "
+                    "keep the store on a local disk, on S3 or on Redis"
+                ]
+            )
+        return Durability.of([])
 
     def join(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
@@ -278,6 +292,9 @@ class FsCommitStepStore(CommitStepStore):
     def __reduce__(self) -> tuple[Any, ...]:
         # Executors reopen the store from its URL; connections never travel.
         return (type(self), (self._full_url,))
+
+    def durability(self) -> Durability:
+        return self._io.durability(self.url)
 
     def _dir(self, store_name: str, dataset_urn: str) -> str:
         return self._io.join(
@@ -479,6 +496,9 @@ class FsWatermarkStore(WatermarkStore):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))
+
+    def durability(self) -> Durability:
+        return self._io.durability(self.url)
 
     def _dir(self, dataset: str, partition: str) -> str:
         return self._io.join(encode_name(dataset, "dataset"), encode_name(partition, "partition"))

@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
 log = logging.getLogger("commitpub.lock")
@@ -183,6 +184,14 @@ class JobLock(abc.ABC):
         self.release(lease)
         log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
         return lease
+
+    def durability(self) -> Durability:
+        """Whether leases and the token counter survive a restart of the lock's store.
+
+        A lock that forgets its token counter hands out tokens again that the stores' fences
+        refuse, and an evicted lease lets a second run in. The default says it cannot tell.
+        """
+        return unknown_durability(self)
 
     def close(self) -> None:  # noqa: B027 -- optional hook
         """Release connections."""
