@@ -365,6 +365,22 @@ class CommitStepStoreContract:
         store.set_status(JOB, "ds", {"attempts": 3}, token=6)
         assert store.get_status(JOB, "ds") == {"attempts": 3}
 
+    def test_a_zombies_writes_never_reach_the_new_owners_sequence(
+        self, store: CommitStepStore
+    ) -> None:
+        store.fence(JOB, 5)
+        store.append(JOB, "ds", [b"old 0"], seal=False, token=5)
+        store.fence(JOB, 6)  # a new owner takes over, aborts what it finds, writes its own
+        store.remove(JOB, "ds", token=6)
+        store.append(JOB, "ds", [b"new 0"], seal=False, token=6)
+        with pytest.raises(FencedError, match="token 5"):
+            store.append(JOB, "ds", [b"old 1"], seal=False, token=5)
+        with pytest.raises(FencedError, match="token 5"):
+            store.append(JOB, "ds", [b"old 2"], seal=True, token=5)
+        store.append(JOB, "ds", [b"new 1"], seal=True, token=6)
+        assert store.get(JOB, "ds") == [b"new 0", b"new 1"]
+        assert SequenceInfo(exists=True, sealed=True, records=2, token=6) == store.info(JOB, "ds")
+
     def test_check_fence_names_both_tokens(self, store: CommitStepStore) -> None:
         store.check_fence(JOB, 1, "deleting staging")  # no fence yet: nothing to refuse
         store.fence(JOB, 7)
