@@ -2,6 +2,7 @@
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
 from store.connections import Connections, connecting_only
+from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
     BackendNotInstalledError,
     CommitPubError,
@@ -15,6 +16,7 @@ from store.errors import (
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
+    VolatileStoreError,
 )
 from store.lock import JobLock, Lease, LeaseKeeper, current_token, fencing
 from store.registry import open_lock, open_store, open_watermarks, register_backend
@@ -27,8 +29,10 @@ __all__ = [
     "Connections",
     "CorruptRecordError",
     "CredentialsInUrlError",
+    "Durability",
     "FencedError",
     "ForeignStoreError",
+    "HasDurability",
     "JobLock",
     "JsonScalar",
     "Lease",
@@ -39,6 +43,7 @@ __all__ = [
     "SequenceSealedError",
     "StoreError",
     "StoreUnavailableError",
+    "VolatileStoreError",
     "WatermarkStore",
     "connecting_only",
     "current_token",
@@ -47,4 +52,5 @@ __all__ = [
     "open_store",
     "open_watermarks",
     "register_backend",
+    "require_durable",
 ]

@@ -58,6 +58,29 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def without_password(url: str) -> str:
+    """``url`` with its password left out (a user name stays), for a URL that travels.
+
+    Both places a URL can carry one go: ``user:secret@host`` and query parameters such as
+    ``?password=...``. The receiver takes the password from its own environment.
+    """
+    parts = urlsplit(url)
+    kept = [i for i in parts.query.split("&") if i and not _SECRET_PARAM.match("&" + i)]
+    query = "&".join(kept)
+    if parts.password is None and query == parts.query:
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rsplit("@", 1)[1]
+        netloc = f"{parts.username}@{host}" if parts.username else host
+    # Put together by hand: urlunsplit would turn "unix:///path" into "unix:/path".
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
+
+
 def require_no_credentials(url: str, what: str) -> str:
     """Return ``url``, or raise if it carries a password (it would be written to a store).
 

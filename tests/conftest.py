@@ -1,7 +1,9 @@
 """Fixtures shared by every test module: a real ``redis-server`` and a real S3 endpoint.
 
 ``redis_server`` starts one server process per session on a free loopback port and yields its
-URL; ``redis_url`` hands each test the same server with an empty database. Later suites
+URL; ``redis_url`` hands each test the same server with an empty database. The server runs as
+commitpub requires of a store (SPEC guarantee 8): ``--appendonly yes`` (fsynced every second)
+and ``maxmemory-policy noeviction``. Later suites
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.
 
