@@ -23,7 +23,7 @@ from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
-pytest.register_assert_rewrite("store_contract")
+pytest.register_assert_rewrite("store.testing")
 
 #: The real servers this session started, for the summary at the end of the test log.
 _STARTED: list[str] = []

@@ -16,7 +16,6 @@ from typing import Any
 
 import fsspec
 import pytest
-from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 import store
 from store import (
@@ -29,6 +28,7 @@ from store import (
     framing,
 )
 from store.fs import FsCommitStepStore, FsWatermarkStore
+from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 
 class TestFsCommitStepStore(CommitStepStoreContract):

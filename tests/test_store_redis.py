@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 from redis_helpers import RedisProcess
-from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 import store
 from store import ConfigurationError, CorruptRecordError, StoreUnavailableError
 from store.redis import PASSWORD_ENV, RedisCommitStepStore, RedisWatermarkStore
+from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 pytestmark = pytest.mark.redis
 

@@ -1,7 +1,12 @@
-"""Contract suites for the store layer, run against every backend.
+"""Contract suites for the store layer: every backend, ours and yours, must pass them.
 
-Each class is a base whose URL fixture raises until a backend binds it, in the manner of
-fsspec's ``fsspec/tests/abstract`` and pyiceberg's catalog behaviour tests::
+commitpub runs them against its filesystem, S3 and Redis backends; a third-party backend
+(registered through the ``commitpub.commit_stores`` / ``watermark_stores`` / ``job_locks``
+entry points) imports them from here (pytest must be installed). Each class is a base whose
+URL fixture raises until a backend binds it, in the manner of fsspec's
+``fsspec/tests/abstract`` and pyiceberg's catalog behaviour tests::
+
+    from store.testing import CommitStepStoreContract
 
     class TestMyCommitStepStore(CommitStepStoreContract):
         @pytest.fixture
@@ -425,7 +430,7 @@ def _increment(url: str, times: int, barrier: Any) -> None:
         wm.close()
 
 
-def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]:
+def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int]:
     """Start one spawned process per argument tuple, released together; their exit codes."""
     barrier = _SPAWN.Barrier(len(args))
     procs = [_SPAWN.Process(target=target, args=(*a, barrier)) for a in args]
@@ -439,7 +444,9 @@ def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]
             proc.kill()
             proc.join()
         proc.close()
-    return codes
+    finished = [c for c in codes if c is not None]
+    assert len(finished) == len(codes), f"processes still running after {_PROCESS_TIMEOUT}s"
+    return finished
 
 
 class WatermarkStoreContract:
