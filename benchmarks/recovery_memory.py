@@ -43,6 +43,7 @@ def child(store_url: str, datasets: int) -> None:
         _recovery.JOB,
         staging_roots=[str(pending.staging)],
         output_roots=[str(pending.output)],
+        stores=[str(Path(store_url).parent / "wm")],
     )
     before = vm_kib("VmRSS")
     report = pub.recover()

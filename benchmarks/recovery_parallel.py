@@ -45,6 +45,7 @@ def main() -> None:
                 staging_roots=[str(pending.staging)],
                 output_roots=[str(pending.output)],
                 runner=use,
+                stores=[str(wm_dir)],
             )
             report = None
 

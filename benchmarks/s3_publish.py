@@ -86,6 +86,7 @@ def main() -> None:
                 "bench",
                 staging_roots=[f"{prefix}/staging"],
                 output_roots=[f"{prefix}/output"],
+                stores=[f"{prefix}/watermarks"],
             )
             requests.take()
             started = time.perf_counter()

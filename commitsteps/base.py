@@ -110,6 +110,12 @@ class CommitStep(abc.ABC):
         """Paths this step writes; each must lie under an output root."""
         return ()
 
+    def connects_to(self) -> Sequence[str]:
+        """URLs of the stores this step opens (through :func:`store.open_watermarks` and the
+        like); each must be one the job is configured to use, or the sequence is refused
+        before anything of it runs. A record never decides where the job connects."""
+        return ()
+
     @classmethod
     def verify_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
         """:meth:`verify` for many steps of this class; override to batch I/O."""

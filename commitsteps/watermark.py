@@ -10,6 +10,7 @@ import attrs
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import StepConflictError
 from store.base import JsonScalar, WatermarkStore, encode_value
+from store.connections import require_allowed
 from store.errors import ConfigurationError
 from store.lock import current_token
 from store.registry import open_watermarks
@@ -68,7 +69,13 @@ class WatermarkCommitStep(CommitStep):
     previous: JsonScalar = attrs.field(validator=_check_value)
     value: JsonScalar = attrs.field(validator=_check_value)
 
+    def connects_to(self) -> tuple[str, ...]:
+        return (self.watermarks_url,)
+
     def _store(self) -> WatermarkStore:
+        # Checked here too, not only on a cache miss: a store cached for another job's work
+        # in this process must not be handed out where it is not configured.
+        require_allowed(self.watermarks_url, f"watermark step of {self.dataset}/{self.partition}")
         return watermark_store(self.watermarks_url)
 
     def verify(self) -> bool:

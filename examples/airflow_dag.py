@@ -1,46 +1,119 @@
-"""Run a commitpub job from Airflow (2.6 or later) with the BashOperator.
+"""Run a commitpub job from Airflow 3 with the standard provider's BashOperator.
 
-Exit 75 (another run holds the job lock) marks the task *skipped*, not failed: the next
-schedule catches up. Exit 3 (some datasets quarantined, the others published) fails the task
-and pages someone through ``on_failure_callback``, since it stays until an operator runs
-``commitpub retry`` or ``commitpub discard``. Exit 1 fails the task and Airflow retries it.
-Airflow retries by task, not by exit code, so exits 2 (bad job file) and 3 are retried too,
-harmlessly: exit 2 is refused again before Spark starts, and a retried exit 3 is one more
-run that publishes what is new and again skips the quarantined dataset. Copy this file into
-your DAGs folder and adapt the paths.
+What each exit code of ``commitpub run`` becomes:
+
+- 0 (all published): the task succeeds.
+- 75 (another run holds the job lock): the task is *skipped*, not failed; the next
+  schedule catches up.
+- 3 (some datasets quarantined, the others published): the task fails at once, without
+  retries, and ``alert`` pages someone: a quarantine stays until an operator runs
+  ``commitpub retry`` or ``commitpub discard`` (README, "Things to know").
+- 2 (bad job file or usage): the task fails at once, without retries; the same file would
+  be refused again. Airflow's own failure notices apply.
+- 1 and anything else: the task fails and Airflow retries it (``retries`` below, every
+  ``[core] default_task_retry_delay`` seconds of your Airflow configuration); a rerun
+  recovers what the failed one left pending.
+
+The job file and the commitpub executable come from two Airflow Variables, read when the
+task runs, so this file goes into your DAGs folder unchanged:
+
+    airflow variables set commitpub_job /srv/ingest/jobs/orders.toml
+    airflow variables set commitpub_bin /srv/ingest/.venv/bin/commitpub  # default: on PATH
+
+(or the environment variables ``AIRFLOW_VAR_COMMITPUB_JOB`` / ``AIRFLOW_VAR_COMMITPUB_BIN``).
+Needs Airflow 3 and ``apache-airflow-providers-standard``; tests/test_airflow.py runs this
+file with the versions pinned in tests/airflow-constraints.txt.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
-from airflow import DAG
-from airflow.operators.bash import BashOperator
+import pendulum
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-JOB = "/srv/ingest/jobs/orders.toml"
-COMMITPUB = "/srv/ingest/.venv/bin/commitpub"
+EXIT_CONFIG = 2
+EXIT_QUARANTINED = 3
+EXIT_LOCKED = 75
+
+log = logging.getLogger(__name__)
 
 
-def alert_on_quarantine(context: dict[str, Any]) -> None:
-    """Page for exit 3: a quarantined dataset needs a human (see the README's on-call part)."""
-    ti = context["task_instance"]
-    error = str(context.get("exception") or "")
-    if "exit code 3" in error or "returned a non-zero exit status 3" in error:
-        print(f"ALERT commitpub quarantined datasets: run `commitpub status {JOB}` ({ti.log_url})")
+class DatasetsQuarantinedError(AirflowFailException):
+    """``commitpub run`` exited 3: fails the task without retries and triggers the alert."""
+
+
+class CommitpubRun(BashOperator):
+    """A BashOperator that tells commitpub's exit codes 2 and 3 from ordinary failures.
+
+    The BashOperator raises the same exception for every non-zero code; the code itself is
+    on the subprocess it ran. An ``AirflowFailException`` fails the task without retrying.
+    """
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowSkipException:
+            raise
+        except AirflowException as error:
+            process = self.subprocess_hook.sub_process
+            code = None if process is None else process.returncode
+            if code == EXIT_QUARANTINED:
+                raise DatasetsQuarantinedError(
+                    f"commitpub quarantined datasets of {self.env['COMMITPUB_JOB']} (exit 3)"
+                ) from error
+            if code == EXIT_CONFIG:
+                raise AirflowFailException(
+                    f"commitpub refused {self.env['COMMITPUB_JOB']} (exit 2): fix the job file"
+                ) from error
+            raise
+
+
+def alert(message: str, context: Any) -> None:
+    """Page a human: plug your channel in here. The log line is this example's stand-in."""
+    # Slack (apache-airflow-providers-slack):
+    #   from airflow.providers.slack.notifications.slack import SlackNotifier
+    #   SlackNotifier(slack_conn_id="slack", channel="#ingest-oncall", text=message)(context)
+    # E-mail (apache-airflow-providers-smtp, installed with Airflow):
+    #   from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+    #   SmtpNotifier(to="oncall@example.com", subject="commitpub", html_content=message)(context)
+    log.error("COMMITPUB ALERT: %s", message)
+
+
+def alert_on_quarantine(context: Any) -> None:
+    """``on_failure_callback``: alert for exit 3 only; other failures are Airflow's usual."""
+    error = context.get("exception")
+    if isinstance(error, DatasetsQuarantinedError):
+        ti = context["task_instance"]
+        job = context["task"].env["COMMITPUB_JOB"]
+        alert(
+            f"{error}. The other datasets were published. Run `commitpub status {job}`, then "
+            f"`commitpub retry` or `commitpub discard` (dag {ti.dag_id}, run {ti.run_id}).",
+            context,
+        )
 
 
 with DAG(
     dag_id="orders_ingest",
     schedule=dt.timedelta(minutes=15),
-    start_date=dt.datetime(2025, 1, 1),
+    start_date=pendulum.datetime(2025, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=2)},
+    default_args={"retries": 2},
 ) as dag:
-    BashOperator(
+    CommitpubRun(
         task_id="commitpub_run",
-        bash_command=f"{COMMITPUB} --log-format json run {JOB}",
-        skip_on_exit_code=75,
+        # Quoted through the environment: a path with spaces or quotes stays one argument.
+        bash_command='"$COMMITPUB_BIN" --log-format json run "$COMMITPUB_JOB"',
+        env={
+            "COMMITPUB_BIN": "{{ var.value.get('commitpub_bin', 'commitpub') }}",
+            "COMMITPUB_JOB": "{{ var.value.commitpub_job }}",
+        },
+        append_env=True,
+        skip_on_exit_code=EXIT_LOCKED,
         on_failure_callback=alert_on_quarantine,
     )

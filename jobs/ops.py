@@ -22,9 +22,10 @@ from jobs.config import JobConfig
 from jobs.run import job_lock, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher
 from publisher import status as status_record
+from publisher.confinement import check_connections
 from publisher.work import verify_all
-from store import Lease, SequenceInfo, open_lock, open_store
-from store.errors import CommitPubError, CorruptRecordError, StoreError
+from store import Connections, Lease, SequenceInfo, connecting_only, open_lock, open_store
+from store.errors import CommitPubError, CorruptRecordError, ForeignStoreError, StoreError
 from store.urls import redact
 
 T = TypeVar("T")
@@ -175,16 +176,24 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
             unreadable = f"{type(e).__name__}: {e}"
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
+    connections = Connections([config.watermarks_url, config.store_url])
     for index, record in enumerate(records):
         try:
             step = commitsteps.loads(record)
         except CommitPubError as e:
             steps.append({"index": index, "type": None, "error": f"{type(e).__name__}: {e}"})
             continue
+        try:
+            # Verifying would connect where the record says: only the job's own stores.
+            check_connections(connections, [step])
+        except ForeignStoreError as e:
+            steps.append({"index": index, **_describe_step(step), "error": str(e)})
+            continue
         decoded.append((index, step))
         steps.append({"index": index, **_describe_step(step)})
     try:
-        verified = verify_all([s for _, s in decoded])
+        with connecting_only(connections):
+            verified = verify_all([s for _, s in decoded])
     except Exception as e:  # shown, not raised: inspect is for finding out what is wrong
         log.warning("verification of %s failed: %s", dataset, e)
         verified = [None] * len(decoded)  # type: ignore[list-item]

@@ -322,6 +322,7 @@ def open_publisher(
         output_roots=[config.output],
         runner=runner,
         fencing_token=token,
+        stores=[config.watermarks_url],
     )
 
 

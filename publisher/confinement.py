@@ -1,4 +1,5 @@
-"""Path confinement: renames read only from staging roots and write only to output roots.
+"""Confinement: renames read only from staging roots and write only to output roots, and
+steps connect only to the stores of the job's configuration (:func:`check_connections`).
 
 Paths are compared after normalization: ``..`` cannot climb out of a root, and a sibling
 that merely shares a prefix (``output-old/`` next to ``output/``) is not inside it.
@@ -12,7 +13,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError
+from commitsteps import CommitStep, PathConfinementError, tag_of
+from store.connections import Connections
 from store.errors import ConfigurationError
 
 
@@ -101,3 +103,16 @@ class Roots:
                 first = normalized[len(root.rstrip("/")) + 1 :].split("/", 1)[0]
                 return f"{root.rstrip('/')}/{first}"
         return None
+
+
+def check_connections(connections: Connections, steps: Iterable[CommitStep]) -> None:
+    """Raise unless every store a step connects to is one the job is configured to use.
+
+    Nothing connects while checking: it compares URLs only.
+
+    Raises:
+        ForeignStoreError: naming the step, the URL it records and the configured stores.
+    """
+    for index, step in enumerate(steps):
+        for url in step.connects_to():
+            connections.require(url, f"step {index} ({tag_of(type(step))})")

@@ -31,7 +31,7 @@ from publisher.work import (
     record_failure,
     recover_group,
 )
-from store import CommitStepStore, fencing, open_store
+from store import CommitStepStore, Connections, open_store
 from store.errors import ConfigurationError, CorruptRecordError
 from store.failpoints import failpoint
 
@@ -55,6 +55,10 @@ class Publisher:
         retry: backoff for transient errors (store or filesystem unreachable).
         fencing_token: the job lock's token; stores refuse writes from an older token.
         chunk_records: steps per atomic write-ahead chunk; only the last chunk seals.
+        stores: URLs of the stores steps may connect to (e.g. the watermark store of
+            :class:`~commitsteps.WatermarkCommitStep`); the commit store is one of them. A
+            sequence with a step naming any other store is refused (publish) or quarantined
+            (recover) before anything of it runs, and nothing connects there.
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -72,13 +76,18 @@ class Publisher:
         retry: RetryPolicy | None = None,
         fencing_token: int | None = None,
         chunk_records: int = 200_000,
+        stores: Sequence[str] = (),
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
         for name, n in (("max_attempts", max_attempts), ("chunk_records", chunk_records)):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ConfigurationError(f"{name} must be an int >= 1, got {n!r}")
-        for name, roots in (("staging_roots", staging_roots), ("output_roots", output_roots)):
+        for name, roots in (
+            ("staging_roots", staging_roots),
+            ("output_roots", output_roots),
+            ("stores", stores),
+        ):
             if isinstance(roots, str):
                 raise ConfigurationError(f"{name} is a sequence of paths, not one string")
         self.store = open_store(commit_store) if isinstance(commit_store, str) else commit_store
@@ -93,6 +102,7 @@ class Publisher:
             retry=retry or RetryPolicy(),
             token=fencing_token,
             chunk_records=chunk_records,
+            connections=Connections([*stores, self.store.url]),
         )
 
     def publish(
@@ -225,7 +235,7 @@ class Publisher:
         Returns:
             The dataset's report: ``failed``, or ``quarantined``, with the attempts counted.
         """
-        with fencing(self.context.token):
+        with self.context.working():
             return record_failure(self.context, dataset, error)
 
     def retry(self, dataset: str) -> bool:
@@ -284,7 +294,7 @@ class Publisher:
             DiscardRefusedError: if the sequence names paths outside the job's current
                 staging or output roots; nothing was changed.
         """
-        with fencing(self.context.token):
+        with self.context.working():
             return discard_one(self.context, dataset)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -29,17 +30,18 @@ from commitsteps import (
     loads,
 )
 from publisher import status as status_record
-from publisher.confinement import Roots, normalize
+from publisher.confinement import Roots, check_connections, normalize
 from publisher.errors import CorruptStatusError, DiscardRefusedError
 from publisher.reports import DatasetReport, Outcome
 from publisher.runner import current_attempt
 from publisher.status import DatasetStatus, Discarding
-from store import CommitStepStore, fencing
+from store import CommitStepStore, Connections, connecting_only, fencing
 from store.errors import (
     CommitPubError,
     ConfigurationError,
     CorruptRecordError,
     FencedError,
+    ForeignStoreError,
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
@@ -48,7 +50,7 @@ log = logging.getLogger("commitpub.publisher")
 T = TypeVar("T")
 
 #: Errors no retry can fix: the sequence is quarantined at once.
-PERMANENT = (CorruptRecordError, UnknownStepTypeError, PathConfinementError)
+PERMANENT = (CorruptRecordError, UnknownStepTypeError, PathConfinementError, ForeignStoreError)
 TRANSIENT = (StoreUnavailableError, ConnectionError, TimeoutError)
 #: Recent tenacity renamed ``initial`` to ``multiplier`` and warns on the old name.
 _JITTER_FIRST_WAIT = (
@@ -97,6 +99,24 @@ class Context:
     #: Records per atomic write-ahead chunk. One chunk (one write, one fsync) holds up to
     #: this many steps; larger sequences take several writes and only the last one seals.
     chunk_records: int = 200_000
+    #: The stores steps may connect to: the job's configuration, never a record's say.
+    connections: Connections = attrs.field(factory=Connections)
+
+    def confine(self, steps: Sequence[CommitStep]) -> None:
+        """Raise unless every step stays in the job's roots and connects only to its stores.
+
+        Raises:
+            PathConfinementError: for a path outside the roots.
+            ForeignStoreError: for a store the job is not configured to use.
+        """
+        self.roots.check(steps)
+        check_connections(self.connections, steps)
+
+    @contextmanager
+    def working(self) -> Iterator[None]:
+        """The block in which steps of this job execute: its fencing token and its stores."""
+        with fencing(self.token), connecting_only(self.connections):
+            yield
 
 
 StepsBuilder = Callable[[], Sequence[CommitStep]]
@@ -396,13 +416,13 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         if held is not None:
             return held
         steps = ordered(ctx.retry.call(item.build))
-        ctx.roots.check(steps)
+        ctx.confine(steps)
         if item.staging_dir is not None:
             ctx.roots.check([_Staged(item.staging_dir)])
         for step in steps:
             step.check_preconditions()
         records = [dumps(s) for s in steps]
-    except (StepError, UnknownStepTypeError, ConfigurationError) as e:
+    except (StepError, UnknownStepTypeError, ConfigurationError, ForeignStoreError) as e:
         log.error("dataset %s refused before write-ahead: %s", dataset, _describe(e))
         return _report(dataset, Outcome.REFUSED, started, error=_describe(e))
     except FencedError:
@@ -575,7 +595,7 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
             return _report(dataset, Outcome.ABORTED, started, error=_describe(e))
         if not info.sealed:
             return _abort(ctx, dataset, steps, started)
-        ctx.roots.check(steps)
+        ctx.confine(steps)
         done = verify_all(steps)
         failpoint("recover.after_verify")
     except FencedError:
@@ -661,7 +681,10 @@ def _discard(
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
         return _report(dataset, Outcome.DISCARDED, started)
     try:
-        ctx.roots.check(steps)
+        # A step outside the roots, or on a store the job is not configured for (rolling it
+        # back would connect there): refused whole, before anything is touched, since
+        # skipping it would leave a half rollback.
+        ctx.confine(steps)
     except PathConfinementError as e:
         raise DiscardRefusedError(
             f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"
@@ -721,11 +744,11 @@ def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetRep
     and measured slower: the preparing thread holds the GIL when a rename returns, so every
     rename waits for it (publish_local fs 10k: 1.9 serial, 2.3 overlapped).
     """
-    with fencing(ctx.token):
+    with ctx.working():
         return [publish_one(ctx, item) for item in items]
 
 
 def recover_group(ctx: Context, datasets: Sequence[str]) -> list[DatasetReport]:
     """:func:`recover_one` for each dataset; the unit a runner ships to a task."""
-    with fencing(ctx.token):
+    with ctx.working():
         return [recover_one(ctx, dataset) for dataset in datasets]

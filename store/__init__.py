@@ -1,6 +1,8 @@
 """The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
+from store.connections import Connections, connecting_only
+from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
     BackendNotInstalledError,
     CommitPubError,
@@ -8,11 +10,13 @@ from store.errors import (
     CorruptRecordError,
     CredentialsInUrlError,
     FencedError,
+    ForeignStoreError,
     LockHeldError,
     SequenceExistsError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
+    VolatileStoreError,
 )
 from store.lock import JobLock, Lease, LeaseKeeper, current_token, fencing
 from store.registry import open_lock, open_store, open_watermarks, register_backend
@@ -22,9 +26,13 @@ __all__ = [
     "CommitPubError",
     "CommitStepStore",
     "ConfigurationError",
+    "Connections",
     "CorruptRecordError",
     "CredentialsInUrlError",
+    "Durability",
     "FencedError",
+    "ForeignStoreError",
+    "HasDurability",
     "JobLock",
     "JsonScalar",
     "Lease",
@@ -35,11 +43,14 @@ __all__ = [
     "SequenceSealedError",
     "StoreError",
     "StoreUnavailableError",
+    "VolatileStoreError",
     "WatermarkStore",
+    "connecting_only",
     "current_token",
     "fencing",
     "open_lock",
     "open_store",
     "open_watermarks",
     "register_backend",
+    "require_durable",
 ]

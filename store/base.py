@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, FencedError, SequenceExistsError
 
 JsonScalar = int | float | str | bool | None
@@ -164,6 +165,16 @@ class CommitStepStore(abc.ABC):
             CorruptRecordError: if a status object is unreadable.
         """
 
+    def durability(self) -> Durability:
+        """Whether what this store acknowledged survives a restart of it (SPEC guarantee 8).
+
+        A backend that can tell overrides this; the default says it cannot.
+
+        Raises:
+            StoreUnavailableError: if the store could not be reached to ask.
+        """
+        return unknown_durability(self)
+
     def close(self) -> None:  # noqa: B027 -- optional hook: most backends hold nothing to close
         """Release connections; the store must not be used afterwards."""
 
@@ -277,6 +288,11 @@ class WatermarkStore(abc.ABC):
     @abc.abstractmethod
     def get_all(self, dataset: str) -> dict[str, JsonScalar]:
         """Every partition's value for ``dataset``."""
+
+    def durability(self) -> Durability:
+        """Whether the watermarks survive a restart of the store; see
+        :meth:`CommitStepStore.durability`."""
+        return unknown_durability(self)
 
     def close(self) -> None:  # noqa: B027 -- optional hook
         """Release connections."""

@@ -20,6 +20,11 @@ class CredentialsInUrlError(ConfigurationError):
     """A URL that would be written into a store carries a password or secret."""
 
 
+class VolatileStoreError(ConfigurationError):
+    """A store can silently forget what it acknowledged (SPEC guarantee 8) and the job did not
+    allow it with ``store.allow_volatile = true``."""
+
+
 class BackendNotInstalledError(CommitPubError, ImportError):
     """The backend for a URL scheme needs an optional dependency that is missing."""
 
@@ -56,3 +61,11 @@ class FencedError(StoreError):
 
 class LockHeldError(StoreError):
     """The job lock is held by another live run."""
+
+
+class ForeignStoreError(CommitPubError, PermissionError):
+    """A step or record names a store the job is not configured to use.
+
+    Nothing connects to it: a record never decides where to connect (and so where the job's
+    credentials go).
+    """

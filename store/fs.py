@@ -2,9 +2,14 @@
 
 Layout of a commit-step store rooted at ``ROOT``::
 
-    ROOT/<job>/<dataset>/c00000000.chunk      unsealed chunk 0
-    ROOT/<job>/<dataset>/c00000001-s.chunk    chunk 1, which seals the sequence
-    ROOT/<job>/<dataset>/status.json          attempts and quarantine state
+    ROOT/<job>/<dataset>/c00000000-t<token>.chunk      unsealed chunk 0, written under <token>
+    ROOT/<job>/<dataset>/c00000001-t<token>-s.chunk    chunk 1, which seals the sequence
+    ROOT/<job>/<dataset>/status.json                   attempts and quarantine state
+
+A writer without a fencing token (a tool outside a run), and versions before tokens were
+part of chunk names, write ``c00000000.chunk`` and ``c00000001-s.chunk``; both forms are read.
+The token in a name must match the one in the chunk's header, so a chunk renamed to claim
+another token is corrupt.
 
 Every chunk is written whole in one atomic operation: on a local disk a temporary file is
 written, fsynced and hard-linked to its final name (the link fails if the name exists, so two
@@ -12,18 +17,35 @@ writers cannot both create chunk N); on S3 it is a single conditional PUT
 (``If-None-Match: *``), which S3 rejects if the object exists. Sealing is part of
 the chunk's *name*, so a crash while writing leaves either no new chunk or a complete one, and
 a sealed sequence is never missing records. ``put_sequence`` is one chunk: one write, one
-fsync. Removal deletes the sealing chunk first and the rest in descending order, so a crash in
-the middle leaves an unsealed prefix, which recovery aborts harmlessly.
+fsync. On a local disk, records are created 0600 and directories 0700 (less the umask).
 
 Fencing (SPEC guarantee 5): ``ROOT/<job>/.fence/t<token>`` records each fencing token that
 took the job over (dataset names never start with a dot). A write carrying a token is checked
-against the highest one listed there *before* and, for the sealing write, again *after* the
-sealing chunk exists. Without a transaction spanning both files this is the argument: a new
-owner writes its fence file before it lists sequences to recover. If the old owner's check
-after sealing does not see the new fence, the fence was written after the seal, so the new
-owner's recovery finds the sealed sequence and finishes it (steps are idempotent). If it does
-see it, the old owner stops without executing anything and raises :class:`FencedError`; the
-sealed sequence is left for recovery. Either way no two runs publish divergent commits.
+against the highest one listed there *before* and again *after* its chunk exists. Without a
+transaction spanning both files this is the argument, for the sealing write: a new owner
+writes its fence file before it lists sequences to recover. If the old owner's check after
+sealing does not see the new fence, the fence was written after the seal, so the new owner's
+recovery finds the sealed sequence and finishes it (steps are idempotent). If it does see it,
+the old owner stops without executing anything and raises :class:`FencedError`; the sealed
+sequence is left for recovery, which verifies every step before it runs one. Either way no
+two runs publish divergent commits. An unsealed chunk whose writer sees a newer fence after
+writing it is deleted by that writer: it is its own (see below) and never runs.
+
+Why a new owner's chunks never collide with a zombie's. A zombie is an old owner paused
+between its fence check and its write, which it then makes after a new owner took over. Its
+chunk names carry its token, so the two never contend for one name: before tokens were in
+names, the zombie's chunk N could land inside the new owner's sequence (or take the name the
+new owner wanted), leaving a sequence that "seals before the last chunk" or a new owner whose
+write failed. Readers take the chunks of the *highest* token in a dataset's directory, with
+those written without a token, as the sequence; the chunks of a lower token are a zombie's
+leftovers, ignored by readers (they can only be there if a newer owner wrote here after the
+zombie's fence check: the new owner removes or recovers every sequence it finds before it
+writes its own, so a lower-token sequence that is still pending has no higher-token chunk
+beside it). A writer with a token extends only its own token's chunks and is refused with
+:class:`FencedError` where a higher token has written. ``remove`` deletes a zombie's leftovers
+first, then the sequence, sealing chunk first and the rest in descending order: a crash in
+the middle never leaves a lower-token sequence standing alone where the newer one was, nor a
+sealed sequence with records missing, only an unsealed prefix, which recovery aborts.
 
 Watermarks live in ``ROOT/<dataset>/<partition>/v<version>.json``. Why compare-and-set cannot
 lose an update: version ``n+1`` is created *exclusively* (hard link, which fails if the name
@@ -66,6 +88,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
@@ -77,6 +100,7 @@ from store.base import (
     decode_status,
     encode_value,
 )
+from store.durability import Durability, local_durability
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -89,7 +113,10 @@ from store.failpoints import failpoint
 from store.framing import decode_chunk_header, encode_chunk, iter_chunk_records
 from store.urls import decode_name, encode_name, redact
 
-_CHUNK_RE = re.compile(r"^c(\d{8})(-s)?\.chunk$")
+_CHUNK_RE = re.compile(r"^c(\d{8})(?:-t(\d+))?(-s)?\.chunk$")
+#: Modes of what a local store creates (less the umask): its owner's only.
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
 _VERSION_RE = re.compile(r"^v(\d{20})\.json$")
 _STATUS = "status.json"
 _FENCE_DIR = ".fence"  # beside the datasets of a job; encoded names never start with a dot
@@ -113,6 +140,19 @@ class _Fs:
         # s3fs would HEAD every object before reading it, to split large reads into parallel
         # ranges; what the stores read is small, so one GET does.
         self._read_options = {"max_concurrency": 1} if "s3" in _protocols(fs) else {}
+
+    def durability(self, url: str) -> Durability:
+        """See :mod:`store.durability`: fsspec's ``memory://`` and tmpfs are refused."""
+        if self.local:
+            return local_durability(self.root)
+        if "memory" in _protocols(self.fs):
+            return Durability.of(
+                [
+                    f"{url} is fsspec's memory filesystem, which lives in one process only: "
+                    "keep the store on a local disk, on S3 or on Redis"
+                ]
+            )
+        return Durability.of([])
 
     def join(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
@@ -161,16 +201,8 @@ class _Fs:
             except FileExistsError:
                 return False
             return True
-        created_dir = not os.path.isdir(directory)
-        if created_dir:
-            os.makedirs(directory, exist_ok=True)
-        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        created = _makedirs(directory)
+        tmp = _write_temp(directory, data)
         failpoint("store.write_ahead.temp_written")
         try:
             os.link(tmp, path)
@@ -190,8 +222,8 @@ class _Fs:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         _fsync_dir(directory)
-        if created_dir:
-            _fsync_dir(os.path.dirname(directory))
+        for new_dir in created:  # the new name must last as long as what it leads to
+            _fsync_dir(os.path.dirname(new_dir))
         return True
 
     def replace(self, path: str, data: bytes) -> None:
@@ -200,14 +232,16 @@ class _Fs:
         if not self.local:
             self._put(path, data, "overwrite")
             return
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        created = _makedirs(directory)
+        tmp = _write_temp(directory, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         _fsync_dir(directory)
+        for new_dir in created:
+            _fsync_dir(os.path.dirname(new_dir))
 
     def delete(self, path: str) -> None:
         try:
@@ -242,6 +276,64 @@ class _Fs:
             pass
 
 
+@attrs.frozen
+class _Chunk:
+    """One chunk file, from its name: ``c<index>[-t<token>][-s].chunk``."""
+
+    index: int
+    token: int | None  # None: written without a token, or by a version before tokens in names
+    sealed: bool
+    name: str
+
+
+def _chunk_name(index: int, token: int | None, sealed: bool) -> str:
+    return f"c{index:08d}{'' if token is None else f'-t{token:020d}'}{'-s' if sealed else ''}.chunk"
+
+
+def _split(listing: Sequence[_Chunk]) -> tuple[list[_Chunk], list[_Chunk]]:
+    """(the sequence, a zombie's leftovers): the chunks of the highest token, with those
+    written without a token, make the sequence; the chunks of lower tokens are left over."""
+    top = max((c.token for c in listing if c.token is not None), default=None)
+    sequence = [c for c in listing if c.token is None or c.token == top]
+    return sequence, [c for c in listing if c.token is not None and c.token != top]
+
+
+def _checked(directory: str, chunks: Sequence[_Chunk]) -> list[_Chunk]:
+    """``chunks`` in index order, checked to number 0, 1, 2... with the seal last.
+
+    Raises:
+        CorruptRecordError: naming the chunk missing, written twice or sealing too early.
+    """
+    ordered = sorted(chunks, key=lambda c: (c.index, -1 if c.token is None else c.token))
+    for position, chunk in enumerate(ordered):
+        if chunk.index < position:
+            raise CorruptRecordError(
+                f"{directory}: chunk {chunk.index} was written twice "
+                f"({ordered[position - 1].name} and {chunk.name})"
+            )
+        if chunk.index > position:
+            raise CorruptRecordError(f"{directory}: chunk {position} is missing")
+        if chunk.sealed and position != len(ordered) - 1:
+            raise CorruptRecordError(f"{directory}: chunk {chunk.name} seals before the last chunk")
+    return ordered
+
+
+def _check_token(token: int | None) -> None:
+    # A token is part of chunk names: only a non-negative integer makes a name readers find.
+    if token is not None and (not isinstance(token, int) or isinstance(token, bool) or token < 0):
+        raise ValueError(f"a fencing token is a non-negative integer, got {token!r}")
+
+
+def _removal_order(listing: Sequence[_Chunk]) -> list[_Chunk]:
+    """The order in which ``remove`` deletes chunks; see the module docstring."""
+
+    def seal_then_descending(chunks: Sequence[_Chunk]) -> list[_Chunk]:
+        return sorted(chunks, key=lambda c: (not c.sealed, -c.index))
+
+    sequence, leftovers = _split(listing)
+    return seal_then_descending(leftovers) + seal_then_descending(sequence)
+
+
 def _protocols(fs: Any) -> tuple[str, ...]:
     protocol = fs.protocol
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
@@ -251,6 +343,51 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_temp(directory: str, data: bytes) -> str:
+    """A new temporary file in ``directory`` holding ``data``, fsynced; its path.
+
+    Records are created ``_FILE_MODE`` less the umask: nobody but the store's owner reads
+    commit steps, statuses, watermarks or leases, or replaces them.
+    """
+    tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _makedirs(path: str) -> list[str]:
+    """Create ``path`` and its missing parents, each ``_DIR_MODE`` less the umask; the
+    directories created, deepest last.
+
+    ``os.makedirs`` gives its mode to the last directory only; the parents it creates would
+    be 0777 less the umask, which is everyone's with a umask of 0.
+    """
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, _DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue  # another writer was first
+        created.append(directory)
+    return created
 
 
 def _fsync_dir(path: str) -> None:
@@ -284,20 +421,23 @@ class FsCommitStepStore(CommitStepStore):
             encode_name(store_name, "store name"), encode_name(dataset_urn, "dataset URN")
         )
 
-    def _chunks(self, directory: str) -> list[tuple[int, bool, str]]:
-        """(index, sealed, name) of every chunk, in index order, checked for gaps."""
+    def _listing(self, directory: str) -> list[_Chunk]:
+        """Every chunk file in ``directory``, unchecked: the sequence and any leftovers."""
         found = []
         for name in self._io.names(directory):
             m = _CHUNK_RE.match(name)
             if m:
-                found.append((int(m.group(1)), m.group(2) is not None, name))
-        found.sort()
-        for position, (index, sealed, name) in enumerate(found):
-            if index != position:
-                raise CorruptRecordError(f"{directory}: chunk {position} is missing")
-            if sealed and position != len(found) - 1:
-                raise CorruptRecordError(f"{directory}: chunk {name} seals before the last chunk")
+                token = None if m.group(2) is None else int(m.group(2))
+                found.append(_Chunk(int(m.group(1)), token, m.group(3) is not None, name))
         return found
+
+    def _chunks(self, directory: str) -> list[_Chunk]:
+        """The chunks of the sequence, in index order, checked for gaps; see the module
+        docstring for the chunks of a lower token, which are left out."""
+        return _checked(directory, _split(self._listing(directory))[0])
+
+    def durability(self) -> Durability:
+        return self._io.durability(self.url)
 
     def _fence_dir(self, store_name: str) -> str:
         return self._io.join(encode_name(store_name, "store name"), _FENCE_DIR)
@@ -329,19 +469,22 @@ class FsCommitStepStore(CommitStepStore):
         seal: bool,
         token: int | None = None,
     ) -> None:
+        _check_token(token)
         directory = self._dir(store_name, dataset_urn)
+        doing = f"writing ahead {dataset_urn!r}"
         if token is not None:
-            self.check_fence(store_name, token, f"writing ahead {dataset_urn!r}")
-        chunks = self._chunks(directory)
-        if chunks and chunks[-1][1]:
+            self.check_fence(store_name, token, doing)
+        chunks = self._writers_chunks(store_name, dataset_urn, directory, token, doing)
+        if chunks and chunks[-1].sealed:
             raise SequenceSealedError(
                 f"sequence of {dataset_urn!r} in {store_name!r} is sealed; it cannot be extended"
             )
         index = len(chunks)
-        name = f"c{index:08d}{'-s' if seal else ''}.chunk"
+        path = f"{directory}/{_chunk_name(index, token, seal)}"
+        failpoint("store.append.listed")  # a zombie's pause between its checks and its write
         data = encode_chunk(dataset_urn, index, records, sealed=seal, token=token)
         try:
-            created = self._io.create_exclusive(f"{directory}/{name}", data)
+            created = self._io.create_exclusive(path, data)
         except OSError as e:
             raise _translate(e, directory) from e
         if not created:
@@ -349,37 +492,81 @@ class FsCommitStepStore(CommitStepStore):
                 f"sequence of {dataset_urn!r} in {store_name!r} changed under us (chunk {index} "
                 "was written by another writer)"
             )
-        if token is not None and seal:
+        if token is None:
+            return
+        if seal:
             # See the module docstring: the sealed sequence stays for the new owner's recovery.
             self.check_fence(store_name, token, f"sealing {dataset_urn!r}")
+            return
+        try:
+            self.check_fence(store_name, token, doing)
+        except FencedError:
+            # Taken over while writing: an unsealed chunk under this writer's own token is
+            # nobody else's and never runs, so it goes, rather than be left for others.
+            self._io.delete(path)
+            raise
+
+    def _writers_chunks(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        directory: str,
+        token: int | None,
+        doing: str,
+    ) -> list[_Chunk]:
+        """The chunks a writer with ``token`` extends, checked: its own token's, with those
+        written without a token; a writer without a token extends the sequence readers see.
+
+        Raises:
+            FencedError: if the directory holds chunks of a higher token.
+        """
+        listing = self._listing(directory)
+        if token is None:
+            return _checked(directory, _split(listing)[0])
+        newer = max((c.token for c in listing if c.token is not None), default=token)
+        if newer > token:
+            raise FencedError(
+                f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but "
+                f"token {newer} has written the sequence of {dataset_urn!r} in {self.url}"
+            )
+        return _checked(directory, [c for c in listing if c.token in (None, token)])
 
     def _read_chunks(
         self, store_name: str, dataset_urn: str
-    ) -> Iterator[tuple[bool, str, bytes, dict[str, Any]]]:
-        """(sealed, path, data, expected header fields) of each chunk, in order."""
+    ) -> Iterator[tuple[_Chunk, str, bytes, dict[str, Any]]]:
+        """(chunk, path, data, expected header fields) of each chunk, in order."""
         directory = self._dir(store_name, dataset_urn)
-        for index, sealed, name in self._chunks(directory):
-            path = f"{directory}/{name}"
+        for chunk in self._chunks(directory):
+            path = f"{directory}/{chunk.name}"
             try:
                 data = self._io.read(path)
             except OSError as e:
                 raise _translate(e, path) from e
-            yield sealed, path, data, {"urn": dataset_urn, "index": index, "sealed": sealed}
+            expect: dict[str, Any] = {
+                "urn": dataset_urn,
+                "index": chunk.index,
+                "sealed": chunk.sealed,
+            }
+            if chunk.token is not None:
+                # The name claims a token: a chunk renamed to claim another is not believed.
+                expect["token"] = chunk.token
+            yield chunk, path, data, expect
 
     def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
-        for _sealed, path, data, expect in self._read_chunks(store_name, dataset_urn):
+        for _chunk, path, data, expect in self._read_chunks(store_name, dataset_urn):
             yield from iter_chunk_records(data, path, expect)
 
     def info(self, store_name: str, dataset_urn: str) -> SequenceInfo:
         exists = sealed = False
         records = 0
         token = written_at = None
-        for sealed, path, data, expect in self._read_chunks(store_name, dataset_urn):
+        for chunk, path, data, expect in self._read_chunks(store_name, dataset_urn):
             records += sum(1 for _ in iter_chunk_records(data, path, expect))
             header = decode_chunk_header(data, path)[0]
             if not exists:
                 written_at = header.get("written")
             exists = True
+            sealed = chunk.sealed
             if sealed:
                 token = header.get("token")
         return SequenceInfo(
@@ -388,11 +575,11 @@ class FsCommitStepStore(CommitStepStore):
 
     def exists(self, store_name: str, dataset_urn: str) -> bool:
         # From the listing alone: chunk names tell existence and sealing, no read needed.
-        return bool(self._chunks(self._dir(store_name, dataset_urn)))
+        return bool(self._listing(self._dir(store_name, dataset_urn)))
 
     def is_sealed(self, store_name: str, dataset_urn: str) -> bool:
         chunks = self._chunks(self._dir(store_name, dataset_urn))
-        return bool(chunks) and chunks[-1][1]
+        return bool(chunks) and chunks[-1].sealed
 
     def datasets(self, store_name: str) -> list[str]:
         job_dir = self._io.join(encode_name(store_name, "store name"))
@@ -422,10 +609,9 @@ class FsCommitStepStore(CommitStepStore):
                 self._io.rmdir(job_dir)
             return
         directory = self._dir(store_name, dataset_urn)
-        chunks = self._chunks(directory)
-        # The sealing chunk goes first: from then on the sequence is an unsealed prefix.
-        for _index, _sealed, name in reversed(chunks):
-            self._io.delete(f"{directory}/{name}")
+        # Unchecked: a sequence that reads as corrupt must still be removable.
+        for chunk in _removal_order(self._listing(directory)):
+            self._io.delete(f"{directory}/{chunk.name}")
             failpoint("store.remove.chunk_deleted")
         self._io.delete(f"{directory}/{_STATUS}")
         self._io.rmdir(directory, keep=True)
@@ -479,6 +665,9 @@ class FsWatermarkStore(WatermarkStore):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))
+
+    def durability(self) -> Durability:
+        return self._io.durability(self.url)
 
     def _dir(self, dataset: str, partition: str) -> str:
         return self._io.join(encode_name(dataset, "dataset"), encode_name(partition, "partition"))

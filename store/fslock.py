@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from store.durability import Durability
 from store.errors import FencedError, LockHeldError, StoreError
 from store.fs import _Fs, _translate
 from store.lock import JobLock, Lease
@@ -42,6 +43,9 @@ class FsJobLock(JobLock):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))
+
+    def durability(self) -> Durability:
+        return self._io.durability(self.url)
 
     def _dir(self, job: str) -> str:
         return self._io.join(".locks", encode_name(job, "job name"))

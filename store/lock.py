@@ -6,8 +6,15 @@ Every sealed write-ahead and every watermark compare-and-set of the run carries 
 and the stores refuse a token lower than one they have seen: a driver that was paused past
 its lease ("zombie") and wakes after another run took over cannot commit anything.
 
-A lease whose holder is known dead (same host, its process gone or replaced) is taken over
-at once, so a cron run right after a crash is not blocked until the TTL runs out.
+A lease whose holder is *proven* dead is taken over at once, so a cron run right after a
+crash is not blocked until the TTL runs out. A host name and a pid prove little: containers
+share host names, pids are reused, and a pid means another process in another pid namespace
+or after a reboot. So a lease records, besides host and pid, the boot id
+(``/proc/sys/kernel/random/boot_id``), the pid namespace (``/proc/self/ns/pid``) and the
+process start time, and its holder is dead only when host, boot id and pid namespace are
+all this process's and the pid is gone, a zombie, or names a process that started at
+another time. Anything short of that proof (a lease written by an older version, in another
+container, before a reboot) is waited out until it expires.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
 log = logging.getLogger("commitpub.lock")
@@ -53,28 +61,82 @@ def fencing(token: int | None) -> Iterator[None]:
         _TOKEN.reset(reset)
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), to tell pid reuse apart."""
+def _process_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks since boot) of ``pid`` (Linux), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            # Field 22 counts from after the command name, which may contain spaces.
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+            # Fields 3 and 22, counted from after the command name, which may hold spaces.
+            fields = f.read().rsplit(b")", 1)[1].split()
+            return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
 
 
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot, to tell pid reuse apart."""
+    stat = _process_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine; pids and start times mean something only within one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[inode]``); a pid means something only within it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _text_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be text or null, got {value!r}")
+
+
+def _integer(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be an integer, got {value!r}")
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _integer(instance, attribute, value)
+    if value < 1:  # type: ignore[operator]
+        # kill(0, ...) and kill(-1, ...) would ask about process groups, not a process.
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _number(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be a number, got {value!r}")
+
+
+_TEXT = attrs.validators.instance_of(str)
+
+
 @attrs.frozen
 class Lease:
-    """A held job lock: who holds it, its fencing token and when it expires."""
+    """A held job lock: who holds it, its fencing token, when it expires, and what proves
+    its holder dead (see the module docstring). Every field is checked when a stored lease
+    is read: a lease is data from a store, not to be trusted."""
 
-    job: str
-    owner: str
-    token: int
-    expires_at: float
-    host: str
-    pid: int
-    pid_start: str | None = None
-    released: bool = False
+    job: str = attrs.field(validator=_TEXT)
+    owner: str = attrs.field(validator=_TEXT)
+    token: int = attrs.field(validator=_integer)
+    expires_at: float = attrs.field(validator=_number)
+    host: str = attrs.field(validator=_TEXT)
+    pid: int = attrs.field(validator=_positive)
+    pid_start: str | None = attrs.field(default=None, validator=_text_or_none)
+    released: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    #: Missing from leases of older versions: their holders are never taken for dead.
+    boot_id: str | None = attrs.field(default=None, validator=_text_or_none)
+    pid_ns: str | None = attrs.field(default=None, validator=_text_or_none)
 
     @classmethod
     def new(cls, job: str, token: int, ttl_s: float) -> Lease:
@@ -87,23 +149,36 @@ class Lease:
             host=socket.gethostname(),
             pid=pid,
             pid_start=_process_start(pid),
+            boot_id=_boot_id(),
+            pid_ns=_pid_namespace(),
         )
 
     def expired(self, now: float | None = None) -> bool:
         return self.released or (now if now is not None else time.time()) >= self.expires_at
 
     def holder_dead(self) -> bool:
-        """True when the holder ran on this host and its process is gone (or was replaced)."""
+        """True only when the holder is proven dead; see the module docstring.
+
+        The holder ran on this host, in this boot and in this pid namespace (all three
+        recorded and equal to this process's), and its pid is gone, a zombie, or a process
+        that started at another time than the holder.
+        """
         if self.host != socket.gethostname():
             return False
+        for recorded, here in ((self.boot_id, _boot_id()), (self.pid_ns, _pid_namespace())):
+            if recorded is None or recorded != here:
+                return False
+        stat = _process_stat(self.pid)
+        if stat is not None:
+            state, start = stat
+            return state == "Z" or (self.pid_start is not None and start != self.pid_start)
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return True
         except PermissionError:
             return False
-        start = _process_start(self.pid)
-        return self.pid_start is not None and start is not None and start != self.pid_start
+        return False  # alive, yet /proc says nothing of it: no proof
 
     def free(self) -> bool:
         """True when a contender may take the lock over."""
@@ -136,7 +211,7 @@ class Lease:
         try:
             doc = json.loads(data)
             return cls(**{f.name: doc[f.name] for f in attrs.fields(cls) if f.name in doc})
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, AttributeError) as e:
             raise CorruptRecordError(f"{where}: unreadable lease: {e}") from e
 
 
@@ -183,6 +258,14 @@ class JobLock(abc.ABC):
         self.release(lease)
         log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
         return lease
+
+    def durability(self) -> Durability:
+        """Whether leases and the token counter survive a restart of the lock's store.
+
+        A lock that forgets its token counter hands out tokens again that the stores' fences
+        refuse, and an evicted lease lets a second run in. The default says it cannot tell.
+        """
+        return unknown_durability(self)
 
     def close(self) -> None:  # noqa: B027 -- optional hook
         """Release connections."""

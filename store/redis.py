@@ -25,7 +25,36 @@ expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release a
 scripts that act only for the expected owner.
 
 The password comes from the URL (``redis://:secret@host:6379/0``) or, preferably, from the
-``COMMITPUB_REDIS_PASSWORD`` environment variable; it is never written into a record.
+``COMMITPUB_REDIS_PASSWORD`` environment variable; it is never written into a record, and a
+pickled store, watermark store or lock (what Spark ships to executors) carries its URL
+without the password: each executor takes it from its own environment.
+
+Durability (SPEC guarantee 8). :meth:`durability` reads ``appendonly``, ``maxmemory-policy``
+and ``appendfsync`` with CONFIG GET; where CONFIG is refused (renamed away, or denied by an
+ACL, as on most managed services) it reads ``aof_enabled`` from INFO persistence and
+``maxmemory_policy`` from INFO memory; where both are refused it cannot tell. A server
+without an append-only file forgets everything on a restart, fences included; one with an
+eviction policy other than ``noeviction`` deletes keys, sealed sequences among them, when
+memory runs short: both are refused by :func:`store.require_durable`.
+
+An append-only file that Redis has *written* survives the Redis process being killed; what
+survives a crash of the operating system or a power loss is what it has *fsynced*. So every
+sealing write is followed, on Redis 7.2 and later, by ``WAITAOF 1 0 <timeout>`` on the same
+connection (checked by CLIENT ID), which returns once the seal is fsynced to the local
+append-only file; if it does not confirm in time, the seal fails as a :class:`StoreError`
+whose outcome is unknown: nothing of the sequence runs now, and the next run's recovery
+finds it sealed or not, as Redis kept it.
+
+What holds on Redis before 7.2 (Debian 12 ships 7.0), which has no WAITAOF: with
+``appendfsync always`` a seal is written and fsynced to the append-only file before Redis
+acknowledges it, so it survives Redis being killed, a restart, an operating-system crash and
+a power loss. With ``appendfsync everysec`` (Redis's default) Redis acknowledges first and
+fsyncs within about a second; while a previous fsync is still busy it even delays the write
+itself, by up to two seconds (seen in this project's tests on a loaded machine). A crash of
+Redis or of the machine in that window may lose an acknowledged seal; the steps that ran
+after it are then finished by nobody and the data is extracted again. That is reported as a
+note of :meth:`durability`, not refused: set ``appendfsync always`` to close it. The same
+holds where the server's version cannot be read and it turns out to have no WAITAOF.
 """
 
 from __future__ import annotations
@@ -49,6 +78,7 @@ from store.base import (
     decode_status,
     encode_value,
 )
+from store.durability import Durability
 from store.errors import (
     ConfigurationError,
     CorruptRecordError,
@@ -61,9 +91,13 @@ from store.errors import (
 from store.failpoints import failpoint
 from store.framing import frame_record, unframe_record
 from store.lock import JobLock, Lease
-from store.urls import encode_name, redact
+from store.urls import encode_name, redact, without_password
 
 PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
+# How long a seal waits for the append-only file: with appendfsync everysec Redis fsyncs
+# every second, so this is many rounds of that.
+_WAITAOF_TIMEOUT_MS = 10_000
+_WAITAOF_SINCE = (7, 2)
 # Records per RPUSH: variadic pushes are ~5x faster than one command per record, and chunks
 # keep each command's argument list to a size Redis handles without stalling other clients.
 _PUSH_BATCH = 10_000
@@ -110,8 +144,10 @@ def _call(url: str, fn: Callable[[], T]) -> T:
         raise StoreError(f"Redis at {url} failed: {e}") from e
 
 
-def _reopen(cls: type[_RedisBase], url: str, prefix: str) -> _RedisBase:
-    return cls(url, prefix=prefix)
+def _reopen(cls: type[_RedisBase], url: str, prefix: str, shown: str) -> _RedisBase:
+    reopened = cls(url, prefix=prefix)
+    reopened.url = shown  # the same in reports on executors as on the driver
+    return reopened
 
 
 class _RedisBase:
@@ -120,13 +156,169 @@ class _RedisBase:
         self.url = redact(url)
         self._prefix = prefix
         self._client = connect(url)
+        # Whether seals wait for WAITAOF, and why not; asked of the server once, when needed.
+        self._waitaof: bool | None = None
+        self._no_waitaof = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Executors reconnect from the URL; sockets never travel.
-        return (_reopen, (type(self), self._full_url, self._prefix))
+        # Executors reconnect from the URL; sockets never travel, and neither does the
+        # password: each executor takes it from its own environment (PASSWORD_ENV).
+        return (_reopen, (type(self), without_password(self._full_url), self._prefix, self.url))
 
     def close(self) -> None:
         self._client.close()
+
+    def durability(self) -> Durability:
+        """See the module docstring.
+
+        Raises:
+            StoreUnavailableError: if the server could not be reached.
+        """
+        return _call(self.url, self._durability)
+
+    def _durability(self) -> Durability:
+        problems: list[str] = []
+        notes: list[str] = []
+        try:
+            config = self._client.config_get("*")
+            appendonly, policy = config.get("appendonly"), config.get("maxmemory-policy")
+            fsync: str | None = config.get("appendfsync")
+        except redis.exceptions.ResponseError as config_refused:
+            try:
+                persistence, memory = self._client.info("persistence"), self._client.info("memory")
+            except redis.exceptions.ResponseError as info_refused:
+                return Durability(
+                    durable=None,
+                    notes=(
+                        f"CONFIG GET ({config_refused}) and INFO ({info_refused}) are refused "
+                        "to this client: check by hand that the server runs with "
+                        "`appendonly yes` and `maxmemory-policy noeviction`",
+                    ),
+                )
+            notes.append(
+                f"CONFIG GET is refused to this client ({config_refused}): read INFO instead"
+            )
+            aof = persistence.get("aof_enabled")
+            appendonly = {1: "yes", 0: "no"}.get(aof) if isinstance(aof, int) else None
+            policy = memory.get("maxmemory_policy")
+            fsync = None
+            where = "in the server's configuration (redis.conf, or the service's parameters)"
+            if appendonly == "no":
+                problems.append(
+                    f"aof_enabled is 0 (INFO persistence): set `appendonly yes` {where}"
+                )
+            if isinstance(policy, str) and policy != "noeviction":
+                problems.append(
+                    f"maxmemory_policy is {policy!r} (INFO memory): set "
+                    f"`maxmemory-policy noeviction` {where}; any other policy deletes keys, "
+                    "sealed sequences among them, when memory runs short"
+                )
+        else:
+            if appendonly is not None and appendonly != "yes":
+                problems.append(
+                    f"appendonly is {appendonly!r}: set `appendonly yes` (CONFIG SET appendonly "
+                    "yes, and the same line in redis.conf so that it holds after a restart)"
+                )
+            if policy is not None and policy != "noeviction":
+                problems.append(
+                    f"maxmemory-policy is {policy!r}: set `maxmemory-policy noeviction` (CONFIG "
+                    "SET maxmemory-policy noeviction, and in redis.conf); any other policy "
+                    "deletes keys, sealed sequences among them, when memory runs short"
+                )
+        if problems:
+            return Durability.of(problems, notes)
+        if appendonly is None or not isinstance(policy, str):
+            notes.append(
+                "the server did not say whether it runs with `appendonly yes` and "
+                "`maxmemory-policy noeviction`: check by hand"
+            )
+            return Durability(durable=None, notes=tuple(notes))
+        if not self._waits_for_aof() and fsync != "always":
+            notes.append(self._fsync_note(fsync))
+        return Durability.of([], notes)
+
+    def _fsync_note(self, fsync: str | None) -> str:
+        setting = "could not be read" if fsync is None else f"is {fsync!r}"
+        return (
+            f"appendfsync {setting} and seals cannot wait for the append-only file "
+            f"({self._no_waitaof}): an operating-system crash or power loss may lose up to "
+            "about a second of acknowledged writes, a seal among them; set "
+            "`appendfsync always` (CONFIG SET appendfsync always, and in redis.conf) to have "
+            "every seal on disk when Redis acknowledges it"
+        )
+
+    def _waits_for_aof(self) -> bool:
+        """Whether seals wait for WAITAOF; asked of the server on first use."""
+        if self._waitaof is None:
+            self._waitaof = self._probe_waitaof()
+        return self._waitaof
+
+    def _probe_waitaof(self) -> bool:
+        try:
+            raw_version = self._client.info("server").get("redis_version")
+        except redis.exceptions.ResponseError:
+            raw_version = None
+        version = _version(raw_version)
+        if version is not None and version < _WAITAOF_SINCE:
+            self._no_waitaof = f"Redis {raw_version} has no WAITAOF, which came in 7.2"
+            return False
+        # 7.2 or later, or a server that hides its version: try what a confirmation needs.
+        pipe = self._client.pipeline(transaction=False)
+        pipe.client_id()
+        pipe.execute_command("WAITAOF", 0, 0, 1)  # type: ignore[no-untyped-call] # waits for nothing
+        refused = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)]
+        if refused:
+            what = f"Redis {raw_version}" if version else "this Redis"
+            self._no_waitaof = f"{what} refuses CLIENT ID or WAITAOF: {refused[0]}"
+            return False
+        return True
+
+    def _confirm_on_disk(self, client_id: int, doing: str) -> None:
+        """Wait until what the connection ``client_id`` wrote is fsynced to the append-only
+        file (WAITAOF); see the module docstring.
+
+        Raises:
+            StoreError: the outcome is unknown: Redis acknowledged the write but did not
+                confirm it on disk.
+        """
+
+        def unknown(why: str) -> StoreError:
+            return StoreError(
+                f"{doing} in {self.url}: outcome unknown: Redis acknowledged it, but {why}; "
+                "nothing of it runs now, and the next run recovers it if Redis kept it"
+            )
+
+        pipe = self._client.pipeline(transaction=False)
+        pipe.client_id()
+        pipe.execute_command("WAITAOF", 1, 0, _WAITAOF_TIMEOUT_MS)  # type: ignore[no-untyped-call]
+        try:
+            same, reply = pipe.execute(raise_on_error=False)
+        except redis.exceptions.RedisError as e:
+            raise unknown(f"waiting for the append-only file failed: {e}") from e
+        if isinstance(reply, redis.exceptions.ResponseError) and "appendonly" in str(reply):
+            # No append-only file at all: nothing to wait for. The durability check at run
+            # start refused this server, or the job allowed it (store.allow_volatile).
+            self._waitaof = False
+            self._no_waitaof = str(reply)
+            return
+        if isinstance(reply, Exception):
+            raise unknown(f"WAITAOF failed: {reply}")
+        if same != client_id:
+            raise unknown(f"WAITAOF ran on connection {same}, the seal on {client_id}")
+        if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
+            raise unknown(f"WAITAOF answered {reply!r}")
+        if reply[0] < 1:
+            raise unknown(
+                f"the append-only file did not confirm it within {_WAITAOF_TIMEOUT_MS} ms"
+            )
+
+
+def _version(raw: object) -> tuple[int, ...] | None:
+    """``"7.0.15"`` as ``(7, 0, 15)``; None for anything else."""
+    try:
+        return tuple(int(part) for part in str(raw).split(".")[:3]) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _fenced(store_name: str, token: int, seen: int, doing: str, url: str) -> FencedError:
@@ -211,14 +403,19 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             if seal:
                 seal_doc = {"count": count, "token": token, "at": round(time.time(), 3)}
                 pipe.set(seal_key, json.dumps(seal_doc))
+                if wait:
+                    pipe.client_id()  # which connection WAITAOF must run on
             failpoint("store.write_ahead.temp_written")
 
         def run() -> None:
             # The index lives in another hash slot, so it is written first and on its own;
             # a dataset listed there without keys is skipped by datasets().
             self._client.sadd(self._index(store_name), dataset_urn)
-            self._client.transaction(write, *watched)
+            done: Any = self._client.transaction(write, *watched)
+            if wait:
+                self._confirm_on_disk(int(done[-1]), f"sealing {dataset_urn!r} of {store_name!r}")
 
+        wait = seal and _call(self.url, self._waits_for_aof)
         _call(self.url, run)
 
     def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from store.base import CommitStepStore, WatermarkStore
+from store.connections import require_allowed
 from store.errors import BackendNotInstalledError, ConfigurationError
 from store.lock import JobLock
 from store.urls import redact
@@ -53,6 +54,11 @@ _DEFAULT: dict[Kind, _Backend] = {
 }
 _HINTS = {"s3": "pip install 'commitpub[s3]'", "s3a": "pip install 'commitpub[s3]'"}
 _entry_points_loaded = False
+_WHAT: dict[Kind, str] = {
+    "commit_stores": "commit-step store",
+    "watermark_stores": "watermark store",
+    "job_locks": "job lock",
+}
 
 
 def register_backend(
@@ -90,6 +96,7 @@ def _resolve(kind: Kind, url: str) -> type:
         scheme = urlsplit(url).scheme if "://" in url else ""
     except ValueError as e:
         raise ConfigurationError(f"malformed store URL {redact(url)!r}: {e}") from e
+    require_allowed(url, f"opening a {_WHAT[kind]}")
     backend = _REGISTRY[kind].get(scheme, _DEFAULT[kind])
     module_name, _, class_name = backend.target.partition(":")
     try:
@@ -114,6 +121,8 @@ def open_store(url: str) -> CommitStepStore:
     Raises:
         ConfigurationError: if the URL is not usable.
         BackendNotInstalledError: if the backend's optional dependency is missing.
+        ForeignStoreError: if the URL is not among the stores the current work may use
+            (see :mod:`store.connections`).
     """
     store: CommitStepStore = _resolve("commit_stores", url)(url)
     return store

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -56,6 +58,29 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def without_password(url: str) -> str:
+    """``url`` with its password left out (a user name stays), for a URL that travels.
+
+    Both places a URL can carry one go: ``user:secret@host`` and query parameters such as
+    ``?password=...``. The receiver takes the password from its own environment.
+    """
+    parts = urlsplit(url)
+    kept = [i for i in parts.query.split("&") if i and not _SECRET_PARAM.match("&" + i)]
+    query = "&".join(kept)
+    if parts.password is None and query == parts.query:
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rsplit("@", 1)[1]
+        netloc = f"{parts.username}@{host}" if parts.username else host
+    # Put together by hand: urlunsplit would turn "unix:///path" into "unix:/path".
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
+
+
 def require_no_credentials(url: str, what: str) -> str:
     """Return ``url``, or raise if it carries a password (it would be written to a store).
 
@@ -93,3 +118,45 @@ def encode_name(name: str, what: str) -> str:
 def decode_name(encoded: str) -> str:
     """Inverse of :func:`encode_name`."""
     return unquote(encoded)
+
+
+_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379}
+
+
+def is_local(url: str) -> bool:
+    """True for a bare path or a ``file://`` URL: the local filesystem, no network."""
+    return not _SCHEME.match(url) or url.lower().startswith("file://")
+
+
+def local_path(url: str) -> str:
+    """The path of a bare path or ``file://`` URL, absolute and normalized (no symlinks
+    resolved: two spellings of one directory through a symlink stay different)."""
+    path = url[len("file://") :] if url.lower().startswith("file://") else url
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per place a URL names, without credentials, to compare configured and
+    recorded URLs: ``file://`` + absolute path for local paths; otherwise the scheme and host
+    in lower case, the default port filled in for Redis, user names kept (another user is
+    another identity), passwords and secret query parameters dropped, the path normalized.
+
+    Raises:
+        ConfigurationError: if ``url`` cannot be parsed.
+    """
+    if is_local(url):
+        return "file://" + local_path(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigurationError(f"malformed URL {redact(url)!r}: {e}") from e
+    scheme = parts.scheme.lower()
+    port = port or _DEFAULT_PORTS.get(scheme)
+    host = (parts.hostname or "").lower()
+    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{port}" if port else "")
+    path = posixpath.normpath(parts.path) if parts.path not in ("", "/") else ""
+    if scheme in _DEFAULT_PORTS and not path:
+        path = "/0"  # redis-py's default database
+    query = "&".join(p for p in parts.query.split("&") if p and not _SECRET_PARAM.match("&" + p))
+    return urlunsplit((scheme, netloc, path, query, ""))

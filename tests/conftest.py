@@ -1,7 +1,9 @@
 """Fixtures shared by every test module: a real ``redis-server`` and a real S3 endpoint.
 
 ``redis_server`` starts one server process per session on a free loopback port and yields its
-URL; ``redis_url`` hands each test the same server with an empty database. Later suites
+URL; ``redis_url`` hands each test the same server with an empty database. The server runs as
+commitpub requires of a store (SPEC guarantee 8): ``--appendonly yes`` (fsynced every second)
+and ``maxmemory-policy noeviction``. Later suites
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.
 
@@ -13,14 +15,15 @@ real deployment, and subprocesses inherit them; ``s3_bucket`` gives each test a 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_helpers import INSTALL_HINT, RedisProcess, redis_binary
+from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
-pytest.register_assert_rewrite("store_contract")
+pytest.register_assert_rewrite("store.testing")
 
 #: The real servers this session started, for the summary at the end of the test log.
 _STARTED: list[str] = []
@@ -55,6 +58,12 @@ def redis_url(redis_process: RedisProcess) -> str:
     """The session's Redis server with database 0 emptied before the test."""
     redis_process.flushdb()
     return redis_process.url
+
+
+@pytest.fixture
+def recorded_host(tmp_path: Path) -> Iterator[RecordedHost]:
+    with RedisProcess(tmp_path / "recorded-host") as server:
+        yield RecordedHost(server)
 
 
 @pytest.fixture(scope="session")

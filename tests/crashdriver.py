@@ -94,6 +94,7 @@ def main(argv: list[str]) -> int:
         output_roots=[f"{args.base}/output"],
         retry=RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05),
         chunk_records=args.chunk_records,
+        stores=[args.watermarks],
     )
     out: dict[str, object] = {"recovery": pub.recover().to_dict()}
     if args.command == "run":

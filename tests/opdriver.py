@@ -1,7 +1,7 @@
 """The operator's commands on the job of ``crashdriver.py``, run as a subprocess.
 
-    python tests/opdriver.py discard --base DIR --store URL --dataset D
-    python tests/opdriver.py retry   --base DIR --store URL --dataset D
+    python tests/opdriver.py discard --base DIR --store URL --watermarks URL --dataset D
+    python tests/opdriver.py retry   --base DIR --store URL --watermarks URL --dataset D
 
 Same job name and roots as ``crashdriver.py``, so a test can crash a run with one, act on
 what it left with the other, and finish with the first. Crashes come from
@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("command", choices=["discard", "retry"])
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
+    parser.add_argument("--watermarks", required=True)
     parser.add_argument("--dataset", required=True)
     args = parser.parse_args(argv)
     pub = Publisher(
@@ -32,6 +33,7 @@ def main(argv: list[str]) -> int:
         staging_roots=[f"{args.base}/staging"],
         output_roots=[f"{args.base}/output"],
         retry=RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05),
+        stores=[args.watermarks],
     )
     out: object
     if args.command == "discard":

@@ -7,14 +7,17 @@ stop and start again (a store unreachable for a while).
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _STARTUP_TIMEOUT = 15.0
 _POLL_INTERVAL = 0.02
+_NOAUTH = b"-NOAUTH Authentication required."
 INSTALL_HINT = (
     "redis-server is not installed: run `make test` (it installs Debian's redis-server) "
     "or `apt-get install redis-server`"
@@ -71,12 +74,23 @@ class RedisProcess:
     """One real ``redis-server`` process on a fixed loopback port, stopped and started at will.
 
     The port is chosen once, so :attr:`url` stays valid across :meth:`stop` / :meth:`start`.
-    By default nothing is persisted (``--save "" --appendonly no``): a restarted server is
-    empty. With ``persistent=True`` every write is in the append-only file, fsynced, before it
-    is acknowledged, so a restarted server holds what it had.
+    By default the server keeps an append-only file, fsynced every second, as commitpub
+    requires of a store (SPEC guarantee 8): a server killed and started again on the same
+    directory holds what it had acknowledged. With ``persistent=True`` every write is fsynced
+    before it is acknowledged (``appendfsync always``), so that holds across a crash of the
+    machine too. ``options`` overrides any server option (``{"appendonly": "no"}``), and
+    ``args`` adds raw arguments (``["--rename-command", "CONFIG", ""]``).
     """
 
-    def __init__(self, workdir: Path, port: int | None = None, *, persistent: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        *,
+        persistent: bool = False,
+        options: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         binary = redis_binary()
         if binary is None:
             raise RuntimeError(INSTALL_HINT)
@@ -85,6 +99,8 @@ class RedisProcess:
         self.port = port or _free_port()
         self.log = workdir / "redis.log"
         self.persistent = persistent
+        self.options = dict(options or {})
+        self.args = list(args)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -111,13 +127,15 @@ class RedisProcess:
             "port": str(self.port),
             "bind": "127.0.0.1",
             "save": "",
-            "appendonly": "yes" if self.persistent else "no",
-            "appendfsync": "always",
+            "appendonly": "yes",
+            "appendfsync": "always" if self.persistent else "everysec",
             "dir": str(self.workdir),
             "logfile": str(self.log),
             "daemonize": "no",
+            **self.options,
         }
         argv = [self.binary, *(arg for k, v in options.items() for arg in (f"--{k}", v))]
+        argv += self.args
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -141,7 +159,8 @@ class RedisProcess:
                     f"its log:\n{log}"
                 )
             try:
-                if redis_command(self.port, "PING", timeout=0.5) == b"+PONG":
+                # A server with requirepass answers NOAUTH: it is up all the same.
+                if redis_command(self.port, "PING", timeout=0.5) in (b"+PONG", _NOAUTH):
                     return
             except OSError:
                 pass
@@ -155,6 +174,13 @@ class RedisProcess:
         proc, self._proc = self._proc, None
         stop_process(proc)
 
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would, and reap it: nothing is flushed on the way."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
     def flushdb(self) -> None:
         reply = redis_command(self.port, "FLUSHDB")
         if reply != b"+OK":
@@ -166,3 +192,22 @@ class RedisProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RecordedHost:
+    """A real redis-server that a forged or stale record names; counts who connected."""
+
+    def __init__(self, server: RedisProcess) -> None:
+        self.server = server
+        self.url = server.url
+        self.baseline = self._received()
+
+    def _received(self) -> int:
+        import redis
+
+        with redis.Redis(host="127.0.0.1", port=self.server.port) as client:
+            return int(client.info("stats")["total_connections_received"])
+
+    def connections_since_start(self) -> int:
+        """Connections received since the baseline, not counting the two made to count."""
+        return self._received() - self.baseline - 1

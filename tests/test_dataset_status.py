@@ -49,6 +49,7 @@ class Job:
             "job",
             staging_roots=[str(self.base / "staging")],
             output_roots=[str(self.output)],
+            stores=[self.wm_url],
             **kw,
         )
 

@@ -93,6 +93,7 @@ class Job:
             staging_roots=[str(self.base / staging)],
             output_roots=[str(self.base / output)],
             retry=FAST,
+            stores=[self.wm_url],
             **kw,
         )
 

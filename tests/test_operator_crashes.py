@@ -87,7 +87,7 @@ RETRY_CELLS = [
 
 
 def operate(
-    command: str, base: Path, store_url: str, data_url: str | None, crash_at: str | None = None
+    command: str, base: Path, be: Backend, crash_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if crash_at:
@@ -98,9 +98,11 @@ def operate(
             str(OPDRIVER),
             command,
             "--base",
-            data_url or str(base),
+            be.data_url or str(base),
             "--store",
-            store_url,
+            be.store_url,
+            "--watermarks",
+            be.watermarks_url,
             "--dataset",
             DATASET,
         ],
@@ -144,13 +146,13 @@ def discard_cell(
     _reset(be)
     _half_published(base, be)
 
-    expect_killed(operate("discard", base, be.store_url, be.data_url, cell.crash_at), cell.crash_at)
+    expect_killed(operate("discard", base, be, cell.crash_at), cell.crash_at)
     status = _status(be.store_url)
     if status is not None:  # killed before the removal took the status with the sequence
         assert status.discarding is not None
 
     if cell.again:
-        expect_ok(operate("discard", base, be.store_url, be.data_url))
+        expect_ok(operate("discard", base, be))
         expect_discarded(base, be)
     expect_ok(drive("run", base, be, run_id="r2"))
     assert snapshot(base, be) == clean
@@ -173,7 +175,7 @@ def retry_cell(cell: Cell, tmp_path: Path, factory: BackendFactory, clean: dict[
     with open_store(be.store_url) as st:
         status_record.write(st, JOB, DATASET, quarantine, token=None)
 
-    expect_killed(operate("retry", base, be.store_url, be.data_url, cell.crash_at), cell.crash_at)
+    expect_killed(operate("retry", base, be, cell.crash_at), cell.crash_at)
     lifted = cell.crash_at.startswith("retry.written")
     status = _status(be.store_url)
     assert status is not None
@@ -183,14 +185,14 @@ def retry_cell(cell: Cell, tmp_path: Path, factory: BackendFactory, clean: dict[
         assert status == quarantine
 
     if cell.again:
-        expect_ok(operate("retry", base, be.store_url, be.data_url))
+        expect_ok(operate("retry", base, be))
     elif not lifted:
         # The next run: a retry killed before its write never happened. The dataset stays
         # quarantined (nothing of it runs) until the operator retries.
         expect_ok(drive("run", base, be, run_id="r2"))
         assert snapshot(base, be)["pending"] == [DATASET]
         assert _status(be.store_url) == quarantine
-        expect_ok(operate("retry", base, be.store_url, be.data_url))
+        expect_ok(operate("retry", base, be))
     # The next run finishes the retried sequence, exactly once.
     expect_ok(drive("run", base, be, run_id="r3"))
     assert snapshot(base, be) == clean

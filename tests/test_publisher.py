@@ -36,6 +36,7 @@ class Job:
 
     def publisher(self, **kw: Any) -> Publisher:
         kw.setdefault("retry", FAST)
+        kw.setdefault("stores", [self.wm_url])
         return Publisher(
             self.store_url,
             "job",

@@ -4,15 +4,21 @@ show (list elements altered or lost on the server)."""
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
-from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
+from redis_helpers import RedisProcess
 
 import store
 from store import ConfigurationError, CorruptRecordError, StoreUnavailableError
 from store.redis import PASSWORD_ENV, RedisCommitStepStore, RedisWatermarkStore
+from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 pytestmark = pytest.mark.redis
 
@@ -226,3 +232,64 @@ def test_unreadable_watermark_is_corrupt(redis_url: str, client: redis.Redis[byt
             wm.get("ds", "p")
     finally:
         wm.close()
+
+
+# -- the password never travels inside a pickled store, watermark store or lock --------------
+_REOPEN = """
+import pickle, sys
+from store.errors import ConfigurationError
+s, wm, lock = pickle.loads(sys.stdin.buffer.read())
+try:
+    print(s.get("job", "ds"), wm.get("ds", "p"), lock.current("job").token)
+except ConfigurationError as e:
+    print(e)
+    raise SystemExit(3)
+"""
+
+
+@pytest.fixture
+def password_server(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A redis-server of its own that demands a password, as a production one does."""
+    with RedisProcess(tmp_path / "redis", options={"requirepass": "s3cret"}) as proc:
+        yield proc
+
+
+@pytest.mark.parametrize("how", ["environment", "URL", "URL query"])
+def test_the_password_stays_out_of_pickles_and_executors_take_their_own(
+    password_server: RedisProcess, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    url = password_server.url
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    if how == "environment":
+        monkeypatch.setenv(PASSWORD_ENV, "s3cret")
+    elif how == "URL":
+        url = url.replace("redis://", "redis://:s3cret@")
+    else:
+        url += "?password=s3cret"
+    s, wm, lock = store.open_store(url), store.open_watermarks(url), store.open_lock(url)
+    s.put_sequence("job", "ds", [b"x"])
+    assert wm.compare_and_set("ds", "p", None, 7)
+    token = lock.acquire("job", ttl_s=60).token
+    shipped = pickle.dumps((s, wm, lock))  # what Spark sends with each task
+    assert b"s3cret" not in shipped
+
+    def executor(env_password: str | None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
+        if env_password is not None:
+            env[PASSWORD_ENV] = env_password
+        return subprocess.run(
+            [sys.executable, "-c", _REOPEN],
+            input=shipped.decode("latin-1"),
+            env=env,
+            capture_output=True,
+            text=True,
+            encoding="latin-1",
+            check=False,
+        )
+
+    with_password = executor("s3cret")
+    assert with_password.returncode == 0, with_password.stderr
+    assert with_password.stdout.split() == ["[b'x']", "7", str(token)]
+    without = executor(None)
+    assert without.returncode == 3, without.stderr
+    assert f"refused the credentials (set {PASSWORD_ENV})" in without.stdout

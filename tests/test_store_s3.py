@@ -8,10 +8,10 @@ from typing import Any
 
 import fsspec
 import pytest
-from store_contract import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 import store
 from store.fs import FsCommitStepStore, FsWatermarkStore, _Fs
+from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 pytestmark = pytest.mark.s3
 

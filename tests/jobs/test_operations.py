@@ -58,6 +58,7 @@ class Job:
             max_attempts=1,
             staging_roots=[self.config.staging],
             output_roots=[self.config.output],
+            stores=[self.config.watermarks_url],
         )
         # Recover only clicks: orders stays pending for the tests to look at.
         assert recover_one(pub.context, "clicks").outcome == Outcome.QUARANTINED
@@ -169,6 +170,7 @@ def _publisher(job: Job, **kw: Any) -> Publisher:
         job.config.name,
         staging_roots=[job.config.staging],
         output_roots=[job.config.output],
+        stores=[job.config.watermarks_url],
         **kw,
     )
 

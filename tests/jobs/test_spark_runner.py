@@ -47,6 +47,7 @@ def _publisher(base: Path, spark: SparkSession) -> tuple[Publisher, SparkRunner]
         staging_roots=[str(base / "staging")],
         output_roots=[str(base / "output")],
         runner=runner,
+        stores=[str(base / "wm")],
     )
     return pub, runner
 

@@ -1,7 +1,12 @@
-"""Contract suites for the store layer, run against every backend.
+"""Contract suites for the store layer: every backend, ours and yours, must pass them.
 
-Each class is a base whose URL fixture raises until a backend binds it, in the manner of
-fsspec's ``fsspec/tests/abstract`` and pyiceberg's catalog behaviour tests::
+commitpub runs them against its filesystem, S3 and Redis backends; a third-party backend
+(registered through the ``commitpub.commit_stores`` / ``watermark_stores`` / ``job_locks``
+entry points) imports them from here (pytest must be installed). Each class is a base whose
+URL fixture raises until a backend binds it, in the manner of fsspec's
+``fsspec/tests/abstract`` and pyiceberg's catalog behaviour tests::
+
+    from store.testing import CommitStepStoreContract
 
     class TestMyCommitStepStore(CommitStepStoreContract):
         @pytest.fixture
@@ -17,6 +22,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -362,6 +370,22 @@ class CommitStepStoreContract:
         store.set_status(JOB, "ds", {"attempts": 3}, token=6)
         assert store.get_status(JOB, "ds") == {"attempts": 3}
 
+    def test_a_zombies_writes_never_reach_the_new_owners_sequence(
+        self, store: CommitStepStore
+    ) -> None:
+        store.fence(JOB, 5)
+        store.append(JOB, "ds", [b"old 0"], seal=False, token=5)
+        store.fence(JOB, 6)  # a new owner takes over, aborts what it finds, writes its own
+        store.remove(JOB, "ds", token=6)
+        store.append(JOB, "ds", [b"new 0"], seal=False, token=6)
+        with pytest.raises(FencedError, match="token 5"):
+            store.append(JOB, "ds", [b"old 1"], seal=False, token=5)
+        with pytest.raises(FencedError, match="token 5"):
+            store.append(JOB, "ds", [b"old 2"], seal=True, token=5)
+        store.append(JOB, "ds", [b"new 1"], seal=True, token=6)
+        assert store.get(JOB, "ds") == [b"new 0", b"new 1"]
+        assert SequenceInfo(exists=True, sealed=True, records=2, token=6) == store.info(JOB, "ds")
+
     def test_check_fence_names_both_tokens(self, store: CommitStepStore) -> None:
         store.check_fence(JOB, 1, "deleting staging")  # no fence yet: nothing to refuse
         store.fence(JOB, 7)
@@ -406,7 +430,7 @@ def _increment(url: str, times: int, barrier: Any) -> None:
         wm.close()
 
 
-def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]:
+def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int]:
     """Start one spawned process per argument tuple, released together; their exit codes."""
     barrier = _SPAWN.Barrier(len(args))
     procs = [_SPAWN.Process(target=target, args=(*a, barrier)) for a in args]
@@ -420,7 +444,9 @@ def _run_processes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]
             proc.kill()
             proc.join()
         proc.close()
-    return codes
+    finished = [c for c in codes if c is not None]
+    assert len(finished) == len(codes), f"processes still running after {_PROCESS_TIMEOUT}s"
+    return finished
 
 
 class WatermarkStoreContract:
@@ -599,6 +625,24 @@ def _contend(url: str, job: str, tried: Any, barrier: Any) -> None:
     raise SystemExit(code)
 
 
+def _hold(url: str, job: str, tokens: Any) -> None:
+    """Take the lock, say its token, and hold it (no renewal) until killed."""
+    lock = store.open_lock(url)
+    tokens.put(lock.acquire(job, ttl_s=3600).token)
+    time.sleep(_PROCESS_TIMEOUT)
+
+
+# Run under `unshare --pid --fork --mount-proc`: pid 1 of a namespace of its own, as the main
+# process of a container is. The lease is short and never renewed, so the test can outwait it.
+_HOLD_IN_A_CONTAINER = """
+import sys, time
+import store
+lease = store.open_lock(sys.argv[1]).acquire(sys.argv[2], ttl_s=float(sys.argv[3]))
+print(lease.token, flush=True)
+time.sleep(600)
+"""
+
+
 class JobLockContract:
     """Behaviour every :class:`store.JobLock` must show."""
 
@@ -652,6 +696,57 @@ class JobLockContract:
         assert dead_token >= 1
         lease = lock.acquire(JOB, ttl_s=60)  # its TTL of an hour is not waited out
         assert lease.token > dead_token
+        lock.release(lease)
+
+    def test_holder_killed_with_sigkill_is_taken_over_at_once(
+        self, lock: JobLock, lock_url: str
+    ) -> None:
+        tokens = _SPAWN.Queue()
+        holder = _SPAWN.Process(target=_hold, args=(lock_url, JOB, tokens))
+        holder.start()
+        try:
+            held = tokens.get(timeout=_PROCESS_TIMEOUT)
+            with pytest.raises(LockHeldError):  # alive: its lease of an hour stands
+                lock.acquire(JOB, ttl_s=60)
+        finally:
+            holder.kill()
+            holder.join()
+        lease = lock.acquire(JOB, ttl_s=60)
+        assert lease.token > held
+        lock.release(lease)
+
+    def test_a_holder_in_another_pid_namespace_is_waited_out(
+        self, lock: JobLock, lock_url: str
+    ) -> None:
+        """A container's main process is pid 1 of its own namespace; pid 1 here is another
+        process, started at another time. That proves nothing about the holder: its lease
+        stands while it lives, and after it died too, until it expires."""
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.skip("a pid namespace of its own needs root and unshare(1)")
+        ttl = 3.0
+        container = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+        holder = subprocess.Popen(
+            [*container, sys.executable, "-c", _HOLD_IN_A_CONTAINER, lock_url, JOB, str(ttl)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            held = int(holder.stdout.readline())
+            acquired_at = time.monotonic()
+            current = lock.current(JOB)
+            assert current is not None
+            assert current.pid == 1
+            with pytest.raises(LockHeldError):
+                lock.acquire(JOB, ttl_s=60)
+        finally:
+            holder.kill()
+            holder.wait()
+        with pytest.raises(LockHeldError):
+            lock.acquire(JOB, ttl_s=60)
+        time.sleep(max(0.0, acquired_at + ttl + 0.2 - time.monotonic()))
+        lease = lock.acquire(JOB, ttl_s=60)
+        assert lease.token > held
         lock.release(lease)
 
     def test_concurrent_acquire_has_one_winner(self, lock: JobLock, lock_url: str) -> None:

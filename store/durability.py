@@ -1,0 +1,172 @@
+"""Whether a store keeps what it acknowledged across a restart (SPEC guarantee 8).
+
+Every commit-step store, watermark store and job lock answers :meth:`durability` with a
+:class:`Durability`; :func:`require_durable` is the one check a job makes of all of them
+before it reads or writes anything. What each backend checks is in its own module: Redis
+reads its configuration (store/redis.py), a filesystem store refuses only filesystems that
+a reboot empties (tmpfs, ramfs) and fsspec's in-process ``memory://``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import attrs
+
+from store.errors import VolatileStoreError
+
+#: The opt-out named in every refusal; the jobs layer reads it from the job's TOML.
+ALLOW_VOLATILE_SETTING = "store.allow_volatile = true"
+
+#: mountinfo writes a space in a mount point as \040 (octal escapes).
+_OCTAL = re.compile(r"\\([0-7]{3})")
+#: Filesystems whose content does not survive a reboot.
+_VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
+@attrs.frozen
+class Durability:
+    """What a store says of its own durability.
+
+    Attributes:
+        durable: True when what the store acknowledged survives a restart of it (and of
+            the machine); False when it can silently forget it, each reason in
+            ``problems``; None when it could not tell (``notes`` says why).
+        problems: one line per reason it is not durable, each naming the exact setting to
+            change.
+        notes: what the operator should know besides: a weaker guarantee that is not a
+            reason to refuse, or how the answer was found.
+    """
+
+    durable: bool | None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        # A store is refused exactly when it names a reason, so the two cannot disagree.
+        if (self.durable is False) != bool(self.problems):
+            raise ValueError(f"durable={self.durable!r} does not match {self.problems!r}")
+
+    @classmethod
+    def of(cls, problems: Sequence[str], notes: Sequence[str] = ()) -> Durability:
+        """Durable unless ``problems`` names a reason."""
+        return cls(durable=not problems, problems=tuple(problems), notes=tuple(notes))
+
+
+class HasDurability(Protocol):
+    """A commit-step store, watermark store or job lock: anything :func:`require_durable`
+    checks."""
+
+    url: str
+
+    def durability(self) -> Durability:
+        """See :class:`Durability`."""
+        ...
+
+
+def require_durable(objs_by_key: Mapping[str, HasDurability], *, allow_volatile: bool) -> list[str]:
+    """Refuse stores that can silently forget a sealed sequence, fence or watermark.
+
+    Objects at the same URL (the store and the lock on one Redis, say) are asked once and
+    named together.
+
+    Args:
+        objs_by_key: the opened stores and lock by the TOML key their URL comes from, e.g.
+            ``{"store.url": store, "watermarks.url": watermarks, "lock.url": lock}``.
+        allow_volatile: the job's ``store.allow_volatile``: run on a volatile store anyway,
+            with a warning instead of the error.
+
+    Returns:
+        Warnings for the log and the report, one line each: a volatile store allowed by
+        ``allow_volatile``, a store that could not tell, and every store's notes.
+
+    Raises:
+        VolatileStoreError: if a store is not durable and ``allow_volatile`` is false; the
+            message names each such key, its URL, the setting to change and the opt-out.
+        StoreUnavailableError: if a store could not be reached to ask.
+    """
+    by_url: dict[str, list[str]] = {}
+    asked: dict[str, HasDurability] = {}
+    for key, obj in objs_by_key.items():
+        by_url.setdefault(obj.url, []).append(key)
+        asked.setdefault(obj.url, obj)
+    refusals: list[str] = []
+    warnings: list[str] = []
+    for url, keys in by_url.items():
+        where = f"{' and '.join(keys)} ({url})"
+        answer = asked[url].durability()
+        if answer.durable is False:
+            reasons = "; ".join(answer.problems)
+            if allow_volatile:
+                warnings.append(
+                    f"{where} may lose what it acknowledged on a restart, allowed by "
+                    f"{ALLOW_VOLATILE_SETTING}: {reasons}"
+                )
+            else:
+                refusals.append(f"{where} may lose sealed commits on a restart: {reasons}")
+        elif answer.durable is None:
+            warnings.append(
+                f"could not tell whether {where} keeps what it acknowledged across a restart; "
+                "make sure by hand that it does"
+            )
+        warnings.extend(f"{where}: {note}" for note in answer.notes)
+    if refusals:
+        raise VolatileStoreError(
+            "\n".join(refusals)
+            + f"\nchange the setting named above, or set `{ALLOW_VOLATILE_SETTING}` in the "
+            "job's TOML to run anyway (a restart of the store may then publish data twice or "
+            "lose it)"
+        )
+    return warnings
+
+
+def unknown_durability(obj: object) -> Durability:
+    """What a backend that does not check its own durability answers."""
+    return Durability(
+        durable=None, notes=(f"{type(obj).__name__} does not tell whether it survives a restart",)
+    )
+
+
+def local_durability(path: str) -> Durability:
+    """The durability of a local directory: refused on a filesystem a reboot empties.
+
+    ``path`` need not exist yet: the filesystem of its nearest existing parent counts.
+    """
+    fstype, mount_point = _filesystem_of(path)
+    if fstype in _VOLATILE_FILESYSTEMS:
+        return Durability.of(
+            [
+                f"{path} is on {fstype} (mounted at {mount_point}), which a reboot empties: "
+                "move the store to a disk-backed filesystem"
+            ]
+        )
+    return Durability.of([])
+
+
+def _filesystem_of(path: str) -> tuple[str | None, str | None]:
+    """(type, mount point) of the filesystem holding ``path``, from /proc/self/mountinfo."""
+    existing = os.path.realpath(path)
+    while not os.path.exists(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)
+    best: tuple[str | None, str | None] = (None, None)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return best  # not Linux: nothing to tell
+    longest = -1
+    for line in lines:
+        fields, _, tail = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not tail:  # the fixed fields of mountinfo, then ' - '
+            continue
+        mount_point = _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), parts[4])
+        inside = existing == mount_point or existing.startswith(mount_point.rstrip("/") + "/")
+        # ">=": of two mounts on one point, the later line is the one on top.
+        if inside and len(mount_point) >= longest:
+            longest = len(mount_point)
+            best = (tail.split()[0], mount_point)
+    return best

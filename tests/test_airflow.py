@@ -1,0 +1,265 @@
+"""examples/airflow_dag.py run by a real Airflow 3 against real ``commitpub run`` processes.
+
+Airflow lives in its own virtual environment (its dependencies clash with ours), made once
+from the pins in tests/airflow-constraints.txt under ``~/.cache/commitpub/`` and reused by
+later sessions; a fresh machine makes it on its first run. Each test is one
+``airflow dags test`` of the example DAG, unchanged, with a SQLite metadata database in a
+temporary ``AIRFLOW_HOME``; the DAG's Variables point it at the project's ``commitpub`` and
+a job file the test wrote. What is checked is the task state Airflow recorded, its number
+of tries, and whether the quarantine alert fired.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+import commitsteps
+from commitsteps import FsRenameCommitStep
+from store import open_lock, open_store
+
+# A fresh machine installs Airflow first (minutes); the tests themselves take seconds each
+# plus a Spark start-up for the runs that read the landing zone.
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parent.parent
+DAG_FILE = ROOT / "examples" / "airflow_dag.py"
+CONSTRAINTS = Path(__file__).with_name("airflow-constraints.txt")
+COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
+DAG_ID, TASK_ID = "orders_ingest", "commitpub_run"
+ALERT = "COMMITPUB ALERT"
+RETRIES = 2  # the example DAG's default_args
+
+
+def _pinned(package: str) -> str:
+    """The version tests/airflow-constraints.txt pins for ``package``."""
+    for line in CONSTRAINTS.read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.strip().lower() == package:
+            return version.strip()
+    raise AssertionError(f"{CONSTRAINTS.name} pins no {package}")
+
+
+@pytest.fixture(scope="session")
+def airflow_bin() -> Path:
+    """``bin/`` of the cached Airflow virtual environment, made here if missing or stale.
+
+    Keyed by the Airflow version and Python; a stamp holding the constraints file's hash is
+    written last, so a half-made environment (interrupted install, edited pins) is made
+    again. A file lock keeps two sessions on one machine from making it at once.
+    """
+    version = _pinned("apache-airflow")
+    digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "commitpub"
+    venv = cache / f"airflow-{version}-py{sys.version_info.major}{sys.version_info.minor}"
+    stamp = venv / ".commitpub-constraints-sha256"
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and stamp.read_text() == digest):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+            install += ["--disable-pip-version-check", "-c", str(CONSTRAINTS)]
+            install += [f"apache-airflow=={version}", "apache-airflow-providers-standard"]
+            done = subprocess.run(install, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                pytest.fail(f"installing Airflow {version} into {venv} failed:\n{done.stderr}")
+            stamp.write_text(digest)
+    return venv / "bin"
+
+
+class Airflow:
+    """One ``AIRFLOW_HOME`` whose DAGs folder holds the example DAG file itself."""
+
+    def __init__(self, bin_dir: Path, home: Path) -> None:
+        self.bin = bin_dir
+        self.home = home
+        dags = home / "dags"
+        dags.mkdir()
+        (dags / DAG_FILE.name).symlink_to(DAG_FILE)
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # The DAG leaves the retry delay to the deployment; here a retry waits a second.
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+            "AIRFLOW_VAR_COMMITPUB_BIN": COMMITPUB,
+        }
+        self.airflow("db", "migrate")
+
+    def airflow(self, *args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(
+            [str(self.bin / "airflow"), *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        out = done.stdout + done.stderr
+        # Exit 1 is Airflow telling the DAG run failed; the tests read the states themselves.
+        assert done.returncode in (0, 1), f"airflow {' '.join(args)}: {done.returncode}\n{out}"
+        return out
+
+    def dags_test(self, logical_date: str, job: Path) -> tuple[str, int, str]:
+        """One DAG run of the example for ``job``: the state and number of tries Airflow
+        recorded for its task, and the console output (the task's log included)."""
+        out = self.airflow(
+            "dags", "test", DAG_ID, logical_date, env={"AIRFLOW_VAR_COMMITPUB_JOB": str(job)}
+        )
+        with sqlite3.connect(self.home / "airflow.db") as db:
+            rows = db.execute(
+                "SELECT r.logical_date, t.state, t.try_number FROM task_instance t"
+                " JOIN dag_run r ON r.dag_id = t.dag_id AND r.run_id = t.run_id"
+                " WHERE t.dag_id = ? AND t.task_id = ?",
+                (DAG_ID, TASK_ID),
+            ).fetchall()
+        found = [(state, tries) for date, state, tries in rows if date.startswith(logical_date)]
+        assert len(found) == 1, f"task instances of {logical_date}: {found}\n{out}"
+        return (*found[0], out)
+
+
+@pytest.fixture(scope="module")
+def airflow(airflow_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Airflow:
+    return Airflow(airflow_bin, tmp_path_factory.mktemp("airflow-home"))
+
+
+def _job(base: Path, *, records: int = 0, lock_url: str = "") -> Path:
+    """A job file in ``base`` (its state under ``base/state``) and a landing zone of
+    ``records`` order records in two partitions."""
+    for i in range(records):
+        partition = base / "landing" / "orders" / str(i % 2)
+        partition.mkdir(parents=True, exist_ok=True)
+        record = {"id": f"o{i}", "amount": i * 0.5, "ts": f"2025-01-0{1 + i % 3}T12:00:00Z"}
+        with (partition / f"{0:020d}.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+    text = """
+[job]
+name = "orders-ingest"
+[source]
+type = "landing"
+path = "landing"
+time_field = "ts"
+[staging]
+path = "staging"
+[output]
+path = "output"
+[store]
+url = "state/steps"
+[watermarks]
+url = "state/watermarks"
+[publish]
+max_attempts = 1
+[spark]
+master = "local[2]"
+conf = { "spark.ui.enabled" = false, "spark.sql.shuffle.partitions" = 2 }
+"""
+    if lock_url:
+        text += f'[lock]\nurl = "{lock_url}"\n'
+    path = base / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def _published_ids(base: Path, dataset: str) -> list[str]:
+    table = ds.dataset(base / "output" / dataset, format="parquet", partitioning="hive")
+    return sorted(table.to_table(columns=["id"]).column("id").to_pylist())
+
+
+def _commitpub(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COMMITPUB, *args], capture_output=True, text=True, check=False)
+
+
+def test_exit_0_succeeds(airflow: Airflow, tmp_path: Path) -> None:
+    job = _job(tmp_path, records=40)
+    state, tries, out = airflow.dags_test("2025-01-01", job)
+    assert (state, tries) == ("success", 1), out
+    assert ALERT not in out
+    assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(40))
+
+
+def test_exit_75_is_skipped_while_another_run_holds_the_lock(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, records=10)
+    lock = open_lock(str(tmp_path / "state" / "steps"))
+    lease = lock.acquire("orders-ingest", ttl_s=600)  # held by this live process
+    try:
+        state, tries, out = airflow.dags_test("2025-01-02", job)
+    finally:
+        lock.release(lease)
+    assert (state, tries) == ("skipped", 1), out
+    assert "exit code 75" in out
+    assert f"pid {os.getpid()}" in out  # commitpub named this process as the lock's holder
+    assert ALERT not in out
+    assert not (tmp_path / "output").exists()
+
+
+def test_exit_3_fails_at_once_and_alerts(airflow: Airflow, tmp_path: Path) -> None:
+    job = _job(tmp_path, records=20)
+    # A sealed commit of ``clicks`` whose staged file vanished can never complete: the run's
+    # recovery quarantines it (max_attempts = 1) and publishes ``orders``, exit 3.
+    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
+    gone.parent.mkdir(parents=True)
+    gone.write_bytes(b"x")
+    step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
+    gone.unlink()
+    store = open_store(str(tmp_path / "state" / "steps"))
+    store.put_sequence("orders-ingest", "clicks", [commitsteps.dumps(step)])
+
+    state, tries, out = airflow.dags_test("2025-01-03", job)
+
+    assert (state, tries) == ("failed", 1), out  # no retries for a quarantine
+    assert "non-zero exit code 3" in out
+    [alert] = [line for line in out.splitlines() if ALERT in line]
+    assert f"commitpub status {job}" in alert
+    assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(20))
+    status = _commitpub("status", str(job), "--json")
+    assert json.loads(status.stdout)["quarantined"] == ["clicks"], status.stderr
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port bound but not listening: connections to it are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_exit_1_is_retried_then_fails_without_the_alert(
+    airflow: Airflow, tmp_path: Path, refused_port: int
+) -> None:
+    # The job lock's Redis is down: an ordinary failure, before Spark starts.
+    job = _job(tmp_path, lock_url=f"redis://127.0.0.1:{refused_port}/0")
+    assert _commitpub("run", str(job)).returncode == 1
+    started = time.monotonic()
+    state, tries, out = airflow.dags_test("2025-01-04", job)
+    assert (state, tries) == ("failed", 1 + RETRIES), out
+    assert out.count("non-zero exit code 1.") == 1 + RETRIES
+    assert ALERT not in out
+    assert time.monotonic() - started < 300  # the retry delay came from the Airflow config
+
+
+def test_exit_2_fails_at_once_without_the_alert(airflow: Airflow, tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    job.write_text(job.read_text() + "\n[output]\nunknown = 1\n")  # a duplicate table
+    assert _commitpub("run", str(job)).returncode == 2
+    state, tries, out = airflow.dags_test("2025-01-05", job)
+    assert (state, tries) == ("failed", 1), out
+    assert "(exit 2)" in out
+    assert ALERT not in out

@@ -1,0 +1,204 @@
+"""A dead lock holder is recognised only when really dead (issue 14, item 7), on the
+filesystem lock and the Redis lock, with real processes: a lease is taken over at once only
+when this host, boot and pid namespace are the holder's and its process is gone or replaced;
+anything short of that proof is waited out until the lease expires.
+
+The leases are real ones, written by a real process that took the lock; a test that needs a
+lease from another boot, from an older version or naming a reused pid edits that stored
+lease, as only the store's own bytes can say such things.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import store
+from store import CorruptRecordError, JobLock, Lease, LockHeldError
+from store.lock import _process_start
+
+JOB = "job"
+#: Long enough that a lease outlives the exit of its holder on a busy machine.
+TTL = 5.0
+
+_TAKE_AND_EXIT = """
+import sys
+import store
+print(store.open_lock(sys.argv[1]).acquire("job", ttl_s=float(sys.argv[2])).token)
+"""
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+class _Backend:
+    def __init__(self, url: str, rewrite: Callable[[Edit], None]) -> None:
+        self.url = url
+        self.rewrite = rewrite
+        self.lock: JobLock = store.open_lock(url)
+
+
+def _fs_backend(root: Path) -> _Backend:
+    def rewrite(edit: Edit) -> None:
+        (path,) = (root / ".locks" / JOB).glob("l*.json")
+        doc = json.loads(path.read_text())
+        edit(doc)
+        path.write_text(json.dumps(doc))
+
+    return _Backend(str(root), rewrite)
+
+
+def _redis_backend(url: str) -> _Backend:
+    def rewrite(edit: Edit) -> None:
+        with redis.Redis.from_url(url) as client:
+            key = f"commitpub:lock:{{{JOB}}}"
+            doc = json.loads(client.get(key) or b"")
+            edit(doc)
+            client.set(key, json.dumps(doc), keepttl=True)
+
+    return _Backend(url, rewrite)
+
+
+@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Backend]:
+    if request.param == "fs":
+        chosen = _fs_backend(tmp_path)
+    else:
+        chosen = _redis_backend(request.getfixturevalue("redis_url"))
+    yield chosen
+    chosen.lock.close()
+
+
+def _dead_holder(backend: _Backend) -> int:
+    """A real process takes the lock for ``TTL`` seconds and exits; its token."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TAKE_AND_EXIT, backend.url, str(TTL)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+def _wait_out(lease: Lease) -> None:
+    time.sleep(max(0.0, lease.expires_at + 0.1 - time.time()))
+
+
+def test_a_holder_that_exited_is_taken_over_at_once(backend: _Backend) -> None:
+    token = _dead_holder(backend)
+    assert backend.lock.acquire(JOB, ttl_s=60).token > token
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: d.update(boot_id="a-boot-before-a-restart"), id="another boot"),
+        pytest.param(lambda d: d.update(pid_ns="pid:[4026530000]"), id="another pid namespace"),
+        pytest.param(lambda d: (d.pop("boot_id"), d.pop("pid_ns")), id="older version"),
+    ],
+)
+def test_a_dead_holder_without_proof_is_waited_out(backend: _Backend, edit: Edit) -> None:
+    token = _dead_holder(backend)
+    backend.rewrite(edit)
+    current = backend.lock.current(JOB)
+    assert current is not None
+    assert not current.holder_dead()
+    with pytest.raises(LockHeldError, match=f"token {token}"):
+        backend.lock.acquire(JOB, ttl_s=60)
+    _wait_out(current)
+    assert backend.lock.acquire(JOB, ttl_s=60).token > token
+
+
+@pytest.fixture
+def unrelated() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that has nothing to do with any lock."""
+    proc = subprocess.Popen(["sleep", "60"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_holder(
+    backend: _Backend, unrelated: subprocess.Popen[bytes]
+) -> None:
+    # The holder's pid now names another live process, started after the holder.
+    token = _dead_holder(backend)
+    backend.rewrite(lambda d: d.update(pid=unrelated.pid))
+    assert backend.lock.acquire(JOB, ttl_s=60).token > token
+
+
+def test_a_live_holder_is_not_taken_over(
+    backend: _Backend, unrelated: subprocess.Popen[bytes]
+) -> None:
+    # The same lease naming a live process with its own start time: that is the holder.
+    _dead_holder(backend)
+    start = _process_start(unrelated.pid)
+    backend.rewrite(lambda d: d.update(pid=unrelated.pid, pid_start=start))
+    with pytest.raises(LockHeldError, match=f"pid {unrelated.pid}"):
+        backend.lock.acquire(JOB, ttl_s=60)
+
+
+# -- Lease alone ------------------------------------------------------------------------------
+def test_a_lease_records_what_proves_its_holder_dead() -> None:
+    lease = Lease.new(JOB, 1, 60)
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        assert lease.boot_id == f.read().strip()
+    assert lease.pid_ns == os.readlink("/proc/self/ns/pid")
+    assert lease.pid_start == _process_start(os.getpid())
+    assert not lease.holder_dead()  # this very process
+    assert Lease.from_json(lease.to_json(), "here") == lease
+
+
+def test_a_holder_that_died_but_was_not_reaped_is_dead() -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        lease = Lease.new(JOB, 1, 60)
+        lease = Lease(**{**lease.to_dict(), "pid": proc.pid, "pid_start": _process_start(proc.pid)})
+        assert not lease.holder_dead()
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not lease.holder_dead():  # a zombie until reaped: it holds nothing any more
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        proc.wait()
+    assert lease.holder_dead()  # reaped: gone
+
+
+@pytest.mark.parametrize(
+    "field_value",
+    [
+        ("pid", "1234"),
+        ("pid", 0),
+        ("pid", -1),
+        ("pid", True),
+        ("token", "7"),
+        ("token", None),
+        ("expires_at", "soon"),
+        ("host", 42),
+        ("boot_id", ["x"]),
+        ("pid_ns", 4026531836),
+        ("released", "no"),
+    ],
+    ids=repr,
+)
+def test_a_stored_lease_with_a_wrong_typed_field_is_corrupt(field_value: tuple[str, Any]) -> None:
+    name, value = field_value
+    doc = {**Lease.new(JOB, 1, 60).to_dict(), name: value}
+    with pytest.raises(CorruptRecordError, match=f"unreadable lease: .*{name}"):
+        Lease.from_json(json.dumps(doc), "lock of 'job'")
+
+
+@pytest.mark.parametrize("raw", [b"[]", b'"lease"', b"null", b"{", b'{"job": "job"}'], ids=repr)
+def test_a_stored_lease_that_is_not_one_is_corrupt(raw: bytes) -> None:
+    with pytest.raises(CorruptRecordError, match="unreadable lease"):
+        Lease.from_json(raw, "lock of 'job'")
