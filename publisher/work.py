@@ -11,14 +11,12 @@ import datetime as dt
 import inspect
 import logging
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
-import fsspec
 import tenacity
 
 from commitsteps import (
@@ -29,8 +27,9 @@ from commitsteps import (
     dumps,
     loads,
 )
-from publisher.confinement import Roots, normalize
+from publisher.confinement import Roots
 from publisher.reports import DatasetReport, Outcome
+from publisher.staging import StagedPath, cleanup
 from store import CommitStepStore, fencing
 from store.errors import (
     CommitPubError,
@@ -95,6 +94,18 @@ class Context:
     #: this many steps; larger sequences take several writes and only the last one seals.
     chunk_records: int = 200_000
 
+    def guard(self, doing: str) -> None:
+        """Refuse ``doing`` if a newer run has taken the job over (the store's fence).
+
+        Called right before each batch of steps and each batch of deletions, here and in
+        Spark tasks alike, so a run that lost its lock stops at its next step boundary.
+
+        Raises:
+            FencedError: naming ``doing``, this run's token and the newer one.
+        """
+        if self.token is not None:
+            self.retry.call(lambda: self.store.check_fence(self.job, self.token, doing))
+
 
 StepsBuilder = Callable[[], Sequence[CommitStep]]
 
@@ -128,6 +139,18 @@ def _groups(steps: Sequence[CommitStep]) -> Iterator[list[CommitStep]]:
         run.append(step)
     if run:
         yield run
+
+
+#: Steps undone (aborted or rolled back) between two checks of the store's fence.
+UNDO_BATCH = 1000
+
+
+def _undo_batches(steps: Sequence[CommitStep]) -> Iterator[list[CommitStep]]:
+    """Runs of consecutive steps of one class, at most :data:`UNDO_BATCH` long: each is
+    one batch of deletions, preceded by a check of the fence."""
+    for group in _groups(steps):
+        for start in range(0, len(group), UNDO_BATCH):
+            yield group[start : start + UNDO_BATCH]
 
 
 def verify_all(steps: Sequence[CommitStep]) -> list[bool]:
@@ -193,8 +216,11 @@ def _fail(
         "first_failed": status.get("first_failed")
         or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
+    failpoint("status.before_write")
     try:
-        ctx.retry.call(lambda: ctx.store.set_status(ctx.job, dataset, new_status))
+        ctx.retry.call(lambda: ctx.store.set_status(ctx.job, dataset, new_status, token=ctx.token))
+    except FencedError:
+        raise  # the new owner counts its own attempts; this run's are not its business
     except CommitPubError as e:
         log.error("could not record the failure of %s in the store: %s", dataset, e)
     log.error(
@@ -234,6 +260,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
     try:
         pending = [s for s, d in zip(steps, done, strict=True) if not d]
         for group in _groups(pending):
+            ctx.guard(f"executing the steps of {dataset!r}")
             cls = type(group[0])
             ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
             executed += len(group)
@@ -260,7 +287,13 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
             already_done=sum(done),
             executed=executed,
         )
-    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], staging_dir)
+    cleanup(
+        ctx.roots,
+        [p for s in steps for p in s.staged_paths()],
+        staging_dir,
+        ctx.guard,
+        dataset=dataset,
+    )
     return _report(
         dataset,
         outcome,
@@ -270,72 +303,6 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
         executed=executed,
         attempts=int(status.get("attempts", 0)),
     )
-
-
-def _rmtree(url: str) -> None:
-    if "://" not in url or url.startswith("file://"):
-        shutil.rmtree(normalize(url), ignore_errors=True)
-        return
-    fs, path = fsspec.core.url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
-def cleanup_staging(roots: Roots, staged: Sequence[str], staging_dir: str | None) -> None:
-    """Delete a dataset's staging after its sequence is removed; never fails the commit.
-
-    ``staging_dir`` (if given) goes whole; then empty directories left by the renames are
-    removed up to, not including, the staging root. Anything missed here is an orphan that
-    the next recovery sweeps.
-    """
-    try:
-        if staging_dir is not None:
-            roots.check([_Staged(staging_dir)])
-            _rmtree(staging_dir)
-        # Directories first, normalized once each: staged files share a few of them. Those
-        # under staging_dir went with it.
-        gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
-        parents = {
-            normalize(d)
-            for d in {
-                os.path.dirname(p)
-                for p in staged
-                if "://" not in p and not (gone and p.startswith(gone))
-            }
-        }
-        if staging_dir is not None and "://" not in staging_dir:
-            parents.add(os.path.dirname(normalize(staging_dir)))
-        for parent in sorted(parents, key=len, reverse=True):
-            _remove_empty_dirs(parent, roots.staging)
-    except (OSError, CommitPubError) as e:
-        log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
-
-
-def _remove_empty_dirs(directory: str, staging_roots: Sequence[str]) -> None:
-    while directory not in staging_roots and any(
-        directory.startswith(r.rstrip("/") + "/") for r in staging_roots
-    ):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            return
-        directory = os.path.dirname(directory)
-
-
-@attrs.frozen
-class _Staged(CommitStep):
-    """A pseudo-step to run a staging directory through the confinement check."""
-
-    path: str
-
-    def verify(self) -> bool:
-        return True
-
-    def execute(self) -> None:
-        return None
-
-    def staged_paths(self) -> tuple[str, ...]:
-        return (self.path,)
 
 
 def _status(ctx: Context, dataset: str) -> dict[str, Any]:
@@ -381,7 +348,7 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         steps = ordered(ctx.retry.call(item.build))
         ctx.roots.check(steps)
         if item.staging_dir is not None:
-            ctx.roots.check([_Staged(item.staging_dir)])
+            ctx.roots.check([StagedPath(item.staging_dir)])
         for step in steps:
             step.check_preconditions()
         records = [dumps(s) for s in steps]
@@ -466,6 +433,7 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
     unsealed one."""
     started = time.monotonic()
     status: dict[str, Any] = {}
+    failpoint("recover.dataset_started")
     try:
         status = _status(ctx, dataset)
         info = ctx.retry.call(lambda: ctx.store.info(ctx.job, dataset))
@@ -509,16 +477,20 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
 def _abort(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
 ) -> DatasetReport:
-    for step in steps:
-        try:
-            ctx.roots.check([_Staged(p) for p in step.staged_paths()])
-        except PathConfinementError:
-            log.warning("not deleting staged paths outside the staging roots: %s", step)
-            continue
-        step.abort()
-        failpoint("recover.abort_step")
+    for batch in _undo_batches(steps):
+        ctx.guard(f"aborting {dataset!r} (deleting its staged files)")
+        for step in batch:
+            try:
+                ctx.roots.check([StagedPath(p) for p in step.staged_paths()])
+            except PathConfinementError:
+                log.warning("not deleting staged paths outside the staging roots: %s", step)
+                continue
+            step.abort()
+            failpoint("recover.abort_step")
     ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+    cleanup(
+        ctx.roots, [p for s in steps for p in s.staged_paths()], None, ctx.guard, dataset=dataset
+    )
     return _report(dataset, Outcome.ABORTED, started, steps=len(steps))
 
 
@@ -538,17 +510,26 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
         return _report(dataset, Outcome.ABORTED, started, error=f"unreadable, dropped: {e}")
     if steps and all(verify_all(steps)):
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-        cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+        cleanup(
+            ctx.roots,
+            [p for s in steps for p in s.staged_paths()],
+            None,
+            ctx.guard,
+            dataset=dataset,
+        )
         return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-    for step in reversed(steps):
-        try:
-            ctx.roots.check([step])
-        except PathConfinementError:
-            # Publish and recover refuse such a step before anything runs: nothing of it is
-            # to be undone, and nothing outside the roots is ever touched.
-            log.warning("not rolling back a step outside the job's roots: %s", step)
-            continue
-        step.rollback()
+    for batch in _undo_batches(steps[::-1]):
+        ctx.guard(f"discarding {dataset!r} (rolling back its steps)")
+        for step in batch:
+            try:
+                ctx.roots.check([step])
+            except PathConfinementError:
+                # Publish and recover refuse such a step before anything runs: nothing of
+                # it is to be undone, and nothing outside the roots is ever touched.
+                log.warning("not rolling back a step outside the job's roots: %s", step)
+                continue
+            step.rollback()
+            failpoint("discard.rollback_step")
     return _abort(ctx, dataset, steps, started)
 
 

@@ -15,6 +15,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.config import load_config
 from jobs.run import recover_job, run_job
+from publisher import staging
 from store import open_store, open_watermarks
 
 pytestmark = pytest.mark.spark
@@ -134,7 +135,8 @@ def test_a_commit_that_keeps_failing_quarantines_its_dataset_and_the_others_go_o
     _landing(tmp_path)
     config = load_config(write_job(tmp_path, publish={"max_attempts": 1}))
     # A sealed commit whose staged file vanished: it can never complete.
-    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
+    # Staged in a run directory of the job, as a run of it would have.
+    gone = Path(staging.create_run_dir(config.staging, config.name, "r0", None)) / "clicks" / "f"
     gone.parent.mkdir(parents=True)
     gone.write_bytes(b"x")
     step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
