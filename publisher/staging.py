@@ -431,9 +431,14 @@ def finish_run(run_dir: str, guard: Guard) -> bool:
             return False
         guard(f"removing the finished run directory {run_dir}")
         with contextlib.suppress(FileNotFoundError):
-            if names:
-                os.unlink(f"{local}/{RUN_MARKER}")
+            os.unlink(f"{local}/{RUN_MARKER}")
+        try:
             os.rmdir(local)
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # something was written into it after the listing
+            log.warning("run directory %s left behind: %s", run_dir, e)
+            return False
         return True
     fs, path = _remote(run_dir)
     files = sorted(fs.find(path))

@@ -3,6 +3,31 @@
 Everything here takes a picklable :class:`Context` (the store travels by URL) so that
 ``jobs.SparkRunner`` can run it in Spark tasks; the driver only gathers the small
 :class:`~publisher.reports.DatasetReport` of each dataset.
+
+Fencing (SPEC guarantee 9). Writes to the stores carry the run's token and are refused
+atomically by Redis, or checked by the filesystem store (see store/fs.py). Deletions of
+files are not store writes, so :meth:`Context.guard` checks the token against the store's
+fence right before each batch: each group of steps executed, each batch of at most
+:data:`UNDO_BATCH` steps aborted or rolled back, each staging clean-up (see
+:mod:`publisher.staging` for staging, and why a takeover between that check and the
+deletion cannot reach the new owner's run directories). A run that lost its lock therefore
+stops at its next step boundary, in Spark tasks as on the driver. The check is a read; what
+a takeover right after it leaves possible:
+
+* Abort deletes the staged files of an unsealed sequence it read *before* the check. A new
+  owner fences the store before it reads or writes anything, so a sequence read before a
+  passing check is not the new owner's: its staged files lie in an older run's directory,
+  which the new owner never writes into, and an unsealed sequence is never executed (the new
+  owner aborts it too).
+* Discard rolls back a sequence it read before the check; the new owner's recovery could
+  be executing that same sequence. That is harmless only when the new owner knows the
+  discard began: with the discard's in-progress record written (fenced) before its first
+  deletion, a new owner, which fences before it reads any status, finishes the discard
+  instead of executing the sequence, and both undo the same steps. Without that record the
+  window stays open for a sequence that is not quarantined (recovery skips a quarantined
+  one, the usual target of a discard).
+* Failure statuses are fenced store writes (attempt counts and quarantine): a zombie cannot
+  count an attempt for the new owner, and it stops there.
 """
 
 from __future__ import annotations

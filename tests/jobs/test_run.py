@@ -161,3 +161,33 @@ def test_a_commit_that_keeps_failing_quarantines_its_dataset_and_the_others_go_o
     again = recover_job(config, spark=spark)
     assert again.exit_code == 3
     assert json.loads(Path(again.path or "").read_text())["quarantined"] == ["clicks"]
+
+
+def test_what_staging_holds_besides_the_jobs_runs_is_reported_and_left_alone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path, ("orders",))
+    config = load_config(write_job(tmp_path))
+    staging.claim(config.staging, config.name)
+    stray = tmp_path / "staging" / "copied-by-hand"
+    stray.mkdir()
+    (stray / "part-0.parquet").write_bytes(b"an operator's copy")
+
+    report = run_job(config, spark=spark, run_id="r1")
+
+    assert report.exit_code == 0, report.error
+    assert report.run_dir == f"{config.staging}/r1~t{report.lock_token}"
+    warning = (
+        f"{stray}: no run marker (.commitpub-run), so commitpub did not create it (or a "
+        "version before markers did); left alone: delete it by hand once no pending commit "
+        "needs it"
+    )
+    doc = json.loads(Path(report.path or "").read_text())
+    assert doc["recovery"]["staging_warnings"] == [warning]
+    assert doc["run_dir"] == report.run_dir
+    assert (stray / "part-0.parquet").read_bytes() == b"an operator's copy"
+    # The run's own directory went once everything in it was published.
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
+        ".commitpub-job",
+        "copied-by-hand",
+    ]
