@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import posixpath
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,9 +48,8 @@ from typing import Any
 
 import attrs
 
-from publisher import Roots
 from store.errors import ConfigurationError
-from store.urls import encode_name, require_no_credentials
+from store.urls import encode_name, redact, require_no_credentials
 
 LANDING = "landing"
 _FORMATS = ("parquet",)
@@ -239,6 +239,59 @@ def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any
     }
 
 
+#: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
+_NOT_PATHS = ("redis", "rediss", "unix")
+#: Schemes that name the same object store.
+_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
+
+
+def _place(url: str) -> tuple[str, str] | None:
+    """Where ``url`` is, for overlap checks: (filesystem, normalized path), or None when it
+    is not a path. Local paths are resolved (symlinks included); object store URLs compare
+    by bucket and key."""
+    if "://" not in url or url.startswith("file://"):
+        return "file", os.path.realpath(url.removeprefix("file://"))
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in _NOT_PATHS:
+        return None
+    netloc, _, path = rest.partition("/")
+    return f"{_SAME_STORE.get(scheme, scheme)}://{netloc}", posixpath.normpath("/" + path)
+
+
+def _check_staging_apart(shown: str, staging: str, others: Mapping[str, str | None]) -> None:
+    """Refuse a staging path that equals, contains or lies inside another place of the job.
+
+    Recovery deletes the job's run directories under the staging path; a store, the
+    source, the output or the reports inside it (or it inside them) would be in reach.
+
+    Raises:
+        ConfigurationError: naming both keys and both places.
+    """
+    mine = _place(staging)
+    if mine is None:
+        return
+    for key, url in others.items():
+        theirs = None if url is None else _place(url)
+        if url is None or theirs is None or theirs[0] != mine[0]:
+            continue
+        a, b = mine[1], theirs[1]
+        if a == b:
+            how = "they are the same place"
+        elif a == "/" or b.startswith(a.rstrip("/") + "/"):
+            how = f"staging.path contains {key}"
+        elif b == "/" or a.startswith(b.rstrip("/") + "/"):
+            how = f"staging.path lies inside {key}"
+        else:
+            continue
+        raise ConfigurationError(
+            f"{shown}: keys 'staging.path' ({staging}) and '{key}' ({redact(url)}) overlap: "
+            f"{how}. Recovery deletes run directories under staging.path, so nothing else "
+            "of the job may be there, and staging may not be inside anything else of it: "
+            "give staging a directory of its own"
+        )
+
+
 def _s3(doc: Mapping[str, Any], shown: str) -> dict[str, Any]:
     """The optional ``[s3]`` table. Credentials never go here: they stay in the standard
     places (environment, ~/.aws, instance roles), out of job files in version control."""
@@ -313,10 +366,6 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
             f"{shown}: key 'output.format' must be one of {', '.join(_FORMATS)}, got "
             f"{output_format!r}"
         )
-    try:
-        Roots([staging], [output])
-    except ConfigurationError as e:
-        raise ConfigurationError(f"{shown}: keys 'staging.path' and 'output.path': {e}") from e
 
     store_url = _resolve(doc["store"]["url"], base, "store.url")
     watermarks_url = _resolve(doc["watermarks"]["url"], base, "watermarks.url")
@@ -333,6 +382,19 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         raise ConfigurationError(
             f"{shown}: key 'publish.max_attempts' must be >= 1, got {max_attempts}"
         )
+    operations = _operations(doc, base, shown)
+    _check_staging_apart(
+        shown,
+        staging,
+        {
+            "store.url": store_url,
+            "watermarks.url": watermarks_url,
+            "lock.url": operations["lock_url"] or None,  # unset: the store's URL, checked
+            "job.reports": reports,
+            "source.path": source.path,
+            "output.path": output,
+        },
+    )
     config = JobConfig(
         file=str(file.resolve()),
         name=name,
@@ -346,7 +408,7 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         spark_master=spark.get("master"),
         spark_conf=_spark_conf(spark.get("conf", {}), shown),
         max_attempts=max_attempts,
-        **_operations(doc, base, shown),
+        **operations,
         **_s3(doc, shown),
     )
     source_class(config.source.type)  # an unusable class is a configuration error too

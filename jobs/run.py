@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import secrets
 import socket
 import time
@@ -45,7 +44,7 @@ from jobs.config import JobConfig, source_class
 from jobs.metrics import export as export_metrics
 from jobs.sources import Source
 from jobs.spark import SparkRunner, TaskInfo, build_session
-from publisher import Outcome, Publisher, PublishReport, RecoveryReport
+from publisher import Outcome, Publisher, PublishReport, RecoveryReport, staging
 from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
@@ -198,6 +197,8 @@ class RunReport:
     durations_s: dict[str, float] = attrs.field(factory=dict)
     tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
     path: str | None = None
+    #: This run's directory under the staging path (see publisher.staging), once created.
+    run_dir: str | None = None
 
     def _outcomes(self, outcome: Outcome) -> list[str]:
         found = set()
@@ -261,6 +262,7 @@ class RunReport:
             "driver": {"host": self.driver_host, "pid": self.driver_pid},
             "spark_master": self.spark_master,
             "lock_token": self.lock_token,
+            "run_dir": self.run_dir,
             "recovered": self.recovered,
             "aborted": self.aborted,
             "staged": {d: s.to_dict() for d, s in sorted(self.staged.items())},
@@ -292,27 +294,24 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
 def _report(config: JobConfig, command: str, run_id: str | None) -> RunReport:
-    if run_id is not None and not _RUN_ID_RE.match(run_id):
-        # It names a staging directory and prefixes published file names; readers skip
-        # files starting with "_" or ".".
-        raise ConfigurationError(
-            f"run id {run_id!r}: use letters, digits, '.', '_' and '-', starting with a "
-            "letter or digit"
-        )
+    if run_id is not None:
+        staging.check_run_id(run_id)
     return RunReport(config.name, run_id or new_run_id(), command, _now())
 
 
 def open_publisher(
-    config: JobConfig, runner: SparkRunner | None, token: int | None = None
+    config: JobConfig,
+    runner: SparkRunner | None,
+    token: int | None = None,
+    lease: LeaseKeeper | None = None,
 ) -> Publisher:
     """The job's :class:`~publisher.Publisher`, confined to its staging and output roots.
 
     ``token`` is the job lock's fencing token: every sealed write-ahead and watermark
-    compare-and-set of the publisher carries it.
+    compare-and-set of the publisher carries it, and every batch of deletions checks it.
+    With ``lease`` (the keeper of that lock), the publisher refuses every phase once the
+    keeper has seen the lease lost.
     """
     return Publisher(
         config.store_url,
@@ -323,6 +322,7 @@ def open_publisher(
         runner=runner,
         fencing_token=token,
         stores=[config.watermarks_url],
+        lease=lease,
     )
 
 
@@ -334,22 +334,34 @@ def job_lock(config: JobConfig) -> Iterator[LeaseKeeper]:
         LockHeldError: at once, if a live run holds the lock; nothing was changed.
         FencedError: if a newer run took the lock over before this one fenced the store.
     """
-    lock = open_lock(config.lock_at)
+    with hold_job_lock(config.name, config.lock_at, config.store_url, config.lock_ttl_s) as keeper:
+        yield keeper
+
+
+@contextmanager
+def hold_job_lock(job: str, lock_url: str, store_url: str, ttl_s: float) -> Iterator[LeaseKeeper]:
+    """:func:`job_lock` without a job file: the lock at ``lock_url``, the store to fence.
+
+    Raises:
+        LockHeldError: at once, if a live run holds the lock; nothing was changed.
+        FencedError: if a newer run took the lock over before this one fenced the store.
+    """
+    lock = open_lock(lock_url)
     try:
-        lease = lock.acquire(config.name, ttl_s=config.lock_ttl_s)
-        log.info("job lock of %s taken: %s", config.name, lease.describe())
-        with LeaseKeeper(lock, lease, ttl_s=config.lock_ttl_s) as keeper:
-            store = open_store(config.store_url)
+        lease = lock.acquire(job, ttl_s=ttl_s)
+        log.info("job lock of %s taken: %s", job, lease.describe())
+        with LeaseKeeper(lock, lease, ttl_s=ttl_s) as keeper:
+            store = open_store(store_url)
             try:
-                store.fence(config.name, lease.token)
+                store.fence(job, lease.token)
             except FencedError as e:
-                latest = lock.current(config.name)
+                latest = lock.current(job)
                 if latest is None or latest.owner != lease.owner:
                     raise  # another run took the lock over since: it owns the job
                 # Nobody took over: the lock handed out an older token than the store saw.
                 raise ConfigurationError(
-                    f"the job lock at {redact(config.lock_at)} gave token {lease.token}, but "
-                    f"the commit store has seen a newer one of job {config.name!r} ({e}). The "
+                    f"the job lock at {redact(lock_url)} gave token {lease.token}, but "
+                    f"the commit store has seen a newer one of job {job!r} ({e}). The "
                     "lock's token counter went back: its Redis lost its data, or lock.url "
                     "changed. Point lock.url at the lock used before, or remove the job's "
                     "fence from the commit store while no run is active"
@@ -361,32 +373,20 @@ def job_lock(config: JobConfig) -> Iterator[LeaseKeeper]:
         lock.close()
 
 
-STAGING_OWNER = ".commitpub-job"
-
-
 def claim_staging(config: JobConfig) -> None:
-    """Mark the staging path as this job's, or refuse it if another job's mark is there.
+    """Mark the staging path as this job's, or refuse it (see :func:`publisher.staging.claim`).
 
-    Recovery deletes whatever under the staging path no pending commit of the job refers
-    to, so two jobs sharing one staging path would delete each other's runs.
+    Recovery deletes the job's run directories under the staging path that no pending
+    commit refers to, so the path must be empty or this job's before a run uses it.
 
     Raises:
-        ConfigurationError: if another job uses the staging path.
+        ConfigurationError: if another job marked the staging path, or it holds entries no
+            job marked.
     """
-    fs, root = fsspec.core.url_to_fs(config.staging)
-    marker = posixpath.join(root, STAGING_OWNER)
     try:
-        owner = fs.cat_file(marker).decode()
-    except FileNotFoundError:
-        fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(marker, config.name.encode())
-        return
-    if owner != config.name:
-        raise ConfigurationError(
-            f"{config.file}: staging.path {redact(config.staging)} belongs to job {owner!r}; "
-            "give each job a staging path of its own (recovery deletes what its commits do "
-            "not refer to)"
-        )
+        staging.claim(config.staging, config.name)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{config.file}: key 'staging.path': {e}") from e
 
 
 def run_job(
@@ -420,7 +420,7 @@ def recover_job(
     return _with_spark(config, spark, _report(config, "recover", None), progress, _recover)
 
 
-Body = Callable[[JobConfig, "SparkSession", RunReport, Progress, int], None]
+Body = Callable[[JobConfig, "SparkSession", RunReport, Progress, LeaseKeeper], None]
 
 
 def _with_spark(
@@ -435,7 +435,7 @@ def _with_spark(
     with job_lock(config) as keeper:  # before Spark starts: a held lock changes nothing
         claim_staging(config)
         report.lock_token = keeper.lease.token
-        _spark_body(config, spark, report, say, body, keeper.lease.token)
+        _spark_body(config, spark, report, say, body, keeper)
         report.durations_s["total"] = round(time.monotonic() - started, 3)
         if keeper.lost is not None and report.error is None:
             report.error = f"lost the job lock during the run: {keeper.lost}"
@@ -452,7 +452,7 @@ def _spark_body(  # noqa: PLR0917 -- internal; one call site
     report: RunReport,
     say: Progress,
     body: Body,
-    token: int,
+    keeper: LeaseKeeper,
 ) -> None:
     own = spark is None
     try:
@@ -460,7 +460,7 @@ def _spark_body(  # noqa: PLR0917 -- internal; one call site
             say(f"starting Spark ({config.spark_master or 'default master'})")
             spark = build_session(config)
         report.spark_master = spark.sparkContext.master
-        body(config, spark, report, say, token)
+        body(config, spark, report, say, keeper)
     except ConfigurationError as e:
         report.error, report.error_exit_code = f"{type(e).__name__}: {e}", EXIT_CONFIG
         log.error("%s", report.error)
@@ -488,10 +488,10 @@ def _first_line(e: BaseException) -> str:
 
 
 def _recover(
-    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, token: int
+    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, keeper: LeaseKeeper
 ) -> None:
     runner = SparkRunner(spark)
-    pub = open_publisher(config, runner, token)
+    pub = open_publisher(config, runner, keeper.lease.token, keeper)
     try:
         _recover_phase(pub, runner, report, say)
     finally:
@@ -513,17 +513,20 @@ def _recover_phase(pub: Publisher, runner: SparkRunner, report: RunReport, say: 
 
 
 def _run(
-    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, token: int
+    config: JobConfig, spark: SparkSession, report: RunReport, say: Progress, keeper: LeaseKeeper
 ) -> None:
     runner = SparkRunner(spark)
-    pub = open_publisher(config, runner, token)
+    pub = open_publisher(config, runner, keeper.lease.token, keeper)
     try:
         _recover_phase(pub, runner, report, say)
+        pub.require_lock("planning the run")
         source: Source = source_class(config.source.type)(config.source.path, config.source.options)
         plan = _plan(config, source, pub, report)
-        _extract(config, spark, source, plan, report, say)
+        _extract(config, spark, source, plan, report, say, pub)
         failpoint("run.before_publish")
         _publish(config, pub, runner, report, say)
+        if report.run_dir is not None:
+            pub.finish_run_dir(report.run_dir)
     finally:
         pub.close()
 
@@ -564,10 +567,16 @@ def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole
     plan: Mapping[str, Mapping[str, tuple[JsonScalar, JsonScalar]]],
     report: RunReport,
     say: Progress,
+    pub: Publisher,
 ) -> None:
     started = time.monotonic()
+    run_dir = None
     for done, (dataset, ranges) in enumerate(plan.items()):
-        directory = os.path.join(config.staging, report.run_id, encode_name(dataset, "dataset"))
+        pub.require_lock(f"extracting {dataset!r}")
+        if run_dir is None:
+            # Marked with this run's token before Spark writes a byte into it.
+            run_dir = report.run_dir = pub.create_run_dir(report.run_id)
+        directory = _join(run_dir, encode_name(dataset, "dataset"))
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
             frame = source.read_dataset(spark, dataset, ranges)

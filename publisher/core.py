@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import posixpath
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep
+from publisher import staging
 from publisher import status as status_record
-from publisher.confinement import Roots, normalize
+from publisher.confinement import Roots
 from publisher.errors import CorruptStatusError, DiscardInProgressError
 from publisher.reports import DatasetReport, Outcome, PublishReport, RecoveryReport
 from publisher.runner import InProcessRunner, Runner
@@ -31,8 +28,8 @@ from publisher.work import (
     record_failure,
     recover_group,
 )
-from store import CommitStepStore, Connections, open_store
-from store.errors import ConfigurationError, CorruptRecordError
+from store import CommitStepStore, Connections, LeaseKeeper, open_store
+from store.errors import ConfigurationError, CorruptRecordError, FencedError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -47,18 +44,22 @@ class Publisher:
         max_attempts: failed executions of a sealed sequence before its dataset is
             quarantined.
         staging_roots: every rename's source must lie under one of these. They belong to
-            this job: recovery deletes what lies in them that no pending sequence refers to
-            (entries whose names start with a dot excepted).
+            this job: recovery deletes the run directories of the job in them (see
+            :mod:`publisher.staging`) that no pending sequence refers to, and warns about
+            anything else it finds there.
         output_roots: every rename's destination must lie under one of these.
         runner: where per-dataset work runs; None runs it in this process,
             ``jobs.SparkRunner(spark)`` runs it in Spark tasks.
         retry: backoff for transient errors (store or filesystem unreachable).
-        fencing_token: the job lock's token; stores refuse writes from an older token.
+        fencing_token: the job lock's token; stores refuse writes from an older token, and
+            every batch of deletions first checks it against the commit store's fence.
         chunk_records: steps per atomic write-ahead chunk; only the last chunk seals.
         stores: URLs of the stores steps may connect to (e.g. the watermark store of
             :class:`~commitsteps.WatermarkCommitStep`); the commit store is one of them. A
             sequence with a step naming any other store is refused (publish) or quarantined
             (recover) before anything of it runs, and nothing connects there.
+        lease: the keeper renewing the job lock; once it has seen the lease lost, every
+            phase refuses to start (see :meth:`require_lock`).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -77,6 +78,7 @@ class Publisher:
         fencing_token: int | None = None,
         chunk_records: int = 200_000,
         stores: Sequence[str] = (),
+        lease: LeaseKeeper | None = None,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -94,6 +96,7 @@ class Publisher:
         self.job_name = job_name
         self.roots = Roots(staging_roots, output_roots)
         self.runner: Runner = runner or InProcessRunner()
+        self.lease = lease
         self.context = Context(
             store=self.store,
             job=job_name,
@@ -127,6 +130,7 @@ class Publisher:
             A :class:`PublishReport` with one entry per dataset.
         """
         started = time.monotonic()
+        self.require_lock("publishing")
         dirs = staging_dirs or {}
         unknown = set(dirs) - set(sequences)
         if unknown:
@@ -145,39 +149,96 @@ class Publisher:
 
         Sealed: verify each step, execute those not done in order, verify again, remove.
         Unsealed: delete the staged files it names and drop it; watermarks are untouched, so
-        the data is extracted again. Then every top-level directory under a staging root
-        that no remaining sequence refers to is deleted. Quarantined datasets are skipped.
-        Safe to kill at any point and run again.
+        the data is extracted again. Then the job's run directories under the staging roots
+        that no remaining sequence refers to are deleted; anything else found there is left
+        alone and reported (``staging_warnings``). Quarantined datasets are skipped. Safe to
+        kill at any point and run again.
+
+        Raises:
+            FencedError: if this run lost the job lock; it stops at the next step boundary.
         """
         started = time.monotonic()
+        self.require_lock("recovering")
         datasets = self.context.retry.call(lambda: self.store.datasets(self.job_name))
         reports = _sorted(
             self.runner.map_groups(functools.partial(recover_group, self.context), datasets)
         )
-        deleted, skipped = self._sweep(reports)
+        failpoint("recover.before_sweep")
+        swept, skipped = self._sweep(reports)
         return RecoveryReport(
             reports,
             round(time.monotonic() - started, 6),
-            orphans_deleted=deleted,
+            orphans_deleted=swept.deleted,
             sweep_skipped=skipped,
+            staging_warnings=swept.warnings,
         )
 
-    def _sweep(self, reports: Sequence[DatasetReport]) -> tuple[tuple[str, ...], str | None]:
+    def _sweep(self, reports: Sequence[DatasetReport]) -> tuple[staging.SweepResult, str | None]:
         keep: set[str] = set()
         for r in reports:
             if r.keeps_staging is None:
-                return (), f"the pending sequence of {r.dataset} is unreadable"
+                return staging.SweepResult(), f"the pending sequence of {r.dataset} is unreadable"
             keep.update(r.keeps_staging)
-        deleted = []
-        for root in self.roots.staging:
-            for child in _children(root):
-                if child not in keep:
-                    _delete_tree(child)
-                    deleted.append(child)
-                    failpoint("recover.orphan_deleted")
-        if deleted:
-            log.info("deleted %d orphan staging directories", len(deleted))
-        return tuple(deleted), None
+        self.require_lock("sweeping staging")
+        swept = staging.sweep(
+            self.roots.staging, self.job_name, self.context.token, keep, self.require_lock
+        )
+        return swept, None
+
+    def require_lock(self, doing: str) -> None:
+        """Refuse ``doing`` unless this publisher still holds the job lock.
+
+        Without a lock (no ``fencing_token``, no ``lease``) nothing is checked. Called at
+        every phase boundary of the driver and right before each batch of deletions.
+
+        Raises:
+            FencedError: if the lease keeper saw the lease lost, or the commit store has
+                seen a newer token (another run took the job over).
+        """
+        lost = None if self.lease is None else self.lease.lost
+        if lost is not None:
+            raise FencedError(
+                f"{doing} of job {self.job_name!r} refused: this run lost the job lock "
+                f"({type(lost).__name__}: {lost})"
+            )
+        self.context.guard(doing)
+
+    def create_run_dir(self, run_id: str, *, root: str | None = None) -> str:
+        """Create this run's directory in a staging root, its marker (job, run id, fencing
+        token) written before anything else; stage into it and nowhere else.
+
+        Args:
+            run_id: names the run (see :func:`publisher.staging.check_run_id`).
+            root: the staging root; may be omitted when the publisher has only one.
+
+        Returns:
+            The run directory, a path or URL.
+
+        Raises:
+            ConfigurationError: if the root is not usable (another job's, or it holds
+                entries no job marked), the run id is not, or was used before.
+            FencedError: if this run lost the job lock.
+        """
+        roots = self.roots.staging
+        if root is None:
+            if len(roots) != 1:
+                raise ConfigurationError(
+                    f"create_run_dir needs root= when there are {len(roots)} staging roots"
+                )
+            root = roots[0]
+        self.require_lock("creating a run directory")
+        return staging.create_run_dir(root, self.job_name, run_id, self.context.token)
+
+    def finish_run_dir(self, run_dir: str) -> bool:
+        """Remove a run directory that holds nothing but its marker (the run is over).
+
+        Returns:
+            True if it is gone; False if something is left in it for the next recovery.
+
+        Raises:
+            FencedError: if this run lost the job lock.
+        """
+        return staging.finish_run(run_dir, self.require_lock)
 
     def pending(self) -> list[PendingSequence]:
         """Every pending sequence of the job, with its status; reads only.
@@ -321,37 +382,6 @@ class PendingSequence:
 
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:
     return tuple(sorted(reports, key=lambda r: r.dataset))
-
-
-def _children(root: str) -> list[str]:
-    """Entries directly under a staging root, but for hidden ones (a job's marks)."""
-    if "://" not in root:
-        try:
-            return sorted(f"{root}/{n}" for n in os.listdir(root) if not n.startswith("."))
-        except FileNotFoundError:
-            return []
-    fs, path = fsspec.core.url_to_fs(root)
-    try:
-        names = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return []
-    scheme = root.split("://", 1)[0]
-    return sorted(
-        normalize(f"{scheme}://{n.rstrip('/')}")
-        for n in names
-        if not posixpath.basename(n.rstrip("/")).startswith(".")
-    )
-
-
-def _delete_tree(path: str) -> None:
-    if "://" not in path:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.lexists(path):
-            os.unlink(path)
-        return
-    fs, p = fsspec.core.url_to_fs(path)
-    fs.rm(p, recursive=True)
 
 
 __all__ = ["Outcome", "Publisher"]

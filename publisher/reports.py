@@ -99,6 +99,9 @@ class RecoveryReport(_Report):
     orphans_deleted: tuple[str, ...] = ()
     #: Why the orphan-staging sweep was skipped, if it was.
     sweep_skipped: str | None = None
+    #: What the sweep found in staging and left alone, one sentence each: entries that are
+    #: not run directories this job marked, or a newer run's (see publisher.staging).
+    staging_warnings: tuple[str, ...] = ()
 
     @property
     def recovered(self) -> list[str]:
@@ -112,4 +115,5 @@ class RecoveryReport(_Report):
         d = super().to_dict()
         d["orphans_deleted"] = list(self.orphans_deleted)
         d["sweep_skipped"] = self.sweep_skipped
+        d["staging_warnings"] = list(self.staging_warnings)
         return d

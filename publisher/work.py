@@ -3,6 +3,30 @@
 Everything here takes a picklable :class:`Context` (the store travels by URL) so that
 ``jobs.SparkRunner`` can run it in Spark tasks; the driver only gathers the small
 :class:`~publisher.reports.DatasetReport` of each dataset.
+
+Fencing (SPEC guarantee 9). Writes to the stores carry the run's token and are refused
+atomically by Redis, or checked by the filesystem store (see store/fs.py). Deletions of
+files are not store writes, so :meth:`Context.guard` checks the token against the store's
+fence right before each batch: each group of steps executed, each batch of at most
+:data:`UNDO_BATCH` steps aborted or rolled back, each staging clean-up (see
+:mod:`publisher.staging` for staging, and why a takeover between that check and the
+deletion cannot reach the new owner's run directories). A run that lost its lock therefore
+stops at its next step boundary, in Spark tasks as on the driver. The check is a read; what
+a takeover right after it leaves possible:
+
+* Abort deletes the staged files of an unsealed sequence it read *before* the check. A new
+  owner fences the store before it reads or writes anything, so a sequence read before a
+  passing check is not the new owner's: its staged files lie in an older run's directory,
+  which the new owner never writes into, and an unsealed sequence is never executed (the new
+  owner aborts it too).
+* Discard rolls back a sequence it read before the check; the new owner's recovery could
+  be executing that same sequence. That is harmless because the new owner knows the
+  discard began: the discard's in-progress record (:class:`~publisher.status.Discarding`)
+  is written, fenced, before its first deletion, and a new owner, which fences before it
+  reads any status, finishes the discard instead of executing the sequence; both undo the
+  same steps, and undoing is idempotent.
+* Failure statuses are fenced store writes (attempt counts and quarantine): a zombie cannot
+  count an attempt for the new owner, and it stops there.
 """
 
 from __future__ import annotations
@@ -10,7 +34,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,7 +41,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import attrs
-import fsspec
 import tenacity
 
 from commitsteps import (
@@ -30,10 +52,11 @@ from commitsteps import (
     loads,
 )
 from publisher import status as status_record
-from publisher.confinement import Roots, check_connections, normalize
+from publisher.confinement import Roots, check_connections
 from publisher.errors import CorruptStatusError, DiscardRefusedError
 from publisher.reports import DatasetReport, Outcome
 from publisher.runner import current_attempt
+from publisher.staging import StagedPath, cleanup
 from publisher.status import DatasetStatus, Discarding
 from store import CommitStepStore, Connections, connecting_only, fencing
 from store.errors import (
@@ -118,6 +141,18 @@ class Context:
         with fencing(self.token), connecting_only(self.connections):
             yield
 
+    def guard(self, doing: str) -> None:
+        """Refuse ``doing`` if a newer run has taken the job over (the store's fence).
+
+        Called right before each batch of steps and each batch of deletions, here and in
+        Spark tasks alike, so a run that lost its lock stops at its next step boundary.
+
+        Raises:
+            FencedError: naming ``doing``, this run's token and the newer one.
+        """
+        if self.token is not None:
+            self.retry.call(lambda: self.store.check_fence(self.job, self.token, doing))
+
 
 StepsBuilder = Callable[[], Sequence[CommitStep]]
 
@@ -151,6 +186,18 @@ def _groups(steps: Sequence[CommitStep]) -> Iterator[list[CommitStep]]:
         run.append(step)
     if run:
         yield run
+
+
+#: Steps undone (aborted or rolled back) between two checks of the store's fence.
+UNDO_BATCH = 1000
+
+
+def _undo_batches(steps: Sequence[CommitStep]) -> Iterator[list[CommitStep]]:
+    """Runs of consecutive steps of one class, at most :data:`UNDO_BATCH` long: each is
+    one batch of deletions, preceded by a check of the fence."""
+    for group in _groups(steps):
+        for start in range(0, len(group), UNDO_BATCH):
+            yield group[start : start + UNDO_BATCH]
 
 
 def verify_all(steps: Sequence[CommitStep]) -> list[bool]:
@@ -221,12 +268,13 @@ def _fail(
         updated=at,
         first_failed=status.first_failed or at,
     )
+    failpoint("status.before_write")
     try:
         ctx.retry.call(
             lambda: status_record.write(ctx.store, ctx.job, dataset, new_status, token=ctx.token)
         )
     except FencedError:
-        raise  # another run owns the job now: it counts its own attempts
+        raise  # the new owner counts its own attempts; this run's are not its business
     except CommitPubError as e:
         log.error("could not record the failure of %s in the store: %s", dataset, e)
     log.error(
@@ -266,6 +314,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
     try:
         pending = [s for s, d in zip(steps, done, strict=True) if not d]
         for group in _groups(pending):
+            ctx.guard(f"executing the steps of {dataset!r}")
             cls = type(group[0])
             ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
             executed += len(group)
@@ -292,7 +341,13 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
             already_done=sum(done),
             executed=executed,
         )
-    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], staging_dir)
+    cleanup(
+        ctx.roots,
+        [p for s in steps for p in s.staged_paths()],
+        staging_dir,
+        ctx.guard,
+        dataset=dataset,
+    )
     return _report(
         dataset,
         outcome,
@@ -302,72 +357,6 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
         executed=executed,
         attempts=status.attempts,
     )
-
-
-def _rmtree(url: str) -> None:
-    if "://" not in url or url.startswith("file://"):
-        shutil.rmtree(normalize(url), ignore_errors=True)
-        return
-    fs, path = fsspec.core.url_to_fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
-def cleanup_staging(roots: Roots, staged: Sequence[str], staging_dir: str | None) -> None:
-    """Delete a dataset's staging after its sequence is removed; never fails the commit.
-
-    ``staging_dir`` (if given) goes whole; then empty directories left by the renames are
-    removed up to, not including, the staging root. Anything missed here is an orphan that
-    the next recovery sweeps.
-    """
-    try:
-        if staging_dir is not None:
-            roots.check([_Staged(staging_dir)])
-            _rmtree(staging_dir)
-        # Directories first, normalized once each: staged files share a few of them. Those
-        # under staging_dir went with it.
-        gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
-        parents = {
-            normalize(d)
-            for d in {
-                os.path.dirname(p)
-                for p in staged
-                if "://" not in p and not (gone and p.startswith(gone))
-            }
-        }
-        if staging_dir is not None and "://" not in staging_dir:
-            parents.add(os.path.dirname(normalize(staging_dir)))
-        for parent in sorted(parents, key=len, reverse=True):
-            _remove_empty_dirs(parent, roots.staging)
-    except (OSError, CommitPubError) as e:
-        log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
-
-
-def _remove_empty_dirs(directory: str, staging_roots: Sequence[str]) -> None:
-    while directory not in staging_roots and any(
-        directory.startswith(r.rstrip("/") + "/") for r in staging_roots
-    ):
-        try:
-            os.rmdir(directory)
-        except OSError:
-            return
-        directory = os.path.dirname(directory)
-
-
-@attrs.frozen
-class _Staged(CommitStep):
-    """A pseudo-step to run a staging directory through the confinement check."""
-
-    path: str
-
-    def verify(self) -> bool:
-        return True
-
-    def execute(self) -> None:
-        return None
-
-    def staged_paths(self) -> tuple[str, ...]:
-        return (self.path,)
 
 
 def _status(ctx: Context, dataset: str) -> DatasetStatus:
@@ -418,7 +407,7 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         steps = ordered(ctx.retry.call(item.build))
         ctx.confine(steps)
         if item.staging_dir is not None:
-            ctx.roots.check([_Staged(item.staging_dir)])
+            ctx.roots.check([StagedPath(item.staging_dir)])
         for step in steps:
             step.check_preconditions()
         records = [dumps(s) for s in steps]
@@ -556,6 +545,7 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
     """Finish a sealed sequence (verify, execute what is missing, verify again) or abort an
     unsealed one; finish an operator's discard that was killed half-way."""
     started = time.monotonic()
+    failpoint("recover.dataset_started")
     try:
         status = _status(ctx, dataset)
     except FencedError:
@@ -610,16 +600,20 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
 def _abort(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
 ) -> DatasetReport:
-    for step in steps:
-        try:
-            ctx.roots.check([_Staged(p) for p in step.staged_paths()])
-        except PathConfinementError:
-            log.warning("not deleting staged paths outside the staging roots: %s", step)
-            continue
-        step.abort()
-        failpoint("recover.abort_step")
+    for batch in _undo_batches(steps):
+        ctx.guard(f"aborting {dataset!r} (deleting its staged files)")
+        for step in batch:
+            try:
+                ctx.roots.check([StagedPath(p) for p in step.staged_paths()])
+            except PathConfinementError:
+                log.warning("not deleting staged paths outside the staging roots: %s", step)
+                continue
+            step.abort()
+            failpoint("recover.abort_step")
     ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-    cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+    cleanup(
+        ctx.roots, [p for s in steps for p in s.staged_paths()], None, ctx.guard, dataset=dataset
+    )
     return _report(dataset, Outcome.ABORTED, started, steps=len(steps))
 
 
@@ -704,11 +698,19 @@ def _discard(
         if all(verify_all(steps)):
             # Complete: its effects stay, only the record goes.
             ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-            cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
+            cleanup(
+                ctx.roots,
+                [p for s in steps for p in s.staged_paths()],
+                None,
+                ctx.guard,
+                dataset=dataset,
+            )
             return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-        for step in reversed(steps):
-            step.rollback()
-            failpoint("discard.step_rolled_back")
+        for batch in _undo_batches(steps[::-1]):
+            ctx.guard(f"discarding {dataset!r} (rolling back its steps)")
+            for step in batch:
+                step.rollback()
+                failpoint("discard.rollback_step")
         marker = attrs.evolve(marker, rolled_back=True)
         _write_status(ctx, dataset, attrs.evolve(status, discarding=marker))
         failpoint("discard.rolled_back")

@@ -1,38 +1,53 @@
-"""A small but realistic job for the crash-point matrix, run as a subprocess.
+"""A small but realistic job for the crash-point matrix and zombie tests, run as a subprocess.
 
     python tests/crashdriver.py run     --base DIR --store URL --watermarks URL --run-id R
     python tests/crashdriver.py recover --base DIR --store URL --watermarks URL
+    python tests/crashdriver.py discard --base DIR --store URL --watermarks URL --dataset D
 
 ``--base`` is a local directory or an fsspec URL (``s3://bucket/prefix``) under which
 ``staging/`` and ``output/`` live. The source is implicit and deterministic: DATASETS x
-PARTITIONS, each with RECORDS records (offsets 0..RECORDS-1). A run recovers first (as
-``commitpub run`` does), extracts every partition from its committed watermark up to RECORDS
-into ``staging/<run>/<dataset>/...`` in files of FILE_RECORDS records, then publishes
-renames + one watermark step per partition. Crashes come from ``COMMITPUB_FAILPOINTS``
-(store/failpoints.py): the process SIGKILLs itself at the named point. Prints the report as
-JSON on success.
+PARTITIONS, each with ``--records`` records (offsets 0..records-1; default RECORDS). A run
+recovers first (as ``commitpub run`` does), creates its run directory in staging (marked
+first, see publisher/staging.py), extracts every partition from its committed watermark up
+to ``--records`` into ``<run dir>/<dataset>/...`` in files of FILE_RECORDS records, then
+publishes renames + one watermark step per partition and removes its run directory. Crashes
+come from ``COMMITPUB_FAILPOINTS`` (store/failpoints.py): the process SIGKILLs (or, with
+``name@N:stop``, SIGSTOPs) itself at the named point. Prints the report as JSON on success.
+
+``--lock URL --ttl S`` takes the job lock first, exactly as ``commitpub run`` does
+(``jobs.run.hold_job_lock``: acquire, fence the commit store, renew in the background) and
+publishes under its fencing token; a run that loses the lock (a takeover while it was
+stopped) prints ``crashdriver: lost the job lock: ...`` on stderr and exits 75, as
+``commitpub`` does. ``--hide DATASET`` moves that dataset's first staged file aside after
+the steps are built, so its rename fails (``<file>.hidden``, for the test to put back).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from jobs.run import EXIT_LOCKED, hold_job_lock
 from publisher import Publisher, RetryPolicy
-from store import open_watermarks
+from store import LeaseKeeper, open_watermarks
+from store.errors import FencedError, LockHeldError
 from store.failpoints import failpoint
 
+JOB = "crash-job"
 DATASETS = ("orders", "clients/ünïcødé", "events")
 PARTITIONS = ("0", "1")
 RECORDS = 100
 FILE_RECORDS = 10
 #: Steps per dataset: renames of every file of every partition, then a watermark each.
 STEPS_PER_DATASET = len(PARTITIONS) * (RECORDS // FILE_RECORDS + 1)
+HIDDEN = ".hidden"
 
 
 def safe(dataset: str) -> str:
@@ -49,7 +64,9 @@ def write(path: str, text: str) -> None:
         f.write(text)
 
 
-def extract(base: str, run_id: str, wm_url: str) -> dict[str, list[CommitStep]]:
+def extract(
+    base: str, run_dir: str, run_id: str, wm_url: str, records: int = RECORDS
+) -> dict[str, list[CommitStep]]:
     wm = open_watermarks(wm_url)
     sequences: dict[str, list[CommitStep]] = {}
     for dataset in DATASETS:
@@ -58,10 +75,10 @@ def extract(base: str, run_id: str, wm_url: str) -> dict[str, list[CommitStep]]:
         for partition in PARTITIONS:
             previous = wm.get(dataset, partition)
             start = int(previous or 0)
-            if start >= RECORDS:
+            if start >= records:
                 continue
-            stage = f"{base}/staging/{run_id}/{safe(dataset)}/p={partition}"
-            for first in range(start, RECORDS, FILE_RECORDS):
+            stage = f"{run_dir}/{safe(dataset)}/p={partition}"
+            for first in range(start, records, FILE_RECORDS):
                 src = f"{stage}/part-{first:05d}.dat"
                 write(
                     src,
@@ -72,36 +89,82 @@ def extract(base: str, run_id: str, wm_url: str) -> dict[str, list[CommitStep]]:
                 failpoint("extract.file_written")
                 dst = f"{base}/output/{safe(dataset)}/p={partition}/part-{first:05d}-{run_id}.dat"
                 renames.append(FsRenameCommitStep.from_staged(src, dst))
-            marks.append(WatermarkCommitStep(wm_url, dataset, partition, previous, RECORDS))
+            marks.append(WatermarkCommitStep(wm_url, dataset, partition, previous, records))
         if renames or marks:
             sequences[dataset] = renames + marks
     return sequences
 
 
+def hide(steps: list[CommitStep]) -> None:
+    """Move the first staged file aside: its rename fails until it is put back."""
+    src = steps[0].staged_paths()[0]
+    fs, path = fsspec.core.url_to_fs(src)
+    fs.mv(path, path + HIDDEN)
+
+
+@contextlib.contextmanager
+def _lock(args: argparse.Namespace) -> Iterator[LeaseKeeper | None]:
+    if args.lock is None:
+        yield None
+        return
+    with hold_job_lock(JOB, args.lock, args.store, args.ttl) as keeper:
+        yield keeper
+
+
+def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> dict[str, object]:
+    pub = Publisher(
+        args.store,
+        JOB,
+        max_attempts=args.max_attempts,
+        staging_roots=[f"{args.base}/staging"],
+        output_roots=[f"{args.base}/output"],
+        retry=RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05),
+        chunk_records=args.chunk_records,
+        fencing_token=None if keeper is None else keeper.lease.token,
+        lease=keeper,
+        stores=[args.watermarks],
+    )
+    try:
+        if args.command == "discard":
+            return {"discard": pub.discard(args.dataset).to_dict()}
+        out: dict[str, object] = {"recovery": pub.recover().to_dict()}
+        if args.command == "run":
+            run_dir = pub.create_run_dir(args.run_id)
+            sequences = extract(args.base, run_dir, args.run_id, args.watermarks, args.records)
+            if args.hide in sequences:
+                hide(sequences[args.hide])
+            staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
+            out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
+            out["run_dir_removed"] = pub.finish_run_dir(run_dir)
+        return out
+    finally:
+        pub.close()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "recover"])
+    parser.add_argument("command", choices=["run", "recover", "discard"])
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--watermarks", required=True)
     parser.add_argument("--run-id", default="r1")
     parser.add_argument("--chunk-records", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=RECORDS)
+    parser.add_argument("--max-attempts", type=int, default=3)
+    parser.add_argument("--dataset", help="the dataset to discard")
+    parser.add_argument("--hide", help="a dataset whose first staged file goes missing")
+    parser.add_argument("--lock", help="take the job lock here first (as commitpub run does)")
+    parser.add_argument("--ttl", type=float, default=30.0, help="the lock's lease, seconds")
     args = parser.parse_args(argv)
-    pub = Publisher(
-        args.store,
-        "crash-job",
-        staging_roots=[f"{args.base}/staging"],
-        output_roots=[f"{args.base}/output"],
-        retry=RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05),
-        chunk_records=args.chunk_records,
-        stores=[args.watermarks],
-    )
-    out: dict[str, object] = {"recovery": pub.recover().to_dict()}
-    if args.command == "run":
-        sequences = extract(args.base, args.run_id, args.watermarks)
-        staging = {d: f"{args.base}/staging/{args.run_id}/{safe(d)}" for d in sequences}
-        out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
-    pub.close()
+    try:
+        with _lock(args) as keeper:
+            out = _work(args, keeper)
+            if keeper is not None and keeper.lost is not None:
+                raise FencedError(f"the lease was lost during the run: {keeper.lost}")
+    except (FencedError, LockHeldError) as e:
+        what = "lost the job lock" if isinstance(e, FencedError) else "the job lock is held"
+        print(f"crashdriver: {what}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_LOCKED
     json.dump(out, sys.stdout)
     return 0
 

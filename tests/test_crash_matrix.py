@@ -28,6 +28,7 @@ import crashdriver
 import fsspec
 import pytest
 
+from publisher.staging import ROOT_MARKER
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
 
@@ -191,7 +192,8 @@ def expect_killed(proc: subprocess.CompletedProcess[str], point: str) -> None:
 
 
 def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, bytes]], list[str]]:
-    """(path under output/, bytes) of every published file; every path left in staging."""
+    """(path under output/, bytes) of every published file; every path left in staging but
+    the job's mark of its staging root."""
     if backend.data_url is None:
         output, staging = base / "output", base / "staging"
         published = [
@@ -199,12 +201,14 @@ def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, b
             for p in sorted(output.rglob("*"))
             if p.is_file()
         ]
-        return published, sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
+        left = sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
+        return published, [p for p in left if p != str(staging / ROOT_MARKER)]
     fs, root = fsspec.core.url_to_fs(backend.data_url)
     fs.invalidate_cache()  # other processes wrote it all
     output = f"{root}/output/"
     published = [(p.removeprefix(output), fs.cat_file(p)) for p in sorted(fs.find(output))]
-    return published, sorted(fs.find(f"{root}/staging"))
+    left = sorted(fs.find(f"{root}/staging"))
+    return published, [p for p in left if p != f"{root}/staging/{ROOT_MARKER}"]
 
 
 def snapshot(base: Path, backend: Backend) -> dict[str, Any]:

@@ -64,9 +64,9 @@ class Cell:
 _DISCARD_POINTS = [
     ("after-marking", "discard.marked@1"),
     # Rolled back in reverse order: the two watermarks first, then the renames.
-    ("after-first-rollback", "discard.step_rolled_back@1"),
-    ("mid-rollback", f"discard.step_rolled_back@{_STEPS // 2}"),
-    ("after-last-rollback", f"discard.step_rolled_back@{_STEPS}"),
+    ("after-first-rollback", "discard.rollback_step@1"),
+    ("mid-rollback", f"discard.rollback_step@{_STEPS // 2}"),
+    ("after-last-rollback", f"discard.rollback_step@{_STEPS}"),
     ("after-rolled-back-recorded", "discard.rolled_back@1"),
     ("mid-staged-deletion", "recover.abort_step@3"),
     ("mid-removal", "store.remove.chunk_deleted@1"),

@@ -13,7 +13,7 @@ from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots
+from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, staging
 from store import CommitStepStore, open_store, open_watermarks
 from store.errors import ConfigurationError
 
@@ -45,8 +45,14 @@ class Job:
             **kw,
         )
 
+    def run_dir(self, run: str) -> Path:
+        """The run's directory, created (with its marker) by its first use."""
+        if not (self.staging / run / staging.RUN_MARKER).exists():
+            staging.create_run_dir(str(self.staging), "job", run, None)
+        return self.staging / run
+
     def stage(self, dataset: str, n: int = 3, run: str = "r1") -> list[CommitStep]:
-        d = self.staging / run / dataset
+        d = self.run_dir(run) / dataset
         d.mkdir(parents=True, exist_ok=True)
         steps: list[CommitStep] = []
         for i in range(n):
@@ -91,7 +97,10 @@ def test_publish_writes_ahead_executes_and_cleans(job: Job) -> None:
     assert published(job) == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
     assert open_watermarks(job.wm_url).get_all("a") == {"0": 3}
     assert job.store().datasets("job") == []
-    assert list(job.staging.rglob("*")) == []
+    # The run's directory stays (marked) until the run says it is over.
+    assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER, "r1", ".commitpub-run"]
+    assert pub.finish_run_dir(str(job.staging / "r1")) is True
+    assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER]
 
 
 @pytest.mark.redis
@@ -150,7 +159,10 @@ def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
     assert report.outcome == Outcome.DISCARDED
     assert published(job) == []  # what the sequence had published is gone ...
     assert open_watermarks(job.wm_url).get("a", "0") is None  # ... the watermark never moved
-    assert [p for p in job.staging.rglob("*") if p.is_file()] == []
+    assert [p.name for p in job.staging.rglob("*") if p.is_file()] == [
+        staging.ROOT_MARKER,
+        staging.RUN_MARKER,  # the run directory stays for the next sweep
+    ]
     assert job.store().datasets("job") == []
     # Discard is safe to repeat.
     assert pub.discard("a").steps == 0
@@ -206,14 +218,15 @@ def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
     st = job.store()
     for step in steps:
         st.put("job", "a", commitsteps.dumps(step))
-    orphan = job.staging / "r0" / "x"
+    orphan = job.run_dir("r0") / "x"
     orphan.mkdir(parents=True)
     (orphan / "data").write_text("left by a crashed extract")
     report = job.publisher().recover()
     assert report.aborted == ["a"]
-    assert sorted(report.orphans_deleted) == [str(job.staging / "r0")]
-    # The aborted run's directory goes with its staged files; the orphan with the sweep.
-    assert list(job.staging.rglob("*")) == []
+    # The aborted run's staged files go, then its run directory and the orphan with the sweep.
+    assert sorted(report.orphans_deleted) == [str(job.staging / "r0"), str(job.staging / "r1")]
+    assert report.staging_warnings == ()
+    assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER]
     assert published(job) == []
     assert open_watermarks(job.wm_url).get("a", "0") is None
     assert st.datasets("job") == []

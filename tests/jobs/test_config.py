@@ -143,6 +143,90 @@ def test_bad_values_are_errors_naming_the_key(
         load_config(path)
 
 
+@pytest.mark.parametrize(
+    ("tables", "key", "how"),
+    [
+        # The case: staging is the parent of the stores, reports and landing zone.
+        ({"staging": {"path": "."}}, "store.url", "staging.path contains store.url"),
+        ({"staging": {"path": "state"}}, "store.url", "staging.path contains store.url"),
+        (
+            {"staging": {"path": "state/steps/tmp"}},
+            "store.url",
+            "staging.path lies inside store.url",
+        ),
+        ({"watermarks": {"url": "staging"}}, "watermarks.url", "they are the same place"),
+        ({"lock": {"url": "staging/lock"}}, "lock.url", "staging.path contains lock.url"),
+        ({"job": {"name": "j", "reports": "staging/r"}}, "job.reports", "contains job.reports"),
+        # Reports default to next to the store: state/reports.
+        ({"staging": {"path": "state/reports"}}, "job.reports", "they are the same place"),
+        ({"staging": {"path": "landing/tmp"}}, "source.path", "lies inside source.path"),
+        ({"output": {"path": "staging/out"}}, "output.path", "contains output.path"),
+        ({"staging": {"path": "output/staging"}}, "output.path", "lies inside output.path"),
+    ],
+)
+def test_staging_overlapping_another_place_of_the_job_names_both_keys(
+    tmp_path: Path, tables: dict[str, dict[str, object]], key: str, how: str
+) -> None:
+    path = write_job(tmp_path, **tables)
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "keys 'staging.path' (" in message
+    assert f"and '{key}' (" in message
+    assert how in message
+
+
+def test_staging_overlap_is_found_through_symlinks_and_file_urls(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "state")
+    # Lexically apart, really the parent of the store: refused.
+    with pytest.raises(ConfigurationError, match=r"staging\.path contains store\.url"):
+        load_config(write_job(tmp_path, staging={"path": "alias"}))
+    with pytest.raises(ConfigurationError, match=r"staging\.path lies inside watermarks\.url"):
+        load_config(
+            write_job(
+                tmp_path,
+                staging={"path": "alias/wm/tmp"},
+                watermarks={"url": f"file://{tmp_path}/state/wm"},
+            )
+        )
+    # A sibling sharing a prefix is apart.
+    load_config(write_job(tmp_path, staging={"path": "state-staging"}))
+
+
+@pytest.mark.parametrize(
+    ("tables", "refused"),
+    [
+        (
+            {"staging": {"path": "s3://b/jobs/x"}, "store": {"url": "s3://b/jobs/x/steps"}},
+            "staging.path contains store.url",
+        ),
+        (
+            {"staging": {"path": "s3://b/jobs/x"}, "watermarks": {"url": "s3a://b/jobs/x/wm"}},
+            "staging.path contains watermarks.url",
+        ),
+        (
+            {"staging": {"path": "s3://b/jobs/x/"}, "output": {"path": "s3://b/jobs/x"}},
+            "they are the same place",
+        ),
+        ({"staging": {"path": "s3://b/jobs/x"}, "store": {"url": "s3://b/jobs/x-steps"}}, None),
+        ({"staging": {"path": "s3://b/jobs/x"}, "store": {"url": "s3://other/jobs/x"}}, None),
+        # Redis URLs name a server, not a place: no overlap with any path.
+        ({"staging": {"path": "state"}, "store": {"url": "redis://127.0.0.1:6379/0"}}, None),
+    ],
+)
+def test_staging_overlap_on_object_stores_compares_bucket_and_key(
+    tmp_path: Path, tables: dict[str, dict[str, object]], refused: str | None
+) -> None:
+    path = write_job(tmp_path, **{"watermarks": {"url": "redis://127.0.0.1:6379/1"}, **tables})
+    if refused is None:
+        load_config(path)
+        return
+    with pytest.raises(ConfigurationError) as info:
+        load_config(path)
+    assert refused in str(info.value)
+
+
 def test_s3_table_sets_the_endpoint_for_this_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,6 +308,38 @@ def test_two_jobs_cannot_share_a_staging_path(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "belongs to job 'test-job'" in result.output
     assert [p.name for p in (tmp_path / "staging").iterdir()] == [".commitpub-job"]
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_cli_exits_2_on_staging_that_holds_the_stores_and_deletes_nothing(tmp_path: Path) -> None:
+    path = write_job(tmp_path, staging={"path": "."})
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "keep").write_text("a store's file")
+    for command in ("run", "recover"):
+        result = CliRunner().invoke(main, [command, str(path)])
+        assert result.exit_code == 2, result.output
+        assert "keys 'staging.path'" in result.output
+        assert "'store.url'" in result.output
+    assert (tmp_path / "state" / "keep").read_text() == "a store's file"
+    assert not (tmp_path / ".commitpub-job").exists()
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_an_unmarked_staging_path_that_holds_entries_is_refused(tmp_path: Path) -> None:
+    config = load_config(write_job(tmp_path))
+    (tmp_path / "staging" / "someone-elses").mkdir(parents=True)
+    (tmp_path / "staging" / "someone-elses" / "data").write_text("not the job's")
+    result = CliRunner().invoke(main, ["recover", str(config.file)])
+    assert result.exit_code == 2, result.output
+    assert "key 'staging.path'" in result.output
+    assert "already holds entries (someone-elses)" in result.output
+    assert "is not marked as the staging of job 'test-job'" in result.output
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == ["someone-elses"]
+    # Empty: taken and marked.
+    (tmp_path / "staging" / "someone-elses" / "data").unlink()
+    (tmp_path / "staging" / "someone-elses").rmdir()
+    jobs.run.claim_staging(config)
+    assert (tmp_path / "staging" / ".commitpub-job").read_text() == "test-job"
 
 
 def test_console_script_exits_2_on_a_missing_key(tmp_path: Path) -> None:

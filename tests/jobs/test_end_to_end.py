@@ -54,7 +54,8 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
         env={ENV_VAR: "run.dataset_staged@2"}, log=tmp_path / "run2.log",
     )  # fmt: skip
     assert crash.returncode == -signal.SIGKILL, (tmp_path / "run2.log").read_text()[-3000:]
-    assert (tmp_path / "staging" / "run2").is_dir()
+    # The run directory carries the run's lock token: run 2 holds the second.
+    assert (tmp_path / "staging" / "run2~t2").is_dir()
     assert store.datasets(config.name) == []
 
     # Run 3: killed in the middle of publishing, inside a commit sequence.
@@ -68,7 +69,7 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
     )  # fmt: skip
     log = (tmp_path / "run3.log").read_text()
     assert crash.returncode == 1, log[-3000:]
-    assert not (tmp_path / "staging" / "run2").exists()  # swept by run 3's recovery
+    assert not (tmp_path / "staging" / "run2~t2").exists()  # swept by run 3's recovery
     assert "Python worker exited unexpectedly" in log
     half_done = [d for d in store.datasets(config.name) if store.is_sealed(config.name, d)]
     assert half_done, "the crash should leave a sealed, partly executed commit"
@@ -85,7 +86,8 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
     assert last.exit_code == 0, last.error
     assert set(half_done) <= set(last.recovered)
     assert last.recovery is not None
-    assert last.recovery.orphans_deleted == (str(tmp_path / "staging" / "run3"),)
+    assert last.recovery.orphans_deleted == (str(tmp_path / "staging" / "run3~t3"),)
+    assert last.recovery.staging_warnings == ()
     assert all(d.pid != last.driver_pid for d in last.recovery.datasets)
 
     checked = assert_exactly_once(

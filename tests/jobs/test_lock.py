@@ -19,6 +19,7 @@ from jobhelpers import COMMITPUB, Landing, assert_exactly_once, commitpub, write
 import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.config import load_config
+from publisher import staging
 from store import JobLock, open_lock, open_store
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
@@ -86,7 +87,8 @@ def test_run_exits_3_while_a_dataset_stays_quarantined_and_status_reports_it(
     _landing(tmp_path)
     job_file = write_job(tmp_path, publish={"max_attempts": 1})
     config = load_config(job_file)
-    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
+    # Staged in a run directory of the job, as a run of it would have.
+    gone = Path(staging.create_run_dir(config.staging, config.name, "r0", None)) / "clicks" / "f"
     gone.parent.mkdir(parents=True)
     gone.write_bytes(b"x")
     step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))

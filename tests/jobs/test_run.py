@@ -15,6 +15,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.config import load_config
 from jobs.run import recover_job, run_job
+from publisher import staging
 from store import open_store, open_watermarks
 
 pytestmark = pytest.mark.spark
@@ -134,7 +135,8 @@ def test_a_commit_that_keeps_failing_quarantines_its_dataset_and_the_others_go_o
     _landing(tmp_path)
     config = load_config(write_job(tmp_path, publish={"max_attempts": 1}))
     # A sealed commit whose staged file vanished: it can never complete.
-    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
+    # Staged in a run directory of the job, as a run of it would have.
+    gone = Path(staging.create_run_dir(config.staging, config.name, "r0", None)) / "clicks" / "f"
     gone.parent.mkdir(parents=True)
     gone.write_bytes(b"x")
     step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
@@ -159,3 +161,33 @@ def test_a_commit_that_keeps_failing_quarantines_its_dataset_and_the_others_go_o
     again = recover_job(config, spark=spark)
     assert again.exit_code == 3
     assert json.loads(Path(again.path or "").read_text())["quarantined"] == ["clicks"]
+
+
+def test_what_staging_holds_besides_the_jobs_runs_is_reported_and_left_alone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path, ("orders",))
+    config = load_config(write_job(tmp_path))
+    staging.claim(config.staging, config.name)
+    stray = tmp_path / "staging" / "copied-by-hand"
+    stray.mkdir()
+    (stray / "part-0.parquet").write_bytes(b"an operator's copy")
+
+    report = run_job(config, spark=spark, run_id="r1")
+
+    assert report.exit_code == 0, report.error
+    assert report.run_dir == f"{config.staging}/r1~t{report.lock_token}"
+    warning = (
+        f"{stray}: no run marker (.commitpub-run), so commitpub did not create it (or a "
+        "version before markers did); left alone: delete it by hand once no pending commit "
+        "needs it"
+    )
+    doc = json.loads(Path(report.path or "").read_text())
+    assert doc["recovery"]["staging_warnings"] == [warning]
+    assert doc["run_dir"] == report.run_dir
+    assert (stray / "part-0.parquet").read_bytes() == b"an operator's copy"
+    # The run's own directory went once everything in it was published.
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
+        ".commitpub-job",
+        "copied-by-hand",
+    ]

@@ -1,0 +1,681 @@
+"""Staging: the one owner of a job's staging root (claim, run directories, clean-up, sweep).
+
+Layout of a staging root ``ROOT`` that job ``J`` owns::
+
+    ROOT/.commitpub-job                 the job's mark of the root: the text "J"
+    ROOT/<run dir>/.commitpub-run       a run directory's marker, written before anything
+                                        else in it: job, run id, fencing token (JSON)
+    ROOT/<run dir>/<dataset>/...        what the run staged for each dataset
+
+A run directory is named ``<run id>~t<token>`` when the run holds the job lock (fencing
+``token``), or ``<run id>`` when it holds none (a :class:`~publisher.Publisher` used without
+a lock). Nothing else in the root is this job's.
+
+**Claim.** A root is used only if it is empty or marked by this job (:func:`claim`): a root
+that holds anything and carries no mark, or another job's, is refused. So a mistyped
+``staging.path`` that points at the parent of the landing zone or of the stores is refused
+before a byte is deleted.
+
+**Sweep.** Recovery deletes run directories that no pending sequence refers to
+(:func:`sweep`), and only those whose name is one this job gives its runs, whose marker names
+this job and that run, and whose marker's token is not newer than the sweeping run's (a
+zombie must never sweep a newer owner's run). An empty directory with a run directory's
+name is removed with ``rmdir`` (a run killed between creating its directory and writing
+its marker). Anything else is reported as a warning and left alone. A run directory is
+emptied before its marker goes, so a sweep killed half-way leaves a directory that is still
+marked, which the next sweep finishes.
+
+**Fencing and the check-then-delete window.** Every batch of deletions here (the sweep of
+one run directory, the clean-up of one dataset's staging, the removal of a finished run
+directory) first calls ``guard``, which checks the run's fencing token against the commit
+store's fence (:meth:`store.CommitStepStore.check_fence`) and raises
+:class:`~store.errors.FencedError` if a newer run has taken the job over. The check is a
+read, so a takeover can still happen between it and the deletion. That cannot delete
+anything of the new owner:
+
+* A new owner fences the store *before* it reads or writes anything of the job, and every
+  path a deletion here targets was decided (listed, read from a marker or a sequence) before
+  the check. A check that passes therefore means the targets were decided from the state
+  before the new owner existed: they are run directories of the sweeping run or of older
+  runs, never the new owner's.
+* The new owner never writes into a run directory it did not create: it stages only into its
+  own, created exclusively under a name that carries its token. Names carry tokens, so even
+  a run id given again (a scheduler retrying a task under the same id) gets a directory that
+  no older run could have listed, and a zombie that deletes by a name it decided before the
+  takeover cannot hit a directory the new owner created after it.
+* The new owner may *read* an older run's directory: its recovery renames out of the run
+  directories of sealed sequences. Those are kept by the sweep (every sequence pending at
+  the sweeping run's recovery refers to them, and a sequence sealed after that recovery
+  began carries a newer token than the fence the sweeping run set first, which the store
+  refuses). A sequence the sweeping run finished has no staged file left to rename.
+* ``rmdir`` of an empty directory is atomic and fails on a non-empty one, so removing an
+  unmarked empty run directory cannot take anything with it.
+
+The clean-up after a publish deletes the dataset's directory inside the run's own run
+directory, and empty directories below the staging root: the same argument holds (the new
+owner's files are only in its own run directory, which is never empty: its marker is
+there from the start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import posixpath
+import re
+import shutil
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+import cattrs
+import fsspec
+
+from commitsteps import CommitStep
+from publisher.confinement import Roots, normalize
+from store.errors import CommitPubError, ConfigurationError, FencedError
+from store.failpoints import failpoint
+
+log = logging.getLogger("commitpub.publisher")
+
+#: The job's mark of a staging root; holds the job name.
+ROOT_MARKER = ".commitpub-job"
+#: A run directory's marker (JSON: :class:`RunMarker`), the first thing written in it.
+RUN_MARKER = ".commitpub-run"
+
+_RUN_ID = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
+#: What a run id may be: it names a staging directory and prefixes published file names,
+#: so no path separators, and no leading "_" or "." (readers skip such files).
+RUN_ID_RE = re.compile(rf"^{_RUN_ID}$")
+_RUN_DIR_RE = re.compile(rf"^{_RUN_ID}(~t\d{{1,20}})?$")
+
+#: Raised by a guard when this run must not delete: its lock was taken over or lost.
+Guard = Callable[[str], None]
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it can name a run directory.
+
+    Raises:
+        ConfigurationError: naming the run id and what is allowed.
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ConfigurationError(
+            f"run id {run_id!r}: use letters, digits, '.', '_' and '-', starting with a "
+            "letter or digit (at most 100 characters)"
+        )
+    return run_id
+
+
+def run_dir_name(run_id: str, token: int | None) -> str:
+    """The name of a run's directory: the run id, and the fencing token of a locked run."""
+    check_run_id(run_id)
+    return run_id if token is None else f"{run_id}~t{token}"
+
+
+@attrs.frozen
+class RunMarker:
+    """What a run directory's marker records. Only ``job``, ``run_id`` and ``token`` decide
+    anything; the rest is for the operator reading it."""
+
+    job: str
+    run_id: str
+    token: int | None
+    created: str = ""
+    host: str = ""
+    pid: int = 0
+
+    @property
+    def dir_name(self) -> str:
+        return run_dir_name(self.run_id, self.token)
+
+
+def _strict_str(value: Any, _type: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _strict_int(value: Any, _type: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+# A marker is read from a shared directory: hostile until checked. cattrs would otherwise
+# turn 5 into "5" for a str field and True into 1 for an int.
+_converter = cattrs.Converter(forbid_extra_keys=False)
+_converter.register_structure_hook(str, _strict_str)
+_converter.register_structure_hook(int, _strict_int)
+
+
+class MarkerError(CommitPubError, ValueError):
+    """A run directory's marker is unreadable or not a marker."""
+
+
+def encode_marker(marker: RunMarker) -> bytes:
+    """The bytes of a marker file."""
+    return json.dumps(_converter.unstructure(marker), sort_keys=True).encode()
+
+
+def decode_marker(data: bytes, where: str) -> RunMarker:
+    """A marker from its bytes.
+
+    Raises:
+        MarkerError: naming ``where``, if it is not a marker.
+    """
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise TypeError("not a JSON object")
+        marker = _converter.structure(doc, RunMarker)
+        check_run_id(marker.run_id)
+    except cattrs.BaseValidationError as e:
+        detail = "; ".join(cattrs.transform_error(e))
+        raise MarkerError(f"{where}: not a run marker ({detail})") from e
+    except (ValueError, TypeError) as e:
+        raise MarkerError(f"{where}: not a run marker ({e})") from e
+    return marker
+
+
+# -- filesystem access: local paths directly, anything else through fsspec ----------------
+
+
+def _local_path(url: str) -> str | None:
+    """The local path of ``url``, or None when it lives on another filesystem."""
+    if "://" not in url:
+        return url
+    if url.startswith("file://"):
+        return url[len("file://") :]
+    return None
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _remote(url: str) -> tuple[Any, str]:
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()  # other processes write here; a cached listing would not see it
+    return fs, path
+
+
+def _read(url: str) -> bytes | None:
+    """The bytes of a file, or None when it does not exist."""
+    local = _local_path(url)
+    try:
+        if local is not None:
+            with open(local, "rb") as f:
+                return f.read()
+        fs, path = _remote(url)
+        data: bytes = fs.cat_file(path)
+        return data
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError as e:
+        raise MarkerError(f"{url}: a directory where a marker file should be") from e
+
+
+def _create_exclusive(url: str, data: bytes) -> bool:
+    """Create a file holding ``data``, durably; False if it exists already."""
+    local = _local_path(url)
+    if local is None:
+        fs, path = _remote(url)
+        try:
+            # On S3 one PUT with If-None-Match: *: exactly one creator wins.
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+    try:
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(os.path.dirname(local))
+    return True
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _names(url: str) -> list[str]:
+    """Names directly under a directory, sorted; empty when it does not exist."""
+    local = _local_path(url)
+    try:
+        if local is not None:
+            return sorted(os.listdir(local))
+        fs, path = _remote(url)
+        return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _children(root: str) -> list[str]:
+    """Entries directly under a staging root, as normalized paths or URLs."""
+    local = _local_path(root)
+    if local is not None:
+        return [f"{local.rstrip('/')}/{n}" for n in _names(root)]
+    scheme = root.split("://", 1)[0]
+    fs, path = _remote(root)
+    try:
+        found = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(normalize(f"{scheme}://{p.rstrip('/')}") for p in found)
+
+
+def _files_under(url: str) -> list[str]:
+    """Every file under a remote directory, as filesystem paths."""
+    fs, path = _remote(url)
+    return sorted(fs.find(path))
+
+
+def _delete_tree(path: str) -> None:
+    """Delete a file or a directory tree. Errors are raised: the caller decides."""
+    local = _local_path(path)
+    if local is None:
+        fs, p = _remote(path)
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+        return
+    if os.path.isdir(local) and not os.path.islink(local):
+        shutil.rmtree(local)
+    elif os.path.lexists(local):
+        os.unlink(local)
+
+
+# -- claim ---------------------------------------------------------------------------------
+
+
+class StagingClaimError(ConfigurationError):
+    """A staging root is another job's, or holds entries no job marked."""
+
+
+def claim(root: str, job: str) -> None:
+    """Mark ``root`` as ``job``'s staging, or check that it is.
+
+    An empty or missing root is marked (created if need be); a root marked by ``job`` is
+    fine. Recovery deletes run directories in its staging root, so a root that already
+    holds entries must have been marked by this job.
+
+    Raises:
+        StagingClaimError: if another job marked the root, or it holds unmarked entries.
+    """
+    marker = _join(root, ROOT_MARKER)
+    owner = _owner(marker)
+    if owner is None:
+        entries = [n for n in _names(root) if n != ROOT_MARKER]
+        if entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise StagingClaimError(
+                f"staging path {root} already holds entries ({shown}) and is not marked as "
+                f"the staging of job {job!r} (no {ROOT_MARKER} file naming it). Recovery "
+                "deletes run directories in the staging path, so commitpub only takes an "
+                "empty directory, or one it marked itself: point staging.path at a new, "
+                "empty directory"
+            )
+        local = _local_path(root)
+        if local is not None:
+            os.makedirs(local, exist_ok=True)
+        if not _create_exclusive(marker, job.encode()):
+            owner = _owner(marker)  # another process marked it at the same moment
+    if owner is not None and owner != job:
+        raise StagingClaimError(
+            f"staging path {root} belongs to job {owner!r}; give each job a staging path of "
+            "its own (recovery deletes what its commits do not refer to)"
+        )
+
+
+def _owner(marker: str) -> str | None:
+    data = _read(marker)
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise StagingClaimError(f"{marker}: unreadable mark of a staging path ({e})") from e
+
+
+# -- run directories -----------------------------------------------------------------------
+
+
+class RunDirExistsError(ConfigurationError):
+    """A run directory of that name exists already: the run id was used before."""
+
+
+def create_run_dir(root: str, job: str, run_id: str, token: int | None) -> str:
+    """Create a run's directory under a claimed ``root``, its marker written first.
+
+    Args:
+        root: the staging root (claimed here if it is not yet).
+        job: the job.
+        run_id: the run, as in published file names.
+        token: the run's fencing token, or None for a run without the job lock.
+
+    Returns:
+        The run directory (a path or URL); stage into it, nowhere else.
+
+    Raises:
+        RunDirExistsError: if the directory exists (the run id was given again).
+        StagingClaimError: see :func:`claim`.
+    """
+    claim(root, job)
+    name = run_dir_name(run_id, token)
+    run_dir = _join(root, name)
+    marker = RunMarker(
+        job=job,
+        run_id=run_id,
+        token=token,
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+    )
+    exists = RunDirExistsError(
+        f"run directory {run_dir} exists already: run id {run_id!r} was used before by "
+        f"job {job!r}; give this run a new run id"
+    )
+    local = _local_path(run_dir)
+    if local is not None:
+        try:
+            os.mkdir(local, 0o755)
+        except FileExistsError:
+            raise exists from None
+        _fsync_dir(os.path.dirname(local))
+    if not _create_exclusive(_join(run_dir, RUN_MARKER), encode_marker(marker)):
+        raise exists
+    log.info("created run directory %s", run_dir)
+    return run_dir
+
+
+def read_marker(run_dir: str) -> RunMarker | None:
+    """The marker of a run directory, or None when it has none.
+
+    Raises:
+        MarkerError: if the marker is unreadable.
+    """
+    where = _join(run_dir, RUN_MARKER)
+    data = _read(where)
+    return None if data is None else decode_marker(data, where)
+
+
+def finish_run(run_dir: str, guard: Guard) -> bool:
+    """Remove a run's directory once nothing but its marker is left in it.
+
+    Called when the run is over; what a dataset that did not publish left in it stays for
+    the next recovery (which keeps it while a pending sequence refers to it).
+
+    Returns:
+        True if the directory is gone.
+
+    Raises:
+        FencedError: from ``guard``, if this run may no longer delete.
+    """
+    local = _local_path(run_dir)
+    if local is not None:
+        names = _names(run_dir)
+        if names not in ([], [RUN_MARKER]):
+            return False
+        guard(f"removing the finished run directory {run_dir}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{local}/{RUN_MARKER}")
+        try:
+            os.rmdir(local)
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # something was written into it after the listing
+            log.warning("run directory %s left behind: %s", run_dir, e)
+            return False
+        return True
+    fs, path = _remote(run_dir)
+    files = sorted(fs.find(path))
+    if [posixpath.basename(f) for f in files] not in ([], [RUN_MARKER]):
+        return False
+    guard(f"removing the finished run directory {run_dir}")
+    if files:
+        fs.rm_file(files[0])
+    return True
+
+
+# -- clean-up after a publish ----------------------------------------------------------------
+
+
+@attrs.frozen
+class StagedPath(CommitStep):
+    """A pseudo-step to run a staging path through the confinement check (:class:`Roots`)."""
+
+    path: str
+
+    def verify(self) -> bool:
+        return True
+
+    def execute(self) -> None:
+        return None
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+
+def cleanup(
+    roots: Roots,
+    staged: Sequence[str],
+    staging_dir: str | None,
+    guard: Guard,
+    *,
+    dataset: str,
+) -> None:
+    """Delete a dataset's staging after its sequence is removed; never fails the commit.
+
+    ``staging_dir`` (if given) goes whole; then empty directories left by the renames are
+    removed up to, not including, the staging root (a run directory keeps its marker, so it
+    stays until :func:`finish_run` or a sweep). Anything missed here is an orphan that the
+    next recovery sweeps.
+
+    Raises:
+        FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
+    """
+    try:
+        if staging_dir is not None:
+            roots.check([StagedPath(staging_dir)])
+        guard(f"cleaning up the staging of {dataset!r}")
+        if staging_dir is not None:
+            _delete_tree(staging_dir)
+        # Directories first, normalized once each: staged files share a few of them. Those
+        # under staging_dir went with it.
+        gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
+        parents = {
+            normalize(d)
+            for d in {
+                os.path.dirname(p)
+                for p in staged
+                if "://" not in p and not (gone and p.startswith(gone))
+            }
+        }
+        if staging_dir is not None and "://" not in staging_dir:
+            parents.add(os.path.dirname(normalize(staging_dir)))
+        for parent in sorted(parents, key=len, reverse=True):
+            _remove_empty_dirs(parent, roots.staging)
+    except FencedError:
+        raise
+    except (OSError, CommitPubError) as e:
+        log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
+
+
+def _remove_empty_dirs(directory: str, staging_roots: Sequence[str]) -> None:
+    while directory not in staging_roots and any(
+        directory.startswith(r.rstrip("/") + "/") for r in staging_roots
+    ):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+        directory = os.path.dirname(directory)
+
+
+# -- the orphan sweep ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SweepResult:
+    """What a sweep deleted, and what it found and left alone (one warning each)."""
+
+    deleted: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def sweep(
+    roots: Iterable[str], job: str, token: int | None, keep: Iterable[str], guard: Guard
+) -> SweepResult:
+    """Delete the run directories of ``job`` that nothing refers to; warn about the rest.
+
+    Args:
+        roots: the staging roots (normalized, as in :class:`Roots`).
+        job: the job sweeping.
+        token: the sweeping run's fencing token; None for a run without the job lock,
+            which then deletes only run directories made without one.
+        keep: run directories a pending sequence refers to.
+        guard: checks, right before each deletion, that this run still owns the job.
+
+    Raises:
+        FencedError: from ``guard``; what was deleted before stays deleted.
+    """
+    kept = set(keep)
+    deleted: list[str] = []
+    warnings: list[str] = []
+    for root in roots:
+        for entry in _children(root):
+            name = posixpath.basename(entry)
+            if name == ROOT_MARKER or entry in kept:
+                continue
+            action, warning = _judge(entry, name, job, token)
+            try:
+                if action == "rmdir":
+                    guard(f"removing the empty run directory {entry}")
+                    if not _rmdir_empty(entry):
+                        continue
+                elif action == "delete":
+                    guard(f"sweeping the orphan run directory {entry}")
+                    _delete_run_dir(entry)
+                else:
+                    if warning:
+                        warnings.append(warning)
+                        log.warning("staging: %s", warning)
+                    continue
+            except FencedError:
+                raise
+            except OSError as e:
+                warning = f"{entry}: could not delete it ({e}); the next recovery tries again"
+                warnings.append(warning)
+                log.warning("staging: %s", warning)
+                continue
+            deleted.append(entry)
+            failpoint("recover.orphan_deleted")
+    if deleted:
+        log.info("deleted %d orphan run directories", len(deleted))
+    return SweepResult(tuple(deleted), tuple(warnings))
+
+
+def _judge(entry: str, name: str, job: str, token: int | None) -> tuple[str, str]:
+    """What to do with an entry of a staging root: ("delete", ""), ("rmdir", "") for an
+    empty unmarked run directory, or ("leave", why), where ``why`` is a warning (or empty
+    when there is nothing worth one)."""
+    if not _RUN_DIR_RE.match(name):
+        return "leave", (
+            f"{entry}: not a run directory of job {job!r} (no run of it has this name); left alone"
+        )
+    local = _local_path(entry)
+    if local is not None and (os.path.islink(local) or not os.path.isdir(local)):
+        return (
+            "leave",
+            f"{entry}: not a directory, so not a run directory of job {job!r}; left alone",
+        )
+    try:
+        marker = read_marker(entry)
+    except MarkerError as e:
+        return "leave", f"{e}; left alone"
+    if marker is None:
+        return _judge_unmarked(entry, local)
+    return _judge_marker(entry, name, marker, job, token)
+
+
+def _judge_unmarked(entry: str, local: str | None) -> tuple[str, str]:
+    if local is not None and not _names(entry):
+        return "rmdir", ""  # a run killed between creating its directory and its marker
+    if local is None and not _files_under(entry):
+        return "leave", ""  # an object store has no empty directories worth a word
+    return "leave", (
+        f"{entry}: no run marker ({RUN_MARKER}), so commitpub did not create it (or a "
+        "version before markers did); left alone: delete it by hand once no pending "
+        "commit needs it"
+    )
+
+
+def _judge_marker(
+    entry: str, name: str, marker: RunMarker, job: str, token: int | None
+) -> tuple[str, str]:
+    if marker.job != job:
+        return (
+            "leave",
+            f"{entry}: a run directory of job {marker.job!r}, not of {job!r}; left alone",
+        )
+    if marker.dir_name != name:
+        return "leave", (
+            f"{entry}: its marker names run {marker.run_id!r} with token {marker.token}, whose "
+            f"directory would be {marker.dir_name!r}; left alone"
+        )
+    if marker.token is not None and token is None:
+        return "leave", (
+            f"{entry}: created under fencing token {marker.token}, and this recovery holds "
+            "no job lock; left alone"
+        )
+    if marker.token is not None and token is not None and marker.token > token:
+        return "leave", (
+            f"{entry}: created under fencing token {marker.token}, newer than this run's "
+            f"{token}: a newer run owns it; left alone"
+        )
+    return "delete", ""
+
+
+def _rmdir_empty(entry: str) -> bool:
+    local = _local_path(entry)
+    if local is None:
+        return False
+    try:
+        os.rmdir(local)  # atomic, and refused if anything appeared in it meanwhile
+    except OSError as e:
+        log.info("not removing %s: %s", entry, e)
+        return False
+    return True
+
+
+def _delete_run_dir(entry: str) -> None:
+    """Delete everything in a run directory, its marker last, then the directory."""
+    local = _local_path(entry)
+    if local is not None:
+        for name in _names(entry):
+            if name != RUN_MARKER:
+                _delete_tree(f"{local}/{name}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{local}/{RUN_MARKER}")
+        os.rmdir(local)
+        return
+    fs, path = _remote(entry)
+    marker = f"{path.rstrip('/')}/{RUN_MARKER}"
+    rest = [f for f in fs.find(path) if f != marker]
+    if rest:
+        fs.rm(rest)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(marker)
