@@ -9,6 +9,7 @@
     type = "landing"            # the built-in source, or a dotted class name
     path = "landing"            # required by the landing source
     time_field = "ts"           # optional: output partitioned by the date of this field
+    bad_records = "fail"        # optional: "fail" the dataset on a bad line, or "skip" it
     options = {}                # optional: keyword options for a user's source class
     [staging]
     path = "staging"
@@ -47,6 +48,7 @@ from typing import Any
 
 import attrs
 
+from jobs.sources import BAD_RECORDS
 from publisher import Roots
 from store.errors import ConfigurationError
 from store.urls import encode_name, require_no_credentials
@@ -61,6 +63,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
         "type": (str, False),
         "path": (str, False),
         "time_field": (str, False),
+        "bad_records": (str, False),
         "options": (dict, False),
     },
     "staging": {"path": (str, True)},
@@ -84,6 +87,9 @@ class SourceConfig:
     path: str | None
     time_field: str | None = None
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
+    #: (counted in the run report and metrics).
+    bad_records: str = "fail"
 
 
 @attrs.frozen
@@ -201,7 +207,15 @@ def _source(src: Mapping[str, Any], base: Path, shown: str) -> SourceConfig:
     time_field = src.get("time_field")
     if time_field is not None and not time_field.strip():
         raise ConfigurationError(f"{shown}: key 'source.time_field' must not be empty")
-    return SourceConfig(source_type, source_path, time_field, dict(src.get("options", {})))
+    bad_records = src.get("bad_records", BAD_RECORDS[0])
+    if bad_records not in BAD_RECORDS:
+        raise ConfigurationError(
+            f"{shown}: key 'source.bad_records' must be one of "
+            f"{', '.join(map(repr, BAD_RECORDS))}, got {bad_records!r}"
+        )
+    return SourceConfig(
+        source_type, source_path, time_field, dict(src.get("options", {})), bad_records
+    )
 
 
 def _reports(job: Mapping[str, Any], store_url: str, base: Path) -> str:

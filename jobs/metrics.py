@@ -99,6 +99,15 @@ def samples(config: JobConfig, report: Mapping[str, Any], now: float) -> list[Sa
                 {**job, "outcome": outcome},
             )
         )
+    for dataset, staged in sorted((report.get("staged") or {}).items()):
+        out.append(
+            Sample(
+                "commitpub_last_run_bad_records_skipped",
+                "Bad source records the last run skipped (source.bad_records = skip), per dataset.",
+                float(staged.get("bad_records_skipped", 0)),
+                {**job, "dataset": dataset},
+            )
+        )
     for phase, seconds in sorted(durations.items()):
         out.append(
             Sample(
