@@ -45,6 +45,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -114,7 +115,10 @@ class JobConfig:
     lock_url: str = ""  # empty: the store's URL
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
-    metrics_pushgateway: str | None = None
+    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
+    metrics_pushgateway: str | None = attrs.field(
+        default=None, repr=lambda url: repr(None if url is None else redact_gateway(url))
+    )
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
 
@@ -236,11 +240,18 @@ def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any
         )
     metrics = doc.get("metrics", {})
     pushgateway = metrics.get("pushgateway")
-    if pushgateway is not None and not pushgateway.startswith(("http://", "https://")):
-        raise ConfigurationError(
-            f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
-            f"{pushgateway!r}"
-        )
+    if pushgateway is not None:
+        try:
+            parts = urlsplit(pushgateway)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port  # a port that is not a number raises here, not at the first push
+        except ValueError:
+            usable = False
+        if not usable:
+            raise ConfigurationError(
+                f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
+                f"{redact_gateway(pushgateway)!r}"
+            )
     return {
         "lock_url": _resolve(lock["url"], base, "lock.url") if "url" in lock else "",
         "lock_ttl_s": ttl_s,
@@ -251,6 +262,21 @@ def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any
         ),
         "metrics_pushgateway": pushgateway,
     }
+
+
+def redact_gateway(url: str) -> str:
+    """A Pushgateway URL fit for logs and reports: user info and query hidden whole.
+
+    The Pushgateway takes no query parameters, so a query is there for an authenticating
+    proxy (``?token=...``) and is hidden, whatever its parameters are called.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    userinfo, _, host = parts.netloc.rpartition("@")
+    shown = f"{parts.scheme}://{'***@' if userinfo else ''}{host}{parts.path}"
+    return shown + ("?***" if parts.query else "")
 
 
 def _s3(doc: Mapping[str, Any], shown: str) -> dict[str, Any]:
