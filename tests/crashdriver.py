@@ -9,8 +9,10 @@ PARTITIONS, each with RECORDS records (offsets 0..RECORDS-1). A run recovers fir
 ``commitpub run`` does), extracts every partition from its committed watermark up to RECORDS
 into ``staging/<run>/<dataset>/...`` in files of FILE_RECORDS records, then publishes
 renames + one watermark step per partition. Crashes come from ``COMMITPUB_FAILPOINTS``
-(store/failpoints.py): the process SIGKILLs itself at the named point. Prints the report as
-JSON on success.
+(store/failpoints.py): the process SIGKILLs (or SIGSTOPs) itself at the named point. Prints
+the report as JSON and exits 0 when every dataset ended well, 1 when one did not (the report
+says why); an error that stops the whole run (the store unreachable while listing) is
+printed as ``crashdriver: error: ...`` on stderr, exit 1.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import fsspec
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from publisher import Publisher, RetryPolicy
 from store import open_watermarks
+from store.errors import CommitPubError
 from store.failpoints import failpoint
 
 DATASETS = ("orders", "clients/ünïcødé", "events")
@@ -96,14 +99,23 @@ def main(argv: list[str]) -> int:
         chunk_records=args.chunk_records,
         stores=[args.watermarks],
     )
-    out: dict[str, object] = {"recovery": pub.recover().to_dict()}
-    if args.command == "run":
-        sequences = extract(args.base, args.run_id, args.watermarks)
-        staging = {d: f"{args.base}/staging/{args.run_id}/{safe(d)}" for d in sequences}
-        out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
-    pub.close()
+    try:
+        recovery = pub.recover()
+        out: dict[str, object] = {"recovery": recovery.to_dict()}
+        ok = recovery.ok
+        if args.command == "run":
+            sequences = extract(args.base, args.run_id, args.watermarks)
+            staging = {d: f"{args.base}/staging/{args.run_id}/{safe(d)}" for d in sequences}
+            published = pub.publish(sequences, staging_dirs=staging)
+            out["publish"] = published.to_dict()
+            ok = ok and published.ok
+    except CommitPubError as e:
+        print(f"crashdriver: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        pub.close()
     json.dump(out, sys.stdout)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
