@@ -239,12 +239,13 @@ class RunReport:
     @property
     def errors(self) -> dict[str, str]:
         """The error of each failed dataset (extract, publish or recovery)."""
+        failed = set(self.failed)
         found = {
             d.dataset: d.error
             for part in (self.recovery, self.publish)
             if part is not None
             for d in part.datasets
-            if d.dataset in self.failed and d.error
+            if d.dataset in failed and d.error
         }
         return {**found, **self.extract_failed}
 
