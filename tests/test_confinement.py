@@ -41,6 +41,7 @@ class Job:
             staging_roots=[str(self.staging)],
             output_roots=[str(self.output)],
             retry=FAST,
+            stores=[self.wm_url],
         )
 
     def stage(self, directory: Path, n: int = 2) -> list[CommitStep]:

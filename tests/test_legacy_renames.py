@@ -70,6 +70,7 @@ def test_a_sealed_sequence_of_an_older_version_recovers_by_the_strict_rule(
         staging_roots=[f"{root}/staging"],
         output_roots=[f"{root}/output"],
         retry=FAST,
+        stores=[wm_url],
     )
     report = publisher.recover()
 
