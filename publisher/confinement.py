@@ -64,17 +64,19 @@ def _strictly_inside(path: str, roots: Sequence[str]) -> bool:
 # A listing tells links from files without a stat each; for a few names a stat each is less.
 _LIST_FROM = 16
 
+#: Local staged files to look at for links, per directory: (name, path, index of the step).
+_StagedFiles = dict[str, list[tuple[str, str, int]]]
 
-def _first_link(directory: str, names: Sequence[tuple[str, str]]) -> str | None:
-    """The first path of (name, path) pairs in ``directory`` that is a symbolic link."""
+
+def _links(directory: str, names: Sequence[tuple[str, str, int]]) -> set[str]:
+    """Which of ``names`` are symbolic links in ``directory``."""
     if len(names) < _LIST_FROM:
-        return next((path for name, path in names if os.path.islink(f"{directory}/{name}")), None)
+        return {name for name, _, _ in names if os.path.islink(f"{directory}/{name}")}
     try:
         with os.scandir(directory) as entries:
-            links = {e.name for e in entries if e.is_symlink()}
+            return {e.name for e in entries if e.is_symlink()}
     except (FileNotFoundError, NotADirectoryError):
-        return None
-    return next((path for name, path in names if name in links), None)
+        return set()
 
 
 def _directory_inside(directory: str, roots: Sequence[str], resolved: Sequence[str]) -> bool:
@@ -86,17 +88,19 @@ def _directory_inside(directory: str, roots: Sequence[str], resolved: Sequence[s
 
 @attrs.define
 class _Kind:
-    """One kind of roots during a :meth:`Roots.check`, with what it found per directory."""
+    """One kind of roots during a :meth:`Roots.refusals`, with what it found per directory."""
 
     name: str
     roots: tuple[str, ...]
     resolved: tuple[str, ...]
     inside: dict[str, bool] = attrs.Factory(dict)
 
-    def require(self, path: str, staged: dict[str, list[tuple[str, str]]] | None) -> None:
-        """Raise unless ``path`` lies in a root; note local staged files in ``staged``."""
+    def judge(
+        self, path: str, index: int, staged: _StagedFiles | None
+    ) -> PathConfinementError | None:
+        """Why ``path`` is refused, or None; local staged files are noted in ``staged``."""
         if not self.roots:
-            raise PathConfinementError(
+            return PathConfinementError(
                 f"{path} needs a configured {self.name} root, and the publisher has none"
             )
         local = path[len("file://") :] if path.startswith("file://") else path
@@ -114,7 +118,7 @@ class _Kind:
                 )
             ok = found
             if ok and staged is not None:
-                staged.setdefault(directory, []).append((name, path))
+                staged.setdefault(directory, []).append((name, path, index))
         else:
             # Relative, or not naming a file (a trailing slash, "." or ".."): the path itself
             # is compared, as written and resolved (not normalized first: "link/.." is the
@@ -124,11 +128,12 @@ class _Kind:
             )
             if ok and staged is not None and name not in ("", ".", ".."):
                 directory, name = os.path.split(os.path.join(os.getcwd(), local))
-                staged.setdefault(directory, []).append((name, path))
-        if not ok:
-            raise PathConfinementError(
-                f"{path} is outside the {self.name} roots ({', '.join(self.roots)}); refused"
-            )
+                staged.setdefault(directory, []).append((name, path, index))
+        if ok:
+            return None
+        return PathConfinementError(
+            f"{path} is outside the {self.name} roots ({', '.join(self.roots)}); refused"
+        )
 
 
 @attrs.frozen
@@ -156,24 +161,42 @@ class Roots:
         Raises:
             PathConfinementError: naming the step's path and the roots.
         """
+        for refused in self.refusals(list(steps)):
+            if refused is not None:
+                raise refused
+
+    def refusals(
+        self, steps: Sequence[CommitStep], *, published: bool = True
+    ) -> list[PathConfinementError | None]:
+        """Why each step is refused (None where it stays within the roots), in one pass: what
+        must skip refused steps and go on with the others asks this, not :meth:`check` per
+        step, which would resolve and look at the same directories again for every step.
+
+        Args:
+            steps: the steps to judge.
+            published: False to judge staged paths only (what an abort deletes).
+        """
         # Most steps of a sequence share a few directories: each is normalized, resolved
         # and (in staging) looked at for links once, not each of (say) 100,000 paths. Roots
         # are resolved here, where the steps run, not where the Roots object was built.
         staging = _Kind("staging", self.staging, tuple(_resolve(r) for r in self.staging))
         output = _Kind("output", self.output, tuple(_resolve(r) for r in self.output))
-        staged: dict[str, list[tuple[str, str]]] = {}
-        for step in steps:
-            for path in step.staged_paths():
-                staging.require(path, staged)
-            for path in step.published_paths():
-                output.require(path, None)
+        staged: _StagedFiles = {}
+        refused: list[PathConfinementError | None] = [None] * len(steps)
+        for index, step in enumerate(steps):
+            judged = [staging.judge(path, index, staged) for path in step.staged_paths()]
+            if published:
+                judged += [output.judge(path, index, None) for path in step.published_paths()]
+            refused[index] = next((e for e in judged if e is not None), None)
         for directory, names in staged.items():
-            link = _first_link(directory, names)
-            if link is not None:
-                raise PathConfinementError(
-                    f"staged path {link} is a symbolic link; refused: a link is never "
-                    "published, wherever it points"
-                )
+            links = _links(directory, names)
+            for name, path, index in names:
+                if name in links and refused[index] is None:
+                    refused[index] = PathConfinementError(
+                        f"staged path {path} is a symbolic link; refused: a link is never "
+                        "published, wherever it points"
+                    )
+        return refused
 
     def run_dir(self, path: str) -> str | None:
         """The top-level directory under a staging root that ``path`` lies in."""

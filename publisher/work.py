@@ -529,10 +529,8 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
 def _abort(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
 ) -> DatasetReport:
-    for step in steps:
-        try:
-            ctx.roots.check([_Staged(p) for p in step.staged_paths()])
-        except PathConfinementError:
+    for step, refused in zip(steps, ctx.roots.refusals(steps, published=False), strict=True):
+        if refused is not None:
             log.warning("not deleting staged paths outside the staging roots: %s", step)
             continue
         step.abort()
@@ -563,10 +561,9 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
         cleanup_staging(ctx.roots, [p for s in steps for p in s.staged_paths()], None)
         return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-    for step in reversed(steps):
-        try:
-            ctx.roots.check([step])
-        except PathConfinementError:
+    refusals = ctx.roots.refusals(steps)
+    for step, refused in reversed(list(zip(steps, refusals, strict=True))):
+        if refused is not None:
             # Publish and recover refuse such a step before anything runs: nothing of it is
             # to be undone, and nothing outside the roots is ever touched.
             log.warning("not rolling back a step outside the job's roots: %s", step)

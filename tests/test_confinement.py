@@ -218,3 +218,28 @@ def test_the_check_costs_system_calls_per_directory_not_per_file(
     link.symlink_to(job.secret)
     with pytest.raises(PathConfinementError, match=r"f399 is a symbolic link"):
         roots.check(steps)
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["discard", "abort"])
+def test_discard_and_abort_judge_every_step_in_one_pass(
+    job: Job, monkeypatch: pytest.MonkeyPatch, sealed: bool
+) -> None:
+    # They skip refused steps and go on with the others; judged one by one, each step
+    # would cost its directories' realpaths again.
+    staged = job.stage(job.staging / "r1" / "orders", n=200)
+    link = job.staging / "r1" / "orders" / "f7"
+    link.unlink()
+    link.symlink_to(job.secret)
+    records = [commitsteps.dumps(s) for s in staged]
+    store = open_store(job.store_url)
+    store.append("job", "orders", records, seal=sealed)
+    calls: Counter[str] = Counter()
+    _counting(monkeypatch, confinement.os.path, "realpath", calls)
+    publisher = job.publisher()
+    report = publisher.discard("orders") if sealed else publisher.recover()["orders"]
+    assert report.outcome == Outcome.ABORTED
+    assert calls["realpath"] < 20
+    assert job.secret.read_bytes() == b"not for publishing"
+    if sealed:  # the link was skipped, the other staged files deleted
+        assert sorted(p.name for p in (job.staging / "r1" / "orders").iterdir()) == ["f7"]
+        assert link.is_symlink()

@@ -16,6 +16,7 @@ import pytest
 
 import commitsteps
 from commitsteps import WatermarkCommitStep
+from commitsteps.fs import LegacyFsRenameCommitStep
 from publisher import Outcome, Publisher, RetryPolicy
 from store import open_store, open_watermarks
 
@@ -80,3 +81,24 @@ def test_a_sealed_sequence_of_an_older_version_recovers_by_the_strict_rule(
     assert [fs.exists(src[n]) for n in staged] == [False] * 4
     assert open_watermarks(wm_url).get("orders", "0") == 4
     assert open_store(store_url).datasets("job") == []
+
+
+def test_new_code_cannot_write_a_size_less_rename_ahead(tmp_path: Path) -> None:
+    # Built directly, the legacy class is refused at write-ahead: no new record lacks a size.
+    staged = tmp_path / "staging" / "r1" / "f"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"data")
+    step = LegacyFsRenameCommitStep(str(staged), str(tmp_path / "output" / "f"))
+    publisher = Publisher(
+        str(tmp_path / "store"),
+        "job",
+        staging_roots=[str(tmp_path / "staging")],
+        output_roots=[str(tmp_path / "output")],
+        retry=FAST,
+    )
+    report = publisher.publish({"orders": [step]})
+    assert report["orders"].outcome == Outcome.REFUSED
+    assert "from_staged" in (report["orders"].error or "")
+    assert open_store(str(tmp_path / "store")).datasets("job") == []
+    assert staged.read_bytes() == b"data"
+    assert not (tmp_path / "output").exists()
