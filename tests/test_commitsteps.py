@@ -698,14 +698,21 @@ def test_s3_copy_done_source_not_deleted_is_proven_by_etag(
 
 
 @pytest.mark.s3
-def test_s3_single_rename_proves_the_copy_too(s3_bucket: str) -> None:
+def test_s3_single_rename_proves_the_copy_too(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]]
+) -> None:
     fs = fsspec.filesystem("s3")
     src, dst = f"s3://{s3_bucket}/staging/f", f"s3://{s3_bucket}/out/f"
     fs.pipe_file(src, DATA)
     fs.pipe_file(dst, b"Z" * len(DATA))
     FsRenameCommitStep(src, dst, len(DATA)).execute()
-    assert fs.cat_file(dst) == DATA
-    assert not fs.exists(src)
+    assert (fs.exists(src), fs.cat_file(dst)) == (False, DATA)
+    fs.pipe_file(src, DATA)
+    _copy_object(fs, src, dst)
+    s3_requests.clear()
+    FsRenameCommitStep(src, dst, len(DATA)).execute()
+    assert _ops(s3_requests) == {"HeadObject": 2, "DeleteObjects": 1}
+    assert (fs.exists(src), fs.cat_file(dst)) == (False, DATA)
 
 
 @pytest.mark.s3
