@@ -522,14 +522,14 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
 def _abort(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
 ) -> DatasetReport:
-    for batch in _undo_batches(steps):
+    refusals = ctx.roots.refusals(steps, published=False)
+    for step, refused in zip(steps, refusals, strict=True):
+        if refused is not None:
+            log.warning("not deleting staged paths outside the staging roots: %s", step)
+    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
+    for batch in _undo_batches(inside):
         ctx.guard(f"aborting {dataset!r} (deleting its staged files)")
         for step in batch:
-            try:
-                ctx.roots.check([StagedPath(p) for p in step.staged_paths()])
-            except PathConfinementError:
-                log.warning("not deleting staged paths outside the staging roots: %s", step)
-                continue
             step.abort()
             failpoint("recover.abort_step")
     ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
@@ -566,16 +566,16 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
             dataset=dataset,
         )
         return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-    for batch in _undo_batches(steps[::-1]):
+    refusals = ctx.roots.refusals(steps)
+    for step, refused in zip(steps, refusals, strict=True):
+        if refused is not None:
+            # Publish and recover refuse such a step before anything runs: nothing of it is
+            # to be undone, and nothing outside the roots is ever touched.
+            log.warning("not rolling back a step outside the job's roots: %s", step)
+    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
+    for batch in _undo_batches(inside[::-1]):
         ctx.guard(f"discarding {dataset!r} (rolling back its steps)")
         for step in batch:
-            try:
-                ctx.roots.check([step])
-            except PathConfinementError:
-                # Publish and recover refuse such a step before anything runs: nothing of
-                # it is to be undone, and nothing outside the roots is ever touched.
-                log.warning("not rolling back a step outside the job's roots: %s", step)
-                continue
             step.rollback()
             failpoint("discard.rollback_step")
     return _abort(ctx, dataset, steps, started)
