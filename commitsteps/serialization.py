@@ -4,6 +4,10 @@ A record is ``b"cs1 " + crc32 of the payload (8 hex digits) + b" " + payload``, 
 being compact UTF-8 JSON ``{"t": <type tag>, "d": <the step's fields>}``. The tag selects the
 class from the registry (:func:`commitsteps.register`); cattrs builds the instance from the
 fields with strict hooks (a string field given a number is an error, not a conversion).
+
+Records of older versions: an ``fs.rename`` record whose ``size`` is null or missing (size
+was optional before) loads as :class:`~commitsteps.fs.LegacyFsRenameCommitStep`, which is
+verified by the strict rule. Nothing writes such a record any more.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from cattrs.strategies import configure_union_passthrough
 
 from commitsteps.base import CommitStep, class_for, tag_of
 from commitsteps.errors import StepValueError
+from commitsteps.fs import FsRenameCommitStep, LegacyFsRenameCommitStep
 from store.base import JsonScalar
 from store.errors import CorruptRecordError
 
@@ -82,8 +87,14 @@ def dumps(step: CommitStep) -> bytes:
     Raises:
         UnknownStepTypeError: if the step's class is not registered.
         StepValueError: if a field cannot be stored (NaN or infinity, a lone surrogate in a
-            string, a value that is not plain data).
+            string, a value that is not plain data), or the step is a legacy rename read
+            from an old record (it has no size).
     """
+    if isinstance(step, LegacyFsRenameCommitStep):
+        raise StepValueError(
+            f"{step!r:.300} has no size and is only read from records of older versions; "
+            "build FsRenameCommitStep.from_staged(src, dst) instead"
+        )
     tag = tag_of(type(step))
     try:
         payload = _encode({"t": tag, "d": _converter.unstructure(step)}).encode()
@@ -118,6 +129,10 @@ def loads(data: bytes) -> CommitStep:
     if not isinstance(tag, str) or not isinstance(fields, dict):
         raise CorruptRecordError("malformed step record (tag or fields of the wrong type)")
     cls = class_for(tag)
+    if cls is FsRenameCommitStep and fields.get("size") is None:
+        # Written when size was optional ("size": null), or by hand without it.
+        cls = LegacyFsRenameCommitStep
+        fields = {k: v for k, v in fields.items() if k != "size"}
     try:
         step: CommitStep = _converter.structure(fields, cls)
     except (cattrs.BaseValidationError, TypeError, ValueError) as e:

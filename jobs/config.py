@@ -9,6 +9,7 @@
     type = "landing"            # the built-in source, or a dotted class name
     path = "landing"            # required by the landing source
     time_field = "ts"           # optional: output partitioned by the date of this field
+    bad_records = "fail"        # optional: "fail" the dataset on a bad line, or "skip" it
     options = {}                # optional: keyword options for a user's source class
     [staging]
     path = "staging"
@@ -45,9 +46,11 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
+from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
 from store.urls import encode_name, redact, require_no_credentials
 
@@ -61,6 +64,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
         "type": (str, False),
         "path": (str, False),
         "time_field": (str, False),
+        "bad_records": (str, False),
         "options": (dict, False),
     },
     "staging": {"path": (str, True)},
@@ -84,6 +88,9 @@ class SourceConfig:
     path: str | None
     time_field: str | None = None
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
+    #: (counted in the run report and metrics).
+    bad_records: str = "fail"
 
 
 @attrs.frozen
@@ -108,7 +115,10 @@ class JobConfig:
     lock_url: str = ""  # empty: the store's URL
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
-    metrics_pushgateway: str | None = None
+    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
+    metrics_pushgateway: str | None = attrs.field(
+        default=None, repr=lambda url: repr(None if url is None else redact_gateway(url))
+    )
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
 
@@ -201,7 +211,15 @@ def _source(src: Mapping[str, Any], base: Path, shown: str) -> SourceConfig:
     time_field = src.get("time_field")
     if time_field is not None and not time_field.strip():
         raise ConfigurationError(f"{shown}: key 'source.time_field' must not be empty")
-    return SourceConfig(source_type, source_path, time_field, dict(src.get("options", {})))
+    bad_records = src.get("bad_records", BAD_RECORDS[0])
+    if bad_records not in BAD_RECORDS:
+        raise ConfigurationError(
+            f"{shown}: key 'source.bad_records' must be one of "
+            f"{', '.join(map(repr, BAD_RECORDS))}, got {bad_records!r}"
+        )
+    return SourceConfig(
+        source_type, source_path, time_field, dict(src.get("options", {})), bad_records
+    )
 
 
 def _reports(job: Mapping[str, Any], store_url: str, base: Path) -> str:
@@ -222,11 +240,18 @@ def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any
         )
     metrics = doc.get("metrics", {})
     pushgateway = metrics.get("pushgateway")
-    if pushgateway is not None and not pushgateway.startswith(("http://", "https://")):
-        raise ConfigurationError(
-            f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
-            f"{pushgateway!r}"
-        )
+    if pushgateway is not None:
+        try:
+            parts = urlsplit(pushgateway)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port  # a port that is not a number raises here, not at the first push
+        except ValueError:
+            usable = False
+        if not usable:
+            raise ConfigurationError(
+                f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
+                f"{redact_gateway(pushgateway)!r}"
+            )
     return {
         "lock_url": _resolve(lock["url"], base, "lock.url") if "url" in lock else "",
         "lock_ttl_s": ttl_s,
@@ -290,6 +315,21 @@ def _check_staging_apart(shown: str, staging: str, others: Mapping[str, str | No
             "of the job may be there, and staging may not be inside anything else of it: "
             "give staging a directory of its own"
         )
+
+
+def redact_gateway(url: str) -> str:
+    """A Pushgateway URL fit for logs and reports: user info and query hidden whole.
+
+    The Pushgateway takes no query parameters, so a query is there for an authenticating
+    proxy (``?token=...``) and is hidden, whatever its parameters are called.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    userinfo, _, host = parts.netloc.rpartition("@")
+    shown = f"{parts.scheme}://{'***@' if userinfo else ''}{host}{parts.path}"
+    return shown + ("?***" if parts.query else "")
 
 
 def _s3(doc: Mapping[str, Any], shown: str) -> dict[str, Any]:

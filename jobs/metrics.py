@@ -12,6 +12,7 @@ No client library is needed for the text exposition format; it is written here.
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 import os
@@ -24,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from jobs.config import JobConfig
+from jobs.config import JobConfig, redact_gateway
 from publisher import status as status_record
 from store import open_store
 
@@ -100,6 +101,15 @@ def samples(config: JobConfig, report: Mapping[str, Any], now: float) -> list[Sa
                 {**job, "outcome": outcome},
             )
         )
+    for dataset, staged in sorted((report.get("staged") or {}).items()):
+        out.append(
+            Sample(
+                "commitpub_last_run_bad_records_skipped",
+                "Bad source records the last run skipped (source.bad_records = skip), per dataset.",
+                float(staged.get("bad_records_skipped", 0)),
+                {**job, "dataset": dataset},
+            )
+        )
     for phase, seconds in sorted(durations.items()):
         out.append(
             Sample(
@@ -154,14 +164,39 @@ def write_textfile(path: str, text: str) -> None:
 
 
 def push(gateway: str, job_name: str, text: str) -> None:
-    """POST to a Pushgateway's group ``job=commitpub / commitpub_job=<name>``."""
+    """POST to a Pushgateway's group ``job=commitpub / commitpub_job=<name>``.
+
+    ``user:password@`` in ``gateway`` becomes an HTTP Basic ``Authorization`` header (urllib
+    would take it for part of the host); a query string (an auth proxy's token) is kept.
+    """
+    parts = urllib.parse.urlsplit(gateway)
+    userinfo, _, host = parts.netloc.rpartition("@")
     quoted = urllib.parse.quote(job_name, safe="")
-    url = f"{gateway.rstrip('/')}/metrics/job/commitpub/commitpub_job/{quoted}"
+    path = f"{parts.path.rstrip('/')}/metrics/job/commitpub/commitpub_job/{quoted}"
+    url = urllib.parse.urlunsplit((parts.scheme, host, path, parts.query, ""))
+    headers = {"Content-Type": "text/plain"}
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
     request = urllib.request.Request(  # noqa: S310 -- http(s) checked when the config loaded
-        url, data=text.encode(), method="POST", headers={"Content-Type": "text/plain"}
+        url, data=text.encode(), method="POST", headers=headers
     )
     with urllib.request.urlopen(request, timeout=_PUSH_TIMEOUT_S) as response:  # noqa: S310
         response.read()
+
+
+def _scrub(text: str, gateway: str) -> str:
+    """``text`` without the credentials of ``gateway`` (user info, query values) in it."""
+    parts = urllib.parse.urlsplit(gateway)
+    userinfo = parts.netloc.rpartition("@")[0]
+    secrets = {userinfo, *userinfo.split(":"), parts.query}
+    secrets |= {v for pair in parts.query.split("&") for v in pair.split("=")[1:]}
+    secrets |= {urllib.parse.unquote(x) for x in secrets}
+    # Longest first: a password inside the user info is replaced with the rest of it.
+    for secret in sorted((x for x in secrets if x), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def export(config: JobConfig, report: Mapping[str, Any]) -> None:
@@ -193,8 +228,13 @@ def export(config: JobConfig, report: Mapping[str, Any]) -> None:
             write_textfile(config.metrics_textfile, text)
         except OSError as e:
             log.warning("metrics: could not write %s: %s", config.metrics_textfile, e)
-    if config.metrics_pushgateway is not None:
+    gateway = config.metrics_pushgateway
+    if gateway is not None:
         try:
-            push(config.metrics_pushgateway, config.name, text)
-        except OSError as e:
-            log.warning("metrics: push to %s failed: %s", config.metrics_pushgateway, e)
+            push(gateway, config.name, text)
+        except Exception as e:  # metrics never fail a run (a proxy may answer anything)
+            log.warning(
+                "metrics: push to %s failed: %s",
+                redact_gateway(gateway),
+                _scrub(f"{type(e).__name__}: {e}", gateway),
+            )

@@ -18,6 +18,7 @@ import fsspec
 
 import commitsteps
 from commitsteps import CommitStep
+from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
 from jobs.run import job_lock, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher
@@ -145,6 +146,8 @@ def status(config: JobConfig) -> dict[str, Any]:
 
 def _describe_step(step: CommitStep) -> dict[str, Any]:
     fields: dict[str, Any] = cattrs.Converter().unstructure(step)
+    if isinstance(step, LegacyFsRenameCommitStep):
+        fields.update(size=None, legacy=step.NOTE)
     return {"type": commitsteps.tag_of(type(step)), **fields}
 
 

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import secrets
 import socket
 import time
@@ -42,7 +43,7 @@ import fsspec
 from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
 from jobs.config import JobConfig, source_class
 from jobs.metrics import export as export_metrics
-from jobs.sources import Source
+from jobs.sources import Skipped, Source
 from jobs.spark import SparkRunner, TaskInfo, build_session
 from publisher import Outcome, Publisher, PublishReport, RecoveryReport, staging
 from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
@@ -105,10 +106,13 @@ class StagedDataset:
     run_id: str
     watermarks_url: str
     marks: tuple[Mark, ...]
+    #: True when the extract found no record to stage (every line in range was blank or a
+    #: skipped bad record): the commit only moves the watermarks.
+    empty: bool = False
 
     def __call__(self) -> list[CommitStep]:
-        files = staged_files(self.staging_dir)
-        if not files:
+        files = {} if self.empty else staged_files(self.staging_dir)
+        if not files and not self.empty:
             raise MissingSourceError(
                 f"no staged Parquet files for {self.dataset} under {self.staging_dir}"
             )
@@ -162,6 +166,10 @@ class StagedInfo:
     files: int = 0
     rows: int = 0
     bytes: int = 0
+    #: No record to stage: the commit only moves the watermarks.
+    empty: bool = False
+    #: Bad records skipped (``source.bad_records = "skip"``) and the first one's error.
+    skipped: Skipped = attrs.field(factory=Skipped)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -170,6 +178,8 @@ class StagedInfo:
             "files": self.files,
             "rows": self.rows,
             "bytes": self.bytes,
+            "bad_records_skipped": self.skipped.count,
+            "first_bad_record": self.skipped.first,
         }
 
 
@@ -229,6 +239,19 @@ class RunReport:
         return sorted({d for o in bad for d in self._outcomes(o)} | set(self.extract_failed))
 
     @property
+    def errors(self) -> dict[str, str]:
+        """The error of each failed dataset (extract, publish or recovery)."""
+        failed = set(self.failed)
+        found = {
+            d.dataset: d.error
+            for part in (self.recovery, self.publish)
+            if part is not None
+            for d in part.datasets
+            if d.dataset in failed and d.error
+        }
+        return {**found, **self.extract_failed}
+
+    @property
     def exit_code(self) -> int:
         """0 all published, 1 failure, 2 bad configuration, 3 some datasets quarantined."""
         if self.error is not None:
@@ -278,6 +301,7 @@ class RunReport:
                 "staged_datasets": len(self.staged),
                 "staged_rows": rows,
                 "staged_files": sum(s.files for s in self.staged.values()),
+                "bad_records_skipped": sum(s.skipped.count for s in self.staged.values()),
                 "written_ahead": len(self.written_ahead),
                 "published": len(self.published),
                 "quarantined": len(self.quarantined),
@@ -468,7 +492,7 @@ def _spark_body(  # noqa: PLR0917 -- internal; one call site
         report.error, report.error_exit_code = f"{type(e).__name__}: {e}", EXIT_LOCKED
         log.error("another run took the job over; this run stops: %s", e)
     except Exception as e:  # a failed run is reported, whatever failed
-        report.error = f"{type(e).__name__}: {_first_line(e)}"
+        report.error = error_text(e)
         log.error("%s failed: %s", report.command, report.error)
     except BaseException:
         report.error = "interrupted"
@@ -478,13 +502,42 @@ def _spark_body(  # noqa: PLR0917 -- internal; one call site
             spark.stop()
 
 
-def _first_line(e: BaseException) -> str:
-    """The telling line of an error; Spark's carry a JVM stack trace after it."""
+_TRACEBACK = "Traceback (most recent call last):"
+#: The line ending a Python traceback: ``module.Class: message`` (unindented).
+_RAISED_RE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): (?P<message>.*)$")
+
+
+def error_text(e: BaseException) -> str:
+    """``Type: message`` of an error, for reports and logs, in one line.
+
+    An error from a Spark task arrives wrapped: a JVM exception whose text holds the Python
+    worker's traceback among Java stack frames. What the task raised (say a
+    :class:`~jobs.sources.BadRecordError` naming the file and line) is the exception line
+    that ends that traceback, after any chained cause; it is kept whole, with its type's
+    short name, as if it had been raised here.
+    """
     text = str(e).strip()
+    raised = _raised_in_task(text)
+    if raised is not None:
+        return raised
     for line in text.splitlines():
         if "Exception:" in line or "Error:" in line:
-            return line.strip(" :")[:2000]
-    return text.splitlines()[0][:2000] if text else ""
+            return f"{type(e).__name__}: {line.strip(' :')[:2000]}"
+    return f"{type(e).__name__}: {text.splitlines()[0][:2000] if text else ''}"
+
+
+def _raised_in_task(text: str) -> str | None:
+    start = text.find(_TRACEBACK)
+    if start < 0:
+        return None
+    raised = None
+    for line in text[start + len(_TRACEBACK) :].splitlines():
+        if line.startswith(("\tat ", "Driver stacktrace")):
+            break  # the JVM's frames: the Python traceback has ended
+        m = _RAISED_RE.match(line)
+        if m:
+            raised = f"{m.group('type').rsplit('.', 1)[-1]}: {m.group('message')}"
+    return raised
 
 
 def _recover(
@@ -521,6 +574,7 @@ def _run(
         _recover_phase(pub, runner, report, say)
         pub.require_lock("planning the run")
         source: Source = source_class(config.source.type)(config.source.path, config.source.options)
+        source.bad_records = config.source.bad_records
         plan = _plan(config, source, pub, report)
         _extract(config, spark, source, plan, report, say, pub)
         failpoint("run.before_publish")
@@ -580,16 +634,40 @@ def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
             frame = source.read_dataset(spark, dataset, ranges)
-            _write(config, frame, directory)
+            # A record always has the source columns: no column, no record (every line in
+            # range blank or skipped). Parquet cannot hold an empty schema; nothing is staged
+            # and the commit only moves the watermarks past those lines.
+            empty = not frame.columns
+            if not empty:
+                _write(config, frame, directory)
         except ConfigurationError:
             raise
         except Exception as e:  # one dataset's failed extract does not stop the others
-            report.extract_failed[dataset] = f"{type(e).__name__}: {_first_line(e)}"
-            log.error("extract of %s failed: %s", dataset, report.extract_failed[dataset])
+            _extract_failed(report, dataset, e)
             continue
-        report.staged[dataset] = _staged_info(directory, dict(ranges))
+        info = (
+            StagedInfo(directory, dict(ranges), empty=True)
+            if empty
+            else _staged_info(directory, dict(ranges))
+        )
+        info.skipped = source.skipped(dataset)
+        if info.skipped.count:
+            log.warning(
+                "skipped %d bad records of %s (source.bad_records = %r); the first: %s",
+                info.skipped.count,
+                dataset,
+                config.source.bad_records,
+                info.skipped.first,
+            )
+        report.staged[dataset] = info
         failpoint("run.dataset_staged")
     report.durations_s["extract"] = round(time.monotonic() - started, 3)
+
+
+def _extract_failed(report: RunReport, dataset: str, error: BaseException) -> None:
+    """Record that the extract of ``dataset`` failed: the one place extract failures go."""
+    report.extract_failed[dataset] = error_text(error)
+    log.error("extract of %s failed: %s", dataset, report.extract_failed[dataset])
 
 
 def _write(config: JobConfig, frame: DataFrame, directory: str) -> None:
@@ -713,6 +791,7 @@ def _publish(
             run_id=report.run_id,
             watermarks_url=config.watermarks_url,
             marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
+            empty=info.empty,
         )
     staging_dirs = {d: info.directory for d, info in report.staged.items()}
     try:

@@ -4,6 +4,12 @@ A run asks the source, per dataset and partition, for its current high watermark
 the start, and then reads exactly the records between the committed watermark and that high
 watermark. The commit moves the committed watermark to it. So a rerun after a crash reads
 the same records again, and records that arrive during a run wait for the next one.
+
+Bad input fails only its dataset: a source raises :class:`SourceDataError` (or
+:class:`BadRecordError` for one unreadable record) naming the file and line, and the run
+keeps that message whole even when it comes back from a Spark task inside a JVM stack
+trace. With ``source.bad_records = "skip"`` the landing source skips unreadable lines
+instead and counts them per dataset (:meth:`Source.skipped`).
 """
 
 from __future__ import annotations
@@ -14,15 +20,18 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
 from store import JsonScalar
-from store.errors import ConfigurationError
+from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
+    from pyspark.accumulators import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, SparkSession
+
+    SkippedPerSlice = dict[tuple[str, int, int], tuple[int, str | None]]
 
 #: Columns the landing source adds to every record: where it came from.
 PARTITION_COLUMN = "_source_partition"
@@ -30,6 +39,47 @@ OFFSET_COLUMN = "_source_offset"
 
 _SEGMENT_RE = re.compile(r"^(\d{20})\.jsonl$")
 _READ_BLOCK = 1 << 20
+
+#: Values of ``source.bad_records``: fail the dataset on a bad record, or skip and count it.
+BAD_RECORDS_FAIL, BAD_RECORDS_SKIP = "fail", "skip"
+BAD_RECORDS = (BAD_RECORDS_FAIL, BAD_RECORDS_SKIP)
+
+
+class SourceDataError(CommitPubError, ValueError):
+    """The source data of one dataset cannot be read as it should; only that dataset fails.
+
+    The message names the file and the line. Raised in Spark tasks, it reaches the driver as
+    the last line of a Python traceback inside Spark's error, and the run reports that line
+    whole (a custom :class:`Source` can raise it too).
+    """
+
+
+class BadRecordError(SourceDataError):
+    """One line of a segment is not a record: not UTF-8, not JSON, not a JSON object, or it
+    uses a field name the source reserves. ``source.bad_records = "skip"`` skips such lines.
+
+    Args:
+        path: the segment file.
+        line: the line's number in the file, from 1.
+        offset: the record offset of the line (its partition's watermark unit).
+        problem: what is wrong with it, e.g. ``"is not valid JSON: ..."``.
+    """
+
+    def __init__(self, path: str, line: int, offset: int, problem: str) -> None:
+        self.path, self.line, self.offset, self.problem = path, line, offset, problem
+        # One line: the run finds it by its place at the end of a traceback.
+        super().__init__(f"{path}: line {line} (offset {offset}) {problem}".replace("\n", " "))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.line, self.offset, self.problem))
+
+
+@attrs.frozen
+class Skipped:
+    """Bad records a read skipped in one dataset: how many, and the first one's error."""
+
+    count: int = 0
+    first: str | None = None
 
 
 class Source(abc.ABC):
@@ -44,6 +94,10 @@ class Source(abc.ABC):
         path: the resolved ``source.path`` of the job, or None.
         options: the ``source.options`` table of the job.
     """
+
+    #: ``source.bad_records`` of the job, set by the run before it reads: ``"fail"`` (raise
+    #: :class:`BadRecordError`) or ``"skip"`` (skip the record; report it in :meth:`skipped`).
+    bad_records: str = BAD_RECORDS_FAIL
 
     def __init__(self, path: str | None, options: Mapping[str, Any]) -> None:
         self.path = path
@@ -90,6 +144,13 @@ class Source(abc.ABC):
         frames = [self.read(spark, dataset, p, start, end) for p, (start, end) in ranges.items()]
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
+    def skipped(self, dataset: str) -> Skipped:
+        """Bad records skipped in the last read of ``dataset``, once its rows were written.
+
+        The default: none (a source that never skips).
+        """
+        return Skipped()
+
 
 @attrs.frozen
 class Segment:
@@ -129,6 +190,7 @@ class LandingSource(Source):
             raise ConfigurationError("the landing source takes no options")
         super().__init__(path, options)
         self.root = path
+        self._skipped: dict[str, Accumulator[SkippedPerSlice] | None] = {}
 
     def datasets(self) -> list[str]:
         return _subdirs(self.root)
@@ -190,10 +252,27 @@ class LandingSource(Source):
             for s in self._slices(dataset, partition, _offset(start, "start"), _offset(end, "end"))
         ]
         sc = spark.sparkContext
-        lines = sc.parallelize(slices, max(1, len(slices))).flatMap(_read_slice)
+        skipped: Accumulator[SkippedPerSlice] | None = None
+        if self.bad_records == BAD_RECORDS_SKIP:
+            # Duck-typed (pyspark stays unimported until a read): zero() and addInPlace().
+            param = cast("AccumulatorParam[SkippedPerSlice]", _SkippedLines())
+            skipped = sc.accumulator({}, param)
+        self._skipped[dataset] = skipped
+        read = functools.partial(_read_slice, skipped=skipped)
+        lines = sc.parallelize(slices, max(1, len(slices))).flatMap(read)
         # JSON is parsed by Spark so that every field of a record, nested ones too, becomes a
         # column with a type inferred across the whole batch.
         return spark.read.json(lines)
+
+    def skipped(self, dataset: str) -> Skipped:
+        acc = self._skipped.get(dataset)
+        if acc is None:
+            return Skipped()
+        per_slice = sorted(acc.value.items())
+        return Skipped(
+            sum(count for _key, (count, _first) in per_slice),
+            next((first for _key, (_count, first) in per_slice), None),
+        )
 
     def _slices(self, dataset: str, partition: str, start: int, end: int) -> list[_Slice]:
         segments = self.segments(dataset, partition)
@@ -206,43 +285,106 @@ class LandingSource(Source):
         return out
 
 
-def _read_slice(s: _Slice) -> Iterator[str]:
-    """The records of one slice as JSON objects with the two source columns added."""
+class _SkippedLines:
+    """A Spark accumulator of bad lines skipped, per slice: ``{slice: (count, first error)}``.
+
+    Spark may read a slice more than once (schema inference, then the write; a retried task),
+    and accumulators updated in transformations add up every read. A slice's lines never
+    change below the high watermark, so each read finds the same bad lines: merging keeps
+    one value per slice instead of adding, and the count stays exact.
+    """
+
+    def zero(self, _value: dict[Any, Any]) -> dict[Any, Any]:
+        return {}
+
+    def addInPlace(  # noqa: N802 -- the name Spark calls
+        self, a: dict[Any, Any], b: dict[Any, Any]
+    ) -> dict[Any, Any]:
+        a.update(b)
+        return a
+
+
+def _read_slice(s: _Slice, skipped: Any = None) -> Iterator[str]:
+    """The records of one slice as JSON objects with the two source columns added.
+
+    With ``skipped`` (a :class:`_SkippedLines` accumulator), bad records are skipped and
+    counted there once the whole slice was read; otherwise the first one raises
+    :class:`BadRecordError`.
+    """
     offset = s.first
+    bad = 0
+    first_bad: str | None = None
     with open(s.path, "rb") as f:
         for raw in f:
             complete = raw.endswith(b"\n")
             if offset >= s.end:
                 if s.limit is not None and offset >= s.limit and complete:
-                    raise ValueError(
-                        f"{s.path}: holds offset {offset}, which belongs to the next segment "
-                        f"(first offset {s.limit})"
+                    raise SourceDataError(
+                        f"{s.path}: line {offset - s.first + 1} holds offset {offset}, which "
+                        f"belongs to the next segment (first offset {s.limit})"
                     )
                 break
             if not complete:
                 # Offsets before ``end`` were complete lines when the run started.
-                raise ValueError(f"{s.path}: the line of offset {offset} is incomplete")
+                raise SourceDataError(
+                    f"{s.path}: line {offset - s.first + 1} (offset {offset}) is incomplete"
+                )
             # A blank line takes an offset but holds no record, as JSON-lines readers have it.
             if offset >= s.start and not raw.isspace():
-                yield _with_source(raw, s, offset)
+                try:
+                    record = _with_source(raw, s, offset)
+                except BadRecordError as e:
+                    if skipped is None:
+                        raise
+                    bad += 1
+                    first_bad = first_bad or str(e)
+                else:
+                    yield record
             offset += 1
     if s.limit is None and offset < s.end:
-        raise ValueError(f"{s.path}: expected records up to offset {s.end}, found {offset}")
+        raise SourceDataError(
+            f"{s.path}: expected records up to offset {s.end}, but the file ends at offset "
+            f"{offset} (after line {offset - s.first})"
+        )
+    if skipped is not None and bad:
+        skipped.add({(s.path, s.start, s.end): (bad, first_bad)})
 
 
 def _with_source(raw: bytes, s: _Slice, offset: int) -> str:
+    line = offset - s.first + 1
+
+    def bad(problem: str) -> BadRecordError:
+        return BadRecordError(s.path, line, offset, problem)
+
     try:
-        record = json.loads(raw)
+        # Explicitly UTF-8: json.loads(bytes) would guess UTF-16/32 from the first bytes.
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(f"is not UTF-8: byte {raw[e.start]:#04x} at column {e.start + 1}") from e
+    if line == 1:
+        text = text.removeprefix("\ufeff")  # a byte order mark opening the file
+    try:
+        record = json.loads(text)
     except ValueError as e:
-        raise ValueError(f"{s.path}: offset {offset} is not JSON: {e}") from e
+        where = f" at column {e.pos + 1}" if isinstance(e, json.JSONDecodeError) else ""
+        reason = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        raise bad(f"is not valid JSON: {reason}{where}") from e
     if not isinstance(record, dict):
-        raise ValueError(f"{s.path}: offset {offset} is not a JSON object")
+        raise bad(f"is not a JSON object: {text.strip()[:40]!r}")
     for column in (PARTITION_COLUMN, OFFSET_COLUMN):
         if column in record:
-            raise ValueError(f"{s.path}: offset {offset} has a field {column}, reserved")
+            raise bad(f"has a field {column}, which the landing source reserves")
     record[PARTITION_COLUMN] = s.partition
     record[OFFSET_COLUMN] = offset
-    return json.dumps(record, ensure_ascii=False)
+    out = json.dumps(record, ensure_ascii=False)
+    if b"\\u" in raw:
+        # Only an escape can make a lone surrogate, which UTF-8 (and so Spark) cannot carry.
+        try:
+            out.encode("utf-8")
+        except UnicodeEncodeError as e:
+            code = ord(out[e.start])
+            raise bad(f"holds a lone surrogate \\u{code:04x}, which is not Unicode text") from e
+    return out
 
 
 def _complete_lines(path: str) -> int:

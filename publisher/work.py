@@ -600,14 +600,14 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
 def _abort(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float
 ) -> DatasetReport:
-    for batch in _undo_batches(steps):
+    refusals = ctx.roots.refusals(steps, published=False)
+    for step, refused in zip(steps, refusals, strict=True):
+        if refused is not None:
+            log.warning("not deleting staged paths outside the staging roots: %s", step)
+    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
+    for batch in _undo_batches(inside):
         ctx.guard(f"aborting {dataset!r} (deleting its staged files)")
         for step in batch:
-            try:
-                ctx.roots.check([StagedPath(p) for p in step.staged_paths()])
-            except PathConfinementError:
-                log.warning("not deleting staged paths outside the staging roots: %s", step)
-                continue
             step.abort()
             failpoint("recover.abort_step")
     ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))

@@ -251,6 +251,8 @@ class _Fs:
                 self.fs.rm_file(path)
         except FileNotFoundError:
             pass
+        except OSError as e:  # a read-only or failing filesystem: the store's error
+            raise _translate(e, path) from e
 
     def rmdir(self, path: str, *, keep: bool = False) -> None:
         """Remove a directory and anything left in it (temporary files).
@@ -274,6 +276,8 @@ class _Fs:
                     self.fs.rm(path, recursive=True)
         except FileNotFoundError:
             pass
+        except OSError as e:
+            raise _translate(e, path) from e
 
 
 @attrs.frozen

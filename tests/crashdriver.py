@@ -12,7 +12,10 @@ first, see publisher/staging.py), extracts every partition from its committed wa
 to ``--records`` into ``<run dir>/<dataset>/...`` in files of FILE_RECORDS records, then
 publishes renames + one watermark step per partition and removes its run directory. Crashes
 come from ``COMMITPUB_FAILPOINTS`` (store/failpoints.py): the process SIGKILLs (or, with
-``name@N:stop``, SIGSTOPs) itself at the named point. Prints the report as JSON on success.
+``name@N:stop``, SIGSTOPs) itself at the named point. Prints the report as
+JSON and exits 0 when every dataset ended well, 1 when one did not (the report says why); an
+error that stops the whole run (the store unreachable while listing) is printed as
+``crashdriver: error: ...`` on stderr, exit 1.
 
 ``--lock URL --ttl S`` takes the job lock first, exactly as ``commitpub run`` does
 (``jobs.run.hold_job_lock``: acquire, fence the commit store, renew in the background) and
@@ -37,7 +40,7 @@ from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.run import EXIT_LOCKED, hold_job_lock
 from publisher import Publisher, RetryPolicy
 from store import LeaseKeeper, open_watermarks
-from store.errors import FencedError, LockHeldError
+from store.errors import CommitPubError, FencedError, LockHeldError
 from store.failpoints import failpoint
 
 JOB = "crash-job"
@@ -111,7 +114,8 @@ def _lock(args: argparse.Namespace) -> Iterator[LeaseKeeper | None]:
         yield keeper
 
 
-def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> dict[str, object]:
+def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[str, object], bool]:
+    """The command's report, and whether every dataset in it ended well."""
     pub = Publisher(
         args.store,
         JOB,
@@ -126,17 +130,21 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> dict[str, obj
     )
     try:
         if args.command == "discard":
-            return {"discard": pub.discard(args.dataset).to_dict()}
-        out: dict[str, object] = {"recovery": pub.recover().to_dict()}
+            return {"discard": pub.discard(args.dataset).to_dict()}, True
+        recovery = pub.recover()
+        out: dict[str, object] = {"recovery": recovery.to_dict()}
+        ok = recovery.ok
         if args.command == "run":
             run_dir = pub.create_run_dir(args.run_id)
             sequences = extract(args.base, run_dir, args.run_id, args.watermarks, args.records)
             if args.hide in sequences:
                 hide(sequences[args.hide])
             staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
-            out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
+            published = pub.publish(sequences, staging_dirs=staging)
+            out["publish"] = published.to_dict()
+            ok = ok and published.ok
             out["run_dir_removed"] = pub.finish_run_dir(run_dir)
-        return out
+        return out, ok
     finally:
         pub.close()
 
@@ -158,15 +166,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         with _lock(args) as keeper:
-            out = _work(args, keeper)
+            out, ok = _work(args, keeper)
             if keeper is not None and keeper.lost is not None:
                 raise FencedError(f"the lease was lost during the run: {keeper.lost}")
     except (FencedError, LockHeldError) as e:
         what = "lost the job lock" if isinstance(e, FencedError) else "the job lock is held"
         print(f"crashdriver: {what}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_LOCKED
+    except CommitPubError as e:
+        print(f"crashdriver: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     json.dump(out, sys.stdout)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -21,10 +21,12 @@ from commitsteps import (
     FsRenameCommitStep,
     MissingSourceError,
     StepConflictError,
+    StepValueError,
     UnknownStepTypeError,
     WatermarkCommitStep,
 )
 from commitsteps import fs as fs_module
+from commitsteps.fs import LegacyFsRenameCommitStep
 from store import ConfigurationError, CredentialsInUrlError
 
 DATA = b"0123456789"
@@ -66,8 +68,11 @@ class Rename:
     src: Path
     dst: Path
 
-    def step(self, size: int | None = len(DATA)) -> FsRenameCommitStep:
+    def step(self, size: int = len(DATA)) -> FsRenameCommitStep:
         return FsRenameCommitStep(str(self.src), str(self.dst), size)
+
+    def legacy(self) -> LegacyFsRenameCommitStep:
+        return LegacyFsRenameCommitStep(str(self.src), str(self.dst))
 
     def state(self) -> tuple[bytes | None, bytes | None]:
         return (
@@ -167,15 +172,44 @@ def test_execute_twice(rename: Rename) -> None:
     assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
 
 
-def test_without_size_any_destination_counts(rename: Rename) -> None:
-    _put(rename.dst, b"whatever")
-    assert rename.step(size=None).verify()
-    rename.dst.unlink()
-    _put(rename.src, b"other length")
-    step = rename.step(size=None)
+def test_both_present_with_other_bytes_of_the_right_size(rename: Rename) -> None:
+    # One filesystem: the source is renamed over the destination, which it replaces whole.
+    _put(rename.src, DATA)
+    _put(rename.dst, b"Z" * len(DATA))
+    step = rename.step()
     assert not step.verify()
     step.execute()
-    assert rename.state() == (None, b"other length")
+    assert rename.state() == (None, DATA)
+
+
+# -- records of older versions, without a size: the strict rule ------------------------------
+def test_legacy_rename_done_only_when_source_gone_and_destination_present(rename: Rename) -> None:
+    assert not rename.legacy().verify()
+    _put(rename.dst, b"whatever")
+    assert rename.legacy().verify()
+    assert LegacyFsRenameCommitStep.verify_many([rename.legacy()]) == [True]
+    rename.legacy().execute()
+    assert rename.state() == (None, b"whatever")
+    rename.dst.unlink()
+    with pytest.raises(MissingSourceError, match="is missing"):
+        rename.legacy().execute()
+
+
+def test_legacy_rename_with_both_present_moves_the_source_again(rename: Rename) -> None:
+    _put(rename.src, b"the staged bytes")
+    _put(rename.dst, b"half")
+    step = rename.legacy()
+    assert not step.verify()
+    assert LegacyFsRenameCommitStep.verify_many([step]) == [False]
+    step.execute()
+    assert rename.state() == (None, b"the staged bytes")
+    assert step.verify()
+
+
+def test_legacy_rename_not_started(rename: Rename) -> None:
+    _put(rename.src, b"any length")
+    rename.legacy().execute()
+    assert rename.state() == (None, b"any length")
 
 
 def test_destination_directories_are_created(tmp_path: Path) -> None:
@@ -197,9 +231,94 @@ def test_file_urls(rename: Rename) -> None:
 
 def test_destination_directory_is_not_a_published_file(rename: Rename) -> None:
     rename.dst.mkdir(parents=True)
-    step = rename.step(size=None)
+    step = rename.step(size=0)
     assert not step.verify()
     assert FsRenameCommitStep.verify_many([step]) == [False]
+
+
+# -- local symbolic links: never followed, never published ------------------------------------
+def test_staged_symlink_is_refused_and_its_target_untouched(rename: Rename, tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere" / "secret"
+    _put(secret, DATA)
+    rename.src.symlink_to(secret)
+    step = rename.step()
+    assert not step.verify()
+    assert FsRenameCommitStep.verify_many([step]) == [False]
+    for execute in (step.execute, lambda: FsRenameCommitStep.execute_many([step])):
+        with pytest.raises(StepConflictError, match="not a regular file"):
+            execute()
+    assert rename.src.is_symlink()
+    assert not rename.dst.exists()
+    assert not rename.dst.is_symlink()
+    assert secret.read_bytes() == DATA
+    with pytest.raises(MissingSourceError, match="not a regular file"):
+        FsRenameCommitStep.from_staged(str(rename.src), str(rename.dst))
+
+
+def test_destination_symlink_is_not_a_published_file(rename: Rename, tmp_path: Path) -> None:
+    # A link to a file of the right size is no copy: the staged file replaces the link.
+    elsewhere = tmp_path / "elsewhere"
+    _put(elsewhere, b"Z" * len(DATA))
+    rename.dst.parent.mkdir(parents=True)
+    rename.dst.symlink_to(elsewhere)
+    step = rename.step()
+    assert not step.verify()
+    assert FsRenameCommitStep.verify_many([step]) == [False]
+    _put(rename.src, DATA)
+    step.execute()
+    assert not rename.dst.is_symlink()
+    assert rename.state() == (None, DATA)
+    assert elsewhere.read_bytes() == b"Z" * len(DATA)
+
+
+# -- staging and output on two local filesystems: a rename is a copy and a delete -------------
+@pytest.fixture
+def cross_device(tmp_path: Path) -> Iterator[Rename]:
+    other = Path("/dev/shm")
+    if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the test's tmp_path")
+    staging = other / f"commitpub-test-{uuid.uuid4().hex}"
+    staging.mkdir()
+    try:
+        yield Rename(staging / "part-0", tmp_path / "output" / "part-0")
+    finally:
+        for p in staging.iterdir():
+            p.unlink()
+        staging.rmdir()
+
+
+def test_cross_device_rename_copies_then_deletes(cross_device: Rename) -> None:
+    _put(cross_device.src, DATA)
+    step = cross_device.step()
+    FsRenameCommitStep.execute_many([step])
+    assert cross_device.state() == (None, DATA)
+    assert step.verify()
+    assert sorted(p.name for p in cross_device.dst.parent.iterdir()) == ["part-0"]
+
+
+def test_cross_device_both_present_same_bytes_only_deletes_the_source(
+    cross_device: Rename,
+) -> None:
+    # The state a crash between copy and delete leaves: the bytes prove the copy.
+    _put(cross_device.src, DATA)
+    _put(cross_device.dst, DATA)
+    before = cross_device.dst.stat()
+    cross_device.step().execute()
+    after = cross_device.dst.stat()
+    assert cross_device.state() == (None, DATA)
+    assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["sized", "legacy"])
+def test_cross_device_both_present_other_bytes_is_copied_again(
+    cross_device: Rename, legacy: bool
+) -> None:
+    _put(cross_device.src, DATA)
+    _put(cross_device.dst, b"Z" * len(DATA))
+    step = cross_device.legacy() if legacy else cross_device.step()
+    assert not step.verify()
+    step.execute()
+    assert cross_device.state() == (None, DATA)
 
 
 def test_from_staged_records_the_size(rename: Rename) -> None:
@@ -233,7 +352,8 @@ def _mixed_batch(tmp_path: Path) -> list[FsRenameCommitStep]:
         (None, None, len(DATA)),  # lost
         (None, b"xy", len(DATA)),  # lost, partial copy
         (b"xy", None, len(DATA)),  # staging altered
-        (None, b"xy", None),  # done, size unknown
+        (None, b"xy", None),  # done, by a record of an older version without a size
+        (DATA, b"xy", None),  # both present, same, never trusted
     ]
     for i, (src_data, dst_data, size) in enumerate(states * 3):
         src = tmp_path / "staging" / f"d{i % 2}" / f"f{i}"
@@ -242,10 +362,26 @@ def _mixed_batch(tmp_path: Path) -> list[FsRenameCommitStep]:
             _put(src, src_data)
         if dst_data is not None:
             _put(dst, dst_data)
-        steps.append(FsRenameCommitStep(str(src), str(dst), size))
+        steps.append(
+            LegacyFsRenameCommitStep(str(src), str(dst))
+            if size is None
+            else FsRenameCommitStep(str(src), str(dst), size)
+        )
     (tmp_path / "out" / "p0" / "a-directory").mkdir()
     steps.append(
-        FsRenameCommitStep(str(tmp_path / "gone"), str(tmp_path / "out" / "p0" / "a-directory"))
+        FsRenameCommitStep(str(tmp_path / "gone"), str(tmp_path / "out" / "p0" / "a-directory"), 0)
+    )
+    # Links in both places, to files of the right size: neither counts as a file.
+    _put(tmp_path / "elsewhere", DATA)
+    (tmp_path / "staging" / "d0" / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "out" / "p1" / "link").symlink_to(tmp_path / "elsewhere")
+    steps.append(
+        FsRenameCommitStep(
+            str(tmp_path / "staging" / "d0" / "link"), str(tmp_path / "out" / "p1" / "link"), 10
+        )
+    )
+    steps.append(
+        FsRenameCommitStep(str(tmp_path / "gone"), str(tmp_path / "out" / "p1" / "link"), 10)
     )
     return steps
 
@@ -256,14 +392,16 @@ def test_verify_many_matches_verify_and_lists_each_directory_once(
     steps = _mixed_batch(tmp_path)
     expected = [s.verify() for s in steps]
     assert 2 <= sum(expected) < len(steps)
+    assert expected[-2:] == [False, False]  # the links
     listed: Counter[str] = Counter()
     real_listing = fs_module._listing
 
-    def counting(fs: Any, directory: str) -> dict[str, int]:
+    def counting(fs: Any, directory: str) -> dict[str, Any]:
         listed[directory] += 1
         return real_listing(fs, directory)
 
     monkeypatch.setattr(fs_module, "_listing", counting)
+    # One call for both rename classes: each step applies its own rule to the listings.
     assert expected == FsRenameCommitStep.verify_many(steps)
     directories = {os.path.dirname(s.src) for s in steps} | {os.path.dirname(s.dst) for s in steps}
     assert dict.fromkeys(sorted(directories), 1) == dict(sorted(listed.items()))
@@ -296,14 +434,29 @@ def test_execute_many_then_all_verified(tmp_path: Path) -> None:
 )
 def test_bad_paths_rejected(src: str, dst: str, error: type[Exception]) -> None:
     with pytest.raises(error) as info:
-        FsRenameCommitStep(src, dst)
+        FsRenameCommitStep(src, dst, 1)
     assert "secret" not in str(info.value)
+    with pytest.raises(error):
+        LegacyFsRenameCommitStep(src, dst)
 
 
-@pytest.mark.parametrize("size", [-1, True, False])
+@pytest.mark.parametrize("size", [-1, True, False, 3.0, "3"], ids=repr)
 def test_bad_sizes_rejected(size: Any) -> None:
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(StepValueError, match=r"size must be a non-negative int") as info:
         FsRenameCommitStep("/staging/part-0", "/out/part-0", size)
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_rename_cannot_be_built_without_its_size() -> None:
+    # Custom code from before sizes were required fails at once, pointing at the way out.
+    for build in (
+        lambda: FsRenameCommitStep("/staging/part-0", "/out/part-0"),
+        lambda: FsRenameCommitStep("/staging/part-0", "/out/part-0", None),
+        lambda: FsRenameCommitStep(src="/staging/part-0", dst="/out/part-0"),
+    ):
+        with pytest.raises(StepValueError, match=r"from_staged\(src, dst\)") as info:
+            build()
+        assert isinstance(info.value, ValueError)
 
 
 def test_steps_are_frozen_and_compare_by_value() -> None:
@@ -340,7 +493,7 @@ class ObjectStoreRename:
 
         return read(self.src), read(self.dst)
 
-    def step(self, size: int | None = len(DATA)) -> FsRenameCommitStep:
+    def step(self, size: int = len(DATA)) -> FsRenameCommitStep:
         return FsRenameCommitStep(self.src, self.dst, size)
 
 
@@ -369,16 +522,32 @@ def test_object_store_not_started(object_rename: ObjectStoreRename) -> None:
     assert object_rename.state() == (None, DATA)
 
 
-def test_object_store_both_present_with_complete_destination_only_deletes_source(
+def test_object_store_destination_of_the_right_size_with_other_bytes_is_copied_again(
     object_rename: ObjectStoreRename,
 ) -> None:
-    # The destination has the right size, so it is not copied again: its bytes stay.
+    # The right size proves nothing: had the source been deleted on its strength, these
+    # bytes would be published and the staged ones lost.
     object_rename.put(object_rename.src, DATA)
     object_rename.put(object_rename.dst, b"Z" * len(DATA))
     step = object_rename.step()
     assert not step.verify()
     step.execute()
-    assert (None, b"Z" * len(DATA)) == object_rename.state()
+    assert object_rename.state() == (None, DATA)
+
+
+def test_object_store_legacy_rename_states(object_rename: ObjectStoreRename) -> None:
+    legacy = LegacyFsRenameCommitStep(object_rename.src, object_rename.dst)
+    object_rename.put(object_rename.src, DATA)
+    object_rename.put(object_rename.dst, b"Z")
+    assert not legacy.verify()
+    assert LegacyFsRenameCommitStep.verify_many([legacy]) == [False]
+    LegacyFsRenameCommitStep.execute_many([legacy])
+    assert object_rename.state() == (None, DATA)
+    assert legacy.verify()
+    assert LegacyFsRenameCommitStep.verify_many([legacy]) == [True]
+    object_rename.fs.rm_file(object_rename.dst)
+    with pytest.raises(MissingSourceError):
+        legacy.execute()
 
 
 def test_object_store_both_present_with_partial_destination_copies_again(
@@ -487,6 +656,98 @@ def test_s3_renames_learn_state_from_listings(
     assert copied == {str(i) for i in range(30) if i not in complete}
     assert FsRenameCommitStep.verify_many(steps) == [True] * 30
     assert fs.cat_file(f"{root}/out/d0/f15") == DATA
+
+
+def _copy_object(fs: Any, src: str, dst: str) -> None:
+    """What a rename's copy half does; a crash right after it leaves both sides present."""
+    sb, sk, _ = fs.split_path(src)
+    db, dk, _ = fs.split_path(dst)
+    fs.call_s3("copy_object", Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
+    fs.invalidate_cache()
+
+
+def _ops(requests: list[tuple[str, Any]]) -> Counter[str]:
+    return Counter(op for op, _ in requests)
+
+
+@pytest.mark.s3
+def test_s3_copy_done_source_not_deleted_is_proven_by_etag(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]]
+) -> None:
+    root = f"s3://{s3_bucket}/t"
+    fs = fsspec.filesystem("s3")
+    steps, fakes = [], []
+    for i in range(6):
+        src, dst = f"{root}/staging/f{i}", f"{root}/out/f{i}"
+        fs.pipe_file(src, DATA[:-1] + str(i).encode())
+        if i % 2 == 0:
+            _copy_object(fs, src, dst)  # copied, not deleted
+        else:
+            fs.pipe_file(dst, b"Z" * len(DATA))  # right size, other bytes
+            fakes.append(dst)
+        steps.append(FsRenameCommitStep(src, dst, len(DATA)))
+    s3_requests.clear()
+    FsRenameCommitStep.execute_many(steps)
+    # The ETags came with the listings: no request per file to prove the copies; the three
+    # other destinations are copied again.
+    assert _ops(s3_requests) == {"ListObjectsV2": 2, "CopyObject": 3, "DeleteObjects": 1}
+    copied = sorted(p["Key"] for op, p in s3_requests if op == "CopyObject")
+    assert [f"s3://{s3_bucket}/{k}" for k in copied] == fakes
+    assert [fs.cat_file(s.dst) for s in steps] == [DATA[:-1] + str(i).encode() for i in range(6)]
+    assert [fs.exists(s.src) for s in steps] == [False] * 6
+
+
+@pytest.mark.s3
+def test_s3_single_rename_proves_the_copy_too(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]]
+) -> None:
+    fs = fsspec.filesystem("s3")
+    src, dst = f"s3://{s3_bucket}/staging/f", f"s3://{s3_bucket}/out/f"
+    fs.pipe_file(src, DATA)
+    fs.pipe_file(dst, b"Z" * len(DATA))
+    FsRenameCommitStep(src, dst, len(DATA)).execute()
+    assert (fs.exists(src), fs.cat_file(dst)) == (False, DATA)
+    fs.pipe_file(src, DATA)
+    _copy_object(fs, src, dst)
+    s3_requests.clear()
+    FsRenameCommitStep(src, dst, len(DATA)).execute()
+    assert _ops(s3_requests) == {"HeadObject": 2, "DeleteObjects": 1}
+    assert (fs.exists(src), fs.cat_file(dst)) == (False, DATA)
+
+
+@pytest.mark.s3
+def test_s3_legacy_rename_never_trusts_the_destination(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]]
+) -> None:
+    fs = fsspec.filesystem("s3")
+    src, dst = f"s3://{s3_bucket}/staging/f", f"s3://{s3_bucket}/out/f"
+    fs.pipe_file(src, DATA)
+    _copy_object(fs, src, dst)  # even a true copy: without a size nothing is taken on trust
+    s3_requests.clear()
+    LegacyFsRenameCommitStep.execute_many([LegacyFsRenameCommitStep(src, dst)])
+    assert _ops(s3_requests)["CopyObject"] == 1
+    assert (fs.exists(src), fs.cat_file(dst)) == (False, DATA)
+
+
+@pytest.mark.s3
+def test_s3_copy_of_a_multipart_object_is_copied_again_never_lost(s3_bucket: str) -> None:
+    # An object uploaded in parts has an ETag its CopyObject copy does not keep: nothing
+    # proves the copy, so it is made again (slower, never wrong).
+    fs = fsspec.filesystem("s3")
+    src, dst = f"s3://{s3_bucket}/staging/big", f"s3://{s3_bucket}/out/big"
+    data = os.urandom(5 * 2**20) + b"tail"
+    with fs.open(src, "wb", block_size=5 * 2**20) as f:
+        f.write(data[: 5 * 2**20])
+        f.flush()
+        f.write(data[5 * 2**20 :])
+    _copy_object(fs, src, dst)
+    etags = fs.info(src)["ETag"], fs.info(dst)["ETag"]
+    assert "-" in etags[0]
+    assert etags[0] != etags[1]
+    step = FsRenameCommitStep.from_staged(src, dst)
+    FsRenameCommitStep.execute_many([step])
+    assert (fs.exists(src), fs.cat_file(dst) == data) == (False, True)
+    assert step.verify()
 
 
 # -- WatermarkCommitStep against both watermark stores ------------------------------------------

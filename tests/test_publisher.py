@@ -243,7 +243,7 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
         records[1] = commitsteps.dumps(steps[1]).replace(b'"fs.rename"', b'"fs.gone"')
         records[1] = _refresh_crc(records[1])
     else:
-        outside = FsRenameCommitStep(steps[1].staged_paths()[0], str(job.base / "output-old/x"))
+        outside = FsRenameCommitStep(steps[1].staged_paths()[0], str(job.base / "output-old/x"), 1)
         records[1] = commitsteps.dumps(outside)
     job.store().put_sequence("job", "bad", records)
     pub = job.publisher()
@@ -292,7 +292,7 @@ def _refresh_crc(record: bytes) -> bytes:
 def test_publish_refuses_paths_outside_roots_before_write_ahead(job: Job) -> None:
     steps = job.stage("a")
     sneaky = FsRenameCommitStep(
-        steps[0].staged_paths()[0], str(job.output / ".." / "output-old" / "f")
+        steps[0].staged_paths()[0], str(job.output / ".." / "output-old" / "f"), 1
     )
     report = job.publisher().publish({"a": [sneaky, *steps[1:]], "b": job.stage("b")})
     assert report["a"].outcome == Outcome.REFUSED
@@ -316,19 +316,19 @@ def test_publish_refuses_a_moved_watermark_and_blocks_on_pending(job: Job) -> No
 
 def test_roots_normalize_paths(tmp_path: Path) -> None:
     roots = Roots([str(tmp_path / "staging")], [str(tmp_path / "output")])
-    ok = FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / "output/a"))
+    ok = FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / "output/a"), 1)
     roots.check([ok])
     for dst in ("output/../secret", "output-old/a", "output"):
         with pytest.raises(commitsteps.PathConfinementError):
-            roots.check([FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / dst))])
+            roots.check([FsRenameCommitStep(str(tmp_path / "staging/r/a"), str(tmp_path / dst), 1)])
     with pytest.raises(commitsteps.PathConfinementError):
         roots.check(
-            [FsRenameCommitStep(str(tmp_path / "staging/../x"), str(tmp_path / "output/a"))]
+            [FsRenameCommitStep(str(tmp_path / "staging/../x"), str(tmp_path / "output/a"), 1)]
         )
     s3 = Roots(["s3://b/staging"], ["s3://b/out"])
-    s3.check([FsRenameCommitStep("s3://b/staging/r/x", "s3://b/out/x")])
+    s3.check([FsRenameCommitStep("s3://b/staging/r/x", "s3://b/out/x", 1)])
     with pytest.raises(commitsteps.PathConfinementError):
-        s3.check([FsRenameCommitStep("s3://b/staging/../out/x", "s3://b/out/y")])
+        s3.check([FsRenameCommitStep("s3://b/staging/../out/x", "s3://b/out/y", 1)])
     with pytest.raises(ConfigurationError):
         Roots([str(tmp_path)], [str(tmp_path / "output")])
     assert roots.run_dir(str(tmp_path / "staging/r/a/b")) == str(tmp_path / "staging/r")
@@ -354,7 +354,7 @@ def test_recovery_verifies_by_listing_directories_once(
     listed: list[str] = []
     real = cfs._listing
     monkeypatch.setattr(cfs, "_listing", lambda fs, d: listed.append(d) or real(fs, d))
-    monkeypatch.setattr(cfs, "_size", lambda *a: pytest.fail("per-file stat during verify"))
+    monkeypatch.setattr(cfs, "_stat", lambda *a: pytest.fail("per-file stat during verify"))
     report = job.publisher().recover()
     assert report.recovered == ["a"]
     # Verified before and after execution: 2 directories (staging, output) x 2 passes.

@@ -15,9 +15,11 @@ import commitsteps
 from commitsteps import (
     CommitStep,
     FsRenameCommitStep,
+    StepValueError,
     UnknownStepTypeError,
     WatermarkCommitStep,
 )
+from commitsteps.fs import LegacyFsRenameCommitStep
 from store import CorruptRecordError
 
 PROPERTY = settings(max_examples=150, deadline=None)
@@ -74,7 +76,7 @@ rename_steps = st.builds(
     FsRenameCommitStep,
     src=paths_and_urls,
     dst=paths_and_urls,
-    size=st.none() | st.integers(min_value=0, max_value=2**63),
+    size=st.integers(min_value=0, max_value=2**63),
 )
 watermark_steps = st.builds(
     WatermarkCommitStep,
@@ -274,6 +276,10 @@ def test_forged_valid_records_load(tag: str, fields: dict[str, Any]) -> None:
         ("fs.rename", {**RENAME, "dst": "s3://key:secret@bucket/x"}),
         ("fs.rename", {**RENAME, "extra": 1}),
         ("fs.rename", {"src": "/s", "size": 3}),
+        ("fs.rename", {"src": "/s", "size": None}),
+        ("fs.rename", {**RENAME, "size": None, "src": "relative/path"}),
+        ("fs.rename", {**RENAME, "size": None, "extra": 1}),
+        ("fs.rename", {"src": "/s", "dst": "s3://key:secret@bucket/x"}),
         ("fs.rename", [RENAME]),
         ("fs.rename", None),
         ("watermark.cas", {**WATERMARK, "dataset": 7}),
@@ -304,6 +310,36 @@ def test_forged_valid_records_load(tag: str, fields: dict[str, Any]) -> None:
 def test_fields_that_do_not_fit_are_corrupt(tag: Any, fields: Any) -> None:
     with pytest.raises(CorruptRecordError):
         commitsteps.loads(forge(tag, fields))
+
+
+# -- records of older versions ------------------------------------------------------------------
+# The payload every version before sizes were required wrote for a rename built without one.
+OLD_RENAME = b'{"t":"fs.rename","d":{"src":"/s/a","dst":"s3://b/out/a","size":null}}'
+
+
+@PROPERTY
+@given(paths_and_urls, paths_and_urls, st.booleans())
+def test_rename_records_without_a_size_load_as_legacy_renames(
+    src: str, dst: str, null: bool
+) -> None:
+    step = commitsteps.loads(
+        forge("fs.rename", {"src": src, "dst": dst, **({"size": None} if null else {})})
+    )
+    assert LegacyFsRenameCommitStep(src, dst) == step
+    assert type(step) is LegacyFsRenameCommitStep
+    assert commitsteps.tag_of(type(step)) == "fs.rename"
+
+
+def test_a_record_of_an_older_version_loads_and_is_never_written_again() -> None:
+    step = commitsteps.loads(b"cs1 %08x %s" % (zlib.crc32(OLD_RENAME), OLD_RENAME))
+    assert LegacyFsRenameCommitStep("/s/a", "s3://b/out/a") == step
+    assert (step.staged_paths(), step.published_paths()) == (("/s/a",), ("s3://b/out/a",))
+    with pytest.raises(StepValueError, match=r"from_staged\(src, dst\)") as info:
+        commitsteps.dumps(step)
+    assert isinstance(info.value, ValueError)
+    # The tag still reads a sized record as the current class.
+    assert commitsteps.class_for("fs.rename") is FsRenameCommitStep
+    assert type(commitsteps.loads(forge("fs.rename", RENAME))) is FsRenameCommitStep
 
 
 @pytest.mark.parametrize(
