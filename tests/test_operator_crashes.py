@@ -12,6 +12,7 @@ as a clean run does (test_crash_matrix.py's comparison).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,7 +190,10 @@ def retry_cell(cell: Cell, tmp_path: Path, factory: BackendFactory, clean: dict[
     elif not lifted:
         # The next run: a retry killed before its write never happened. The dataset stays
         # quarantined (nothing of it runs) until the operator retries.
-        expect_ok(drive("run", base, be, run_id="r2"))
+        held = drive("run", base, be, run_id="r2")
+        assert held.returncode == 1, held.stderr[-3000:]  # a dataset stays quarantined
+        [recovered] = json.loads(held.stdout)["recovery"]["datasets"]
+        assert (recovered["dataset"], recovered["outcome"]) == (DATASET, "quarantined")
         assert snapshot(base, be)["pending"] == [DATASET]
         assert _status(be.store_url) == quarantine
         expect_ok(operate("retry", base, be))
