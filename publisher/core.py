@@ -54,6 +54,9 @@ class Publisher:
             :class:`~commitsteps.WatermarkCommitStep`); the commit store is one of them. A
             sequence with a step naming any other store is refused (publish) or quarantined
             (recover) before anything of it runs, and nothing connects there.
+        catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
+            the only ones table steps may reach; a step records a catalog's name, never where
+            it is (see :class:`store.Connections`).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -72,6 +75,7 @@ class Publisher:
         fencing_token: int | None = None,
         chunk_records: int = 200_000,
         stores: Sequence[str] = (),
+        catalogs: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -97,7 +101,7 @@ class Publisher:
             retry=retry or RetryPolicy(),
             token=fencing_token,
             chunk_records=chunk_records,
-            connections=Connections([*stores, self.store.url]),
+            connections=Connections([*stores, self.store.url], catalogs or {}),
         )
 
     def publish(
