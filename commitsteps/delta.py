@@ -38,6 +38,10 @@ from urllib.parse import quote
 
 import attrs
 
+# Imported here, not only where used: loading a record of this step type on an install
+# without the extra must fail at once, with the install hint (commitsteps.base.class_for).
+import deltalake  # noqa: F401
+
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import StepConflictError, StepError
 from commitsteps.tables import (

@@ -33,6 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+# Imported here, not only where used: loading a record of this step type on an install
+# without the extra must fail at once, with the install hint (commitsteps.base.class_for).
+import pyiceberg  # noqa: F401
+
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import StepConflictError, StepError
 from commitsteps.tables import (
