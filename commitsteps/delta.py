@@ -54,7 +54,9 @@ from commitsteps.tables import (
     check_name,
     partition_value,
     prove,
+    published_footers,
     read_footers,
+    remember,
     renames_into,
     tuple_of_files,
 )
@@ -195,7 +197,9 @@ class DeltaAppendCommitStep(CommitStep):
                 partition value that cannot be proven, a column of another type than the
                 table's, another partitioning, or the app's version not right before this one.
         """
-        schema = prove(read_footers([f.staged for f in self.files]), self.partition_by)
+        footers = read_footers([f.staged for f in self.files])
+        schema = prove(footers, self.partition_by)
+        remember(self, footers)
         table = open_table(self.table_uri)
         self._check_version(table)
         if table is not None:
@@ -248,7 +252,7 @@ class DeltaAppendCommitStep(CommitStep):
                 return
             self._check_version(table)
             check_in_place(self.files)
-            footers = read_footers([f.path for f in self.files])
+            footers = published_footers(self, self.files)
             schema = prove(footers, self.partition_by)
             try:
                 self._commit(table, footers, schema)

@@ -48,7 +48,9 @@ from commitsteps.tables import (
     check_location,
     check_name,
     prove,
+    published_footers,
     read_footers,
+    remember,
     renames_into,
     tuple_of_files,
 )
@@ -212,7 +214,9 @@ class IcebergAppendCommitStep(CommitStep):
                 partition value that cannot be proven, a column whose type the table cannot
                 take, a table elsewhere or partitioned otherwise, or this run already in it.
         """
-        schema = prove(read_footers([f.staged for f in self.files]), self.partition_by)
+        footers = read_footers([f.staged for f in self.files])
+        schema = prove(footers, self.partition_by)
+        remember(self, footers)
         table = self._load(self._catalog())
         if table is None:
             return
@@ -265,7 +269,7 @@ class IcebergAppendCommitStep(CommitStep):
             if table is not None and self._done(table.metadata):
                 return
             check_in_place(self.files)
-            footers = read_footers([f.path for f in self.files])
+            footers = published_footers(self, self.files)
             schema = prove(footers, self.partition_by)
             if table is not None:
                 self._check_fit(table, schema)

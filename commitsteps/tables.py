@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import posixpath
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -136,6 +137,27 @@ def read_footers(urls: Sequence[str]) -> list[Footer]:
         return [read_footer(u) for u in urls]
     with ThreadPoolExecutor(_FOOTER_CONCURRENCY) as pool:
         return list(pool.map(read_footer, urls))
+
+
+#: Footers a step proved at staging, for its execute() in the same process (a publish): the
+#: renames move those very files (local: the same inode; object stores: a copy checked by
+#: size), so reading every footer again at its published place would only double the cost.
+#: Recovery, in a new process, reads them at the published place.
+_PROVEN: weakref.WeakKeyDictionary[Any, list[Footer]] = weakref.WeakKeyDictionary()
+
+
+def remember(step: Any, footers: list[Footer]) -> None:
+    """Keep the footers ``step`` proved at staging for its execute() in this process."""
+    _PROVEN[step] = footers
+
+
+def published_footers(step: Any, files: Sequence[TableFile]) -> list[Footer]:
+    """The footers of ``files`` at their published place: those proved at staging by this
+    very step in this process if there are, else read there."""
+    proven = _PROVEN.pop(step, None)
+    if proven is not None and [f.url for f in proven] == [f.staged for f in files]:
+        return proven
+    return read_footers([f.path for f in files])
 
 
 def check_timestamps(footer: Footer) -> None:
