@@ -2,7 +2,7 @@
 
 The table steps (``IcebergAppendCommitStep``, ``DeltaAppendCommitStep``) are imported on first
 use: they need the optional extras ``[iceberg]`` / ``[delta]``, which a Parquet-only install
-lacks.
+lacks. They stay out of ``__all__`` so that ``from commitsteps import *`` works there too.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -22,8 +22,8 @@ from commitsteps.serialization import dumps, loads
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
 
 if TYPE_CHECKING:
-    from commitsteps.delta import DeltaAppendCommitStep
-    from commitsteps.iceberg import IcebergAppendCommitStep
+    from commitsteps.delta import DeltaAppendCommitStep as DeltaAppendCommitStep
+    from commitsteps.iceberg import IcebergAppendCommitStep as IcebergAppendCommitStep
 
 #: Lazily imported names -> (module, install hint).
 _LAZY = {
@@ -46,10 +46,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CommitStep",
-    "DeltaAppendCommitStep",
     "DuplicateStepTypeError",
     "FsRenameCommitStep",
-    "IcebergAppendCommitStep",
     "MissingSourceError",
     "PathConfinementError",
     "StepConflictError",
