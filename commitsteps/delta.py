@@ -28,6 +28,7 @@ Credentials and endpoints come from the environment (``AWS_*``), never from a re
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -46,13 +47,13 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import StepConflictError, StepError
 from commitsteps.tables import (
     Footer,
+    Proof,
     TableFile,
     check_column,
     check_files,
     check_in_place,
     check_location,
     check_name,
-    partition_value,
     prove,
     published_footers,
     read_footers,
@@ -198,12 +199,12 @@ class DeltaAppendCommitStep(CommitStep):
                 table's, another partitioning, or the app's version not right before this one.
         """
         footers = read_footers([f.staged for f in self.files])
-        schema = prove(footers, self.partition_by)
-        remember(self, footers)
+        proof = prove(footers, self.partition_by)
+        remember(self, footers, proof)
         table = open_table(self.table_uri)
         self._check_version(table)
         if table is not None:
-            self._check_fit(table, schema)
+            self._check_fit(table, proof.schema)
 
     def _check_version(self, table: DeltaTable | None) -> None:
         found = self._txn(table)
@@ -252,10 +253,9 @@ class DeltaAppendCommitStep(CommitStep):
                 return
             self._check_version(table)
             check_in_place(self.files)
-            footers = published_footers(self, self.files)
-            schema = prove(footers, self.partition_by)
+            footers, proof = published_footers(self, self.files, self.partition_by)
             try:
-                self._commit(table, footers, schema)
+                self._commit(table, footers, proof)
                 return
             except (CommitFailedError, DeltaError) as e:
                 # Not decided here: the next round verifies first, on the table as it is now.
@@ -269,9 +269,7 @@ class DeltaAppendCommitStep(CommitStep):
             f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
         )
 
-    def _commit(
-        self, table: DeltaTable | None, footers: Sequence[Footer], schema: pa.Schema
-    ) -> None:
+    def _commit(self, table: DeltaTable | None, footers: Sequence[Footer], proof: Proof) -> None:
         from deltalake import Schema
         from deltalake.transaction import (
             CommitProperties,
@@ -279,7 +277,8 @@ class DeltaAppendCommitStep(CommitStep):
             create_table_with_add_actions,
         )
 
-        adds = self._adds(footers)
+        schema = proof.schema
+        adds = self._adds(footers, proof)
         properties = CommitProperties(
             custom_metadata={INFO_JOB: self.job, INFO_RUN: self.run_id},
             app_transactions=[Transaction(self.app_id, self.version)],
@@ -322,13 +321,12 @@ class DeltaAppendCommitStep(CommitStep):
         # Paths in the log are relative URIs: percent-encoded, "=" of partition dirs kept.
         return quote(f.path[len(self.table_uri) + 1 :], safe="/=")
 
-    def _partition_values(self, footer: Footer) -> dict[str, str | None]:
+    def _partition_values(self, value: dt.date | None) -> dict[str, str | None]:
         if self.partition_by is None:
             return {}
-        value = partition_value(footer, self.partition_by)
         return {self.partition_by: None if value is None else value.isoformat()}
 
-    def _adds(self, footers: Sequence[Footer]) -> list[Any]:
+    def _adds(self, footers: Sequence[Footer], proof: Proof) -> list[Any]:
         from deltalake.transaction import AddAction
 
         now = int(time.time() * 1000)
@@ -336,14 +334,14 @@ class DeltaAppendCommitStep(CommitStep):
             AddAction(
                 self._relative(f),
                 f.size,
-                self._partition_values(footer),
+                self._partition_values(value),
                 now,
                 True,
                 # Only the row count: min/max statistics a reader trusts for skipping must be
                 # exact, and the row count is what readers plan with.
                 json.dumps({"numRecords": footer.metadata.num_rows}),
             )
-            for f, footer in zip(self.files, footers, strict=True)
+            for f, footer, value in zip(self.files, footers, proof.values, strict=True)
         ]
 
     def rollback(self) -> None:

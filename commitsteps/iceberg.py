@@ -215,8 +215,9 @@ class IcebergAppendCommitStep(CommitStep):
                 take, a table elsewhere or partitioned otherwise, or this run already in it.
         """
         footers = read_footers([f.staged for f in self.files])
-        schema = prove(footers, self.partition_by)
-        remember(self, footers)
+        proof = prove(footers, self.partition_by)
+        remember(self, footers, proof)
+        schema = proof.schema
         table = self._load(self._catalog())
         if table is None:
             return
@@ -269,8 +270,8 @@ class IcebergAppendCommitStep(CommitStep):
             if table is not None and self._done(table.metadata):
                 return
             check_in_place(self.files)
-            footers = published_footers(self, self.files)
-            schema = prove(footers, self.partition_by)
+            footers, proof = published_footers(self, self.files, self.partition_by)
+            schema = proof.schema
             if table is not None:
                 self._check_fit(table, schema)
             try:

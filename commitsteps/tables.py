@@ -157,21 +157,24 @@ def read_footers(urls: Sequence[str]) -> list[Footer]:
 #: renames move those very files (local: the same inode; object stores: a copy checked by
 #: size), so reading every footer again at its published place would only double the cost.
 #: Recovery, in a new process, reads them at the published place.
-_PROVEN: weakref.WeakKeyDictionary[Any, list[Footer]] = weakref.WeakKeyDictionary()
+_PROVEN: weakref.WeakKeyDictionary[Any, tuple[list[Footer], Proof]] = weakref.WeakKeyDictionary()
 
 
-def remember(step: Any, footers: list[Footer]) -> None:
-    """Keep the footers ``step`` proved at staging for its execute() in this process."""
-    _PROVEN[step] = footers
+def remember(step: Any, footers: list[Footer], proof: Proof) -> None:
+    """Keep what ``step`` proved at staging for its execute() in this process."""
+    _PROVEN[step] = (footers, proof)
 
 
-def published_footers(step: Any, files: Sequence[TableFile]) -> list[Footer]:
-    """The footers of ``files`` at their published place: those proved at staging by this
-    very step in this process if there are, else read there."""
+def published_footers(
+    step: Any, files: Sequence[TableFile], partition_by: str | None
+) -> tuple[list[Footer], Proof]:
+    """The footers of ``files`` at their published place and their proof: those of this very
+    step at staging in this process if there are, else read and proven there."""
     proven = _PROVEN.pop(step, None)
-    if proven is not None and [f.url for f in proven] == [f.staged for f in files]:
+    if proven is not None and [f.url for f in proven[0]] == [f.staged for f in files]:
         return proven
-    return read_footers([f.path for f in files])
+    footers = read_footers([f.path for f in files])
+    return footers, prove(footers, partition_by)
 
 
 def check_timestamps(footer: Footer) -> None:
@@ -286,18 +289,27 @@ def _leaf_index(meta: Any, column: str) -> int:
     raise StepConflictError(f"column {column!r} is nested; a partition column must be top-level")
 
 
-def prove(footers: Sequence[Footer], partition_by: str | None) -> Any:
-    """Check the staged files of one commit; return their common Arrow schema.
+@attrs.frozen
+class Proof:
+    """What proving the files of one commit established."""
+
+    schema: Any  # pyarrow.Schema, common to every file
+    #: Each file's partition value, in order (all None when unpartitioned).
+    values: tuple[dt.date | None, ...]
+
+
+def prove(footers: Sequence[Footer], partition_by: str | None) -> Proof:
+    """Check the files of one commit: their common schema and partition values.
 
     Raises:
         StepConflictError: for INT96 or nanosecond timestamps, differing schemas, or a
             partition value that cannot be proven.
     """
+    values = []
     for footer in footers:
         check_timestamps(footer)
-        if partition_by is not None:
-            partition_value(footer, partition_by)
-    return common_schema(footers)
+        values.append(None if partition_by is None else partition_value(footer, partition_by))
+    return Proof(common_schema(footers), tuple(values))
 
 
 def check_in_place(files: Sequence[TableFile]) -> None:
