@@ -20,7 +20,7 @@ import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
-from jobs.run import job_lock, open_publisher
+from jobs.run import check_durable, job_lock, open_publisher
 from publisher import DatasetReport, Publisher
 from publisher.confinement import check_connections
 from publisher.work import verify_all
@@ -178,6 +178,7 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
 
 def _on_pending(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset that has a pending sequence."""
+    check_durable(config)  # its warnings are logged: these commands write no report
     with job_lock(config) as keeper:
         pub = open_publisher(config, None, keeper.lease.token)
         try:
