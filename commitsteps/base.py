@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
@@ -146,6 +147,13 @@ def delete_path(url: str) -> None:
 
 _TAG_ATTR = "__commitstep_tag__"
 _BY_TAG: dict[str, type[CommitStep]] = {}
+#: Step types of this package whose modules need an optional extra: tag -> (module, install
+#: hint). Imported when a record of the tag is first loaded, so an install without the extra
+#: never imports pyiceberg or deltalake, and a record needing one names what to install.
+_LAZY: dict[str, tuple[str, str]] = {
+    "iceberg.append": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
+    "delta.append": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
+}
 
 S = TypeVar("S", bound=type[CommitStep])
 
@@ -207,6 +215,14 @@ def class_for(tag: str) -> type[CommitStep]:
     Raises:
         UnknownStepTypeError: naming the tag and the known tags.
     """
+    if tag not in _BY_TAG and tag in _LAZY:
+        module, hint = _LAZY[tag]
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UnknownStepTypeError(
+                f"step type {tag!r} needs a package that is not installed ({e.name}): {hint}"
+            ) from e
     try:
         return _BY_TAG[tag]
     except KeyError:

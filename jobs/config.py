@@ -69,7 +69,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
     },
     "staging": {"path": (str, True)},
     "output": {"path": (str, True), "format": (str, False)},
-    "store": {"url": (str, True)},
+    "store": {"url": (str, True), "allow_volatile": (bool, False)},
     "watermarks": {"url": (str, True)},
     "spark": {"master": (str, False), "conf": (dict, False)},
     "publish": {"max_attempts": (int, False)},
@@ -121,6 +121,9 @@ class JobConfig:
     )
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
+    #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
+    allow_volatile: bool = False
 
     @property
     def lock_at(self) -> str:
@@ -448,6 +451,7 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         spark_master=spark.get("master"),
         spark_conf=_spark_conf(spark.get("conf", {}), shown),
         max_attempts=max_attempts,
+        allow_volatile=doc["store"].get("allow_volatile", False),
         **operations,
         **_s3(doc, shown),
     )

@@ -20,7 +20,7 @@ import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
-from jobs.run import job_lock, open_publisher
+from jobs.run import check_durable, job_lock, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher
 from publisher import status as status_record
 from publisher.confinement import check_connections
@@ -218,6 +218,7 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
 
 def _on_dataset(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
+    check_durable(config)  # its warnings are logged: these commands write no report
     with job_lock(config) as keeper:
         pub = open_publisher(config, None, keeper.lease.token)
         try:

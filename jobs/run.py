@@ -34,7 +34,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -46,7 +46,15 @@ from jobs.metrics import export as export_metrics
 from jobs.sources import Skipped, Source
 from jobs.spark import SparkRunner, TaskInfo, build_session
 from publisher import Outcome, Publisher, PublishReport, RecoveryReport, staging
-from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
+from store import (
+    HasDurability,
+    JsonScalar,
+    LeaseKeeper,
+    open_lock,
+    open_store,
+    open_watermarks,
+    require_durable,
+)
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
 from store.urls import encode_name, redact
@@ -209,6 +217,9 @@ class RunReport:
     path: str | None = None
     #: This run's directory under the staging path (see publisher.staging), once created.
     run_dir: str | None = None
+    #: What the operator must know though nothing failed: a volatile store allowed by
+    #: ``store.allow_volatile``, a store whose durability could not be told.
+    warnings: list[str] = attrs.field(factory=list)
 
     def _outcomes(self, outcome: Outcome) -> list[str]:
         found = set()
@@ -280,6 +291,7 @@ class RunReport:
             "status": self.status,
             "exit_code": self.exit_code,
             "error": self.error,
+            "warnings": self.warnings,
             "started": self.started,
             "finished": self.finished,
             "driver": {"host": self.driver_host, "pid": self.driver_pid},
@@ -348,6 +360,36 @@ def open_publisher(
         stores=[config.watermarks_url],
         lease=lease,
     )
+
+
+def check_durable(config: JobConfig) -> list[str]:
+    """Refuse (or, with ``store.allow_volatile``, warn about) stores that can forget a sealed
+    sequence: checked before the lock is taken, since a volatile lock keeps no one out.
+
+    Returns:
+        Warnings for the log and the run report (a volatile store allowed, a weaker
+        guarantee such as Redis < 7.2 with ``appendfsync everysec``, or a store that could
+        not tell).
+
+    Raises:
+        VolatileStoreError: naming the key, the URL and the setting to change (exit 2).
+    """
+    with ExitStack() as opened:
+        store = open_store(config.store_url)
+        opened.callback(store.close)
+        watermarks = open_watermarks(config.watermarks_url)
+        opened.callback(watermarks.close)
+        lock = open_lock(config.lock_at)
+        opened.callback(lock.close)
+        checked: dict[str, HasDurability] = {
+            "store.url": store,
+            "watermarks.url": watermarks,
+            "lock.url" if config.lock_url else "lock.url (store.url)": lock,
+        }
+        warnings = require_durable(checked, allow_volatile=config.allow_volatile)
+    for warning in warnings:
+        log.warning("store durability: %s", warning)
+    return warnings
 
 
 @contextmanager
@@ -456,6 +498,7 @@ def _with_spark(
 ) -> RunReport:
     say: Progress = progress or log_progress
     started = time.monotonic()
+    report.warnings.extend(check_durable(config))
     with job_lock(config) as keeper:  # before Spark starts: a held lock changes nothing
         claim_staging(config)
         report.lock_token = keeper.lease.token

@@ -60,6 +60,9 @@ class Publisher:
             (recover) before anything of it runs, and nothing connects there.
         lease: the keeper renewing the job lock; once it has seen the lease lost, every
             phase refuses to start (see :meth:`require_lock`).
+        catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
+            the only ones table steps may reach; a step records a catalog's name, never where
+            it is (see :class:`store.Connections`).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -79,6 +82,7 @@ class Publisher:
         chunk_records: int = 200_000,
         stores: Sequence[str] = (),
         lease: LeaseKeeper | None = None,
+        catalogs: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -105,7 +109,7 @@ class Publisher:
             retry=retry or RetryPolicy(),
             token=fencing_token,
             chunk_records=chunk_records,
-            connections=Connections([*stores, self.store.url]),
+            connections=Connections([*stores, self.store.url], catalogs or {}),
         )
 
     def publish(

@@ -1,0 +1,399 @@
+"""``DeltaAppendCommitStep``: add a run's data files to a Delta table, in one commit, once.
+
+How a commit is recognised: Delta's idempotent writes. Each commit of a dataset carries an
+application transaction ``(commitpub:<job>:<dataset>, version)`` whose version grows by one
+with every commit of that dataset (fixed when the step is built: the table's version for
+the app id, plus one). :meth:`~DeltaAppendCommitStep.verify` is true when the table's
+transaction version for the app id has reached the step's version. The commit info also
+carries ``commitpub.job`` and ``commitpub.run-id``.
+
+Why a commit never lands twice: the append is committed with no retries by deltalake
+(``max_commit_retries=0``), so it lands only as the version right after the one verified;
+a concurrent commit (this run's own, from a paused process of this job) makes it fail, and
+the outcome is decided by verifying again. Before the write-ahead,
+:meth:`~DeltaAppendCommitStep.check_preconditions` requires the app's version to be exactly
+one below the step's.
+
+Partition values: the date column stays *in* the data files and is also written into each
+add action's ``partitionValues``, so readers that take partition values from the log
+(deltalake, DuckDB's delta extension, Spark) and readers of the files agree; files staged
+with ``partitionBy`` (the column left out) are refused before anything moves.
+
+Schema: a run whose files bring new nullable columns adds them first, in a commit of its own
+(deltalake's append cannot change the schema): a commit that only adds columns changes no
+data, and the append that follows is the one recognised.
+
+Credentials and endpoints come from the environment (``AWS_*``), never from a record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import attrs
+
+# Imported here, not only where used: loading a record of this step type on an install
+# without the extra must fail at once, with the install hint (commitsteps.base.class_for).
+import deltalake  # noqa: F401
+
+from commitsteps.base import CommitStep, register
+from commitsteps.errors import StepConflictError, StepError
+from commitsteps.tables import (
+    Footer,
+    Proof,
+    TableFile,
+    check_column,
+    check_files,
+    check_in_place,
+    check_location,
+    check_name,
+    prove,
+    published_footers,
+    read_footers,
+    remember,
+    renames_into,
+    tuple_of_files,
+)
+from store.errors import ConfigurationError
+from store.failpoints import failpoint
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+log = logging.getLogger("commitpub.steps")
+
+#: Commit info keys naming the job and the run, and the run a rollback undid.
+INFO_JOB = "commitpub.job"
+INFO_RUN = "commitpub.run-id"
+INFO_ROLLBACK = "commitpub.rollback-of"
+_COMMIT_ATTEMPTS = 4
+
+
+def app_id(job: str, dataset: str) -> str:
+    """The Delta application id of a dataset's commits: ``commitpub:<job>:<dataset>``."""
+    return f"commitpub:{job}:{dataset}"
+
+
+def storage_options(uri: str) -> dict[str, str] | None:
+    """deltalake's storage options for ``uri``, from the environment only.
+
+    deltalake's object store reads ``AWS_ACCESS_KEY_ID`` and the like itself; the endpoint of
+    an S3-compatible store (``AWS_ENDPOINT_URL``, what s3fs and boto use) is passed on, with
+    plain HTTP allowed when the endpoint says ``http://``.
+    """
+    if not uri.startswith(("s3://", "s3a://")):
+        return None
+    options: dict[str, str] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def _check_version(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{attribute.name} must be an int >= 1, got {value!r}")
+
+
+def open_table(uri: str) -> DeltaTable | None:
+    """The Delta table at ``uri``, or None if there is none yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri, storage_options=storage_options(uri))
+    except TableNotFoundError:
+        return None
+
+
+@register("delta.append")
+@attrs.frozen
+class DeltaAppendCommitStep(CommitStep):
+    """Append ``files`` to the Delta table at ``table_uri`` in one commit, once.
+
+    The table is created by the first commit (partitioned by ``partition_by`` if given). Use
+    :meth:`steps_for` to build the renames and the step with the right ``version``.
+
+    Args:
+        table_uri: the table's directory (``<output>/<dataset>``), inside an output root.
+        job: the job; with ``dataset`` it makes the app id ``commitpub:<job>:<dataset>``.
+        dataset: the dataset.
+        run_id: the run, recorded in the commit info as ``commitpub.run-id``.
+        version: the app transaction version this commit sets (the previous commit's + 1).
+        files: the data files, inside ``table_uri`` once the renames ran.
+        partition_by: a date column present in every file, holding one value per file.
+    """
+
+    table_uri: str = attrs.field(validator=check_location)
+    job: str = attrs.field(validator=check_name)
+    dataset: str = attrs.field(validator=check_name)
+    run_id: str = attrs.field(validator=check_name)
+    version: int = attrs.field(validator=_check_version)
+    files: tuple[TableFile, ...] = attrs.field(converter=tuple_of_files, validator=check_files)
+    partition_by: str | None = attrs.field(default=None, validator=check_column)
+
+    @classmethod
+    def steps_for(
+        cls,
+        staged: Sequence[str],
+        *,
+        staging_dir: str,
+        table_uri: str,
+        job: str,
+        dataset: str,
+        run_id: str,
+        partition_by: str | None = None,
+    ) -> list[CommitStep]:
+        """The renames of the staged files into the table directory, then this step, whose
+        version is the table's current one for the app id plus one.
+
+        A staged ``<staging_dir>/<dirs>/<name>`` is published as
+        ``<table_uri>/<dirs>/<run id>-<name>``.
+
+        Raises:
+            MissingSourceError: if a staged file does not exist.
+            ConfigurationError: if a staged file is not under ``staging_dir``.
+        """
+        renames, files = renames_into(staged, staging_dir, table_uri, run_id)
+        table = open_table(table_uri)
+        current = table.transaction_version(app_id(job, dataset)) if table is not None else None
+        step = cls(table_uri, job, dataset, run_id, (current or 0) + 1, tuple(files), partition_by)
+        return [*renames, step]
+
+    @property
+    def app_id(self) -> str:
+        return app_id(self.job, self.dataset)
+
+    def data_root(self) -> str:
+        return self.table_uri
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return tuple(f.staged for f in self.files)
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (f"{self.table_uri}/_delta_log", *(f.path for f in self.files))
+
+    def _txn(self, table: DeltaTable | None) -> int:
+        found = table.transaction_version(self.app_id) if table is not None else None
+        return found or 0
+
+    def verify(self) -> bool:
+        return self._txn(open_table(self.table_uri)) >= self.version
+
+    def check_preconditions(self) -> None:
+        """Prove the staged files and their fit to the table, before anything is published.
+
+        Raises:
+            StepConflictError: INT96 or nanosecond timestamps, files of differing schemas, a
+                partition value that cannot be proven, a column of another type than the
+                table's, another partitioning, or the app's version not right before this one.
+        """
+        footers = read_footers([f.staged for f in self.files])
+        proof = prove(footers, self.partition_by)
+        remember(self, footers, proof)
+        table = open_table(self.table_uri)
+        self._check_version(table)
+        if table is not None:
+            self._check_fit(table, proof.schema)
+
+    def _check_version(self, table: DeltaTable | None) -> None:
+        found = self._txn(table)
+        if found != self.version - 1:
+            raise StepConflictError(
+                f"Delta table {self.table_uri}: app transaction {self.app_id} expected at "
+                f"version {self.version - 1}, found {found} (this commit sets {self.version})"
+            )
+
+    def _check_fit(self, table: DeltaTable, schema: pa.Schema) -> list[Any]:
+        """Raise unless the files fit the table; return the fields they add to it."""
+        from deltalake import Schema
+
+        columns = list(table.metadata().partition_columns)
+        wanted = [] if self.partition_by is None else [self.partition_by]
+        if columns != wanted:
+            raise StepConflictError(
+                f"Delta table {self.table_uri} is partitioned by {columns or 'nothing'}, the "
+                f"commit's files by {wanted or 'nothing'}"
+            )
+        existing = {f.name: f for f in table.schema().fields}
+        new = []
+        for field in Schema.from_arrow(schema).fields:
+            known = existing.get(field.name)
+            if known is None:
+                if not field.nullable:
+                    raise StepConflictError(
+                        f"new column {field.name} of the run {self.run_id} is not nullable; "
+                        f"Delta table {self.table_uri} can only gain nullable columns"
+                    )
+                new.append(field)
+            elif _type(known) != _type(field):
+                raise StepConflictError(
+                    f"column {field.name} of Delta table {self.table_uri} is "
+                    f"{_type(known)}, the files of run {self.run_id} hold {_type(field)}"
+                )
+        return new
+
+    def execute(self) -> None:
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        last: Exception | None = None
+        for attempt in range(_COMMIT_ATTEMPTS):
+            table = open_table(self.table_uri)
+            if self._txn(table) >= self.version:
+                return
+            self._check_version(table)
+            check_in_place(self.files)
+            footers, proof = published_footers(self, self.files, self.partition_by)
+            try:
+                self._commit(table, footers, proof)
+                return
+            except (CommitFailedError, DeltaError) as e:
+                # Not decided here: the next round verifies first, on the table as it is now.
+                last = e
+                log.warning("commit of run %s to %s: %s; verifying", self.run_id, self.table_uri, e)
+                time.sleep(0.05 * 2**attempt)
+        if self.verify():
+            return
+        raise StepError(
+            f"could not commit run {self.run_id} to Delta table {self.table_uri} in "
+            f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
+        )
+
+    def _commit(self, table: DeltaTable | None, footers: Sequence[Footer], proof: Proof) -> None:
+        from deltalake import Schema
+        from deltalake.transaction import (
+            CommitProperties,
+            Transaction,
+            create_table_with_add_actions,
+        )
+
+        schema = proof.schema
+        adds = self._adds(footers, proof)
+        properties = CommitProperties(
+            custom_metadata={INFO_JOB: self.job, INFO_RUN: self.run_id},
+            app_transactions=[Transaction(self.app_id, self.version)],
+            max_commit_retries=0,
+        )
+        partition_by = [] if self.partition_by is None else [self.partition_by]
+        if table is None:
+            failpoint("table.before_commit")
+            create_table_with_add_actions(
+                self.table_uri,
+                Schema.from_arrow(schema),
+                adds,
+                mode="error",
+                partition_by=partition_by,
+                storage_options=storage_options(self.table_uri),
+                commit_properties=properties,
+            )
+            failpoint("table.after_commit")
+            return
+        new = self._check_fit(table, schema)
+        if new:
+            table.alter.add_columns(
+                new,
+                commit_properties=CommitProperties(
+                    custom_metadata={INFO_JOB: self.job, INFO_RUN: self.run_id},
+                    max_commit_retries=0,
+                ),
+            )
+        failpoint("table.before_commit")
+        table.create_write_transaction(
+            adds,
+            "append",
+            table.schema(),
+            partition_by=partition_by,
+            commit_properties=properties,
+        )
+        failpoint("table.after_commit")
+
+    def _relative(self, f: TableFile) -> str:
+        # Paths in the log are relative URIs: percent-encoded, "=" of partition dirs kept.
+        return quote(f.path[len(self.table_uri) + 1 :], safe="/=")
+
+    def _partition_values(self, value: dt.date | None) -> dict[str, str | None]:
+        if self.partition_by is None:
+            return {}
+        return {self.partition_by: None if value is None else value.isoformat()}
+
+    def _adds(self, footers: Sequence[Footer], proof: Proof) -> list[Any]:
+        from deltalake.transaction import AddAction
+
+        now = int(time.time() * 1000)
+        return [
+            AddAction(
+                self._relative(f),
+                f.size,
+                self._partition_values(value),
+                now,
+                True,
+                # Only the row count: min/max statistics a reader trusts for skipping must be
+                # exact, and the row count is what readers plan with.
+                json.dumps({"numRecords": footer.metadata.num_rows}),
+            )
+            for f, footer, value in zip(self.files, footers, proof.values, strict=True)
+        ]
+
+    def rollback(self) -> None:
+        """Remove this run's files from the table, setting the app's version back, if its
+        commit is the app's latest; the renames' rollback then deletes the files.
+
+        Raises:
+            StepConflictError: if a later commit of the app exists (rolling back under it
+                would leave the table and the versions disagreeing).
+        """
+        import pyarrow as pa
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+        table = open_table(self.table_uri)
+        found = self._txn(table)
+        if table is None or found < self.version:
+            return
+        if found > self.version:
+            raise StepConflictError(
+                f"Delta table {self.table_uri}: app {self.app_id} is at version {found}, "
+                f"after this commit's {self.version}; not rolling it back"
+            )
+        removes: list[AddAction | RemoveAction] = []
+        ours = {self._relative(f) for f in self.files} | {
+            f.path[len(self.table_uri) + 1 :] for f in self.files
+        }
+        now = int(time.time() * 1000)
+        for add in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            if add["path"] in ours:
+                values = {
+                    k.removeprefix("partition."): None if v is None else _text(v)
+                    for k, v in add.items()
+                    if k.startswith("partition.")
+                }
+                removes.append(RemoveAction(add["path"], True, now, add["size_bytes"], values))
+        partition_by = [] if self.partition_by is None else [self.partition_by]
+        table.create_write_transaction(
+            removes,
+            "append",
+            table.schema(),
+            partition_by=partition_by,
+            commit_properties=CommitProperties(
+                custom_metadata={INFO_JOB: self.job, INFO_ROLLBACK: self.run_id},
+                app_transactions=[Transaction(self.app_id, self.version - 1)],
+                max_commit_retries=0,
+            ),
+        )
+
+
+def _text(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _type(field: Any) -> Any:
+    return json.loads(field.to_json())["type"]

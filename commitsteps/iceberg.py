@@ -1,0 +1,417 @@
+"""``IcebergAppendCommitStep``: add a run's data files to an Iceberg table, in one snapshot, once.
+
+How a commit is recognised. The append snapshot's summary carries ``commitpub.job`` and
+``commitpub.run-id``; :meth:`~IcebergAppendCommitStep.verify` is true when a snapshot in the
+ancestry of the table's current snapshot carries both (and no later snapshot of the job rolled
+the run back, see :meth:`~IcebergAppendCommitStep.rollback`). That is Flink's way of finding
+its own commits, and it survives any crash: the snapshot is the commit.
+
+Why a commit never lands twice. :meth:`~IcebergAppendCommitStep.execute` loads the table,
+verifies, and commits the append on top of exactly the snapshot it verified (pyiceberg's
+"main branch is still at snapshot S" requirement). Any commit in between, our own from a
+paused process of this job included, makes that requirement fail, and the outcome is decided
+by verifying again, never by re-applying the append to the newer table. pyiceberg's own
+``commit_transaction`` would re-apply it after a ``CommitFailedException`` (its retry for
+concurrent writers), which is why this module commits with a single attempt. A
+``CommitStateUnknownException`` is decided the same way: verify, then (if not there) commit
+again on top of what is there now.
+
+Where things are. A step records the *name* of its catalog; the catalog's properties come
+from the job's configuration (:func:`store.connections.active_catalog`), credentials from the
+environment or pyiceberg's own configuration, never from a record. Data files are published
+by renames (phase 0) into ``<location>/data/...`` before this step (also phase 0, written after
+them), and the watermarks (phase 1) follow it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+# Imported here, not only where used: loading a record of this step type on an install
+# without the extra must fail at once, with the install hint (commitsteps.base.class_for).
+import pyiceberg  # noqa: F401
+
+from commitsteps.base import CommitStep, register
+from commitsteps.errors import StepConflictError, StepError
+from commitsteps.tables import (
+    Footer,
+    TableFile,
+    check_column,
+    check_files,
+    check_in_place,
+    check_location,
+    check_name,
+    prove,
+    published_footers,
+    read_footers,
+    remember,
+    renames_into,
+    tuple_of_files,
+)
+from store.connections import active_catalog
+from store.errors import ConfigurationError
+from store.failpoints import failpoint
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
+
+log = logging.getLogger("commitpub.steps")
+
+#: Snapshot summary keys naming the job and run of an append, and the run a rollback undid.
+SUMMARY_JOB = "commitpub.job"
+SUMMARY_RUN = "commitpub.run-id"
+SUMMARY_ROLLBACK = "commitpub.rollback-of"
+#: Commits tried by one execute(); each one only after verify() found the run absent.
+_COMMIT_ATTEMPTS = 4
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_catalog(name: str, properties: tuple[tuple[str, str], ...]) -> Catalog:
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog(name, **dict(properties))
+
+
+def load_configured_catalog(name: str, what: str) -> Catalog:
+    """The pyiceberg catalog ``name`` with the properties of the job's configuration.
+
+    Raises:
+        ForeignStoreError: if the active job configuration has no catalog of that name.
+    """
+    properties = active_catalog(name, what)
+    return _cached_catalog(name, tuple(sorted(properties.items())))
+
+
+def _check_table_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    check_name(_instance, attribute, value)
+    if "." in value:
+        raise ConfigurationError(f"{attribute.name} {value!r} must not contain a dot")
+
+
+@register("iceberg.append")
+@attrs.frozen
+class IcebergAppendCommitStep(CommitStep):
+    """Append ``files`` to the Iceberg table ``namespace.table`` in one snapshot, once per run.
+
+    The table is created on the first commit (at ``location``, partitioned by identity on
+    ``partition_by`` if given); a later commit whose files bring new nullable columns adds
+    them in the same commit. Use :meth:`steps_for` to build the renames and the step.
+
+    Args:
+        catalog: name of a catalog of the job's configuration.
+        namespace: the table's namespace (dots separate levels).
+        table: the table's name.
+        location: the table's location; its data files lie under ``<location>/data/``.
+        job: the job; recorded in the snapshot summary as ``commitpub.job``.
+        run_id: the run; recorded as ``commitpub.run-id``. Published once per table.
+        files: the data files, in the table's data location once the renames ran.
+        partition_by: a date column present in every file, holding one value per file.
+    """
+
+    catalog: str = attrs.field(validator=check_name)
+    namespace: str = attrs.field(validator=check_name)
+    table: str = attrs.field(validator=_check_table_name)
+    location: str = attrs.field(validator=check_location)
+    job: str = attrs.field(validator=check_name)
+    run_id: str = attrs.field(validator=check_name)
+    files: tuple[TableFile, ...] = attrs.field(converter=tuple_of_files, validator=check_files)
+    partition_by: str | None = attrs.field(default=None, validator=check_column)
+
+    @classmethod
+    def steps_for(
+        cls,
+        staged: Sequence[str],
+        *,
+        staging_dir: str,
+        catalog: str,
+        namespace: str,
+        table: str,
+        location: str,
+        job: str,
+        run_id: str,
+        partition_by: str | None = None,
+    ) -> list[CommitStep]:
+        """The renames of the staged files into ``<location>/data/`` and then this step.
+
+        A staged ``<staging_dir>/<dirs>/<name>`` is published as
+        ``<location>/data/<dirs>/<run id>-<name>``. Reads only the staged files' sizes.
+
+        Raises:
+            MissingSourceError: if a staged file does not exist.
+            ConfigurationError: if a staged file is not under ``staging_dir``.
+        """
+        steps: list[CommitStep] = []
+        renames, files = renames_into(staged, staging_dir, f"{location}/data", run_id)
+        steps.extend(renames)
+        steps.append(
+            cls(catalog, namespace, table, location, job, run_id, tuple(files), partition_by)
+        )
+        return steps
+
+    def data_root(self) -> str:
+        return f"{self.location}/data"
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        return (*self.namespace.split("."), self.table)
+
+    @property
+    def _name(self) -> str:
+        return ".".join(self.identifier)
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return tuple(f.staged for f in self.files)
+
+    def published_paths(self) -> tuple[str, ...]:
+        # The table's location is written too (its metadata/ directory) when it is created.
+        return (self.location, *(f.path for f in self.files))
+
+    # -- reading the table ----------------------------------------------------------------
+
+    def _catalog(self) -> Catalog:
+        return load_configured_catalog(self.catalog, f"iceberg step of {self._name}")
+
+    def _load(self, catalog: Catalog) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            return None
+
+    def _done(self, metadata: TableMetadata) -> bool:
+        """True when the current snapshot's ancestry holds this run's append, not undone."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+            summary: Mapping[str, Any] = snapshot.summary or {}
+            if summary.get(SUMMARY_JOB) != self.job:
+                continue
+            if summary.get(SUMMARY_ROLLBACK) == self.run_id:
+                return False  # newer than the append: the run was rolled back
+            if summary.get(SUMMARY_RUN) == self.run_id:
+                return True
+        return False
+
+    def verify(self) -> bool:
+        table = self._load(self._catalog())
+        return table is not None and self._done(table.metadata)
+
+    def check_preconditions(self) -> None:
+        """Prove the staged files and their fit to the table, before anything is published.
+
+        Raises:
+            StepConflictError: INT96 or nanosecond timestamps, files of differing schemas, a
+                partition value that cannot be proven, a column whose type the table cannot
+                take, a table elsewhere or partitioned otherwise, or this run already in it.
+        """
+        footers = read_footers([f.staged for f in self.files])
+        proof = prove(footers, self.partition_by)
+        remember(self, footers, proof)
+        schema = proof.schema
+        table = self._load(self._catalog())
+        if table is None:
+            return
+        if self._done(table.metadata):
+            raise StepConflictError(
+                f"table {self._name} already holds the append of run {self.run_id} of job "
+                f"{self.job}: a run is published into a table once"
+            )
+        self._check_fit(table, schema)
+
+    def _check_fit(self, table: Table, schema: pa.Schema) -> None:
+        from pyiceberg.exceptions import ValidationError
+        from pyiceberg.transforms import IdentityTransform
+
+        found = table.location().rstrip("/")
+        if found != self.location:
+            raise StepConflictError(
+                f"table {self._name} lives at {found}, the commit's files are for {self.location}"
+            )
+        spec = table.spec()
+        columns = [(table.schema().find_column_name(f.source_id), f.transform) for f in spec.fields]
+        wanted: list[tuple[str | None, Any]] = (
+            [] if self.partition_by is None else [(self.partition_by, IdentityTransform())]
+        )
+        if columns != wanted:
+            raise StepConflictError(
+                f"table {self._name} is partitioned by {_spec_text(columns)}, the commit's "
+                f"files by {_spec_text(wanted)}"
+            )
+        try:
+            table.update_schema().union_by_name(schema)
+        except (ValidationError, ValueError, TypeError) as e:
+            raise StepConflictError(
+                f"the files of run {self.run_id} do not fit table {self._name}: {e}"
+            ) from e
+
+    # -- committing -----------------------------------------------------------------------
+
+    def execute(self) -> None:
+        from pyiceberg.exceptions import (
+            CommitFailedException,
+            CommitStateUnknownException,
+            TableAlreadyExistsError,
+        )
+
+        last: Exception | None = None
+        for attempt in range(_COMMIT_ATTEMPTS):
+            catalog = self._catalog()
+            table = self._load(catalog)
+            if table is not None and self._done(table.metadata):
+                return
+            check_in_place(self.files)
+            footers, proof = published_footers(self, self.files, self.partition_by)
+            schema = proof.schema
+            if table is not None:
+                self._check_fit(table, schema)
+            try:
+                self._commit(catalog, table, footers, schema)
+                return
+            except (
+                CommitFailedException,
+                CommitStateUnknownException,
+                TableAlreadyExistsError,
+            ) as e:
+                # Not decided here: the next round verifies first, on the table as it is now.
+                last = e
+                log.warning("commit of run %s to %s: %s; verifying", self.run_id, self._name, e)
+                time.sleep(0.05 * 2**attempt)
+        if self.verify():
+            return
+        raise StepError(
+            f"could not commit run {self.run_id} to table {self._name} in "
+            f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
+        )
+
+    def _commit(
+        self, catalog: Catalog, table: Table | None, footers: Sequence[Footer], schema: pa.Schema
+    ) -> None:
+        from pyiceberg.table import CreateTableTransaction
+
+        properties = {SUMMARY_JOB: self.job, SUMMARY_RUN: self.run_id}
+        tx: Transaction
+        if table is None:
+            catalog.create_namespace_if_not_exists(self.namespace)
+            tx = catalog.create_table_transaction(self.identifier, schema, location=self.location)
+            if self.partition_by is not None:
+                with tx.update_spec() as spec:
+                    spec.add_identity(self.partition_by)
+        else:
+            tx = table.transaction()
+            with tx.update_schema() as update:
+                update.union_by_name(schema)
+        _set_name_mapping(tx)
+        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+            for data_file in _data_files(tx.table_metadata, self.files, footers):
+                append.append_data_file(data_file)
+        failpoint("table.before_commit")
+        if isinstance(tx, CreateTableTransaction):
+            tx.commit_transaction()  # one attempt: it requires that the table does not exist
+        else:
+            commit_once(tx)
+        failpoint("table.after_commit")
+
+    def rollback(self) -> None:
+        """Remove this run's files from the table in a new snapshot (``commitpub.rollback-of``),
+        if its append is there; the renames' rollback then deletes the files.
+
+        Raises:
+            StepConflictError: if some of the run's files are no longer in the table (rewritten
+                by compaction, say): removing only part of a run is refused.
+        """
+        table = self._load(self._catalog())
+        if table is None or not self._done(table.metadata):
+            return
+        ours = {f.path for f in self.files}
+        found = [t.file for t in table.scan().plan_files() if t.file.file_path in ours]
+        if len(found) != len(ours):
+            raise StepConflictError(
+                f"table {self._name} holds {len(found)} of the {len(ours)} files of run "
+                f"{self.run_id}; not rolling back part of a run"
+            )
+        tx = table.transaction()
+        properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}
+        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+            for data_file in found:
+                overwrite.delete_data_file(data_file)
+        commit_once(tx)
+
+
+def commit_once(tx: Transaction) -> None:
+    """Commit ``tx`` with a single attempt, on top of the snapshot it was built on.
+
+    pyiceberg's ``commit_transaction`` retries a ``CommitFailedException`` by re-applying the
+    snapshot on the refreshed table; when the concurrent commit was this very run's, that
+    appends twice. Here the failure goes back to the caller, which verifies.
+
+    Raises:
+        CommitFailedException: if the table moved on since ``tx`` was built.
+        CommitStateUnknownException: if the catalog's answer was lost.
+    """
+    from pyiceberg.table.update import AssertTableUUID
+
+    requirements = (*tx._requirements, AssertTableUUID(uuid=tx.table_metadata.table_uuid))
+    tx._table._do_commit(updates=tx._updates, requirements=requirements)
+
+
+def _set_name_mapping(tx: Transaction) -> None:
+    """Files written by Spark or pyarrow carry no Iceberg field ids: readers find their
+    columns by name, through the table's name mapping (what ``add_files`` sets too)."""
+    from pyiceberg.table import TableProperties
+
+    metadata = tx.table_metadata
+    if metadata.name_mapping() is None:
+        mapping = metadata.schema().name_mapping.model_dump_json()
+        tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+
+
+def _data_files(
+    metadata: TableMetadata, files: Sequence[TableFile], footers: Sequence[Footer]
+) -> list[Any]:
+    """Iceberg DataFile entries from footers already read (pyiceberg's ``add_files`` reads
+    each footer again)."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    schema = metadata.schema()
+    spec = metadata.spec()
+    plan = compute_statistics_plan(schema, metadata.properties)
+    mapping = parquet_path_to_id_mapping(schema)
+    out = []
+    for f, footer in zip(files, footers, strict=True):
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer.metadata, stats_columns=plan, parquet_column_mapping=mapping
+        )
+        out.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=f.path,
+                file_format=FileFormat.PARQUET,
+                partition=statistics.partition(spec, schema),
+                file_size_in_bytes=f.size,
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+    return out
+
+
+def _spec_text(columns: Sequence[tuple[str | None, Any]]) -> str:
+    return ", ".join(f"{t}({c})" for c, t in columns) or "nothing (unpartitioned)"

@@ -1,0 +1,382 @@
+"""What the table steps (:mod:`commitsteps.iceberg`, :mod:`commitsteps.delta`) share: the data
+file they record, reading and proving Parquet footers, and building a table's renames.
+
+A table commit is a sequence of renames of the staged Parquet files into the table's data
+location, then one table step that adds them to the table in a single commit. The renames
+and the table step are all *data* steps (phase 0) and the table step is written after the
+renames, so it runs once its files are in place; watermark steps (phase 1) run after it, so a
+watermark never moves past data a reader cannot see yet.
+
+Nothing here imports pyiceberg or deltalake; pyarrow is imported where a footer is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import posixpath
+import stat
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+import fsspec
+
+from commitsteps.errors import MissingSourceError, StepConflictError
+from commitsteps.fs import FsRenameCommitStep
+from store.errors import ConfigurationError
+from store.urls import require_no_credentials
+
+#: Footers read at once: on object stores each is a request or two.
+_FOOTER_CONCURRENCY = 16
+
+
+def check_location(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value or value.endswith("/"):
+        raise ConfigurationError(
+            f"{attribute.name} must be a non-empty path or URL without a trailing slash, "
+            f"got {value!r}"
+        )
+    require_no_credentials(value, attribute.name)
+    if "://" not in value and not value.startswith("/"):
+        raise ConfigurationError(f"{attribute.name} {value!r} must be absolute")
+
+
+def check_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    """attrs validator: a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def check_column(_instance: Any, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    """attrs validator: None or a column name."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{attribute.name} must be a column name or None, got {value!r}")
+
+
+@attrs.frozen
+class TableFile:
+    """One Parquet data file of a table commit.
+
+    Args:
+        staged: where the file was staged; read before the write-ahead to prove its schema
+            and partition value.
+        path: where the rename before the table step publishes it (in the table's data
+            location), and what the table commit adds.
+        size: its size in bytes, as staged.
+    """
+
+    staged: str = attrs.field(validator=check_location)
+    path: str = attrs.field(validator=check_location)
+    size: int = attrs.field()
+
+    @size.validator
+    def _check_size(self, _attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigurationError(f"size must be an int >= 0, got {value!r}")
+
+
+def check_files(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """attrs validator: at least one :class:`TableFile`, no path twice, all under the table."""
+    if not isinstance(value, tuple) or not value:
+        raise ConfigurationError(f"{attribute.name} must be a non-empty tuple of TableFile")
+    seen: set[str] = set()
+    under = instance.data_root().rstrip("/") + "/"
+    for f in value:
+        if not isinstance(f, TableFile):
+            raise ConfigurationError(f"{attribute.name} holds {f!r}, not a TableFile")
+        if f.path in seen:
+            raise ConfigurationError(f"{f.path} is listed twice")
+        if not f.path.startswith(under) or ".." in f.path[len(under) :].split("/"):
+            raise ConfigurationError(f"{f.path} is not inside the table's data location {under}")
+        seen.add(f.path)
+
+
+def tuple_of_files(value: Any) -> Any:
+    """attrs converter: a list of files becomes a tuple (records stay hashable)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+# -- reading footers ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Footer:
+    """What a table step needs from one Parquet footer."""
+
+    url: str
+    schema: Any  # pyarrow.Schema
+    metadata: Any  # pyarrow.parquet.FileMetaData
+
+
+def _local(url: str) -> str | None:
+    """The path of a local file URL or path; None for other filesystems."""
+    if url.startswith("file://"):
+        return url[len("file://") :]
+    return None if "://" in url else url
+
+
+def read_footer(url: str) -> Footer:
+    """Read the footer of the Parquet file at ``url`` (a path or fsspec URL).
+
+    Raises:
+        MissingSourceError: if the file does not exist.
+        StepConflictError: if it is not a readable Parquet file.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        local = _local(url)
+        if local is not None:
+            # Straight to pyarrow: going through fsspec cost as much again per small file.
+            metadata = pq.read_metadata(local)
+        else:
+            fs, path = fsspec.core.url_to_fs(url)
+            with fs.open(path, "rb") as f:
+                metadata = pq.read_metadata(f)
+    except FileNotFoundError as e:
+        raise MissingSourceError(f"data file {url} does not exist") from e
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise StepConflictError(f"data file {url} is not a readable Parquet file: {e}") from e
+    return Footer(url, metadata.schema.to_arrow_schema(), metadata)
+
+
+def read_footers(urls: Sequence[str]) -> list[Footer]:
+    """:func:`read_footer` of each URL, in order, several at once."""
+    if len(urls) < 2 or all(_local(u) is not None for u in urls):
+        # Local footers are read faster one after the other than by threads taking turns
+        # at the GIL; object stores gain from many requests in flight.
+        return [read_footer(u) for u in urls]
+    with ThreadPoolExecutor(_FOOTER_CONCURRENCY) as pool:
+        return list(pool.map(read_footer, urls))
+
+
+#: Footers a step proved at staging, for its execute() in the same process (a publish): the
+#: renames move those very files (local: the same inode; object stores: a copy checked by
+#: size), so reading every footer again at its published place would only double the cost.
+#: Recovery, in a new process, reads them at the published place.
+_PROVEN: weakref.WeakKeyDictionary[Any, tuple[list[Footer], Proof]] = weakref.WeakKeyDictionary()
+
+
+def remember(step: Any, footers: list[Footer], proof: Proof) -> None:
+    """Keep what ``step`` proved at staging for its execute() in this process."""
+    _PROVEN[step] = (footers, proof)
+
+
+def published_footers(
+    step: Any, files: Sequence[TableFile], partition_by: str | None
+) -> tuple[list[Footer], Proof]:
+    """The footers of ``files`` at their published place and their proof: those of this very
+    step at staging in this process if there are, else read and proven there."""
+    proven = _PROVEN.pop(step, None)
+    if proven is not None and [f.url for f in proven[0]] == [f.staged for f in files]:
+        return proven
+    footers = read_footers([f.path for f in files])
+    return footers, prove(footers, partition_by)
+
+
+def check_timestamps(footer: Footer) -> None:
+    """Refuse INT96 and nanosecond timestamps: table formats read microseconds.
+
+    Raises:
+        StepConflictError: naming the file, the column and the Spark setting to change.
+    """
+    import pyarrow as pa
+
+    parquet_schema = footer.metadata.schema
+    for i in range(len(parquet_schema)):
+        column = parquet_schema.column(i)
+        if column.physical_type == "INT96":
+            raise StepConflictError(
+                f"{footer.url}: column {column.path} is an INT96 timestamp (Spark's default); "
+                "write TIMESTAMP_MICROS (spark.sql.parquet.outputTimestampType="
+                "TIMESTAMP_MICROS)"
+            )
+    for field in footer.schema:
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            raise StepConflictError(
+                f"{footer.url}: column {field.name} holds nanosecond timestamps; table "
+                "formats here take microseconds (TIMESTAMP_MICROS)"
+            )
+
+
+def common_schema(footers: Sequence[Footer]) -> Any:
+    """The one Arrow schema every file has (field metadata aside).
+
+    Raises:
+        StepConflictError: naming two files whose schemas differ.
+    """
+    first = footers[0]
+    for other in footers[1:]:
+        if not other.schema.equals(first.schema, check_metadata=False):
+            raise StepConflictError(
+                f"the files of one table commit must share a schema: {first.url} has "
+                f"{_fields(first.schema)}, {other.url} has {_fields(other.schema)}"
+            )
+    return first.schema.remove_metadata()
+
+
+def _fields(schema: Any) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema) + ")"
+
+
+def partition_value(footer: Footer, column: str) -> dt.date | None:
+    """The one value of the date ``column`` in the file, proven by its statistics.
+
+    Proven means: the column is in the file, is a date, and every row group's statistics say
+    either "min == max == v, no nulls" (the same v everywhere) or "all null" (then the
+    partition is null, and only if no row group holds a value). Anything else (no
+    statistics, two values, nulls beside values) cannot be proven and is refused: a file
+    filed under the wrong partition would be skipped by every reader filtering on it.
+
+    Raises:
+        StepConflictError: naming the file and what was found.
+    """
+    import pyarrow as pa
+
+    index = footer.schema.get_field_index(column)
+    if index < 0:
+        raise StepConflictError(
+            f"{footer.url}: the partition column {column!r} is not in the file (files written "
+            "with partitionBy leave it out: stage one partition value per file with the "
+            "column present)"
+        )
+    field = footer.schema.field(index)
+    if not pa.types.is_date32(field.type):
+        raise StepConflictError(
+            f"{footer.url}: the partition column {column!r} is {field.type}, expected a date"
+        )
+    meta = footer.metadata
+    leaf = _leaf_index(meta, column)
+    values: set[dt.date] = set()
+    nulls = 0
+    for g in range(meta.num_row_groups):
+        rows = meta.row_group(g).num_rows
+        stats = meta.row_group(g).column(leaf).statistics
+        if rows == 0:
+            continue
+        if stats is None or not stats.has_null_count:
+            raise StepConflictError(
+                f"{footer.url}: row group {g} has no statistics for {column!r}; its partition "
+                "value cannot be proven"
+            )
+        if stats.null_count == rows:
+            nulls += rows
+            continue
+        if stats.null_count != 0 or not stats.has_min_max or stats.min != stats.max:
+            raise StepConflictError(
+                f"{footer.url}: {column!r} holds more than one value in row group {g} "
+                f"(min {stats.min if stats.has_min_max else '?'}, max "
+                f"{stats.max if stats.has_min_max else '?'}, {stats.null_count} nulls); one "
+                "partition value per file is required"
+            )
+        values.add(stats.min)
+    if len(values) > 1 or (values and nulls):
+        found = sorted(str(v) for v in values) + (["null"] if nulls else [])
+        raise StepConflictError(
+            f"{footer.url}: {column!r} holds several values ({', '.join(found)}); one "
+            "partition value per file is required"
+        )
+    return next(iter(values)) if values else None
+
+
+def _leaf_index(meta: Any, column: str) -> int:
+    for i in range(meta.num_columns):
+        if meta.schema.column(i).path == column:
+            return i
+    raise StepConflictError(f"column {column!r} is nested; a partition column must be top-level")
+
+
+@attrs.frozen
+class Proof:
+    """What proving the files of one commit established."""
+
+    schema: Any  # pyarrow.Schema, common to every file
+    #: Each file's partition value, in order (all None when unpartitioned).
+    values: tuple[dt.date | None, ...]
+
+
+def prove(footers: Sequence[Footer], partition_by: str | None) -> Proof:
+    """Check the files of one commit: their common schema and partition values.
+
+    Raises:
+        StepConflictError: for INT96 or nanosecond timestamps, differing schemas, or a
+            partition value that cannot be proven.
+    """
+    values = []
+    for footer in footers:
+        check_timestamps(footer)
+        values.append(None if partition_by is None else partition_value(footer, partition_by))
+    return Proof(common_schema(footers), tuple(values))
+
+
+def check_in_place(files: Sequence[TableFile]) -> None:
+    """Raise unless every file is at its published path with its staged size: the renames
+    before the table step must be done before anything is added to the table.
+
+    Raises:
+        MissingSourceError: for a file missing or of another size.
+    """
+    for f in files:
+        size: int | None
+        try:
+            local = _local(f.path)
+            if local is not None:
+                size = os.stat(local).st_size
+            else:
+                fs, path = fsspec.core.url_to_fs(f.path)
+                fs.invalidate_cache(path)  # s3fs may answer from a listing older than the renames
+                size = int(fs.size(path))
+        except FileNotFoundError:
+            size = None
+        if size != f.size:
+            found = "missing" if size is None else f"{size} bytes"
+            raise MissingSourceError(
+                f"data file {f.path}: expected {f.size} bytes in place (renamed by the steps "
+                f"before the table commit), found {found}"
+            )
+
+
+def renames_into(
+    staged: Sequence[str], staging_dir: str, data_root: str, run_id: str
+) -> tuple[list[FsRenameCommitStep], list[TableFile]]:
+    """The renames of staged files into a table's data location, and the files they make.
+
+    A file ``<staging_dir>/<sub/dirs>/<name>`` goes to ``<data_root>/<sub/dirs>/<run id>-<name>``:
+    the run id keeps the names of two runs apart, so a file is never added twice.
+
+    Raises:
+        ConfigurationError: if a staged file is not under ``staging_dir``.
+        MissingSourceError: if a staged file does not exist.
+    """
+    prefix = staging_dir.rstrip("/") + "/"
+    renames: list[FsRenameCommitStep] = []
+    files: list[TableFile] = []
+    for src in staged:
+        if not src.startswith(prefix):
+            raise ConfigurationError(f"staged file {src} is not under {staging_dir}")
+        sub, name = posixpath.split(src[len(prefix) :])
+        dst = f"{data_root}/{sub}/{run_id}-{name}" if sub else f"{data_root}/{run_id}-{name}"
+        size = _staged_size(src)
+        renames.append(FsRenameCommitStep(src, dst, size))
+        files.append(TableFile(src, dst, size))
+    return renames, files
+
+
+def _staged_size(url: str) -> int:
+    local = _local(url)
+    try:
+        if local is not None:
+            st = os.stat(local)
+            if stat.S_ISREG(st.st_mode):
+                return st.st_size
+        else:
+            fs, path = fsspec.core.url_to_fs(url)
+            info = fs.info(path)
+            if info.get("type") == "file":
+                return int(info["size"])
+    except FileNotFoundError:
+        pass
+    raise MissingSourceError(f"staged file {url} does not exist")

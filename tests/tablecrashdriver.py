@@ -1,0 +1,146 @@
+"""A small job publishing into Iceberg or Delta tables, run as a subprocess by the crash tests.
+
+    python tests/tablecrashdriver.py run     --format iceberg|delta --base DIR --store URL \
+        --watermarks URL --run-id R
+    python tests/tablecrashdriver.py recover --format ... (same)
+
+The source is implicit and deterministic: DATASETS x PARTITIONS, each partition RECORDS
+records (offsets 0..RECORDS-1); partition p holds day DAYS[p], and a record's id is
+``p * 1000 + offset``. A run recovers first, then stages every partition from its committed
+watermark up to RECORDS into ``staging/<run>/<dataset>/ts_date=<day>/`` in Parquet files of
+FILE_RECORDS records (ts_date inside each file), and publishes per dataset: the renames of
+its files into the table, one table step, one watermark step per partition. Tables: Iceberg
+``crash-job.<dataset>`` at ``output/<dataset>`` in the sqlite catalog ``main`` under
+``--base``, or Delta at ``output/<dataset>``. Crashes come from ``COMMITPUB_FAILPOINTS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+
+from table_helpers import sql_catalog, write_staged
+
+from commitsteps import (
+    CommitStep,
+    DeltaAppendCommitStep,
+    IcebergAppendCommitStep,
+    WatermarkCommitStep,
+)
+from publisher import Publisher, RetryPolicy
+from store import open_watermarks
+from store.connections import Connections, connecting_only
+
+JOB = "crash-job"
+DATASETS = ("orders", "events")
+PARTITIONS = ("0", "1")
+DAYS = {"0": dt.date(2024, 1, 1), "1": dt.date(2024, 1, 2)}
+RECORDS = 20
+FILE_RECORDS = 10
+#: Renames of one dataset's files (all partitions): its table step is the next step.
+RENAMES_PER_DATASET = len(PARTITIONS) * RECORDS // FILE_RECORDS
+
+
+def expected_ids() -> list[int]:
+    return sorted(int(p) * 1000 + o for p in PARTITIONS for o in range(RECORDS))
+
+
+def table_steps(
+    fmt: str, base: str, dataset: str, run_id: str, staged: list[str]
+) -> list[CommitStep]:
+    staging_dir = f"{base}/staging/{run_id}/{dataset}"
+    if fmt == "iceberg":
+        return IcebergAppendCommitStep.steps_for(
+            staged,
+            staging_dir=staging_dir,
+            catalog="main",
+            namespace=JOB,
+            table=dataset,
+            location=f"{base}/output/{dataset}",
+            job=JOB,
+            run_id=run_id,
+            partition_by="ts_date",
+        )
+    return DeltaAppendCommitStep.steps_for(
+        staged,
+        staging_dir=staging_dir,
+        table_uri=f"{base}/output/{dataset}",
+        job=JOB,
+        dataset=dataset,
+        run_id=run_id,
+        partition_by="ts_date",
+    )
+
+
+def extract(
+    fmt: str, base: str, run_id: str, wm_url: str, records: int = RECORDS
+) -> dict[str, list[CommitStep]]:
+    wm = open_watermarks(wm_url)
+    sequences: dict[str, list[CommitStep]] = {}
+    for dataset in DATASETS:
+        staged: list[str] = []
+        marks: list[CommitStep] = []
+        for partition in PARTITIONS:
+            previous = wm.get(dataset, partition)
+            start = int(previous or 0)
+            if start >= records:
+                continue
+            day = DAYS[partition]
+            for first in range(start, records, FILE_RECORDS):
+                ids = [int(partition) * 1000 + o for o in range(first, first + FILE_RECORDS)]
+                staged.append(
+                    write_staged(
+                        f"{base}/staging/{run_id}/{dataset}/ts_date={day}/"
+                        f"part-{partition}-{first:05d}.parquet",
+                        ids,
+                        day=day,
+                    )
+                )
+            marks.append(WatermarkCommitStep(wm_url, dataset, partition, previous, records))
+        if staged:
+            sequences[dataset] = [*table_steps(fmt, base, dataset, run_id, staged), *marks]
+    return sequences
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["run", "recover"])
+    parser.add_argument("--format", choices=["iceberg", "delta"], required=True)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--watermarks", required=True)
+    parser.add_argument("--run-id", default="r1")
+    parser.add_argument(
+        "--records", type=int, default=RECORDS, help="the source's end, per partition"
+    )
+    args = parser.parse_args(argv)
+    catalogs = sql_catalog(args.base)
+    pub = Publisher(
+        args.store,
+        JOB,
+        staging_roots=[f"{args.base}/staging"],
+        output_roots=[f"{args.base}/output"],
+        retry=RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05),
+        stores=[args.watermarks],
+        catalogs=catalogs,
+    )
+    out: dict[str, object] = {"recovery": pub.recover().to_dict()}
+    if args.command == "run":
+        # Marked first, so that recovery sweeps what a crash leaves in it (no lock: no token
+        # in its name).
+        run_dir = pub.create_run_dir(args.run_id)
+        assert run_dir == f"{args.base}/staging/{args.run_id}", run_dir
+        with connecting_only(Connections([args.watermarks], catalogs)):
+            sequences = extract(args.format, args.base, args.run_id, args.watermarks, args.records)
+        staging = {d: f"{run_dir}/{d}" for d in sequences}
+        out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
+        out["run_dir_removed"] = pub.finish_run_dir(run_dir)
+    pub.close()
+    json.dump(out, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

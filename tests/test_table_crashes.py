@@ -1,0 +1,197 @@
+"""SPEC's table crash points x {filesystem, Redis store} x {Iceberg, Delta}, real SIGKILLs.
+
+Each cell runs ``tablecrashdriver.py`` in a subprocess armed to SIGKILL itself at one point,
+checks it died there, recovers and runs the job again (fresh subprocesses each), then reads
+every table back with its own library and with DuckDB: every source record exactly once,
+every data commit naming its job and run, every watermark at the end, nothing pending.
+
+The zombie cells stop a run with SIGSTOP just before its table commit, let another process
+recover the same sealed sequence (committing it), then wake the first: its commit must fail
+on the moved table and be decided by verify(), not appended a second time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import tablecrashdriver as driver
+from table_helpers import (
+    delta_commits,
+    delta_rows,
+    duckdb_delta_ids,
+    duckdb_iceberg_ids,
+    iceberg_rows,
+    iceberg_snapshots,
+    iceberg_table,
+    sql_catalog,
+)
+
+from publisher.staging import ROOT_MARKER
+from store import open_store, open_watermarks
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
+
+DRIVER = Path(__file__).with_name("tablecrashdriver.py")
+_RENAMES = driver.RENAMES_PER_DATASET
+
+
+@attrs.frozen
+class Cell:
+    name: str
+    crash_at: str
+
+
+CELLS = [
+    # Between the renames of the first dataset's files and its table commit.
+    Cell("between-renames-and-table-commit", f"step.executed@{_RENAMES}"),
+    # Inside the table commit: just before the library commits, and right after it returns.
+    Cell("inside-commit-before", "table.before_commit@1"),
+    Cell("inside-commit-after", "table.after_commit@1"),
+    # After the table commit, before the watermarks.
+    Cell("after-table-commit-before-watermarks", f"step.executed@{_RENAMES + 1}"),
+    # The second dataset's table commit (the first one is published by then).
+    Cell("second-dataset-inside-commit", "table.after_commit@2"),
+]
+
+
+@attrs.frozen
+class Backend:
+    store_url: str
+    watermarks_url: str
+
+
+@pytest.fixture(params=["fs", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "fs":
+        yield Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    else:
+        url = request.getfixturevalue("redis_url")
+        yield Backend(url, url)
+
+
+def drive(
+    fmt: str,
+    command: str,
+    base: Path,
+    backend: Backend,
+    *,
+    run_id: str = "r1",
+    records: int = driver.RECORDS,
+    crash_at: str | None = None,
+    marks: Path | None = None,
+    wait: bool = True,
+) -> Any:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    if crash_at:
+        env[ENV_VAR] = crash_at
+    if marks is not None:
+        env[MARKS_ENV_VAR] = str(marks)
+    argv = [
+        sys.executable,
+        str(DRIVER),
+        command,
+        "--format",
+        fmt,
+        "--base",
+        str(base),
+        "--store",
+        backend.store_url,
+        "--watermarks",
+        backend.watermarks_url,
+        "--run-id",
+        run_id,
+        "--records",
+        str(records),
+    ]
+    if not wait:
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def expect_ok(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+
+
+def check_tables(fmt: str, base: Path, backend: Backend) -> None:
+    """Every record once (both readers), every data commit named, watermarks, nothing left."""
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+            outside = duckdb_iceberg_ids(table.metadata_location)
+            commits = iceberg_snapshots(table)
+        else:
+            uri = f"{base}/output/{dataset}"
+            ids = [r["id"] for r in delta_rows(uri)]
+            outside = duckdb_delta_ids(uri)
+            commits = [c for c in delta_commits(uri) if c["operation"] != "ADD COLUMN"]
+        assert ids == driver.expected_ids(), dataset
+        assert outside == driver.expected_ids(), dataset
+        assert commits, dataset
+        for commit in commits:
+            assert commit["commitpub.job"] == driver.JOB
+            assert commit["commitpub.run-id"] in ("r1", "r2", "r3")
+        wm = open_watermarks(backend.watermarks_url)
+        assert [wm.get(dataset, p) for p in driver.PARTITIONS] == [driver.RECORDS] * 2
+    assert open_store(backend.store_url).datasets(driver.JOB) == []
+    staging = base / "staging"
+    left = [p for p in staging.rglob("*") if p.is_file() and p != staging / ROOT_MARKER]
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+@pytest.mark.parametrize("cell", CELLS, ids=[c.name for c in CELLS])
+def test_crash_recover_rerun(fmt: str, cell: Cell, backend: Backend, tmp_path: Path) -> None:
+    base = tmp_path / "job"
+    crashed = drive(fmt, "run", base, backend, crash_at=cell.crash_at)
+    assert crashed.returncode == -signal.SIGKILL, (
+        f"expected a SIGKILL at {cell.crash_at}, got {crashed.returncode}:\n"
+        f"{crashed.stderr[-2000:]}"
+    )
+    expect_ok(drive(fmt, "recover", base, backend))
+    expect_ok(drive(fmt, "run", base, backend, run_id="r2"))
+    check_tables(fmt, base, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_path: Path) -> None:
+    base = tmp_path / "job"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    # Half the source first, so the paused run appends to tables that exist.
+    expect_ok(drive(fmt, "run", base, backend, records=driver.RECORDS // 2))
+    paused = drive(
+        fmt,
+        "run",
+        base,
+        backend,
+        run_id="r2",
+        crash_at="table.before_commit@1:stop",
+        marks=marks,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(marks.iterdir()):
+            assert paused.poll() is None, paused.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the run never reached its table commit"
+            time.sleep(0.05)
+        # Another process finishes the sealed sequence the paused one was executing.
+        expect_ok(drive(fmt, "recover", base, backend))
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    _out, err = paused.communicate(timeout=300)
+    assert paused.returncode == 0, err.decode()[-3000:]
+    expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
+    check_tables(fmt, base, backend)
