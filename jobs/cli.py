@@ -244,6 +244,18 @@ def recover(job_file: str, as_json: bool) -> None:
     _finish(_store_call(go), as_json)
 
 
+def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
+    """How ``status`` and ``inspect`` name a dataset's state; ``otherwise`` for one without
+    a pending sequence that is neither quarantined nor being discarded."""
+    if doc["discarding"]:
+        return "DISCARDING (unfinished: run discard again)"
+    if doc["quarantined"]:
+        return "QUARANTINED"
+    if otherwise is not None:
+        return otherwise
+    return "UNREADABLE" if doc["sealed"] is None else "sealed" if doc["sealed"] else "unsealed"
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -278,10 +290,17 @@ def status(job_file: str, as_json: bool) -> None:
     if not doc["pending"]:
         click.echo("pending: none")
     for p in doc["pending"]:
-        state = "QUARANTINED" if p["quarantined"] else "sealed" if p["sealed"] else "unsealed"
+        state = _state(p)
         click.echo(
             f"  {p['dataset']}: {state}, {p['steps']} steps, {p['attempts']} attempts, "
             f"age {_age(p['age_s'])}"
+            + (f", last error: {p['last_error']}" if p["last_error"] else "")
+            + (f", unreadable: {p['error']}" if p["error"] else "")
+        )
+    for p in doc["without_pending"]:
+        click.echo(
+            f"  {p['dataset']}: {_state(p, 'failed')}, no pending commit, "
+            f"{p['attempts']} attempts"
             + (f", last error: {p['last_error']}" if p["last_error"] else "")
         )
     last = doc["last_run"]
@@ -312,12 +331,14 @@ def inspect(job_file: str, dataset: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         return
-    state = "QUARANTINED" if doc["quarantined"] else "sealed" if doc["sealed"] else "unsealed"
+    state = _state(doc)
     click.echo(
         f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
         f"{doc['attempts']} attempts"
         + (f", last error: {doc['last_error']}" if doc["last_error"] else "")
     )
+    if doc["unreadable"]:
+        click.echo(f"  unreadable: {doc['unreadable']}")
     for step in doc["steps"]:
         mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
         fields = {k: v for k, v in step.items() if k not in ("index", "type", "verified")}
@@ -369,7 +390,10 @@ def discard(job_file: str, dataset: str, yes: bool) -> None:
             abort=True,
         )
     report = _store_call(lambda: ops.discard(config, dataset))
-    click.echo(f"{dataset}: discarded ({report.outcome}, {report.steps} steps)")
+    click.echo(
+        f"{dataset}: discarded ({report.outcome}, {report.steps} steps)"
+        + (f": {report.error}" if report.error else "")
+    )
 
 
 @main.command(

@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from jobs.config import JobConfig, redact_gateway
+from publisher import status as status_record
 from store import open_store
 
 log = logging.getLogger("commitpub.jobs")
@@ -127,7 +128,7 @@ def _pending(config: JobConfig) -> list[Sample]:
     with open_store(config.store_url) as st:
         datasets = st.datasets(config.name)
         quarantined = sum(
-            1 for d in datasets if (st.get_status(config.name, d) or {}).get("quarantined")
+            1 for s in status_record.read_all(st, config.name).values() if s.quarantined
         )
     return [
         Sample(

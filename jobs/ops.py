@@ -21,11 +21,12 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
 from jobs.run import check_durable, job_lock, open_publisher
-from publisher import DatasetReport, Publisher
+from publisher import DatasetReport, DatasetStatus, Publisher
+from publisher import status as status_record
 from publisher.confinement import check_connections
 from publisher.work import verify_all
-from store import Connections, Lease, connecting_only, open_lock, open_store
-from store.errors import CommitPubError, ForeignStoreError, StoreError
+from store import Connections, Lease, SequenceInfo, connecting_only, open_lock, open_store
+from store.errors import CommitPubError, CorruptRecordError, ForeignStoreError, StoreError
 from store.urls import redact
 
 T = TypeVar("T")
@@ -37,9 +38,12 @@ class NothingPendingError(StoreError):
     """An operator command named a dataset that has no pending sequence."""
 
 
-def _nothing_pending(config: JobConfig, dataset: str) -> NothingPendingError:
+def _nothing_pending(
+    config: JobConfig, dataset: str, *, nor_status: bool = False
+) -> NothingPendingError:
     return NothingPendingError(
         f"dataset {dataset!r} of job {config.name!r} has no pending sequence"
+        + (" and no status" if nor_status else "")
     )
 
 
@@ -69,28 +73,46 @@ def last_report(config: JobConfig) -> dict[str, Any] | None:
     return None
 
 
+def _status_fields(st: DatasetStatus) -> dict[str, Any]:
+    """A dataset status as ``status`` and ``inspect`` show it."""
+    return {
+        "attempts": st.attempts,
+        "quarantined": st.quarantined,
+        "last_error": st.last_error,
+        "first_failed": st.first_failed,
+        "discarding": None
+        if st.discarding is None
+        else {
+            "started": st.discarding.started,
+            "token": st.discarding.token,
+            "rolled_back": st.discarding.rolled_back,
+        },
+    }
+
+
 def status(config: JobConfig) -> dict[str, Any]:
-    """Pending and quarantined sequences, the job lock, the last run's summary."""
+    """Pending and quarantined sequences, the job lock, the last run's summary.
+
+    ``quarantined`` also lists datasets quarantined without a pending sequence (their
+    extract kept failing), which ``without_pending`` describes; an unreadable status shows
+    as a quarantine naming the error.
+    """
     now = time.time()
     pub = open_publisher(config, None)
     try:
-        pending = []
-        for item in pub.pending():
-            st = item["status"]
-            written = item.get("written_at")
-            pending.append(
-                {
-                    "dataset": item["dataset"],
-                    "sealed": item["sealed"],
-                    "steps": item["steps"],
-                    "attempts": int(st.get("attempts", 0)),
-                    "quarantined": bool(st.get("quarantined")),
-                    "last_error": st.get("last_error"),
-                    "written_at": written,
-                    "age_s": None if written is None else round(now - written, 1),
-                    "first_failed": st.get("first_failed"),
-                }
-            )
+        pending = [
+            {
+                "dataset": item.dataset,
+                "sealed": item.sealed,
+                "steps": item.steps,
+                **_status_fields(item.status),
+                "written_at": item.written_at,
+                "age_s": None if item.written_at is None else round(now - item.written_at, 1),
+                "error": item.error,
+            }
+            for item in pub.pending()
+        ]
+        statuses = pub.statuses()
     finally:
         pub.close()
     lock = open_lock(config.lock_at)
@@ -111,7 +133,13 @@ def status(config: JobConfig) -> dict[str, Any]:
         "store": redact(config.store_url),
         "lock": _lease_state(lease),
         "pending": pending,
-        "quarantined": [p["dataset"] for p in pending if p["quarantined"]],
+        "quarantined": sorted(d for d, st in statuses.items() if st.quarantined),
+        # Failures counted outside a commit (an extract, say): no sequence to inspect.
+        "without_pending": [
+            {"dataset": d, **_status_fields(st)}
+            for d, st in sorted(statuses.items())
+            if d not in {p["dataset"] for p in pending}
+        ],
         "last_run": summary,
     }
 
@@ -126,17 +154,29 @@ def _describe_step(step: CommitStep) -> dict[str, Any]:
 def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     """The decoded steps of a pending sequence and whether each verifies; changes nothing.
 
+    A sequence the store cannot read is shown with the error (and the steps read before
+    it), not raised: inspect is for finding out what is wrong.
+
     Raises:
         NothingPendingError: if the dataset has no pending sequence.
     """
+    records: list[bytes] = []
+    unreadable = None
     with open_store(config.store_url) as st:
-        info = st.info(config.name, dataset)
-        if not info.exists:
-            raise NothingPendingError(
-                f"dataset {dataset!r} of job {config.name!r} has no pending sequence"
-            )
-        status_doc = st.get_status(config.name, dataset) or {}
-        records = st.get(config.name, dataset)
+        try:
+            info: SequenceInfo | None = st.info(config.name, dataset)
+        except CorruptRecordError as e:
+            info, unreadable = None, f"{type(e).__name__}: {e}"
+        if (info is None and dataset not in st.datasets(config.name)) or (
+            info is not None and not info.exists
+        ):
+            raise _nothing_pending(config, dataset)
+        status_doc = status_record.read_or_quarantined(st, config.name, dataset)
+        try:
+            # Streamed, so the records before a damaged one are still shown.
+            records.extend(st.iter_records(config.name, dataset))
+        except CorruptRecordError as e:
+            unreadable = f"{type(e).__name__}: {e}"
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
     connections = Connections([config.watermarks_url, config.store_url])
@@ -165,25 +205,25 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     return {
         "job": config.name,
         "dataset": dataset,
-        "sealed": info.sealed,
-        "token": info.token,
-        "written_at": info.written_at,
-        "attempts": int(status_doc.get("attempts", 0)),
-        "quarantined": bool(status_doc.get("quarantined")),
-        "last_error": status_doc.get("last_error"),
+        "sealed": None if info is None else info.sealed,
+        "token": None if info is None else info.token,
+        "written_at": None if info is None else info.written_at,
+        **_status_fields(status_doc or DatasetStatus()),
         "steps": steps,
         "done": sum(1 for s in steps if s.get("verified")),
+        # Why the store could not read the sequence (or its rest, after the steps shown).
+        "unreadable": unreadable,
     }
 
 
-def _on_pending(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
-    """Run ``action`` under the job lock on a dataset that has a pending sequence."""
+def _on_dataset(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
+    """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
     check_durable(config)  # its warnings are logged: these commands write no report
     with job_lock(config) as keeper:
         pub = open_publisher(config, None, keeper.lease.token)
         try:
-            if not pub.store.exists(config.name, dataset):
-                raise _nothing_pending(config, dataset)
+            if not pub.store.exists(config.name, dataset) and pub.status(dataset) is None:
+                raise _nothing_pending(config, dataset, nor_status=True)
             return action(pub)
         finally:
             pub.close()
@@ -193,20 +233,23 @@ def retry(config: JobConfig, dataset: str) -> bool:
     """Lift a dataset's quarantine under the job lock; True if it was quarantined.
 
     Raises:
-        NothingPendingError: if the dataset has no pending sequence.
+        NothingPendingError: if the dataset has neither a pending sequence nor a status.
+        DiscardInProgressError: if a discard of the dataset is not finished.
         LockHeldError: if a run holds the job lock.
     """
-    return _on_pending(config, dataset, lambda pub: pub.retry(dataset))
+    return _on_dataset(config, dataset, lambda pub: pub.retry(dataset))
 
 
 def discard(config: JobConfig, dataset: str) -> DatasetReport:
     """Throw a pending sequence away under the job lock (see ``Publisher.discard``).
 
     Raises:
-        NothingPendingError: if the dataset has no pending sequence.
+        NothingPendingError: if the dataset has neither a pending sequence nor a status.
+        DiscardRefusedError: if the sequence names paths outside the job's current
+            ``staging.path`` or ``output.path``; nothing was changed.
         LockHeldError: if a run holds the job lock.
     """
-    return _on_pending(config, dataset, lambda pub: pub.discard(dataset))
+    return _on_dataset(config, dataset, lambda pub: pub.discard(dataset))
 
 
 def unlock(config: JobConfig) -> Lease | None:

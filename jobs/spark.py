@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 import commitsteps
+from publisher.runner import task_attempt
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
@@ -160,13 +161,15 @@ def _run_task(
         log.warning("could not import step module %s", error)
     group = list(items)
     fenced = None
+    tc = TaskContext.get()
     try:
-        results = fn(group) if group else []
+        # Spark runs a task again when its Python worker died: the work must know.
+        with task_attempt(tc.attemptNumber() if tc else 0):
+            results = fn(group) if group else []
     except FencedError as e:
         # Carried back as data: the driver re-raises it as itself, not as a Spark job failure
         # (which Spark would retry and wrap in a JVM stack trace).
         results, fenced = [], str(e)
-    tc = TaskContext.get()
     info = TaskInfo(
         host=socket.gethostname(),
         pid=os.getpid(),

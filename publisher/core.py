@@ -6,24 +6,30 @@ import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+import attrs
 
 from commitsteps import CommitStep
 from publisher import staging
+from publisher import status as status_record
 from publisher.confinement import Roots
+from publisher.errors import CorruptStatusError, DiscardInProgressError
 from publisher.reports import DatasetReport, Outcome, PublishReport, RecoveryReport
 from publisher.runner import InProcessRunner, Runner
+from publisher.status import DatasetStatus
 from publisher.work import (
     Context,
     PublishItem,
     RetryPolicy,
     StepsBuilder,
+    discard_in_progress,
     discard_one,
     publish_group,
+    record_failure,
     recover_group,
 )
 from store import CommitStepStore, Connections, LeaseKeeper, open_store
-from store.errors import ConfigurationError, FencedError
+from store.errors import ConfigurationError, CorruptRecordError, FencedError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -238,52 +244,144 @@ class Publisher:
         """
         return staging.finish_run(run_dir, self.require_lock)
 
-    def pending(self) -> list[dict[str, Any]]:
-        """Every pending sequence of the job: dataset, sealed, steps, status."""
+    def pending(self) -> list[PendingSequence]:
+        """Every pending sequence of the job, with its status; reads only.
+
+        A sequence or status the store cannot read is listed with the error, not raised.
+        """
         out = []
         for dataset in self.store.datasets(self.job_name):
-            info = self.store.info(self.job_name, dataset)
+            status = (
+                status_record.read_or_quarantined(self.store, self.job_name, dataset)
+                or DatasetStatus()
+            )
+            try:
+                info = self.store.info(self.job_name, dataset)
+            except CorruptRecordError as e:
+                out.append(
+                    PendingSequence(dataset, sealed=None, steps=0, status=status, error=str(e))
+                )
+                continue
             out.append(
-                {
-                    "dataset": dataset,
-                    "sealed": info.sealed,
-                    "steps": info.records,
-                    "token": info.token,
-                    "written_at": info.written_at,
-                    "status": self.store.get_status(self.job_name, dataset) or {},
-                }
+                PendingSequence(
+                    dataset,
+                    sealed=info.sealed,
+                    steps=info.records,
+                    token=info.token,
+                    written_at=info.written_at,
+                    status=status,
+                )
             )
         return out
+
+    def status(self, dataset: str) -> DatasetStatus | None:
+        """The dataset's status, None if it has none; an unreadable one is shown as a
+        quarantine naming the error."""
+        return status_record.read_or_quarantined(self.store, self.job_name, dataset)
+
+    def statuses(self) -> dict[str, DatasetStatus]:
+        """Every dataset of the job that has a status, with a pending sequence or without (a
+        failure recorded by :meth:`record_failure`); an unreadable status is shown as a
+        quarantine naming the error."""
+        return status_record.read_all(self.store, self.job_name)
+
+    def quarantined(self) -> list[str]:
+        """Every quarantined dataset of the job, with a pending sequence or without, and
+        those whose status is unreadable."""
+        return sorted(d for d, s in self.statuses().items() if s.quarantined)
+
+    def record_failure(self, dataset: str, error: BaseException) -> DatasetReport:
+        """Count a failure of ``dataset`` outside a commit (its extract, say) as an attempt.
+
+        Counted like a failed publish: after ``max_attempts`` failures (at once for a
+        permanent error such as a corrupt record) the dataset is quarantined, and
+        :meth:`publish` skips it until :meth:`retry` or :meth:`discard`.
+
+        Returns:
+            The dataset's report: ``failed``, or ``quarantined``, with the attempts counted.
+        """
+        with self.context.working():
+            return record_failure(self.context, dataset, error)
 
     def retry(self, dataset: str) -> bool:
         """Lift a dataset's quarantine; the next recovery tries its sequence again.
 
+        A quarantine without a pending sequence (see :meth:`record_failure`) is lifted by
+        dropping the dataset's status. One status write: killed before it, nothing changed;
+        after it, the quarantine is lifted.
+
         Returns:
             True if the dataset was quarantined.
+
+        Raises:
+            DiscardInProgressError: if a discard of its sequence is not finished: retrying
+                would publish what the operator asked to throw away.
         """
-        status = self.store.get_status(self.job_name, dataset) or {}
-        if not self.store.exists(self.job_name, dataset):
+        try:
+            status = status_record.read(self.store, self.job_name, dataset)
+        except CorruptStatusError as e:
+            log.warning("replacing the unreadable status of %s: %s", dataset, e)
+            status = DatasetStatus.unreadable(e)
+        if status is not None and status.discarding is not None:
+            raise DiscardInProgressError(
+                f"retry of {dataset!r} refused: "
+                f"{discard_in_progress(dataset, status.discarding)}. Retrying would publish "
+                "what was being thrown away"
+            )
+        pending = self.store.exists(self.job_name, dataset)
+        if status is None and not pending:
             return False
-        self.store.set_status(
-            self.job_name,
-            dataset,
-            {"attempts": 0, "quarantined": False, "retried": True},
-            token=self.context.token,
-        )
-        return bool(status.get("quarantined"))
+        failpoint("retry.before_write")
+        if pending:
+            status_record.write(
+                self.store,
+                self.job_name,
+                dataset,
+                DatasetStatus(retried=True, updated=status_record.now()),
+                token=self.context.token,
+            )
+        else:
+            self.store.remove(self.job_name, dataset, token=self.context.token)
+        failpoint("retry.written")
+        return status is not None and status.quarantined
 
     def discard(self, dataset: str) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
 
         Steps already done are rolled back (watermarks set back, files this sequence
         published deleted), staged files deleted, the sequence removed. Watermarks end where
-        they were before the sequence, so the next run reads the same data again.
+        they were before the sequence, so the next run reads the same data again. The
+        discard is recorded before anything is deleted: killed anywhere, discard again (or
+        the next recovery) finishes it, and nothing is rolled back twice. A status without a
+        sequence (a quarantine, an unreadable status) is removed.
+
+        Raises:
+            DiscardRefusedError: if the sequence names paths outside the job's current
+                staging or output roots; nothing was changed.
         """
         with self.context.working():
             return discard_one(self.context, dataset)
 
     def close(self) -> None:
         self.store.close()
+
+
+@attrs.frozen
+class PendingSequence:
+    """A pending sequence as :meth:`Publisher.pending` lists it."""
+
+    dataset: str
+    #: None when the store could not read it (see ``error``).
+    sealed: bool | None
+    #: Records (steps) written ahead.
+    steps: int
+    #: Its status; a default one when it has none.
+    status: DatasetStatus = attrs.field(factory=DatasetStatus)
+    token: int | None = None
+    #: When the write-ahead began (Unix time), where the store knows it.
+    written_at: float | None = None
+    #: Why the store could not describe the sequence (an unreadable seal), if it could not.
+    error: str | None = None
 
 
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:

@@ -18,6 +18,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"  # failed this time; the sealed sequence stays for the next recovery
     REFUSED = "refused"  # rejected before write-ahead (bad path, conflict); nothing changed
     BLOCKED = "blocked"  # a pending sequence must be recovered before new data is published
+    DISCARDED = "discarded"  # an operator's discard: done steps rolled back, sequence removed
 
 
 @attrs.frozen
@@ -71,7 +72,7 @@ class _Report:
     @property
     def ok(self) -> bool:
         """True when no dataset failed, was refused, blocked or quarantined."""
-        good = {Outcome.PUBLISHED, Outcome.RECOVERED, Outcome.ABORTED}
+        good = {Outcome.PUBLISHED, Outcome.RECOVERED, Outcome.ABORTED, Outcome.DISCARDED}
         return all(d.outcome in good for d in self.datasets)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_ATTEMPT: ContextVar[int] = ContextVar("commitpub_task_attempt", default=0)
+
+
+@contextmanager
+def task_attempt(attempt: int) -> Iterator[None]:
+    """Run the block as attempt ``attempt`` (0 = the first) of a task that may have run before.
+
+    A runner whose tasks are retried by their engine (Spark runs a task again when its
+    worker died) says so here, so the work can tell what an earlier attempt may have done
+    from what nobody did: see :func:`publisher.work.publish_one`.
+    """
+    token = _ATTEMPT.set(attempt)
+    try:
+        yield
+    finally:
+        _ATTEMPT.reset(token)
+
+
+def current_attempt() -> int:
+    """The attempt of the task this code runs in (0 unless a runner said otherwise)."""
+    return _ATTEMPT.get()
 
 
 class Runner(Protocol):

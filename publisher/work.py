@@ -20,19 +20,17 @@ a takeover right after it leaves possible:
   which the new owner never writes into, and an unsealed sequence is never executed (the new
   owner aborts it too).
 * Discard rolls back a sequence it read before the check; the new owner's recovery could
-  be executing that same sequence. That is harmless only when the new owner knows the
-  discard began: with the discard's in-progress record written (fenced) before its first
-  deletion, a new owner, which fences before it reads any status, finishes the discard
-  instead of executing the sequence, and both undo the same steps. Without that record the
-  window stays open for a sequence that is not quarantined (recovery skips a quarantined
-  one, the usual target of a discard).
+  be executing that same sequence. That is harmless because the new owner knows the
+  discard began: the discard's in-progress record (:class:`~publisher.status.Discarding`)
+  is written, fenced, before its first deletion, and a new owner, which fences before it
+  reads any status, finishes the discard instead of executing the sequence; both undo the
+  same steps, and undoing is idempotent.
 * Failure statuses are fenced store writes (attempt counts and quarantine): a zombie cannot
   count an attempt for the new owner, and it stops there.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import inspect
 import logging
 import os
@@ -53,9 +51,13 @@ from commitsteps import (
     dumps,
     loads,
 )
+from publisher import status as status_record
 from publisher.confinement import Roots, check_connections
+from publisher.errors import CorruptStatusError, DiscardRefusedError
 from publisher.reports import DatasetReport, Outcome
+from publisher.runner import current_attempt
 from publisher.staging import StagedPath, cleanup
+from publisher.status import DatasetStatus, Discarding
 from store import CommitStepStore, Connections, connecting_only, fencing
 from store.errors import (
     CommitPubError,
@@ -242,7 +244,7 @@ def _load(ctx: Context, dataset: str) -> list[CommitStep]:
 def _fail(
     ctx: Context,
     dataset: str,
-    status: dict[str, Any],
+    status: DatasetStatus,
     error: BaseException,
     started: float,
     *,
@@ -251,19 +253,26 @@ def _fail(
     **kw: Any,
 ) -> DatasetReport:
     """Count a failed attempt; quarantine after ``max_attempts`` or at once if permanent."""
-    attempts = int(status.get("attempts", 0)) + 1
-    quarantined = attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
-    new_status = {
-        "attempts": attempts,
-        "quarantined": quarantined,
-        "last_error": _describe(error),
-        "updated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "first_failed": status.get("first_failed")
-        or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
+    attempts = status.attempts + 1
+    # A discard in progress stays what it is (recovery finishes it): a failure recorded
+    # meanwhile neither drops it nor quarantines the dataset.
+    quarantined = status.discarding is None and (
+        attempts >= ctx.max_attempts or isinstance(error, PERMANENT)
+    )
+    at = status_record.now()
+    new_status = attrs.evolve(
+        status,
+        attempts=attempts,
+        quarantined=quarantined,
+        last_error=_describe(error),
+        updated=at,
+        first_failed=status.first_failed or at,
+    )
     failpoint("status.before_write")
     try:
-        ctx.retry.call(lambda: ctx.store.set_status(ctx.job, dataset, new_status, token=ctx.token))
+        ctx.retry.call(
+            lambda: status_record.write(ctx.store, ctx.job, dataset, new_status, token=ctx.token)
+        )
     except FencedError:
         raise  # the new owner counts its own attempts; this run's are not its business
     except CommitPubError as e:
@@ -293,7 +302,7 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
     dataset: str,
     steps: Sequence[CommitStep],
     done: Sequence[bool],
-    status: dict[str, Any],
+    status: DatasetStatus,
     started: float,
     *,
     outcome: Outcome,
@@ -346,12 +355,18 @@ def _finish(  # noqa: PLR0917 -- internal; every caller passes all six
         steps=len(steps),
         already_done=sum(done),
         executed=executed,
-        attempts=int(status.get("attempts", 0)),
+        attempts=status.attempts,
     )
 
 
-def _status(ctx: Context, dataset: str) -> dict[str, Any]:
-    return ctx.retry.call(lambda: ctx.store.get_status(ctx.job, dataset)) or {}
+def _status(ctx: Context, dataset: str) -> DatasetStatus:
+    """The dataset's status (a default one if it has none).
+
+    Raises:
+        CorruptStatusError: if the stored status is unreadable or a field does not fit.
+    """
+    found = ctx.retry.call(lambda: status_record.read(ctx.store, ctx.job, dataset))
+    return DatasetStatus() if found is None else found
 
 
 @attrs.frozen
@@ -361,35 +376,34 @@ class _Prepared:
     item: PublishItem
     steps: list[CommitStep]
     records: list[bytes]
-    status: dict[str, Any]
+    status: DatasetStatus
     started: float
 
 
 def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
     """Build, check and serialize one dataset's sequence; a report if it goes no further.
 
-    Reads only: nothing is written and no step runs, so it may run ahead of the dataset
-    before it.
+    No step runs and nothing is written ahead. The only writes are to the dataset's status:
+    an unreadable status is replaced by a quarantine naming it, and the marker of a discard
+    that was killed after removing its sequence is dropped.
     """
     started = time.monotonic()
     dataset = item.dataset
     try:
         status = _status(ctx, dataset)
-        if status.get("quarantined"):
-            return _report(
-                dataset,
-                Outcome.QUARANTINED,
-                started,
-                attempts=int(status.get("attempts", 0)),
-                error=status.get("last_error"),
-            )
-        if ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset)):
-            return _report(
-                dataset,
-                Outcome.BLOCKED,
-                started,
-                error="a pending sequence must be recovered first (Publisher.recover())",
-            )
+    except CorruptStatusError as e:
+        return _fail(ctx, dataset, DatasetStatus(), e, started, steps=())
+    try:
+        pending = ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset))
+        if status.discarding is not None and not pending:
+            # The discard removed the sequence and was killed before its status went too. Its
+            # marker must not outlive the sequence it was about: the next recovery would take
+            # the sequence written now for the one to throw away.
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
+            status = DatasetStatus()
+        held = _held(dataset, status, pending, started)
+        if held is not None:
+            return held
         steps = ordered(ctx.retry.call(item.build))
         ctx.confine(steps)
         if item.staging_dir is not None:
@@ -406,6 +420,41 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         log.error("dataset %s failed before write-ahead: %s", dataset, _describe(e))
         return _report(dataset, Outcome.FAILED, started, error=_describe(e))
     return _Prepared(item, steps, records, status, started)
+
+
+def _held(
+    dataset: str, status: DatasetStatus, pending: bool, started: float
+) -> DatasetReport | None:
+    """Why a dataset gets nothing new now (quarantined, or blocked by a pending sequence)."""
+    if status.discarding is not None:
+        error = discard_in_progress(dataset, status.discarding)
+        return _report(dataset, Outcome.BLOCKED, started, error=error)
+    if status.quarantined:
+        return _report(
+            dataset,
+            Outcome.QUARANTINED,
+            started,
+            attempts=status.attempts,
+            error=status.last_error,
+        )
+    if pending:
+        return _report(
+            dataset,
+            Outcome.BLOCKED,
+            started,
+            error="a pending sequence must be recovered first (Publisher.recover())",
+        )
+    return None
+
+
+def discard_in_progress(dataset: str, discarding: Discarding) -> str:
+    """What an operator is told of a discard that is not finished."""
+    token = discarding.token
+    return (
+        f"a discard of the pending sequence of {dataset!r} begun at {discarding.started}"
+        f"{'' if token is None else f' (fencing token {token})'} is not finished: run discard "
+        "again, or let the next recovery finish it"
+    )
 
 
 def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
@@ -437,9 +486,28 @@ def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
 
 
 def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
-    """Write one dataset's sequence ahead, seal it, execute it, remove it."""
+    """Write one dataset's sequence ahead, seal it, execute it, remove it.
+
+    In a retried attempt of its task (see :func:`publisher.runner.task_attempt`), a dataset
+    refused before write-ahead is reported ``blocked``: an earlier attempt may have
+    published it and died before returning, which leaves exactly what a refusal sees (its
+    staged files gone, its watermark moved). Only the next run can tell, from the store.
+    """
     prepared = _prepare(ctx, item)
-    return prepared if isinstance(prepared, DatasetReport) else _commit(ctx, prepared)
+    if not isinstance(prepared, DatasetReport):
+        return _commit(ctx, prepared)
+    attempt = current_attempt()
+    if attempt and prepared.outcome == Outcome.REFUSED:
+        return attrs.evolve(
+            prepared,
+            outcome=Outcome.BLOCKED,
+            error=(
+                f"the publish task was retried by Spark (attempt {attempt}) and an earlier "
+                f"attempt may have published it: {prepared.error}. Nothing was written ahead "
+                "by this attempt; the next run starts from what the store holds"
+            ),
+        )
+    return prepared
 
 
 def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
@@ -475,14 +543,24 @@ def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
 
 def recover_one(ctx: Context, dataset: str) -> DatasetReport:
     """Finish a sealed sequence (verify, execute what is missing, verify again) or abort an
-    unsealed one."""
+    unsealed one; finish an operator's discard that was killed half-way."""
     started = time.monotonic()
-    status: dict[str, Any] = {}
     failpoint("recover.dataset_started")
     try:
         status = _status(ctx, dataset)
+    except FencedError:
+        raise
+    except Exception as e:  # counted as a failed attempt; an unreadable status is one too
+        return _fail(ctx, dataset, DatasetStatus(), e, started, steps=None)
+    if status.discarding is not None:
+        return _resume_discard(ctx, dataset, status, started)
+    return _recover(ctx, dataset, status, started)
+
+
+def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) -> DatasetReport:
+    try:
         info = ctx.retry.call(lambda: ctx.store.info(ctx.job, dataset))
-        if status.get("quarantined"):
+        if status.quarantined:
             try:
                 keeps: tuple[str, ...] | None = _keeps(ctx, _load(ctx, dataset))
             except PERMANENT:
@@ -492,8 +570,8 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
                 Outcome.QUARANTINED,
                 started,
                 steps=info.records,
-                attempts=int(status.get("attempts", 0)),
-                error=status.get("last_error"),
+                attempts=status.attempts,
+                error=status.last_error,
                 keeps_staging=keeps,
             )
         try:
@@ -545,40 +623,120 @@ def discard_one(ctx: Context, dataset: str) -> DatasetReport:
     A sequence whose every step verifies was complete: it is only removed. Otherwise the
     steps already done are rolled back in reverse order (watermarks set back, published
     files of this sequence deleted), the staged files are deleted and the sequence removed,
-    so the data is extracted again. Safe to repeat after a crash.
+    so the data is extracted again. The discard is recorded in the dataset's status before
+    anything is deleted (:class:`~publisher.status.Discarding`) and the sequence goes last,
+    so after a crash anywhere, discard again (or the next recovery) finishes it and nothing
+    is rolled back twice. A status without a sequence (a quarantine, an unreadable status)
+    is removed.
+
+    Raises:
+        DiscardRefusedError: if the sequence names a path outside the job's current roots;
+            nothing was changed.
     """
     started = time.monotonic()
+    try:
+        status = _status(ctx, dataset)
+    except CorruptStatusError as e:
+        log.warning("discarding %s, whose status is unreadable: %s", dataset, e)
+        status = DatasetStatus()
+    return _discard(ctx, dataset, status, started, resuming=False)
+
+
+def _resume_discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float
+) -> DatasetReport:
+    """Finish a discard found in progress; a failure here is reported, never counted."""
+    try:
+        report = _discard(ctx, dataset, status, started, resuming=True)
+    except FencedError:
+        raise
+    except Exception as e:  # reported; the discard stays recorded, so it is never executed
+        log.error("could not finish the discard of %s: %s", dataset, _describe(e))
+        return _report(dataset, Outcome.FAILED, started, error=_describe(e), keeps_staging=None)
+    log.info("finished the discard of %s begun by an earlier command", dataset)
+    return report
+
+
+def _discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float, *, resuming: bool
+) -> DatasetReport:
     try:
         steps = _load(ctx, dataset)
     except PERMANENT as e:
         ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-        return _report(dataset, Outcome.ABORTED, started, error=f"unreadable, dropped: {e}")
-    # Rolling back a step on a store the job is not configured for would connect there; and
-    # skipping it would leave a half rollback. Refused whole, before anything is touched.
-    check_connections(ctx.connections, steps)
-    if steps and all(verify_all(steps)):
-        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
-        cleanup(
-            ctx.roots,
-            [p for s in steps for p in s.staged_paths()],
-            None,
-            ctx.guard,
-            dataset=dataset,
+        return _report(
+            dataset,
+            Outcome.DISCARDED,
+            started,
+            error=f"unreadable, dropped without rolling anything back: {_describe(e)}",
         )
-        return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
-    refusals = ctx.roots.refusals(steps)
-    for step, refused in zip(steps, refusals, strict=True):
-        if refused is not None:
-            # Publish and recover refuse such a step before anything runs: nothing of it is
-            # to be undone, and nothing outside the roots is ever touched.
-            log.warning("not rolling back a step outside the job's roots: %s", step)
-    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
-    for batch in _undo_batches(inside[::-1]):
-        ctx.guard(f"discarding {dataset!r} (rolling back its steps)")
-        for step in batch:
-            step.rollback()
-            failpoint("discard.rollback_step")
-    return _abort(ctx, dataset, steps, started)
+    if not steps:
+        # No sequence (or an empty one): only a status is left to go.
+        ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
+        return _report(dataset, Outcome.DISCARDED, started)
+    try:
+        # A step outside the roots, or on a store the job is not configured for (rolling it
+        # back would connect there): refused whole, before anything is touched, since
+        # skipping it would leave a half rollback.
+        ctx.confine(steps)
+    except PathConfinementError as e:
+        raise DiscardRefusedError(
+            f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"
+            f"{'' if resuming else ', nothing was changed'}. The sequence was written under "
+            f"other staging/output roots than the job's current ones: {e}. Rolling back only "
+            "the steps inside the current roots would leave the effects of the others in "
+            "place; configure the roots it was written under and run discard again"
+        ) from e
+    marker = status.discarding
+    if marker is None:
+        marker = Discarding(token=ctx.token, started=status_record.now())
+        # No longer quarantined: until it is finished, the dataset is being discarded.
+        status = attrs.evolve(status, quarantined=False, discarding=marker)
+        _write_status(ctx, dataset, status)
+        failpoint("discard.marked")
+    if not marker.rolled_back:
+        if all(verify_all(steps)):
+            # Complete: its effects stay, only the record goes.
+            ctx.retry.call(lambda: ctx.store.remove(ctx.job, dataset, token=ctx.token))
+            cleanup(
+                ctx.roots,
+                [p for s in steps for p in s.staged_paths()],
+                None,
+                ctx.guard,
+                dataset=dataset,
+            )
+            return _report(dataset, Outcome.RECOVERED, started, steps=len(steps))
+        for batch in _undo_batches(steps[::-1]):
+            ctx.guard(f"discarding {dataset!r} (rolling back its steps)")
+            for step in batch:
+                step.rollback()
+                failpoint("discard.rollback_step")
+        marker = attrs.evolve(marker, rolled_back=True)
+        _write_status(ctx, dataset, attrs.evolve(status, discarding=marker))
+        failpoint("discard.rolled_back")
+    # Staged files, then the sequence (and the status with it), last.
+    return attrs.evolve(_abort(ctx, dataset, steps, started), outcome=Outcome.DISCARDED)
+
+
+def _write_status(ctx: Context, dataset: str, status: DatasetStatus) -> None:
+    ctx.retry.call(
+        lambda: status_record.write(ctx.store, ctx.job, dataset, status, token=ctx.token)
+    )
+
+
+def record_failure(ctx: Context, dataset: str, error: BaseException) -> DatasetReport:
+    """Count a failure of ``dataset`` outside a commit, as a failed publish counts.
+
+    Quarantined after ``max_attempts`` (at once for a permanent error); an unreadable
+    status is replaced.
+    """
+    started = time.monotonic()
+    try:
+        status = _status(ctx, dataset)
+    except CorruptStatusError as e:
+        log.warning("replacing the unreadable status of %s: %s", dataset, e)
+        status = DatasetStatus()
+    return _fail(ctx, dataset, status, error, started, steps=())
 
 
 def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:

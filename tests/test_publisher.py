@@ -13,7 +13,7 @@ from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from publisher import Outcome, Publisher, RetryPolicy, Roots, staging
+from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, staging
 from store import CommitStepStore, open_store, open_watermarks
 from store.errors import ConfigurationError
 
@@ -156,7 +156,7 @@ def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
     assert pub.publish({"a": steps})["a"].outcome == Outcome.QUARANTINED
     assert published(job) == ["a/f0-r1", "a/f1-r1"]
     report = pub.discard("a")
-    assert report.outcome == Outcome.ABORTED
+    assert report.outcome == Outcome.DISCARDED
     assert published(job) == []  # what the sequence had published is gone ...
     assert open_watermarks(job.wm_url).get("a", "0") is None  # ... the watermark never moved
     assert [p.name for p in job.staging.rglob("*") if p.is_file()] == [
@@ -196,7 +196,7 @@ def test_discard_deletes_what_a_user_step_published(job: Job) -> None:
     # Renames run in order until the missing one; the marker (same phase, last) never ran.
     assert published(job) == ["a/f0-r1"]
     marker.execute()  # as if it had run before the failure
-    assert pub.discard("a").outcome == Outcome.ABORTED
+    assert pub.discard("a").outcome == Outcome.DISCARDED
     assert published(job) == []
 
 
@@ -260,14 +260,24 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
     # A quarantined sequence's staging is not swept; other datasets publish.
     assert pub.publish({"good": job.stage("good")})["good"].outcome == Outcome.PUBLISHED
-    # The operator can still throw it away: staged files inside the roots go (an unreadable
-    # sequence names none: the next recovery sweeps them), nothing outside them is touched,
-    # the watermark stays.
-    assert pub.discard("bad").outcome == Outcome.ABORTED
+    if bad == "outside-roots":
+        # Discard refuses rather than roll back only the steps inside the roots; nothing
+        # changes, not even the status.
+        status = pub.status("bad")
+        with pytest.raises(DiscardRefusedError, match="output-old/x is outside the output roots"):
+            pub.discard("bad")
+        assert job.store().get("job", "bad") == records
+        assert pub.status("bad") == status
+        assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
+        return
+    # The operator can still throw it away: it is dropped without rollback (an unreadable
+    # sequence names no staged files: the next recovery sweeps them), the watermark stays.
+    report = pub.discard("bad")
+    assert report.outcome == Outcome.DISCARDED
+    assert "unreadable, dropped without rolling anything back" in (report.error or "")
     assert job.store().datasets("job") == []
     pub.recover()
     assert not any(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
-    assert not (job.base / "output-old").exists()
     assert open_watermarks(job.wm_url).get("bad", "0") is None
 
 

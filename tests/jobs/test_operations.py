@@ -20,7 +20,8 @@ import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
 from jobs.cli import _Bars, _fancy, main
 from jobs.config import JobConfig, load_config
-from publisher import Outcome, Publisher
+from publisher import DatasetStatus, Discarding, Outcome, Publisher
+from publisher import status as status_record
 from publisher.work import recover_one
 from store import open_lock, open_store, open_watermarks
 
@@ -161,6 +162,157 @@ def test_discard_asks_first_then_rolls_back(job: Job) -> None:
     assert not any(Path(p).exists() for p in staged)  # extracted again by the next run
     assert not (job.base / "output" / "orders").exists()
     assert open_watermarks(job.config.watermarks_url).get("orders", "0") is None
+
+
+def _publisher(job: Job, **kw: Any) -> Publisher:
+    return Publisher(
+        job.store,
+        job.config.name,
+        staging_roots=[job.config.staging],
+        output_roots=[job.config.output],
+        stores=[job.config.watermarks_url],
+        **kw,
+    )
+
+
+def test_status_and_inspect_show_an_unreadable_status_as_a_quarantine(job: Job) -> None:
+    job.store.set_status(job.config.name, "orders", {"attempts": "2", "quarantined": False})
+
+    doc = _json(job.cli("status", "--json"))
+
+    assert doc["quarantined"] == ["clicks", "orders"]
+    orders = next(p for p in doc["pending"] if p["dataset"] == "orders")
+    assert orders["quarantined"] is True
+    assert "CorruptStatusError: status of dataset 'orders'" in orders["last_error"]
+    assert "expected int, found str '2' @ status.attempts" in orders["last_error"]
+    text = job.cli("status")
+    assert text.exit_code == 0, text.output
+    line = next(x for x in text.output.splitlines() if "orders:" in x)
+    assert line.startswith("  orders: QUARANTINED, 3 steps, 0 attempts, age ")
+    assert "last error: CorruptStatusError: status of dataset 'orders'" in line
+    inspected = _json(job.cli("inspect", "orders", "--json"))
+    assert inspected["quarantined"] is True
+    assert "status.attempts" in inspected["last_error"]
+    assert [s["type"] for s in inspected["steps"]] == ["fs.rename", "fs.rename", "watermark.cas"]
+    # Reading changed nothing: the record is still there as it was, for discard to remove.
+    assert job.store.get_status(job.config.name, "orders") == {
+        "attempts": "2",
+        "quarantined": False,
+    }
+    done = job.cli("discard", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    assert job.store.get_status(job.config.name, "orders") is None
+
+
+def test_a_damaged_sequence_is_shown_by_status_and_inspect_and_discard_removes_it(
+    job: Job,
+) -> None:
+    [chunk] = (job.base / "state" / "steps" / "test-job" / "orders").glob("*.chunk")
+    chunk.write_bytes(chunk.read_bytes()[:-20])  # truncated, as a full disk might leave it
+
+    doc = _json(job.cli("status", "--json"))
+    orders = next(p for p in doc["pending"] if p["dataset"] == "orders")
+    assert "truncated" in orders["error"] or "checksum" in orders["error"], orders
+    assert orders["sealed"] is None
+    assert "orders: UNREADABLE, 0 steps" in job.cli("status").output
+    assert f"unreadable: {orders['error']}" in job.cli("status").output
+    inspected = _json(job.cli("inspect", "orders", "--json"))
+    assert inspected["unreadable"].startswith("CorruptRecordError: ")
+    assert inspected["steps"] == []
+    text = job.cli("inspect", "orders").output
+    assert text.startswith("orders: UNREADABLE, 0 steps, 0 done")
+    assert "unreadable: CorruptRecordError" in text
+
+    done = job.cli("discard", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "orders: discarded (discarded, 0 steps)" in done.output
+    assert job.store.datasets(job.config.name) == ["clicks"]
+
+
+def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job) -> None:
+    pub = _publisher(job, max_attempts=2)
+    pub.record_failure("events", ValueError("events/0/1.jsonl line 3: not JSON"))
+    doc = _json(job.cli("status", "--json"))
+    assert doc["quarantined"] == ["clicks"]
+    assert doc["without_pending"] == [
+        {
+            "dataset": "events",
+            "attempts": 1,
+            "quarantined": False,
+            "last_error": "ValueError: events/0/1.jsonl line 3: not JSON",
+            "first_failed": doc["without_pending"][0]["first_failed"],
+            "discarding": None,
+        }
+    ]
+    pub.record_failure("events", ValueError("events/0/1.jsonl line 3: not JSON"))
+    assert _json(job.cli("status", "--json"))["quarantined"] == ["clicks", "events"]
+    text = job.cli("status")
+    assert "events: QUARANTINED, no pending commit, 2 attempts, last error: ValueError" in (
+        text.output
+    )
+
+    lifted = job.cli("retry", "events")
+    assert lifted.exit_code == 0, lifted.output
+    assert "events: quarantine lifted" in lifted.output
+    doc = _json(job.cli("status", "--json"))
+    assert doc["quarantined"] == ["clicks"]
+    assert doc["without_pending"] == []
+
+    pub.record_failure("events", ValueError("again"))
+    pub.record_failure("events", ValueError("again"))
+    discarded = job.cli("discard", "events", "--yes")
+    assert discarded.exit_code == 0, discarded.output
+    assert "events: discarded (discarded, 0 steps)" in discarded.output
+    assert _json(job.cli("status", "--json"))["quarantined"] == ["clicks"]
+    nothing = job.cli("discard", "events", "--yes")
+    assert nothing.exit_code == 1
+    assert "'events' of job 'test-job' has no pending sequence and no status" in nothing.output
+
+
+def test_an_unfinished_discard_is_shown_retry_refuses_it_and_discard_finishes_it(
+    job: Job,
+) -> None:
+    marker = DatasetStatus(discarding=Discarding(token=4, started="2025-01-02T03:04:05+00:00"))
+    status_record.write(job.store, job.config.name, "orders", marker, token=None)
+
+    doc = _json(job.cli("status", "--json"))
+    orders = next(p for p in doc["pending"] if p["dataset"] == "orders")
+    assert orders["discarding"] == {
+        "started": "2025-01-02T03:04:05+00:00",
+        "token": 4,
+        "rolled_back": False,
+    }
+    assert "orders: DISCARDING (unfinished: run discard again), 3 steps" in (
+        job.cli("status").output
+    )
+    refused = job.cli("retry", "orders")
+    assert refused.exit_code == 1
+    assert (
+        "retry of 'orders' refused: a discard of the pending sequence of 'orders' begun at "
+        "2025-01-02T03:04:05+00:00 (fencing token 4) is not finished: run discard again, or "
+        "let the next recovery finish it. Retrying would publish what was being thrown away"
+    ) in " ".join(refused.output.split())
+    assert job.store.exists(job.config.name, "orders")
+
+    done = job.cli("discard", "orders", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "orders: discarded (discarded, 3 steps)" in done.output
+    assert job.store.datasets(job.config.name) == ["clicks"]
+    assert job.store.get_status(job.config.name, "orders") is None
+
+
+def test_discard_refuses_when_the_job_roots_moved_since_the_sequence_was_written(
+    job: Job,
+) -> None:
+    moved = write_job(job.base, output={"path": "output-new", "format": "parquet"})
+    result = CliRunner().invoke(main, ["discard", str(moved), "orders", "--yes"])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "DiscardRefusedError: discard of 'orders' refused, nothing was changed." in said
+    assert "configure the roots it was written under and run discard again" in said
+    assert len(job.records("orders")) == 3
+    assert job.store.get_status(job.config.name, "orders") is None
+    assert all(Path(p).exists() for s in job.orders_steps for p in s.staged_paths())
 
 
 def test_changing_commands_exit_75_while_a_run_holds_the_lock(job: Job) -> None:

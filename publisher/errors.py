@@ -1,0 +1,23 @@
+"""Errors of the publisher layer; all derive from :class:`store.errors.CommitPubError`."""
+
+from __future__ import annotations
+
+from commitsteps import PathConfinementError
+from store.errors import CommitPubError, CorruptRecordError
+
+
+class CorruptStatusError(CorruptRecordError):
+    """A dataset's status record is unreadable or holds a field of the wrong type.
+
+    The dataset is quarantined with this error; ``discard`` removes the record.
+    """
+
+
+class DiscardRefusedError(PathConfinementError):
+    """A discard would have to roll back steps outside the job's current staging or output
+    roots. Nothing was changed (or, when finishing a discard, nothing more)."""
+
+
+class DiscardInProgressError(CommitPubError):
+    """A command that would undo or bypass a discard found one in progress: run discard
+    again to finish it."""

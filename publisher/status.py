@@ -1,0 +1,223 @@
+"""A dataset's status in the commit store: failed attempts, quarantine, a discard in progress.
+
+The store keeps one JSON object per dataset beside its sequence (``CommitStepStore.get_status``)
+and knows nothing of its fields. This module is the one place that gives it a type:
+:class:`DatasetStatus`, turned to and from JSON by one cattrs converter whose hooks are strict
+(``"attempts": "3"`` or ``"quarantined": "no"`` is an error, never a conversion). A record that
+does not fit is a :class:`CorruptStatusError` naming the dataset and the field; the publisher
+quarantines that dataset instead of failing the run, and ``discard`` removes the record.
+
+Keys this version does not know are ignored, so a status written by a newer version still
+reads; they are dropped when this version rewrites the status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn
+
+from publisher.errors import CorruptStatusError
+from store import CommitStepStore
+from store.errors import CorruptRecordError
+
+log = logging.getLogger("commitpub.publisher")
+
+
+def now() -> str:
+    """The current UTC time as status records hold it (ISO 8601, seconds)."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _non_negative(_self: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, found {value}")
+
+
+@attrs.frozen
+class Discarding:
+    """An operator's discard of the dataset's pending sequence, begun but not finished.
+
+    Recorded durably before the discard deletes anything. While it is there, recovery finishes
+    the discard instead of executing the sequence, and nothing counts it as a failed attempt.
+    """
+
+    #: Fencing token of the command (or run) that began the discard; None without a lock.
+    token: int | None
+    #: When it began (UTC, ISO 8601).
+    started: str
+    #: Every executed step has been rolled back; what remains is deleting the staged files
+    #: and the sequence. A discard resumed from here rolls nothing back again.
+    rolled_back: bool = False
+
+
+@attrs.frozen
+class DatasetStatus:
+    """What the store remembers of a dataset beside its pending sequence, if any."""
+
+    #: Failed attempts since the last success or retry.
+    attempts: int = attrs.field(default=0, validator=_non_negative)
+    #: Skipped by runs until an operator retries or discards it.
+    quarantined: bool = False
+    #: The last failure, as ``"ErrorType: message"``.
+    last_error: str | None = None
+    #: When the first of the counted failures happened (UTC, ISO 8601).
+    first_failed: str | None = None
+    #: When the status was last written (UTC, ISO 8601).
+    updated: str | None = None
+    #: An operator lifted a quarantine with ``retry``.
+    retried: bool = False
+    #: A discard in progress; see :class:`Discarding`.
+    discarding: Discarding | None = None
+
+    @classmethod
+    def unreadable(cls, error: CorruptStatusError) -> DatasetStatus:
+        """How a dataset with an unreadable status is shown: quarantined, with the reason."""
+        return cls(quarantined=True, last_error=f"{type(error).__name__}: {error}")
+
+
+def _strict(expected: type) -> Any:
+    def structure(value: Any, _type: Any) -> Any:
+        # bool is an int subclass: a JSON true must not pass for a count.
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+            raise TypeError(
+                f"expected {expected.__name__}, found {type(value).__name__} {value!r:.60}"
+            )
+        return value
+
+    return structure
+
+
+def _object_only(cls: type) -> Any:
+    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cls, _converter)
+
+    def structure(value: Any, t: Any) -> Any:
+        # cattrs would index whatever it is given: a list would fail with an IndexError.
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a JSON object, found {type(value).__name__}")
+        return inner(value, t)
+
+    return structure
+
+
+_converter = cattrs.Converter()
+for _t in (str, int, bool):
+    _converter.register_structure_hook(_t, _strict(_t))
+for _cls in (Discarding, DatasetStatus):
+    _converter.register_structure_hook(_cls, _object_only(_cls))
+
+
+def _say(error: BaseException, _type: Any) -> str:
+    """The message of a hook or validator error; they name what was expected and found."""
+    if isinstance(error, KeyError):
+        return "required field missing"
+    return str(error)
+
+
+def _where(dataset: str, store: CommitStepStore) -> str:
+    return f"status of dataset {dataset!r} in {store.url}"
+
+
+def decode(doc: Mapping[str, Any], dataset: str, store: CommitStepStore) -> DatasetStatus:
+    """A :class:`DatasetStatus` from the JSON object a store holds.
+
+    Raises:
+        CorruptStatusError: naming the dataset and each field that does not fit.
+    """
+    try:
+        status: DatasetStatus = _converter.structure(doc, DatasetStatus)
+    except cattrs.BaseValidationError as e:
+        details = "; ".join(cattrs.transform_error(e, path="status", format_exception=_say))
+        raise CorruptStatusError(f"{_where(dataset, store)}: {details}") from e
+    except (TypeError, ValueError) as e:
+        raise CorruptStatusError(f"{_where(dataset, store)}: {e}") from e
+    return status
+
+
+def encode(status: DatasetStatus) -> dict[str, Any]:
+    """The JSON object of a status, as the store keeps it."""
+    doc: dict[str, Any] = _converter.unstructure(status)
+    return doc
+
+
+def read(store: CommitStepStore, job: str, dataset: str) -> DatasetStatus | None:
+    """The dataset's status, or None when it has none.
+
+    Raises:
+        CorruptStatusError: if the record is not a JSON object or a field does not fit.
+        StoreUnavailableError: if the store cannot be reached.
+    """
+    try:
+        doc = store.get_status(job, dataset)
+    except CorruptStatusError:
+        raise
+    except CorruptRecordError as e:
+        raise CorruptStatusError(f"{_where(dataset, store)}: {e}") from e
+    return None if doc is None else decode(doc, dataset, store)
+
+
+def read_or_quarantined(store: CommitStepStore, job: str, dataset: str) -> DatasetStatus | None:
+    """:func:`read`, but an unreadable status is shown as a quarantine naming the error.
+
+    For reading commands and metrics, which report a dataset and must not fail on it.
+    """
+    try:
+        return read(store, job, dataset)
+    except CorruptStatusError as e:
+        return DatasetStatus.unreadable(e)
+
+
+def read_all(store: CommitStepStore, job: str) -> dict[str, DatasetStatus]:
+    """Every dataset of the job that has a status, pending or not; an unreadable one is shown
+    as a quarantine naming the error (:meth:`DatasetStatus.unreadable`).
+
+    When the store cannot even list them (a status that is not JSON at all), the datasets
+    with a pending sequence are read one by one instead: a status without a sequence is then
+    missed, and a warning says so.
+    """
+    try:
+        docs = store.statuses(job)
+    except CorruptRecordError as e:
+        log.warning(
+            "the statuses of job %r cannot be listed (%s); showing those of pending sequences only",
+            job,
+            e,
+        )
+        found = {}
+        for dataset in store.datasets(job):
+            status = read_or_quarantined(store, job, dataset)
+            if status is not None:
+                found[dataset] = status
+        return found
+    out = {}
+    for dataset, doc in docs.items():
+        try:
+            out[dataset] = decode(doc, dataset, store)
+        except CorruptStatusError as e:
+            out[dataset] = DatasetStatus.unreadable(e)
+    return out
+
+
+def write(
+    store: CommitStepStore, job: str, dataset: str, status: DatasetStatus, *, token: int | None
+) -> None:
+    """Replace the dataset's status; refused (FencedError) if ``token`` has been superseded."""
+    store.set_status(job, dataset, encode(status), token=token)
+
+
+__all__ = [
+    "CorruptStatusError",
+    "DatasetStatus",
+    "Discarding",
+    "decode",
+    "encode",
+    "read",
+    "read_all",
+    "read_or_quarantined",
+    "write",
+]

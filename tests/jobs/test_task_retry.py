@@ -1,0 +1,55 @@
+"""Spark retries a publish task whose Python worker died: the retry reports the dataset
+``blocked`` (outcome unknown until the next run), never ``refused``, and the next run ends
+exactly once.
+
+A real ``commitpub run`` in its own process, on ``local[1,2]`` (one core, a task may fail
+twice before the job fails), with the executor's Python worker SIGKILLing itself at a
+fail point of the publish; Spark starts a new worker and runs the task again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from jobhelpers import Landing, assert_exactly_once, commitpub, write_job
+
+from store import open_store
+from store.failpoints import ENV_VAR
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_retried_publish_task_reports_blocked_and_the_next_run_is_exactly_once(
+    tmp_path: Path,
+) -> None:
+    # The first attempt published it all and died before its task returned. (One that dies
+    # with the sequence sealed leaves it pending: the retry reports blocked for that too.)
+    crash_at = "publish.after_remove@1"
+    landing = Landing(tmp_path / "landing")
+    landing.append("orders", "0", 20)
+    job = write_job(tmp_path, spark={"master": "local[1,2]", "conf": {"spark.ui.enabled": False}})
+
+    first = commitpub("run", str(job), "--json", env={ENV_VAR: crash_at}, cwd=tmp_path)
+
+    assert first.returncode == 1, first.stderr[-3000:]
+    report = json.loads(first.stdout)
+    [orders] = report["publish"]["datasets"]
+    assert orders["outcome"] == "blocked", orders
+    attempts = [t["attempt"] for t in report["spark_tasks"]["publish"]]
+    assert attempts == [1], "the publish task was not retried by Spark"
+    assert "the publish task was retried by Spark (attempt 1)" in orders["error"]
+    assert "an earlier attempt may have published it: MissingSourceError" in orders["error"]
+    with open_store(str(tmp_path / "state" / "steps")) as st:
+        assert st.datasets("test-job") == []
+
+    second = commitpub("run", str(job), "--json", cwd=tmp_path)
+
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_exactly_once(
+        tmp_path / "landing",
+        tmp_path / "output",
+        str(tmp_path / "state" / "watermarks"),
+        ["orders"],
+    )

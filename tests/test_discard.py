@@ -1,0 +1,287 @@
+"""Discard in progress is durable: interrupted anywhere, the next discard or recovery finishes
+it, never executes the sequence, never counts it as a failure, never rolls a step back twice.
+
+In-process, on the filesystem and a real redis-server: a user step fails its rollback or its
+abort on demand to interrupt the discard at a known point. The same points with a real
+SIGKILL are cells of tests/test_operator_crashes.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import commitsteps
+from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from publisher import (
+    DatasetStatus,
+    Discarding,
+    DiscardInProgressError,
+    DiscardRefusedError,
+    Outcome,
+    Publisher,
+    RetryPolicy,
+)
+from publisher import status as status_record
+from store import CommitStepStore, open_store, open_watermarks
+
+FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
+
+
+@commitsteps.register("tests.discard.journaled")
+@attrs.frozen
+class JournaledStep(CommitStep):
+    """Publishes one file from one staged file; writes each rollback and abort to a journal,
+    and fails them while a trap file named after the operation exists."""
+
+    staged: str
+    path: str
+    journal: str
+
+    def verify(self) -> bool:
+        return Path(self.path).is_file()
+
+    def execute(self) -> None:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).write_text("published")
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.staged,)
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+    def _log(self, what: str) -> None:
+        with open(self.journal, "a") as f:
+            f.write(f"{what}\n")
+        if Path(f"{self.journal}.{what}.trap").exists():
+            raise OSError(f"{what} interrupted")
+
+    def rollback(self) -> None:
+        self._log("rollback")
+        super().rollback()
+
+    def abort(self) -> None:
+        self._log("abort")
+        super().abort()
+
+
+@attrs.frozen
+class Job:
+    base: Path
+    store_url: str
+    wm_url: str
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def journal(self) -> Path:
+        return self.base / "journal"
+
+    def publisher(
+        self, *, staging: str = "staging", output: str = "output", **kw: Any
+    ) -> Publisher:
+        return Publisher(
+            self.store_url,
+            "job",
+            staging_roots=[str(self.base / staging)],
+            output_roots=[str(self.base / output)],
+            retry=FAST,
+            stores=[self.wm_url],
+            **kw,
+        )
+
+    def store(self) -> CommitStepStore:
+        return open_store(self.store_url)
+
+    def trap(self, what: str, armed: bool = True) -> None:
+        trap = Path(f"{self.journal}.{what}.trap")
+        if armed:
+            trap.touch()
+        else:
+            trap.unlink()
+
+    def half_published(self, dataset: str, run: str = "r1", output: str = "output") -> None:
+        """A sealed sequence of which the first rename and the journaled step ran, not the
+        second rename nor the watermark: a run died half-way through it."""
+        staged = self.base / "staging" / run / dataset
+        staged.mkdir(parents=True)
+        steps: list[CommitStep] = []
+        for i in range(2):
+            (staged / f"f{i}").write_text(f"{dataset}-{i}\n")
+            dst = str(self.base / output / dataset / f"f{i}-{run}")
+            steps.append(FsRenameCommitStep.from_staged(str(staged / f"f{i}"), dst))
+        (staged / "j").write_text("j")
+        dst = str(self.base / output / dataset / f"j-{run}")
+        steps.append(JournaledStep(str(staged / "j"), dst, str(self.journal)))
+        steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", None, 2))
+        self.store().put_sequence("job", dataset, [commitsteps.dumps(s) for s in steps])
+        steps[0].execute()
+        steps[2].execute()
+
+    def published(self) -> list[str]:
+        return sorted(
+            str(p.relative_to(self.output)) for p in self.output.rglob("*") if p.is_file()
+        )
+
+    def staged(self) -> list[str]:
+        staging = self.base / "staging"
+        return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+
+    def journaled(self) -> list[str]:
+        return self.journal.read_text().splitlines() if self.journal.exists() else []
+
+
+@pytest.fixture(params=["fs", "redis"])
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
+    if request.param == "fs":
+        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
+    else:
+        url = request.getfixturevalue("redis_url")
+        yield Job(tmp_path, url, url)
+
+
+def fresh_steps(job: Job, dataset: str, run: str) -> list[CommitStep]:
+    staged = job.base / "staging" / run / dataset
+    staged.mkdir(parents=True)
+    (staged / "f").write_text("new\n")
+    dst = str(job.output / dataset / f"f-{run}")
+    previous = open_watermarks(job.wm_url).get(dataset, "0")
+    return [
+        FsRenameCommitStep.from_staged(str(staged / "f"), dst),
+        WatermarkCommitStep(job.wm_url, dataset, "0", previous, 9),
+    ]
+
+
+@pytest.mark.redis
+def test_an_interrupted_discard_is_finished_by_recovery_never_executed(job: Job) -> None:
+    job.half_published("a")
+    pub = job.publisher(max_attempts=1, fencing_token=7)
+    job.trap("rollback")
+    with pytest.raises(OSError, match="rollback interrupted"):
+        pub.discard("a")
+    status = pub.status("a")
+    assert status is not None
+    assert status.discarding is not None
+    assert (status.discarding.token, status.discarding.rolled_back) == (7, False)
+    # While it is recorded: publish is blocked and retry refuses, saying why.
+    blocked = pub.publish({"a": fresh_steps(job, "a", "r2")})["a"]
+    assert blocked.outcome == Outcome.BLOCKED
+    assert "discard of the pending sequence of 'a' begun at" in (blocked.error or "")
+    assert "(fencing token 7) is not finished" in (blocked.error or "")
+    with pytest.raises(DiscardInProgressError, match="retry of 'a' refused: a discard"):
+        pub.retry("a")
+    job.trap("rollback", armed=False)
+
+    report = pub.recover()
+
+    # Finished, not recovered: nothing of the sequence is published, its watermark never
+    # moved, and the interruption was not counted as a failed attempt.
+    assert report["a"].outcome == Outcome.DISCARDED
+    assert report["a"].attempts == 0
+    assert job.published() == []
+    # Its staged files are gone; the blocked publish's are left (a directory no run of the
+    # job marked is never swept).
+    assert job.staged() == ["r2/a/f"]
+    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert job.store().datasets("job") == []
+    assert pub.status("a") is None
+    assert pub.publish({"a": fresh_steps(job, "a", "r3")})["a"].outcome == Outcome.PUBLISHED
+    assert job.published() == ["a/f-r3"]
+
+
+@pytest.mark.redis
+def test_a_discard_run_again_after_its_rollback_rolls_nothing_back_twice(job: Job) -> None:
+    job.half_published("a")
+    pub = job.publisher()
+    job.trap("abort")
+    with pytest.raises(OSError, match="abort interrupted"):
+        pub.discard("a")
+    status = pub.status("a")
+    assert status is not None
+    assert status.discarding is not None
+    assert status.discarding.rolled_back
+    assert job.journaled() == ["rollback", "abort"]
+    job.trap("abort", armed=False)
+
+    report = pub.discard("a")
+
+    assert report.outcome == Outcome.DISCARDED
+    assert job.journaled() == ["rollback", "abort", "abort"]
+    assert job.published() == []
+    assert job.staged() == []
+    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert job.store().datasets("job") == []
+    assert pub.status("a") is None
+
+
+@pytest.mark.redis
+def test_a_discard_marker_left_without_its_sequence_never_applies_to_a_new_one(
+    job: Job,
+) -> None:
+    """A discard killed between removing its sequence and its status (the fs store deletes
+    the status file last) leaves only its marker. The next publish of the dataset must not
+    leave it standing: the recovery after a crash would discard the new sequence. (Recovery
+    does not look for such markers: listing every status costs a read per dataset.)"""
+    marker = DatasetStatus(discarding=Discarding(token=3, started="2025-01-01T00:00:00+00:00"))
+    store = job.store()
+    status_record.write(store, "job", "a", marker, token=None)
+    pub = job.publisher()
+    assert pub.publish({"a": fresh_steps(job, "a", "r1")})["a"].outcome == Outcome.PUBLISHED
+    assert pub.status("a") is None
+    assert job.published() == ["a/f-r1"]
+    # The operator can drop one too.
+    status_record.write(store, "job", "b", marker, token=None)
+    assert pub.discard("b").outcome == Outcome.DISCARDED
+    assert pub.status("b") is None
+
+
+@pytest.mark.redis
+def test_discard_refuses_a_sequence_written_under_other_roots_and_changes_nothing(
+    job: Job,
+) -> None:
+    job.half_published("a", output="output-old")
+    before = job.store().get("job", "a")
+    moved = job.publisher(output="output")  # the job's output.path changed since
+
+    with pytest.raises(DiscardRefusedError) as refused:
+        moved.discard("a")
+
+    message = str(refused.value)
+    assert message.startswith("discard of 'a' refused, nothing was changed.")
+    assert "output-old/a/f0-r1 is outside the output roots" in message
+    assert "configure the roots it was written under and run discard again" in message
+    assert job.store().get("job", "a") == before
+    assert moved.status("a") is None  # not even a discard marker
+    assert sorted(p.name for p in (job.base / "output-old" / "a").iterdir()) == ["f0-r1", "j-r1"]
+    assert job.journaled() == []
+    # Under the roots it was written under, it goes.
+    assert job.publisher(output="output-old").discard("a").outcome == Outcome.DISCARDED
+    assert not any((job.base / "output-old").rglob("*-r1"))
+
+
+@pytest.mark.redis
+def test_a_failure_recorded_during_a_discard_neither_drops_it_nor_quarantines(job: Job) -> None:
+    job.half_published("a")
+    pub = job.publisher(max_attempts=1)
+    job.trap("rollback")
+    with pytest.raises(OSError, match="rollback interrupted"):
+        pub.discard("a")
+    job.trap("rollback", armed=False)
+
+    failed = pub.record_failure("a", ValueError("its extract failed"))
+
+    assert failed.outcome == Outcome.FAILED
+    assert pub.quarantined() == []
+    status = pub.status("a")
+    assert status is not None
+    assert status.discarding is not None
+    assert pub.recover()["a"].outcome == Outcome.DISCARDED
+    assert job.published() == []
+    assert pub.status("a") is None
