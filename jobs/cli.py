@@ -156,6 +156,8 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
             click.echo(f"error: {report.error}")
         for dataset, error in sorted(report.errors.items()):
             click.echo(f"failed {dataset}: {error}")
+        for dataset, error in sorted(report.extract_quarantined.items()):
+            click.echo(f"quarantined {dataset}: {error}")
         for dataset, reason in sorted(report.skipped.items()):
             click.echo(f"skipped {dataset}: {reason}")
         click.echo(f"report: {report.path}")

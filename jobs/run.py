@@ -55,7 +55,7 @@ from store import (
     open_watermarks,
     require_durable,
 )
-from store.errors import ConfigurationError, FencedError
+from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
 from store.urls import encode_name, redact
 
@@ -210,6 +210,8 @@ class RunReport:
     publish: PublishReport | None = None
     staged: dict[str, StagedInfo] = attrs.field(factory=dict)
     extract_failed: dict[str, str] = attrs.field(factory=dict)
+    #: Datasets whose extract failed once too often (``publish.max_attempts``): quarantined.
+    extract_quarantined: dict[str, str] = attrs.field(factory=dict)
     skipped: dict[str, str] = attrs.field(factory=dict)
     written_ahead: list[str] = attrs.field(factory=list)
     durations_s: dict[str, float] = attrs.field(factory=dict)
@@ -242,7 +244,7 @@ class RunReport:
 
     @property
     def quarantined(self) -> list[str]:
-        return self._outcomes(Outcome.QUARANTINED)
+        return sorted({*self._outcomes(Outcome.QUARANTINED), *self.extract_quarantined})
 
     @property
     def failed(self) -> list[str]:
@@ -306,6 +308,7 @@ class RunReport:
             "quarantined": self.quarantined,
             "failed": self.failed,
             "extract_failed": self.extract_failed,
+            "extract_quarantined": self.extract_quarantined,
             "skipped": self.skipped,
             "counts": {
                 "recovered": len(self.recovered),
@@ -633,16 +636,21 @@ def _plan(
 ) -> dict[str, dict[str, tuple[JsonScalar, JsonScalar]]]:
     """Per dataset, the partitions with new records: (committed, high) watermarks."""
     pending = set(pub.store.datasets(config.name))
-    quarantined = set(report.recovery.quarantined) if report.recovery else set()
+    statuses = pub.statuses()
     wm = open_watermarks(config.watermarks_url)
     plan: dict[str, dict[str, tuple[JsonScalar, JsonScalar]]] = {}
     try:
         for dataset in source.datasets():
-            if dataset in pending:
+            status = statuses.get(dataset)
+            quarantined = status is not None and status.quarantined
+            if dataset in pending or quarantined:
                 report.skipped[dataset] = (
-                    "quarantined" if dataset in quarantined else "its pending commit failed"
+                    "quarantined" if quarantined else "its pending commit failed"
                 )
                 log.warning("skipping %s: %s", dataset, report.skipped[dataset])
+                if status is not None and quarantined and dataset not in pending:
+                    # Quarantined by failed extracts: reported as such on every run (exit 3).
+                    report.extract_quarantined[dataset] = status.last_error or "quarantined"
                 continue
             ranges = {}
             for partition in source.partitions(dataset):
@@ -686,7 +694,7 @@ def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole
         except ConfigurationError:
             raise
         except Exception as e:  # one dataset's failed extract does not stop the others
-            _extract_failed(report, dataset, e)
+            _extract_failed(pub, report, dataset, e)
             continue
         info = (
             StagedInfo(directory, dict(ranges), empty=True)
@@ -707,9 +715,25 @@ def _extract(  # noqa: PLR0917 -- internal; one call site passes the run's whole
     report.durations_s["extract"] = round(time.monotonic() - started, 3)
 
 
-def _extract_failed(report: RunReport, dataset: str, error: BaseException) -> None:
-    """Record that the extract of ``dataset`` failed: the one place extract failures go."""
-    report.extract_failed[dataset] = error_text(error)
+class ExtractError(CommitPubError):
+    """The extract of one dataset failed; the message is the telling line of the cause."""
+
+
+def _extract_failed(pub: Publisher, report: RunReport, dataset: str, error: BaseException) -> None:
+    """Record that the extract of ``dataset`` failed: the one place extract failures go.
+
+    The failure counts as an attempt in the dataset's status, as a failed commit does:
+    after ``publish.max_attempts`` failures in a row the dataset is quarantined and skipped
+    until ``commitpub retry`` or ``discard``; a publish that succeeds clears the count.
+    """
+    text = error_text(error)
+    # The status keeps the telling line (file and line of a bad record), not Spark's wrapper.
+    counted = pub.record_failure(dataset, ExtractError(text))
+    if counted.outcome == Outcome.QUARANTINED:
+        report.extract_quarantined[dataset] = text
+        log.error("extract of %s failed, quarantined: %s", dataset, text)
+        return
+    report.extract_failed[dataset] = text
     log.error("extract of %s failed: %s", dataset, report.extract_failed[dataset])
 
 

@@ -205,3 +205,35 @@ def test_the_exit_message_names_the_file_and_line(tmp_path: Path) -> None:
     assert line in proc.stdout.splitlines(), proc.stdout
     assert re.search(r"^run r1: failed \(.*published 1.*failed 1", proc.stdout, re.M)
     assert f"extract of bad failed: BadRecordError: {seg}: line 3 (offset 2)" in proc.stderr
+
+
+@pytest.mark.spark
+def test_a_dataset_whose_extract_keeps_failing_is_quarantined_then_moves_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Extract failures count as attempts: after publish.max_attempts (2 here) in a row the
+    dataset is quarantined (exit 3) and skipped, the others go on; ``retry`` plus
+    ``source.bad_records = "skip"`` lets the operator move on, and the count is gone once
+    the dataset publishes."""
+    _two_datasets(tmp_path, BAD_LINES["not JSON"][0])
+    config = load_config(write_job(tmp_path, publish={"max_attempts": 2}))
+
+    first = run_job(config, spark=spark, run_id="r1")
+    assert (first.exit_code, first.failed, first.quarantined) == (1, ["bad"], [])
+    second = run_job(config, spark=spark, run_id="r2")
+    assert second.exit_code == 3
+    assert second.quarantined == ["bad"]
+    assert second.extract_quarantined["bad"].startswith("BadRecordError: ")
+    third = run_job(config, spark=spark, run_id="r3")
+    assert third.exit_code == 3
+    assert third.skipped == {"bad": "quarantined"}
+    assert third.quarantined == ["bad"]  # skipped, and still reported until retried
+    status = commitpub("status", str(config.file), "--json")
+    assert json.loads(status.stdout)["quarantined"] == ["bad"]
+
+    assert commitpub("retry", str(config.file), "bad").returncode == 0
+    skipping = load_config(write_job(tmp_path, source=SKIP, publish={"max_attempts": 2}))
+    fourth = run_job(skipping, spark=spark, run_id="r4")
+    assert fourth.exit_code == 0, fourth.errors
+    assert fourth.published == ["bad"]
+    assert json.loads(commitpub("status", str(config.file), "--json").stdout)["quarantined"] == []
