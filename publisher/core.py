@@ -362,6 +362,47 @@ class Publisher:
         with self.context.working():
             return discard_one(self.context, dataset)
 
+    def fence(self) -> None:
+        """Fence the commit store with this publisher's token: from now on the store refuses
+        every write of the job carrying an older one (a run that lost the lock to this one).
+
+        Called once the job lock is taken, before anything of the job is read or written.
+
+        Raises:
+            FencedError: if the store has seen a newer token: another run took the job over.
+            ConfigurationError: if the publisher has no ``fencing_token``.
+        """
+        token = self.context.token
+        if token is None:
+            raise ConfigurationError("fence() needs a publisher made with a fencing_token")
+        self.context.retry.call(lambda: self.store.fence(self.job_name, token))
+
+    def claim_staging(self) -> None:
+        """Mark each staging root as this job's, or refuse it (see
+        :func:`publisher.staging.claim`): before recovery sweeps anything there.
+
+        Raises:
+            StagingClaimError: if another job marked a root, or it holds entries no job
+                marked.
+        """
+        for root in self.roots.staging:
+            staging.claim(root, self.job_name)
+
+    def sealed(self) -> list[str]:
+        """The datasets whose pending sequence is sealed (written ahead whole); reads only."""
+        return sorted(p.dataset for p in self.pending() if p.sealed)
+
+    def delete_run_dir(self, run_dir: str) -> None:
+        """Delete a run directory of this run and everything in it, its marker last.
+
+        For a run that gives up before writing anything ahead: what it staged goes now, not
+        at the next recovery.
+
+        Raises:
+            FencedError: if this run lost the job lock; nothing was deleted.
+        """
+        staging.delete_run(run_dir, self.require_lock)
+
     def close(self) -> None:
         self.store.close()
 

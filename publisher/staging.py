@@ -661,6 +661,16 @@ def _rmdir_empty(entry: str) -> bool:
     return True
 
 
+def delete_run(run_dir: str, guard: Guard) -> None:
+    """Delete a run's own directory and everything in it, its marker last (an abandoned run).
+
+    Raises:
+        FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
+    """
+    guard(f"deleting the abandoned run directory {run_dir}")
+    _delete_run_dir(run_dir)
+
+
 def _delete_run_dir(entry: str) -> None:
     """Delete everything in a run directory, its marker last, then the directory."""
     local = _local_path(entry)
