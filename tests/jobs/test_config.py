@@ -11,7 +11,8 @@ from jobhelpers import commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.config import apply_s3, load_config
+from jobs.config import JobConfig, apply_s3, load_config
+from jobs.locking import open_publisher
 from jobs.sources import LandingSource
 from store import open_store
 from store.errors import ConfigurationError
@@ -254,6 +255,14 @@ def test_a_user_source_class_by_dotted_name(tmp_path: Path) -> None:
     assert issubclass(source_class(config.source.type), LandingSource)
 
 
+def _claim(config: JobConfig) -> None:
+    pub = open_publisher(config)
+    try:
+        pub.claim_staging()
+    finally:
+        pub.close()
+
+
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command gets as far as starting Spark."""
@@ -297,8 +306,8 @@ def test_a_lock_whose_tokens_went_back_is_a_configuration_error(tmp_path: Path) 
 @pytest.mark.usefixtures("no_spark")
 def test_two_jobs_cannot_share_a_staging_path(tmp_path: Path) -> None:
     first = load_config(write_job(tmp_path))
-    jobs.run.claim_staging(first)
-    jobs.run.claim_staging(first)  # its own mark: fine, again and again
+    _claim(first)
+    _claim(first)  # its own mark: fine, again and again
     other_dir = tmp_path / "other"
     other_dir.mkdir()
     path = write_job(
@@ -338,7 +347,7 @@ def test_an_unmarked_staging_path_that_holds_entries_is_refused(tmp_path: Path) 
     # Empty: taken and marked.
     (tmp_path / "staging" / "someone-elses" / "data").unlink()
     (tmp_path / "staging" / "someone-elses").rmdir()
-    jobs.run.claim_staging(config)
+    _claim(config)
     assert (tmp_path / "staging" / ".commitpub-job").read_text() == "test-job"
 
 
