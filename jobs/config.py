@@ -65,7 +65,14 @@ from cattrs.gen import make_dict_structure_fn
 from jobs.errors import BatchArgumentError
 from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
-from store.urls import encode_name, is_local, local_path, redact, require_no_credentials
+from store.urls import (
+    encode_name,
+    is_local,
+    local_path,
+    redact,
+    require_no_credentials,
+    split_scheme,
+)
 
 LANDING = "landing"
 #: Output formats; iceberg and delta come as writers of their own (see jobs.writing).
@@ -482,7 +489,7 @@ def _place(url: str) -> tuple[str, str] | None:
     by bucket and key."""
     if is_local(url):
         return "file", os.path.realpath(local_path(url))
-    scheme, rest = url.split("://", 1)
+    scheme, rest = split_scheme(url)
     scheme = scheme.lower()
     if scheme in _NOT_PATHS:
         return None

@@ -79,6 +79,7 @@ from commitsteps import CommitStep
 from publisher.confinement import Roots, normalize
 from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
+from store.urls import is_local, split_scheme
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -187,11 +188,9 @@ def decode_marker(data: bytes, where: str) -> RunMarker:
 
 def _local_path(url: str) -> str | None:
     """The local path of ``url``, or None when it lives on another filesystem."""
-    if "://" not in url:
-        return url
-    if url.startswith("file://"):
-        return url[len("file://") :]
-    return None
+    if not is_local(url):
+        return None
+    return url[len("file://") :] if url.lower().startswith("file://") else url
 
 
 def _join(root: str, name: str) -> str:
@@ -269,7 +268,7 @@ def _children(root: str) -> list[str]:
     local = _local_path(root)
     if local is not None:
         return [f"{local.rstrip('/')}/{n}" for n in _names(root)]
-    scheme = root.split("://", 1)[0]
+    scheme = split_scheme(root)[0]
     fs, path = _remote(root)
     try:
         found = fs.ls(path, detail=False)
@@ -501,10 +500,10 @@ def cleanup(
             for d in {
                 os.path.dirname(p)
                 for p in staged
-                if "://" not in p and not (gone and p.startswith(gone))
+                if is_local(p) and not (gone and p.startswith(gone))
             }
         }
-        if staging_dir is not None and "://" not in staging_dir:
+        if staging_dir is not None and is_local(staging_dir):
             parents.add(os.path.dirname(normalize(staging_dir)))
         for parent in sorted(parents, key=len, reverse=True):
             _remove_empty_dirs(parent, roots.staging)
