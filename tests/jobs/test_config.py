@@ -111,6 +111,14 @@ def test_missing_required_keys_are_errors_naming_the_key(
     assert named in str(info.value)
 
 
+def test_a_key_where_a_table_belongs_is_named(tmp_path: Path) -> None:
+    path = write_job(tmp_path)
+    text = path.read_text()
+    path.write_text('store = "x"\n' + text.replace('[store]\nurl = "state/steps"\n', ""))
+    with pytest.raises(ConfigurationError, match=r"'store' must be a table, got 'x' \(str\)"):
+        load_config(path)
+
+
 def test_missing_table_is_named(tmp_path: Path) -> None:
     path = write_job(tmp_path)
     text = path.read_text()
@@ -134,6 +142,33 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
         ({"job": {"name": ""}}, "job.name"),
         ({"s3": {"endpoint_url": "s3.local:9000"}}, "'s3.endpoint_url' must be an http"),
         ({"s3": {"endpoint_url": "http://key:secret@s3.local"}}, "s3.endpoint_url"),
+        (
+            {"output": {"path": "output", "partition_by": "day"}},
+            "'output.partition_by' must be an array of strings",
+        ),
+        (
+            {"output": {"path": "output", "partition_by": ["ts_date"]}},
+            "'output.partition_by' names 'ts_date', the date column",
+        ),
+        (
+            {"output": {"path": "output", "partition_by": ["a", "a"]}},
+            "'output.partition_by' names a column twice",
+        ),
+        (
+            {"output": {"path": "output", "max_records_per_file": 0}},
+            "'output.max_records_per_file' must be >= 1, got 0",
+        ),
+        (
+            {"output": {"path": "output", "compression": "lzo"}},
+            "'output.compression' must be one of 'none', 'snappy', 'gzip', 'zstd', got 'lzo'",
+        ),
+        (
+            {"source": {"path": "l", "transform": "usertransforms:NOT_A_FUNCTION"}},
+            "'source.transform': 'usertransforms:NOT_A_FUNCTION' is not a function",
+        ),
+        ({"source": {"path": "l", "transform": "nosuch:f"}}, "'source.transform': cannot import"),
+        ({"source": {"path": "l", "transform": "f"}}, "'source.transform' must be a dotted name"),
+        ({"spark": {"conf": {"spark.x": [1]}}}, "'spark.conf.spark.x' must be a string, number"),
     ],
 )
 def test_bad_values_are_errors_naming_the_key(
