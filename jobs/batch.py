@@ -42,7 +42,7 @@ import attrs
 
 import commitsteps
 from commitsteps import CommitStep
-from jobs.commits import Mark, join
+from jobs.commits import Mark, StagedDataset, join
 from jobs.config import BatchConfig, batch_config
 from jobs.errors import (
     BatchArgumentError,
@@ -502,16 +502,17 @@ class Batch:
             if info is None:
                 sequences[dataset] = extra
                 continue
-            sequences[dataset] = self.writer.commit(
-                dataset,
+            staged_dataset = StagedDataset(
+                dataset=dataset,
                 staging_dir=info.directory,
                 output_dir=join(self.config.output, encode_name(dataset, "dataset")),
                 run_id=self.run_id,
                 watermarks_url=self.config.watermarks_url,
-                marks=[Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())],
+                marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
                 empty=info.empty,
                 extra=extra,
             )
+            sequences[dataset] = self.writer.commit(staged_dataset)
         try:
             self.report.publish = pub.publish(
                 sequences, staging_dirs={d: info.directory for d, info in staged.items()}

@@ -224,17 +224,23 @@ class _S3:
 
 
 @attrs.frozen(kw_only=True)
-class _JobFile:
+class _BatchTables:
+    """The tables that jobs.Batch takes as keyword arguments too."""
+
     job: _Job
-    source: _Source
     staging: _Staging
     output: _Output
     store: _Store
     watermarks: _Watermarks
-    spark: _Spark = attrs.field(factory=_Spark)
     publish: _Publish = attrs.field(factory=_Publish)
     lock: _Lock = attrs.field(factory=_Lock)
     metrics: _Metrics = attrs.field(factory=_Metrics)
+
+
+@attrs.frozen(kw_only=True)
+class _JobFile(_BatchTables):
+    source: _Source
+    spark: _Spark = attrs.field(factory=_Spark)
     s3: _S3 = attrs.field(factory=_S3)
 
 
@@ -538,7 +544,7 @@ def check_staging_apart(staging: str, others: Mapping[str, str | None], naming: 
 
 
 def _batch_settings(
-    doc: _JobFile | Any, base: Path, naming: Naming, default_reports: str | None
+    doc: _BatchTables, base: Path, naming: Naming, default_reports: str | None
 ) -> dict[str, Any]:
     """BatchConfig's keyword arguments from the structured tables; checks across keys."""
     try:
@@ -602,18 +608,6 @@ def _check_apart(settings: Mapping[str, Any], source_path: str | None, naming: N
     )
 
 
-@attrs.frozen(kw_only=True)
-class _BatchArguments:
-    job: _Job
-    staging: _Staging
-    output: _Output
-    store: _Store
-    watermarks: _Watermarks
-    publish: _Publish
-    lock: _Lock
-    metrics: _Metrics
-
-
 def batch_config(
     job: Any,
     *,
@@ -646,7 +640,7 @@ def batch_config(
             table, key = by_argument[argument].split(".")
             doc[table][key] = value
     settings = _batch_settings(
-        _structure(doc, _BatchArguments, naming), Path.cwd(), naming, default_reports=None
+        _structure(doc, _BatchTables, naming), Path.cwd(), naming, default_reports=None
     )
     _check_apart(settings, None, naming)
     return BatchConfig(**settings)

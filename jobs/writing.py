@@ -17,7 +17,7 @@ import attrs
 import fsspec
 
 from commitsteps import CommitStep
-from jobs.commits import Mark, StagedDataset, join, staged_files
+from jobs.commits import StagedDataset, join, staged_files
 from store.errors import ConfigurationError
 from store.urls import is_local, local_path
 
@@ -63,19 +63,9 @@ class Writer(abc.ABC):
         """
 
     @abc.abstractmethod
-    def commit(
-        self,
-        dataset: str,
-        *,
-        staging_dir: str,
-        output_dir: str,
-        run_id: str,
-        watermarks_url: str,
-        marks: Sequence[Mark],
-        empty: bool,
-        extra: Sequence[CommitStep] = (),
-    ) -> StepsBuilder:
-        """The picklable builder of the dataset's commit sequence, run in a publish task."""
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        """The picklable builder of a staged dataset's commit sequence, run in a publish
+        task."""
 
 
 class ParquetWriter(Writer):
@@ -101,28 +91,9 @@ class ParquetWriter(Writer):
             _write_with_fsspec(frame, directory, options)
         return count(directory)
 
-    def commit(
-        self,
-        dataset: str,
-        *,
-        staging_dir: str,
-        output_dir: str,
-        run_id: str,
-        watermarks_url: str,
-        marks: Sequence[Mark],
-        empty: bool,
-        extra: Sequence[CommitStep] = (),
-    ) -> StepsBuilder:
-        return StagedDataset(
-            dataset=dataset,
-            staging_dir=staging_dir,
-            output_dir=output_dir,
-            run_id=run_id,
-            watermarks_url=watermarks_url,
-            marks=tuple(marks),
-            empty=empty,
-            extra=tuple(extra),
-        )
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        # The files are published by renames: the staged dataset builds them itself.
+        return staged
 
 
 #: The writer of each output format.
