@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError, tag_of
+from commitsteps import CommitStep, PathConfinementError, StagedLinkError, tag_of
 from store.connections import Connections
 from store.errors import ConfigurationError
 
@@ -192,7 +192,7 @@ class Roots:
             links = _links(directory, names)
             for name, path, index in names:
                 if name in links and refused[index] is None:
-                    refused[index] = PathConfinementError(
+                    refused[index] = StagedLinkError(
                         f"staged path {path} is a symbolic link; refused: a link is never "
                         "published, wherever it points"
                     )

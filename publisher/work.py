@@ -46,6 +46,7 @@ import tenacity
 from commitsteps import (
     CommitStep,
     PathConfinementError,
+    StagedLinkError,
     StepError,
     UnknownStepTypeError,
     dumps,
@@ -677,8 +678,13 @@ def _discard(
     try:
         # A step outside the roots, or on a store the job is not configured for (rolling it
         # back would connect there): refused whole, before anything is touched, since
-        # skipping it would leave a half rollback.
-        ctx.confine(steps)
+        # skipping it would leave a half rollback. A staged symbolic link is not such a step:
+        # its published path lies in the roots and is rolled back; the link itself is left
+        # alone (the abort below skips it).
+        for refused in ctx.roots.refusals(steps):
+            if refused is not None and not isinstance(refused, StagedLinkError):
+                raise refused
+        check_connections(ctx.connections, steps)
     except PathConfinementError as e:
         raise DiscardRefusedError(
             f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"

@@ -101,9 +101,9 @@ rich_steps = st.builds(
     window=st.builds(Window, st.integers(), st.none() | st.integers()),
 )
 # Path segments that keep a location absolute and free of "..", trailing slashes, credentials.
-segments = st.text(st.characters(blacklist_characters="/\x00:@?#"), min_size=1).filter(
-    lambda s: s not in (".", "..")
-)
+segments = st.text(
+    st.characters(exclude_characters="/\x00:@?#", exclude_categories=("Cs",)), min_size=1
+).filter(lambda s: s not in (".", ".."))
 locations = st.lists(segments, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
 
 
