@@ -45,7 +45,7 @@ from jobs.config import JobConfig, source_class
 from jobs.metrics import export as export_metrics
 from jobs.sources import Skipped, Source
 from jobs.spark import SparkRunner, TaskInfo, build_session
-from publisher import Outcome, Publisher, PublishReport, RecoveryReport, staging
+from publisher import Outcome, Outcomes, Publisher, PublishReport, RecoveryReport, staging, to_json
 from store import (
     HasDurability,
     JsonScalar,
@@ -223,46 +223,35 @@ class RunReport:
     #: ``store.allow_volatile``, a store whose durability could not be told.
     warnings: list[str] = attrs.field(factory=list)
 
-    def _outcomes(self, outcome: Outcome) -> list[str]:
-        found = set()
-        for part in (self.recovery, self.publish):
-            if part is not None:
-                found.update(part.by_outcome(outcome))
-        return sorted(found)
+    @property
+    def outcomes(self) -> Outcomes:
+        """The dataset reports of the recovery and the publish, together."""
+        return Outcomes.of(self.recovery, self.publish)
 
     @property
     def recovered(self) -> list[str]:
-        return self._outcomes(Outcome.RECOVERED)
+        return self.outcomes.recovered
 
     @property
     def aborted(self) -> list[str]:
-        return self._outcomes(Outcome.ABORTED)
+        return self.outcomes.aborted
 
     @property
     def published(self) -> list[str]:
-        return self._outcomes(Outcome.PUBLISHED)
+        return self.outcomes.published
 
     @property
     def quarantined(self) -> list[str]:
-        return sorted({*self._outcomes(Outcome.QUARANTINED), *self.extract_quarantined})
+        return sorted({*self.outcomes.quarantined, *self.extract_quarantined})
 
     @property
     def failed(self) -> list[str]:
-        bad = (Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED)
-        return sorted({d for o in bad for d in self._outcomes(o)} | set(self.extract_failed))
+        return sorted({*self.outcomes.failed, *self.extract_failed})
 
     @property
     def errors(self) -> dict[str, str]:
         """The error of each failed dataset (extract, publish or recovery)."""
-        failed = set(self.failed)
-        found = {
-            d.dataset: d.error
-            for part in (self.recovery, self.publish)
-            if part is not None
-            for d in part.datasets
-            if d.dataset in failed and d.error
-        }
-        return {**found, **self.extract_failed}
+        return {**self.outcomes.errors, **self.extract_failed}
 
     @property
     def exit_code(self) -> int:
@@ -323,8 +312,8 @@ class RunReport:
                 "failed": len(self.failed),
             },
             "durations_s": self.durations_s,
-            "recovery": None if self.recovery is None else self.recovery.to_dict(),
-            "publish": None if self.publish is None else self.publish.to_dict(),
+            "recovery": to_json(self.recovery),
+            "publish": to_json(self.publish),
             "spark_tasks": {k: [t.to_dict() for t in v] for k, v in self.tasks.items()},
         }
 

@@ -207,6 +207,12 @@ class Roots:
                 return f"{root.rstrip('/')}/{first}"
         return None
 
+    def run_dirs(self, steps: Iterable[CommitStep]) -> tuple[str, ...]:
+        """The top-level staging directories the staged paths of ``steps`` lie in, sorted:
+        what the orphan sweep must keep while their sequence is pending."""
+        dirs = {self.run_dir(p) for s in steps for p in s.staged_paths()}
+        return tuple(sorted(d for d in dirs if d is not None))
+
 
 def check_connections(connections: Connections, steps: Iterable[CommitStep]) -> None:
     """Raise unless every store a step connects to is one the job is configured to use.

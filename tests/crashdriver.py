@@ -38,7 +38,7 @@ import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.run import EXIT_LOCKED, hold_job_lock
-from publisher import Publisher, RetryPolicy
+from publisher import Publisher, RetryPolicy, to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError
 from store.failpoints import failpoint
@@ -130,9 +130,9 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
     )
     try:
         if args.command == "discard":
-            return {"discard": pub.discard(args.dataset).to_dict()}, True
+            return {"discard": to_json(pub.discard(args.dataset))}, True
         recovery = pub.recover()
-        out: dict[str, object] = {"recovery": recovery.to_dict()}
+        out: dict[str, object] = {"recovery": to_json(recovery)}
         ok = recovery.ok
         if args.command == "run":
             run_dir = pub.create_run_dir(args.run_id)
@@ -141,7 +141,7 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
                 hide(sequences[args.hide])
             staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
             published = pub.publish(sequences, staging_dirs=staging)
-            out["publish"] = published.to_dict()
+            out["publish"] = to_json(published)
             ok = ok and published.ok
             out["run_dir_removed"] = pub.finish_run_dir(run_dir)
         return out, ok

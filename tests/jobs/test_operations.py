@@ -22,7 +22,7 @@ from jobs.cli import _Bars, _fancy, main
 from jobs.config import JobConfig, load_config
 from publisher import DatasetStatus, Discarding, Outcome, Publisher
 from publisher import status as status_record
-from publisher.work import recover_one
+from publisher.recovery import recover_one
 from store import open_lock, open_store, open_watermarks
 
 
