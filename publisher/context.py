@@ -37,7 +37,7 @@ from contextlib import contextmanager
 
 import attrs
 
-from commitsteps import CommitStep, loads
+from commitsteps import CommitStep, StagedLinkError, loads
 from publisher import status as status_record
 from publisher.confinement import Roots, check_connections
 from publisher.errors import CorruptStatusError
@@ -68,14 +68,20 @@ class Context:
     #: The stores steps may connect to: the job's configuration, never a record's say.
     connections: Connections = attrs.field(factory=Connections)
 
-    def confine(self, steps: Sequence[CommitStep]) -> None:
+    def confine(self, steps: Sequence[CommitStep], *, staged_links: bool = False) -> None:
         """Raise unless every step stays in the job's roots and connects only to its stores.
+
+        Args:
+            staged_links: True to let a staged path that is a symbolic link pass (what
+                only rolls back and deletes, never publishes, may skip it).
 
         Raises:
             PathConfinementError: for a path outside the roots.
             ForeignStoreError: for a store the job is not configured to use.
         """
-        self.roots.check(steps)
+        for refused in self.roots.refusals(steps):
+            if refused is not None and not (staged_links and isinstance(refused, StagedLinkError)):
+                raise refused
         check_connections(self.connections, steps)
 
     @contextmanager

@@ -83,8 +83,10 @@ def _discard(
     try:
         # A step outside the roots, or on a store the job is not configured for (rolling it
         # back would connect there): refused whole, before anything is touched, since
-        # skipping it would leave a half rollback.
-        ctx.confine(steps)
+        # skipping it would leave a half rollback. A staged symbolic link is not such a step:
+        # its published path lies in the roots and is rolled back; the link itself is left
+        # alone (the abort below skips it).
+        ctx.confine(steps, staged_links=True)
     except PathConfinementError as e:
         raise DiscardRefusedError(
             f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"
