@@ -36,3 +36,9 @@ class MissingSourceError(StepError, FileNotFoundError):
 
 class PathConfinementError(StepError, PermissionError):
     """A step reads or writes outside the job's configured staging and output roots."""
+
+
+class StagedLinkError(PathConfinementError):
+    """A staged path is a symbolic link: it is never published, wherever it points. Unlike a
+    path outside the roots, it does not stop a discard: the link is left alone and the other
+    steps are rolled back."""

@@ -230,6 +230,10 @@ def _copy_within(fs: Any, spath: str, dpath: str, size: int) -> None:
     fs.cp_file(spath, dpath)
 
 
+#: Mode of a file a copy publishes on a local filesystem, less the umask.
+PUBLISHED_MODE = 0o644
+
+
 def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
     """Copy so that the destination appears complete or not at all (S3 objects appear whole;
     a local destination is written aside, synced, then renamed into place)."""
@@ -241,7 +245,10 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
         if dfs is None:
             tmp = dpath + ".commitpub-tmp"
             os.makedirs(os.path.dirname(dpath), exist_ok=True)
-            with open(tmp, "wb") as w:
+            # Published files are readable by all and writable by their owner, less the
+            # umask: never wider than 0644, whatever the umask.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PUBLISHED_MODE)
+            with os.fdopen(fd, "wb") as w:
                 while block := r.read(_BLOCK):
                     w.write(block)
                 # The source is deleted next, maybe on another filesystem that keeps the

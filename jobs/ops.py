@@ -21,10 +21,8 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
-from publisher import DatasetReport, DatasetStatus, Publisher
+from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
-from publisher.confinement import check_connections
-from publisher.work import verify_all
 from store import Connections, Lease, SequenceInfo, connecting_only, open_lock, open_store
 from store.errors import CommitPubError, CorruptRecordError, ForeignStoreError, StoreError
 from store.urls import redact

@@ -17,13 +17,13 @@ import socket
 from typing import Any
 
 import attrs
-import cattrs
 import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
+import publisher
 from jobs.exitcodes import ExitCode
 from jobs.spark import TaskInfo
-from publisher import Outcome, PublishReport, RecoveryReport
+from publisher import Outcomes, PublishReport, RecoveryReport
 from store import JsonScalar
 from store.urls import is_local, local_path, redact
 
@@ -58,9 +58,6 @@ class Driver:
 
     host: str = attrs.field(factory=socket.gethostname)
     pid: int = attrs.field(factory=os.getpid)
-
-
-_BAD = (Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED)
 
 
 @attrs.define
@@ -99,45 +96,35 @@ class RunReport:
     #: Where the JSON report was written, once it was.
     path: str | None = None
 
-    def _outcomes(self, outcome: Outcome) -> list[str]:
-        found = set()
-        for part in (self.recovery, self.publish):
-            if part is not None:
-                found.update(part.by_outcome(outcome))
-        return sorted(found)
+    @property
+    def outcomes(self) -> Outcomes:
+        """The dataset reports of the recovery and the publish, together."""
+        return Outcomes.of(self.recovery, self.publish)
 
     @property
     def recovered(self) -> list[str]:
-        return self._outcomes(Outcome.RECOVERED)
+        return self.outcomes.recovered
 
     @property
     def aborted(self) -> list[str]:
-        return self._outcomes(Outcome.ABORTED)
+        return self.outcomes.aborted
 
     @property
     def published(self) -> list[str]:
-        return self._outcomes(Outcome.PUBLISHED)
+        return self.outcomes.published
 
     @property
     def quarantined(self) -> list[str]:
-        return sorted({*self._outcomes(Outcome.QUARANTINED), *self.extract_quarantined})
+        return sorted({*self.outcomes.quarantined, *self.extract_quarantined})
 
     @property
     def failed(self) -> list[str]:
-        return sorted({d for o in _BAD for d in self._outcomes(o)} | set(self.extract_failed))
+        return sorted({*self.outcomes.failed, *self.extract_failed})
 
     @property
     def errors(self) -> dict[str, str]:
         """The error of each failed dataset (extract, publish or recovery)."""
-        failed = set(self.failed)
-        found = {
-            d.dataset: d.error
-            for part in (self.recovery, self.publish)
-            if part is not None
-            for d in part.datasets
-            if d.dataset in failed and d.error
-        }
-        return {**found, **self.extract_failed}
+        return {**self.outcomes.errors, **self.extract_failed}
 
     @property
     def exit_code(self) -> ExitCode:
@@ -180,16 +167,13 @@ class RunReport:
     @property
     def steps_executed(self) -> int:
         """Commit steps this run executed, recovering and publishing."""
-        return sum(
-            d.executed for part in (self.recovery, self.publish) if part for d in part.datasets
-        )
+        return sum(d.executed for d in self.outcomes.datasets)
 
 
-#: Turns the report's records into JSON-ready data.
-converter = cattrs.Converter()
-# The publisher's reports bring their own JSON form.
-converter.register_unstructure_hook(PublishReport, lambda r: r.to_dict())
-converter.register_unstructure_hook(RecoveryReport, lambda r: r.to_dict())
+#: Turns the report's records into JSON-ready data: the publisher's one converter, taught
+#: this layer's records (the publisher's reports inside a run report keep their JSON form).
+# (``import publisher``: its name ``converter`` is also the name of its module.)
+converter = publisher.converter.copy()
 converter.register_unstructure_hook(
     StagedInfo,
     make_dict_unstructure_fn(

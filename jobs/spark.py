@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 
 import commitsteps
-from publisher.runner import task_attempt
+from publisher import task_attempt
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR

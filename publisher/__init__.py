@@ -1,14 +1,47 @@
-"""Write ahead, execute, recover: the exactly-once protocol over steps and stores."""
+"""Write ahead, execute, recover: the exactly-once protocol over steps and stores.
 
-from publisher.confinement import Roots
-from publisher.core import PendingSequence, Publisher
+What the layer above uses is exported here; its modules, one concern each:
+
+* :mod:`~publisher.core`: :class:`Publisher`, the facade on the driver.
+* :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute).
+* :mod:`~publisher.recovery`: finishing sealed sequences found pending, aborting unsealed ones.
+* :mod:`~publisher.discard`: an operator's discard, durable across crashes.
+* :mod:`~publisher.execution`: execution order, executing, verifying, aborting, clean-up.
+* :mod:`~publisher.quarantine`: counting failed attempts, quarantine, lifting it.
+* :mod:`~publisher.context`: what per-dataset work needs (store, roots, lock token, fence).
+* :mod:`~publisher.retry`: which errors are retried with backoff and which are permanent.
+* :mod:`~publisher.pending`: listing pending sequences.
+* :mod:`~publisher.status`: a dataset's status record in the commit store.
+* :mod:`~publisher.staging`: the staging root (claim, run directories, clean-up, sweep).
+* :mod:`~publisher.confinement`: staging and output roots, and the stores steps may reach.
+* :mod:`~publisher.runner`: where per-dataset work runs (this process, or Spark tasks).
+* :mod:`~publisher.reports`: what a publish or recovery did, per dataset.
+* :mod:`~publisher.converter`: the one converter of these records to and from JSON.
+* :mod:`~publisher.errors`: the layer's errors.
+"""
+
+from publisher import staging, status
+from publisher.confinement import Roots, check_connections
+from publisher.context import Context
+from publisher.converter import converter, from_json, to_json
+from publisher.core import Publisher
 from publisher.errors import CorruptStatusError, DiscardInProgressError, DiscardRefusedError
-from publisher.reports import DatasetReport, Outcome, PublishReport, RecoveryReport
-from publisher.runner import InProcessRunner, Runner
+from publisher.execution import verify_all
+from publisher.pending import PendingSequence
+from publisher.reports import (
+    FAILING,
+    DatasetReport,
+    Outcome,
+    Outcomes,
+    PublishReport,
+    RecoveryReport,
+)
+from publisher.retry import RetryPolicy
+from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt
 from publisher.status import DatasetStatus, Discarding
-from publisher.work import Context, RetryPolicy
 
 __all__ = [
+    "FAILING",
     "Context",
     "CorruptStatusError",
     "DatasetReport",
@@ -18,6 +51,7 @@ __all__ = [
     "Discarding",
     "InProcessRunner",
     "Outcome",
+    "Outcomes",
     "PendingSequence",
     "PublishReport",
     "Publisher",
@@ -25,4 +59,13 @@ __all__ = [
     "RetryPolicy",
     "Roots",
     "Runner",
+    "check_connections",
+    "converter",
+    "current_attempt",
+    "from_json",
+    "staging",
+    "status",
+    "task_attempt",
+    "to_json",
+    "verify_all",
 ]

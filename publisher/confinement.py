@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError, tag_of
+from commitsteps import CommitStep, PathConfinementError, StagedLinkError, tag_of
 from store.connections import Connections
 from store.errors import ConfigurationError
 from store.urls import is_local, split_scheme
@@ -189,7 +189,7 @@ class Roots:
             links = _links(directory, names)
             for name, path, index in names:
                 if name in links and refused[index] is None:
-                    refused[index] = PathConfinementError(
+                    refused[index] = StagedLinkError(
                         f"staged path {path} is a symbolic link; refused: a link is never "
                         "published, wherever it points"
                     )
@@ -203,6 +203,12 @@ class Roots:
                 first = normalized[len(root.rstrip("/")) + 1 :].split("/", 1)[0]
                 return f"{root.rstrip('/')}/{first}"
         return None
+
+    def run_dirs(self, steps: Iterable[CommitStep]) -> tuple[str, ...]:
+        """The top-level staging directories the staged paths of ``steps`` lie in, sorted:
+        what the orphan sweep must keep while their sequence is pending."""
+        dirs = {self.run_dir(p) for s in steps for p in s.staged_paths()}
+        return tuple(sorted(d for d in dirs if d is not None))
 
 
 def check_connections(connections: Connections, steps: Iterable[CommitStep]) -> None:

@@ -1,38 +1,34 @@
-"""``Publisher``: write ahead, execute, recover; quarantine after repeated failures."""
+"""``Publisher``: the facade of the publisher layer, on the driver.
+
+It checks its arguments and the job lock at every phase boundary, hands the per-dataset
+work to a runner (:mod:`publisher.commit`, :mod:`publisher.recovery`,
+:mod:`publisher.discard`, :mod:`publisher.quarantine`) and gathers the reports; the staging
+root is :mod:`publisher.staging`'s.
+"""
 
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Mapping, Sequence
-
-import attrs
 
 from commitsteps import CommitStep
 from publisher import staging
 from publisher import status as status_record
+from publisher.commit import PublishItem, StepsBuilder, publish_group
 from publisher.confinement import Roots
-from publisher.errors import CorruptStatusError, DiscardInProgressError
-from publisher.reports import DatasetReport, Outcome, PublishReport, RecoveryReport
+from publisher.context import Context
+from publisher.discard import discard_one
+from publisher.pending import PendingSequence, list_pending
+from publisher.quarantine import lift, record_failure
+from publisher.recovery import recover_group
+from publisher.reports import DatasetReport, PublishReport, RecoveryReport
+from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner
 from publisher.status import DatasetStatus
-from publisher.work import (
-    Context,
-    PublishItem,
-    RetryPolicy,
-    StepsBuilder,
-    discard_in_progress,
-    discard_one,
-    publish_group,
-    record_failure,
-    recover_group,
-)
 from store import CommitStepStore, Connections, LeaseKeeper, open_store
-from store.errors import ConfigurationError, CorruptRecordError, FencedError
+from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
-
-log = logging.getLogger("commitpub.publisher")
 
 
 class Publisher:
@@ -249,30 +245,7 @@ class Publisher:
 
         A sequence or status the store cannot read is listed with the error, not raised.
         """
-        out = []
-        for dataset in self.store.datasets(self.job_name):
-            status = (
-                status_record.read_or_quarantined(self.store, self.job_name, dataset)
-                or DatasetStatus()
-            )
-            try:
-                info = self.store.info(self.job_name, dataset)
-            except CorruptRecordError as e:
-                out.append(
-                    PendingSequence(dataset, sealed=None, steps=0, status=status, error=str(e))
-                )
-                continue
-            out.append(
-                PendingSequence(
-                    dataset,
-                    sealed=info.sealed,
-                    steps=info.records,
-                    token=info.token,
-                    written_at=info.written_at,
-                    status=status,
-                )
-            )
-        return out
+        return list_pending(self.store, self.job_name)
 
     def status(self, dataset: str) -> DatasetStatus | None:
         """The dataset's status, None if it has none; an unreadable one is shown as a
@@ -317,33 +290,7 @@ class Publisher:
             DiscardInProgressError: if a discard of its sequence is not finished: retrying
                 would publish what the operator asked to throw away.
         """
-        try:
-            status = status_record.read(self.store, self.job_name, dataset)
-        except CorruptStatusError as e:
-            log.warning("replacing the unreadable status of %s: %s", dataset, e)
-            status = DatasetStatus.unreadable(e)
-        if status is not None and status.discarding is not None:
-            raise DiscardInProgressError(
-                f"retry of {dataset!r} refused: "
-                f"{discard_in_progress(dataset, status.discarding)}. Retrying would publish "
-                "what was being thrown away"
-            )
-        pending = self.store.exists(self.job_name, dataset)
-        if status is None and not pending:
-            return False
-        failpoint("retry.before_write")
-        if pending:
-            status_record.write(
-                self.store,
-                self.job_name,
-                dataset,
-                DatasetStatus(retried=True, updated=status_record.now()),
-                token=self.context.token,
-            )
-        else:
-            self.store.remove(self.job_name, dataset, token=self.context.token)
-        failpoint("retry.written")
-        return status is not None and status.quarantined
+        return lift(self.context, dataset)
 
     def discard(self, dataset: str) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
@@ -372,10 +319,7 @@ class Publisher:
             FencedError: if the store has seen a newer token: another run took the job over.
             ConfigurationError: if the publisher has no ``fencing_token``.
         """
-        token = self.context.token
-        if token is None:
-            raise ConfigurationError("fence() needs a publisher made with a fencing_token")
-        self.context.retry.call(lambda: self.store.fence(self.job_name, token))
+        self.context.fence()
 
     def claim_staging(self) -> None:
         """Mark each staging root as this job's, or refuse it (see
@@ -407,26 +351,8 @@ class Publisher:
         self.store.close()
 
 
-@attrs.frozen
-class PendingSequence:
-    """A pending sequence as :meth:`Publisher.pending` lists it."""
-
-    dataset: str
-    #: None when the store could not read it (see ``error``).
-    sealed: bool | None
-    #: Records (steps) written ahead.
-    steps: int
-    #: Its status; a default one when it has none.
-    status: DatasetStatus = attrs.field(factory=DatasetStatus)
-    token: int | None = None
-    #: When the write-ahead began (Unix time), where the store knows it.
-    written_at: float | None = None
-    #: Why the store could not describe the sequence (an unreadable seal), if it could not.
-    error: str | None = None
-
-
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:
     return tuple(sorted(reports, key=lambda r: r.dataset))
 
 
-__all__ = ["Outcome", "Publisher"]
+__all__ = ["Publisher"]

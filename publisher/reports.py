@@ -1,8 +1,18 @@
-"""What a publish or a recovery did, per dataset; JSON-ready for run reports and ``status``."""
+"""What a publish or a recovery did, per dataset, and the one way to list datasets by outcome.
+
+The per-dataset work returns a :class:`DatasetReport` (built by :func:`dataset_report`);
+the publisher gathers them into a :class:`PublishReport` or a :class:`RecoveryReport`. Which
+datasets were published, failed or quarantined is derived from those entries by
+:class:`Outcomes` alone, also for a run report that combines a recovery and a publish
+(:meth:`Outcomes.of`). JSON comes from :mod:`publisher.converter`.
+"""
 
 from __future__ import annotations
 
 import enum
+import os
+import socket
+import time
 from typing import Any
 
 import attrs
@@ -19,6 +29,12 @@ class Outcome(enum.StrEnum):
     REFUSED = "refused"  # rejected before write-ahead (bad path, conflict); nothing changed
     BLOCKED = "blocked"  # a pending sequence must be recovered before new data is published
     DISCARDED = "discarded"  # an operator's discard: done steps rolled back, sequence removed
+
+
+#: Outcomes that make a run fail (exit 1): the dataset did not get where it should.
+FAILING = frozenset({Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED})
+#: Outcomes after which nothing is left to do for the dataset.
+SETTLED = frozenset({Outcome.PUBLISHED, Outcome.RECOVERED, Outcome.ABORTED, Outcome.DISCARDED})
 
 
 @attrs.frozen
@@ -39,21 +55,39 @@ class DatasetReport:
     #: when they could not be read (an unreadable sequence), which disables the orphan sweep.
     keeps_staging: tuple[str, ...] | None = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        d = attrs.asdict(self)
-        d["outcome"] = str(self.outcome)
-        d["keeps_staging"] = None if self.keeps_staging is None else list(self.keeps_staging)
-        return d
+
+def dataset_report(dataset: str, outcome: Outcome, started: float, **fields: Any) -> DatasetReport:
+    """A dataset's report, timed from ``started`` (:func:`time.monotonic`), naming the host
+    and process that did the work (a Spark executor's, when it ran in a task)."""
+    return DatasetReport(
+        dataset=dataset,
+        outcome=outcome,
+        duration_s=round(time.monotonic() - started, 6),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        **fields,
+    )
+
+
+def describe(error: BaseException) -> str:
+    """An error as reports and statuses show it: ``"ErrorType: message"``."""
+    return f"{type(error).__name__}: {error}"
 
 
 @attrs.frozen
-class _Report:
-    datasets: tuple[DatasetReport, ...]
-    duration_s: float = 0.0
+class Outcomes:
+    """Dataset reports, and the datasets that ended in each outcome."""
 
-    def by_outcome(self, outcome: Outcome) -> list[str]:
-        """The datasets that ended in ``outcome``."""
-        return [d.dataset for d in self.datasets if d.outcome == outcome]
+    datasets: tuple[DatasetReport, ...]
+
+    @classmethod
+    def of(cls, *parts: Outcomes | None) -> Outcomes:
+        """The entries of several reports together (a run's recovery and publish)."""
+        return cls(tuple(d for part in parts if part is not None for d in part.datasets))
+
+    def by_outcome(self, *outcomes: Outcome) -> list[str]:
+        """The datasets that ended in any of ``outcomes``, sorted, each once."""
+        return sorted({d.dataset for d in self.datasets if d.outcome in outcomes})
 
     def __getitem__(self, dataset: str) -> DatasetReport:
         for d in self.datasets:
@@ -62,46 +96,8 @@ class _Report:
         raise KeyError(dataset)
 
     @property
-    def quarantined(self) -> list[str]:
-        return self.by_outcome(Outcome.QUARANTINED)
-
-    @property
-    def failed(self) -> list[str]:
-        return self.by_outcome(Outcome.FAILED)
-
-    @property
-    def ok(self) -> bool:
-        """True when no dataset failed, was refused, blocked or quarantined."""
-        good = {Outcome.PUBLISHED, Outcome.RECOVERED, Outcome.ABORTED, Outcome.DISCARDED}
-        return all(d.outcome in good for d in self.datasets)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "duration_s": self.duration_s,
-            "datasets": [d.to_dict() for d in self.datasets],
-            "counts": {str(o): len(self.by_outcome(o)) for o in Outcome if self.by_outcome(o)},
-        }
-
-
-@attrs.frozen
-class PublishReport(_Report):
-    """Result of :meth:`publisher.Publisher.publish`."""
-
-    @property
     def published(self) -> list[str]:
         return self.by_outcome(Outcome.PUBLISHED)
-
-
-@attrs.frozen
-class RecoveryReport(_Report):
-    """Result of :meth:`publisher.Publisher.recover`."""
-
-    orphans_deleted: tuple[str, ...] = ()
-    #: Why the orphan-staging sweep was skipped, if it was.
-    sweep_skipped: str | None = None
-    #: What the sweep found in staging and left alone, one sentence each: entries that are
-    #: not run directories this job marked, or a newer run's (see publisher.staging).
-    staging_warnings: tuple[str, ...] = ()
 
     @property
     def recovered(self) -> list[str]:
@@ -111,9 +107,50 @@ class RecoveryReport(_Report):
     def aborted(self) -> list[str]:
         return self.by_outcome(Outcome.ABORTED)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d["orphans_deleted"] = list(self.orphans_deleted)
-        d["sweep_skipped"] = self.sweep_skipped
-        d["staging_warnings"] = list(self.staging_warnings)
-        return d
+    @property
+    def discarded(self) -> list[str]:
+        return self.by_outcome(Outcome.DISCARDED)
+
+    @property
+    def quarantined(self) -> list[str]:
+        return self.by_outcome(Outcome.QUARANTINED)
+
+    @property
+    def failed(self) -> list[str]:
+        """Datasets that failed, were refused or blocked (:data:`FAILING`)."""
+        return self.by_outcome(*FAILING)
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """The error of each dataset in :attr:`failed` that has one."""
+        return {d.dataset: d.error for d in self.datasets if d.outcome in FAILING and d.error}
+
+    @property
+    def ok(self) -> bool:
+        """True when no dataset failed, was refused, blocked or quarantined."""
+        return all(d.outcome in SETTLED for d in self.datasets)
+
+    @property
+    def counts(self) -> dict[Outcome, int]:
+        """Datasets per outcome, for the outcomes that occur."""
+        return {o: n for o in Outcome if (n := len(self.by_outcome(o)))}
+
+
+@attrs.frozen
+class PublishReport(Outcomes):
+    """Result of :meth:`publisher.Publisher.publish`."""
+
+    duration_s: float = 0.0
+
+
+@attrs.frozen
+class RecoveryReport(Outcomes):
+    """Result of :meth:`publisher.Publisher.recover`."""
+
+    duration_s: float = 0.0
+    orphans_deleted: tuple[str, ...] = ()
+    #: Why the orphan-staging sweep was skipped, if it was.
+    sweep_skipped: str | None = None
+    #: What the sweep found in staging and left alone, one sentence each: entries that are
+    #: not run directories this job marked, or a newer run's (see publisher.staging).
+    staging_warnings: tuple[str, ...] = ()

@@ -72,11 +72,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
-import cattrs
 import fsspec
 
 from commitsteps import CommitStep
 from publisher.confinement import Roots, normalize
+from publisher.converter import from_json, to_json
 from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
 from store.urls import is_local, split_scheme
@@ -135,32 +135,13 @@ class RunMarker:
         return run_dir_name(self.run_id, self.token)
 
 
-def _strict_str(value: Any, _type: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _strict_int(value: Any, _type: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return value
-
-
-# A marker is read from a shared directory: hostile until checked. cattrs would otherwise
-# turn 5 into "5" for a str field and True into 1 for an int.
-_converter = cattrs.Converter(forbid_extra_keys=False)
-_converter.register_structure_hook(str, _strict_str)
-_converter.register_structure_hook(int, _strict_int)
-
-
 class MarkerError(CommitPubError, ValueError):
     """A run directory's marker is unreadable or not a marker."""
 
 
 def encode_marker(marker: RunMarker) -> bytes:
     """The bytes of a marker file."""
-    return json.dumps(_converter.unstructure(marker), sort_keys=True).encode()
+    return json.dumps(to_json(marker), sort_keys=True).encode()
 
 
 def decode_marker(data: bytes, where: str) -> RunMarker:
@@ -170,15 +151,10 @@ def decode_marker(data: bytes, where: str) -> RunMarker:
         MarkerError: naming ``where``, if it is not a marker.
     """
     try:
-        doc = json.loads(data)
-        if not isinstance(doc, dict):
-            raise TypeError("not a JSON object")
-        marker = _converter.structure(doc, RunMarker)
+        # A marker is read from a shared directory: hostile until checked.
+        marker = from_json(json.loads(data), RunMarker)
         check_run_id(marker.run_id)
-    except cattrs.BaseValidationError as e:
-        detail = "; ".join(cattrs.transform_error(e))
-        raise MarkerError(f"{where}: not a run marker ({detail})") from e
-    except (ValueError, TypeError) as e:
+    except ValueError as e:
         raise MarkerError(f"{where}: not a run marker ({e})") from e
     return marker
 

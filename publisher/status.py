@@ -2,10 +2,11 @@
 
 The store keeps one JSON object per dataset beside its sequence (``CommitStepStore.get_status``)
 and knows nothing of its fields. This module is the one place that gives it a type:
-:class:`DatasetStatus`, turned to and from JSON by one cattrs converter whose hooks are strict
-(``"attempts": "3"`` or ``"quarantined": "no"`` is an error, never a conversion). A record that
-does not fit is a :class:`CorruptStatusError` naming the dataset and the field; the publisher
-quarantines that dataset instead of failing the run, and ``discard`` removes the record.
+:class:`DatasetStatus`, turned to and from JSON by the publisher's converter, whose hooks are
+strict (``"attempts": "3"`` or ``"quarantined": "no"`` is an error, never a conversion: see
+:mod:`publisher.converter`). A record that does not fit is a :class:`CorruptStatusError`
+naming the dataset and the field; the publisher quarantines that dataset instead of failing
+the run, and ``discard`` removes the record.
 
 Keys this version does not know are ignored, so a status written by a newer version still
 reads; they are dropped when this version rewrites the status.
@@ -15,13 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn
 
+from publisher.converter import from_json, to_json
 from publisher.errors import CorruptStatusError
 from store import CommitStepStore
 from store.errors import CorruptRecordError
@@ -55,6 +55,14 @@ class Discarding:
     #: and the sequence. A discard resumed from here rolls nothing back again.
     rolled_back: bool = False
 
+    def unfinished(self, dataset: str) -> str:
+        """What an operator is told of this discard of ``dataset`` while it is not finished."""
+        return (
+            f"a discard of the pending sequence of {dataset!r} begun at {self.started}"
+            f"{'' if self.token is None else f' (fencing token {self.token})'} is not "
+            "finished: run discard again, or let the next recovery finish it"
+        )
+
 
 @attrs.frozen
 class DatasetStatus:
@@ -81,44 +89,6 @@ class DatasetStatus:
         return cls(quarantined=True, last_error=f"{type(error).__name__}: {error}")
 
 
-def _strict(expected: type) -> Any:
-    def structure(value: Any, _type: Any) -> Any:
-        # bool is an int subclass: a JSON true must not pass for a count.
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            raise TypeError(
-                f"expected {expected.__name__}, found {type(value).__name__} {value!r:.60}"
-            )
-        return value
-
-    return structure
-
-
-def _object_only(cls: type) -> Any:
-    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cls, _converter)
-
-    def structure(value: Any, t: Any) -> Any:
-        # cattrs would index whatever it is given: a list would fail with an IndexError.
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a JSON object, found {type(value).__name__}")
-        return inner(value, t)
-
-    return structure
-
-
-_converter = cattrs.Converter()
-for _t in (str, int, bool):
-    _converter.register_structure_hook(_t, _strict(_t))
-for _cls in (Discarding, DatasetStatus):
-    _converter.register_structure_hook(_cls, _object_only(_cls))
-
-
-def _say(error: BaseException, _type: Any) -> str:
-    """The message of a hook or validator error; they name what was expected and found."""
-    if isinstance(error, KeyError):
-        return "required field missing"
-    return str(error)
-
-
 def _where(dataset: str, store: CommitStepStore) -> str:
     return f"status of dataset {dataset!r} in {store.url}"
 
@@ -130,18 +100,14 @@ def decode(doc: Mapping[str, Any], dataset: str, store: CommitStepStore) -> Data
         CorruptStatusError: naming the dataset and each field that does not fit.
     """
     try:
-        status: DatasetStatus = _converter.structure(doc, DatasetStatus)
-    except cattrs.BaseValidationError as e:
-        details = "; ".join(cattrs.transform_error(e, path="status", format_exception=_say))
-        raise CorruptStatusError(f"{_where(dataset, store)}: {details}") from e
-    except (TypeError, ValueError) as e:
+        return from_json(doc, DatasetStatus, path="status")
+    except ValueError as e:
         raise CorruptStatusError(f"{_where(dataset, store)}: {e}") from e
-    return status
 
 
 def encode(status: DatasetStatus) -> dict[str, Any]:
     """The JSON object of a status, as the store keeps it."""
-    doc: dict[str, Any] = _converter.unstructure(status)
+    doc: dict[str, Any] = to_json(status)
     return doc
 
 

@@ -39,7 +39,7 @@ import fsspec
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.exitcodes import ExitCode
 from jobs.locking import fence, held_lock
-from publisher import Publisher, RetryPolicy
+from publisher import Publisher, RetryPolicy, to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError
 from store.failpoints import failpoint
@@ -133,9 +133,9 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
         if keeper is not None:
             fence(pub, keeper)  # before anything of the job is read, as commitpub does
         if args.command == "discard":
-            return {"discard": pub.discard(args.dataset).to_dict()}, True
+            return {"discard": to_json(pub.discard(args.dataset))}, True
         recovery = pub.recover()
-        out: dict[str, object] = {"recovery": recovery.to_dict()}
+        out: dict[str, object] = {"recovery": to_json(recovery)}
         ok = recovery.ok
         if args.command == "run":
             run_dir = pub.create_run_dir(args.run_id)
@@ -144,7 +144,7 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
                 hide(sequences[args.hide])
             staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
             published = pub.publish(sequences, staging_dirs=staging)
-            out["publish"] = published.to_dict()
+            out["publish"] = to_json(published)
             ok = ok and published.ok
             out["run_dir_removed"] = pub.finish_run_dir(run_dir)
         return out, ok

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from publisher import Publisher, RetryPolicy
+from publisher import Publisher, RetryPolicy, to_json
 
 JOB = "crash-job"
 
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     )
     out: object
     if args.command == "discard":
-        out = pub.discard(args.dataset).to_dict()
+        out = to_json(pub.discard(args.dataset))
     else:
         out = {"was_quarantined": pub.retry(args.dataset)}
     pub.close()

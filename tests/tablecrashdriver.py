@@ -29,7 +29,7 @@ from commitsteps import (
     IcebergAppendCommitStep,
     WatermarkCommitStep,
 )
-from publisher import Publisher, RetryPolicy
+from publisher import Publisher, RetryPolicy, to_json
 from store import open_watermarks
 from store.connections import Connections, connecting_only
 
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         stores=[args.watermarks],
         catalogs=catalogs,
     )
-    out: dict[str, object] = {"recovery": pub.recover().to_dict()}
+    out: dict[str, object] = {"recovery": to_json(pub.recover())}
     if args.command == "run":
         # Marked first, so that recovery sweeps what a crash leaves in it (no lock: no token
         # in its name).
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         with connecting_only(Connections([args.watermarks], catalogs)):
             sequences = extract(args.format, args.base, args.run_id, args.watermarks, args.records)
         staging = {d: f"{run_dir}/{d}" for d in sequences}
-        out["publish"] = pub.publish(sequences, staging_dirs=staging).to_dict()
+        out["publish"] = to_json(pub.publish(sequences, staging_dirs=staging))
         out["run_dir_removed"] = pub.finish_run_dir(run_dir)
     pub.close()
     json.dump(out, sys.stdout)

@@ -218,7 +218,8 @@ def test_exit_3_fails_at_once_and_alerts(airflow: Airflow, tmp_path: Path) -> No
     gone.parent.mkdir(parents=True)
     gone.write_bytes(b"x")
     step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
-    gone.unlink()
+    # Gone with its directories: a staging path holding what the job did not mark is refused.
+    shutil.rmtree(tmp_path / "staging")
     store = open_store(str(tmp_path / "state" / "steps"))
     store.put_sequence("orders-ingest", "clicks", [commitsteps.dumps(step)])
 

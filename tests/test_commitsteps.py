@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -294,6 +295,25 @@ def test_cross_device_rename_copies_then_deletes(cross_device: Rename) -> None:
     assert cross_device.state() == (None, DATA)
     assert step.verify()
     assert sorted(p.name for p in cross_device.dst.parent.iterdir()) == ["part-0"]
+
+
+def test_a_copy_is_published_no_wider_than_0644_whatever_the_umask(cross_device: Rename) -> None:
+    _put(cross_device.src, DATA)
+    os.chmod(cross_device.src, 0o666)  # noqa: S103 -- a permissive source on purpose
+    previous = os.umask(0)
+    try:
+        FsRenameCommitStep.execute_many([cross_device.step()])
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(cross_device.dst).st_mode) == 0o644
+    previous = os.umask(0o077)
+    try:
+        _put(cross_device.src, DATA)
+        os.unlink(cross_device.dst)
+        FsRenameCommitStep.execute_many([cross_device.step()])
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(cross_device.dst).st_mode) == 0o600
 
 
 def test_cross_device_both_present_same_bytes_only_deletes_the_source(

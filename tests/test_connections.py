@@ -15,8 +15,7 @@ from redis_helpers import RecordedHost
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from publisher import Outcome, Publisher
-from publisher.work import Context
+from publisher import Context, Outcome, Publisher
 from store import (
     Connections,
     ForeignStoreError,

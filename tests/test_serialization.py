@@ -19,7 +19,10 @@ from commitsteps import (
     UnknownStepTypeError,
     WatermarkCommitStep,
 )
+from commitsteps.delta import DeltaAppendCommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
+from commitsteps.iceberg import IcebergAppendCommitStep
+from commitsteps.tables import TableFile
 from store import CorruptRecordError
 
 PROPERTY = settings(max_examples=150, deadline=None)
@@ -97,7 +100,55 @@ rich_steps = st.builds(
     labels=st.dictionaries(st.text(), st.integers(), max_size=5),
     window=st.builds(Window, st.integers(), st.none() | st.integers()),
 )
-any_step = rename_steps | watermark_steps | rich_steps
+# Path segments that keep a location absolute and free of "..", trailing slashes, credentials.
+segments = st.text(
+    st.characters(exclude_characters="/\x00:@?#", exclude_categories=("Cs",)), min_size=1
+).filter(lambda s: s not in (".", ".."))
+locations = st.lists(segments, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+def _table_files(data_root: str) -> st.SearchStrategy[tuple[TableFile, ...]]:
+    """Distinct files under ``data_root``, each with a staged place and a size."""
+    return st.lists(
+        st.builds(
+            TableFile,
+            staged=locations.map(lambda p: "/staging" + p),
+            path=segments.map(lambda name: f"{data_root}/d=2024-01-01/{name}.parquet"),
+            size=st.integers(min_value=0, max_value=2**63),
+        ),
+        min_size=1,
+        max_size=4,
+        unique_by=lambda f: f.path,
+    ).map(tuple)
+
+
+iceberg_steps = locations.flatmap(
+    lambda location: st.builds(
+        IcebergAppendCommitStep,
+        catalog=st.text(min_size=1),
+        namespace=st.text(min_size=1),
+        table=st.text(min_size=1).filter(lambda t: "." not in t),
+        location=st.just(location),
+        job=st.text(min_size=1),
+        run_id=st.text(min_size=1),
+        files=_table_files(f"{location}/data"),
+        partition_by=st.none() | st.text(min_size=1),
+    )
+)
+delta_steps = locations.flatmap(
+    lambda table_uri: st.builds(
+        DeltaAppendCommitStep,
+        table_uri=st.just(table_uri),
+        job=st.text(min_size=1),
+        dataset=st.text(min_size=1),
+        run_id=st.text(min_size=1),
+        version=st.integers(min_value=1, max_value=2**63),
+        files=_table_files(table_uri),
+        partition_by=st.none() | st.text(min_size=1),
+    )
+)
+
+any_step = rename_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
 
 
 def test_every_built_in_step_has_a_round_trip_strategy() -> None:
@@ -110,6 +161,8 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
     assert built_in == {
         commitsteps.tag_of(FsRenameCommitStep),
         commitsteps.tag_of(WatermarkCommitStep),
+        commitsteps.tag_of(IcebergAppendCommitStep),
+        commitsteps.tag_of(DeltaAppendCommitStep),
     }
 
 
@@ -130,6 +183,14 @@ def test_rename_round_trip(step: FsRenameCommitStep) -> None:
 @PROPERTY
 @given(watermark_steps)
 def test_watermark_round_trip(step: WatermarkCommitStep) -> None:
+    loaded = commitsteps.loads(commitsteps.dumps(step))
+    assert step == loaded
+    assert typed(step) == typed(loaded)
+
+
+@PROPERTY
+@given(iceberg_steps | delta_steps)
+def test_table_step_round_trip(step: CommitStep) -> None:
     loaded = commitsteps.loads(commitsteps.dumps(step))
     assert step == loaded
     assert typed(step) == typed(loaded)

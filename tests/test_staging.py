@@ -13,7 +13,7 @@ import pytest
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
-from publisher import Publisher, RetryPolicy, Roots, staging
+from publisher import Publisher, RetryPolicy, Roots, staging, to_json
 from store import LeaseKeeper, open_lock, open_store
 from store.errors import ConfigurationError, FencedError
 
@@ -129,8 +129,8 @@ def test_the_sweep_deletes_only_this_jobs_marked_runs_and_warns_about_the_rest(
         f"{root}/r3~t2: a run directory of job 'other', not of 'job'; left alone",
         f"{root}/r4~t1/.commitpub-run: not a run marker (Expecting property name enclosed in "
         "double quotes: line 1 column 2 (char 1)); left alone",
-        f"{root}/r5~t1/.commitpub-run: not a run marker (invalid value for type, expected str "
-        "@ $.job); left alone",
+        f"{root}/r5~t1/.commitpub-run: not a run marker (expected str, found int 5 @ $.job); "
+        "left alone",
     ]
     assert _names(root) == [
         ".commitpub-job",
@@ -265,7 +265,7 @@ def test_recovery_leaves_what_is_not_its_run_and_reports_it(
     assert [w.split(": ", 1)[0] for w in report.staging_warnings] == [
         f"{base}/{name}" for name in ("landing", "reports", "state")
     ]
-    assert report.to_dict()["staging_warnings"] == list(report.staging_warnings)
+    assert to_json(report)["staging_warnings"] == list(report.staging_warnings)
     for path in ("landing/orders/0/0.jsonl", "state/wm/orders/0/v1.json", "reports/r1.json"):
         assert (base / path).read_text() == "precious"
 

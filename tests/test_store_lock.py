@@ -127,13 +127,20 @@ def unrelated() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def test_a_reused_pid_is_not_mistaken_for_the_holder(
-    backend: _Backend, unrelated: subprocess.Popen[bytes]
-) -> None:
-    # The holder's pid now names another live process, started after the holder.
+def test_a_reused_pid_is_not_mistaken_for_the_holder(backend: _Backend) -> None:
+    # The holder's pid now names another live process, started after the holder. Start times
+    # count clock ticks (10 ms): one tick later at least, or it would look like the holder.
     token = _dead_holder(backend)
-    backend.rewrite(lambda d: d.update(pid=unrelated.pid))
-    assert backend.lock.acquire(JOB, ttl_s=60).token > token
+    time.sleep(0.05)
+    with subprocess.Popen(["sleep", "60"]) as unrelated:
+        try:
+            current = backend.lock.current(JOB)
+            assert current is not None
+            assert _process_start(unrelated.pid) != current.pid_start
+            backend.rewrite(lambda d: d.update(pid=unrelated.pid))
+            assert backend.lock.acquire(JOB, ttl_s=60).token > token
+        finally:
+            unrelated.kill()
 
 
 def test_a_live_holder_is_not_taken_over(

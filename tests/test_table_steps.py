@@ -273,7 +273,7 @@ def test_rollback_of_a_discarded_commit_removes_the_run_from_the_table(env: Env)
             step.execute()
     assert [r["id"] for r in env.rows()] == [1, 2]
     report = pub.discard("orders")
-    assert report.outcome == "aborted", report.error
+    assert report.outcome == "discarded", report.error
     assert [r["id"] for r in env.rows()] == [1]
     assert env.outside_ids() == [1]
     with connecting_only(Connections(catalogs=env.catalogs)):

@@ -23,7 +23,7 @@ from jobs.config import JobConfig, load_config
 from jobs.progress import Bars
 from publisher import DatasetStatus, Discarding, Outcome, Publisher
 from publisher import status as status_record
-from publisher.work import recover_one
+from publisher.recovery import recover_one
 from store import open_lock, open_store, open_watermarks
 
 

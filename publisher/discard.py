@@ -1,0 +1,121 @@
+"""An operator's discard: throw a pending sequence away, as if it had never been written.
+
+A sequence whose every step verifies was complete: it is only removed. Otherwise the steps
+already done are rolled back in reverse order (watermarks set back, published files of this
+sequence deleted), the staged files are deleted and the sequence removed, so the data is
+extracted again.
+
+The discard is durable: its in-progress record (:class:`~publisher.status.Discarding`) is
+written to the dataset's status before anything is deleted, noted again once every step is
+rolled back, and goes with the sequence, last. Killed anywhere, discard again (or the next
+recovery, :func:`resume_discard`) finishes it, and nothing is rolled back twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import attrs
+
+from commitsteps import CommitStep, PathConfinementError
+from publisher import status as status_record
+from publisher.context import Context
+from publisher.errors import DiscardRefusedError
+from publisher.execution import abort, clean_up, undo, verify_all
+from publisher.reports import DatasetReport, Outcome, dataset_report, describe
+from publisher.retry import PERMANENT
+from publisher.status import DatasetStatus, Discarding
+from store.errors import FencedError
+from store.failpoints import failpoint
+
+log = logging.getLogger("commitpub.publisher")
+
+
+def discard_one(ctx: Context, dataset: str) -> DatasetReport:
+    """Throw a dataset's pending sequence away (see the module docstring).
+
+    A status without a sequence (a quarantine, an unreadable status) is removed.
+
+    Raises:
+        DiscardRefusedError: if the sequence names a path outside the job's current roots;
+            nothing was changed.
+    """
+    started = time.monotonic()
+    status = ctx.status_or_default(dataset, "discarding")
+    return _discard(ctx, dataset, status, started, resuming=False)
+
+
+def resume_discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float
+) -> DatasetReport:
+    """Finish a discard found in progress; a failure here is reported, never counted."""
+    try:
+        report = _discard(ctx, dataset, status, started, resuming=True)
+    except FencedError:
+        raise
+    except Exception as e:  # reported; the discard stays recorded, so it is never executed
+        log.error("could not finish the discard of %s: %s", dataset, describe(e))
+        return dataset_report(
+            dataset, Outcome.FAILED, started, error=describe(e), keeps_staging=None
+        )
+    log.info("finished the discard of %s begun by an earlier command", dataset)
+    return report
+
+
+def _discard(
+    ctx: Context, dataset: str, status: DatasetStatus, started: float, *, resuming: bool
+) -> DatasetReport:
+    try:
+        steps = ctx.load(dataset)
+    except PERMANENT as e:
+        ctx.remove(dataset)
+        return dataset_report(
+            dataset,
+            Outcome.DISCARDED,
+            started,
+            error=f"unreadable, dropped without rolling anything back: {describe(e)}",
+        )
+    if not steps:
+        # No sequence (or an empty one): only a status is left to go.
+        ctx.remove(dataset)
+        return dataset_report(dataset, Outcome.DISCARDED, started)
+    try:
+        # A step outside the roots, or on a store the job is not configured for (rolling it
+        # back would connect there): refused whole, before anything is touched, since
+        # skipping it would leave a half rollback. A staged symbolic link is not such a step:
+        # its published path lies in the roots and is rolled back; the link itself is left
+        # alone (the abort below skips it).
+        ctx.confine(steps, staged_links=True)
+    except PathConfinementError as e:
+        raise DiscardRefusedError(
+            f"{'finishing the discard' if resuming else 'discard'} of {dataset!r} refused"
+            f"{'' if resuming else ', nothing was changed'}. The sequence was written under "
+            f"other staging/output roots than the job's current ones: {e}. Rolling back only "
+            "the steps inside the current roots would leave the effects of the others in "
+            "place; configure the roots it was written under and run discard again"
+        ) from e
+    marker = status.discarding
+    if marker is None:
+        marker = Discarding(token=ctx.token, started=status_record.now())
+        # No longer quarantined: until it is finished, the dataset is being discarded.
+        status = attrs.evolve(status, quarantined=False, discarding=marker)
+        ctx.write_status(dataset, status)
+        failpoint("discard.marked")
+    if not marker.rolled_back:
+        if all(verify_all(steps)):
+            # Complete: its effects stay, only the record goes.
+            ctx.remove(dataset)
+            clean_up(ctx, dataset, steps)
+            return dataset_report(dataset, Outcome.RECOVERED, started, steps=len(steps))
+
+        def roll_back(step: CommitStep) -> None:
+            step.rollback()
+            failpoint("discard.rollback_step")
+
+        undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        marker = attrs.evolve(marker, rolled_back=True)
+        ctx.write_status(dataset, attrs.evolve(status, discarding=marker))
+        failpoint("discard.rolled_back")
+    # Staged files, then the sequence (and the status with it), last.
+    return attrs.evolve(abort(ctx, dataset, steps, started), outcome=Outcome.DISCARDED)
