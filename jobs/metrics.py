@@ -2,28 +2,31 @@
 written with ``prometheus_client``.
 
 A batch job is gone before any scraper could visit it, so its metrics are written at the end
-of each run: into a file that node_exporter's textfile collector reads
-(``write_to_textfile`` writes a temporary file and renames it, so the collector never reads
-half a file), and/or pushed to a Pushgateway under ``job="commitpub",
-commitpub_job="<name>"`` (``pushadd_to_gateway``: POST replaces only the metric names sent,
-so a failed run, which sends no ``last_success`` sample, leaves the previous one in place;
-the textfile keeps it by reading the file it replaces).
+of each run: into a file that node_exporter's textfile collector reads, and/or pushed to a
+Pushgateway under ``job="commitpub", commitpub_job="<name>"`` (``pushadd_to_gateway``: POST
+replaces only the metric names sent, so a failed run, which sends no ``last_success``
+sample, leaves the previous one in place; the textfile keeps it by reading the file it
+replaces).
+
+The textfile is prometheus_client's exposition written by :func:`jobs.files.write_whole`:
+a temporary file renamed, so the collector never reads half of it, created no more open
+than ``0644`` (``write_to_textfile`` would create it ``0666`` less the umask).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, pushadd_to_gateway
 from prometheus_client.exposition import basic_auth_handler, default_handler
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.config import BatchConfig, redact_gateway
+from jobs.files import write_whole
 from jobs.report import RunReport
 from publisher import Publisher
 
@@ -198,8 +201,7 @@ def export(config: BatchConfig, report: RunReport) -> None:
         ).labels(config.name).set(last_ok)
     if config.metrics_textfile is not None:
         try:
-            os.makedirs(os.path.dirname(config.metrics_textfile) or ".", exist_ok=True)
-            write_to_textfile(config.metrics_textfile, reg)
+            write_whole(config.metrics_textfile, generate_latest(reg))
         except OSError as e:
             log.warning("metrics: could not write %s: %s", config.metrics_textfile, e)
     gateway = config.metrics_pushgateway

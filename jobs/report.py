@@ -22,6 +22,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 import publisher
 from jobs.exitcodes import ExitCode
+from jobs.files import write_whole
 from jobs.spark import TaskInfo
 from publisher import Outcomes, PublishReport, RecoveryReport
 from store import JsonScalar
@@ -223,19 +224,14 @@ def as_json(report: RunReport) -> dict[str, Any]:
 def write_report(report: RunReport, reports: str) -> str:
     """Write the report as ``<reports>/<run id>-<command>.json``; return its path.
 
-    A local file is written to a temporary name and renamed, so a reader never sees half
-    of it.
+    A local file is written whole and never more open than ``0644`` (see
+    :func:`jobs.files.write_whole`).
     """
     name = f"{report.run_id}-{report.command}.json"
     data = json.dumps(as_json(report), indent=2, ensure_ascii=False).encode()
     if is_local(reports):
-        directory = local_path(reports)
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, name)
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        path = os.path.join(local_path(reports), name)
+        write_whole(path, data)
     else:
         path = posixpath.join(reports, name)
         fs, p = fsspec.core.url_to_fs(path)

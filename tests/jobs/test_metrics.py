@@ -4,7 +4,9 @@ endpoint (a local server that records what it is sent)."""
 from __future__ import annotations
 
 import http.server
+import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import commitsteps
 from commitsteps import WatermarkCommitStep
 from jobs.config import JobConfig, load_config
 from jobs.metrics import export
-from jobs.report import RunReport, StagedInfo
+from jobs.report import RunReport, StagedInfo, write_report
 from store import open_store
 from store.errors import ConfigurationError
 
@@ -88,6 +90,29 @@ def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
     assert second[f"commitpub_last_success_timestamp_seconds{{{job}}}"] == success
     assert second[f"commitpub_last_run_timestamp_seconds{{{job}}}"] >= success
     assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]  # no temp file left
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o000, 0o644), (0o022, 0o644), (0o027, 0o640)])
+def test_the_report_and_the_textfile_are_never_more_open_than_0644_less_the_umask(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    prom = tmp_path / "textfile" / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    report = _report(exit_ok=True)
+    old = os.umask(umask)
+    try:
+        # Twice: a file replaced gets the mode of a new one, not the old one's.
+        for _ in range(2):
+            export(config, report)
+            written = Path(write_report(report, str(tmp_path / "reports")))
+    finally:
+        os.umask(old)
+    assert {p: stat.S_IMODE(p.stat().st_mode) for p in (prom, written)} == {
+        prom: mode,
+        written: mode,
+    }
+    assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]
+    assert [p.name for p in written.parent.iterdir()] == ["r1-run.json"]
 
 
 def _step(config: JobConfig) -> WatermarkCommitStep:
