@@ -106,6 +106,7 @@ class Publisher:
             token=fencing_token,
             chunk_records=chunk_records,
             connections=Connections([*stores, self.store.url], catalogs or {}),
+            waits_for_cleanup=not isinstance(self.runner, InProcessRunner),
         )
 
     def publish(
@@ -125,6 +126,11 @@ class Publisher:
                 builds them inside the task (a Spark executor lists its own staging).
                 Watermark steps run after data steps.
             staging_dirs: dataset URN -> its staging directory, deleted once published.
+                Inside a run directory of the job (:meth:`create_run_dir`) it is moved
+                aside there and what the renames left in it (checksum sidecars, say) is
+                deleted after this returns, when the publisher runs the work in this
+                process; :meth:`finish_run_dir`, :meth:`recover` and :meth:`close` wait
+                for that.
 
         Returns:
             A :class:`PublishReport` with one entry per dataset.
@@ -164,6 +170,7 @@ class Publisher:
             self.runner.map_groups(functools.partial(recover_group, self.context), datasets)
         )
         failpoint("recover.before_sweep")
+        staging.drain()  # leftovers this process is still deleting are not the sweep's
         swept, skipped = self._sweep(reports)
         return RecoveryReport(
             reports,
@@ -238,6 +245,7 @@ class Publisher:
         Raises:
             FencedError: if this run lost the job lock.
         """
+        staging.drain()
         return staging.finish_run(run_dir, self.require_lock)
 
     def pending(self) -> list[PendingSequence]:
@@ -310,6 +318,8 @@ class Publisher:
             return discard_one(self.context, dataset)
 
     def close(self) -> None:
+        """Wait for the staging leftovers this process is deleting, then close the store."""
+        staging.drain()
         self.store.close()
 
 
