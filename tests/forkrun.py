@@ -26,8 +26,10 @@ _CTX = multiprocessing.get_context("forkserver")
 # Imported once by the server, not by every run: what the drivers need.
 # (A module that cannot be imported, as the table drivers without the table extras, is left
 # out by the server and imported by the run that needs it.)
+# One server per test process, shared with the store contract suites' workers
+# (store.testing), which is why their module is preloaded too: conftest imports this first.
 _CTX.set_forkserver_preload(
-    ["forkrun", "crashdriver", "opdriver", "tablecrashdriver", "redis", "s3fs"]
+    ["forkrun", "store.testing", "crashdriver", "opdriver", "tablecrashdriver", "redis", "s3fs"]
 )
 
 
