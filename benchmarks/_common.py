@@ -118,6 +118,8 @@ def print_table(rows: Sequence[dict[str, Any]], a_name: str, b_name: str) -> Non
 def _fmt(value: float, unit: str) -> str:
     if unit == "MiB":
         return f"{value:.1f} MiB"
+    if unit == "µs/file":
+        return f"{value:.1f} µs/file"
     return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.2f} s"
 
 

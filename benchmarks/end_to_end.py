@@ -5,7 +5,7 @@ Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, P
 the date column). A: the write into a staging directory, then ``Publisher.publish`` in a
 Spark task through ``jobs.SparkRunner`` with the filesystem store, the builder listing the
 staged files there (what ``commitpub run`` does). B: the same write straight into the output
-directory with Spark's default commit. Goal: A/B <= 1.00.
+directory with Spark's default commit. Goal: A/B <= 0.90.
 
     python benchmarks/end_to_end.py [--quick] [--rounds R]
 """
@@ -23,7 +23,7 @@ from jobs.spark import SparkRunner
 from publisher import Outcome, Publisher
 from store import open_store
 
-GOAL = 1.0
+GOAL = 0.9
 TASKS = 8
 DATES = 10
 

@@ -1,7 +1,10 @@
 """publish_local: publish N staged files over 10 datasets ÷ a bare serial ``os.rename`` loop.
 
 A: ``Publisher.publish`` (write ahead + seal, execute the renames, remove the sequence,
-delete the emptied staging directories) with the filesystem store and with Redis.
+clean up the staging) with the filesystem store and with Redis, the files staged in a run
+directory made by ``Publisher.create_run_dir`` as ``commitpub run`` stages; the clock
+stops when ``publish`` returns (the emptied staging directories, set aside in the run
+directory, are removed after that and waited for before the next round).
 B: ``os.makedirs`` of each output directory, then ``os.rename`` of every file, serially.
 Both sides move the same freshly staged files on the same local disk; the commit steps are
 built before the clock starts (a job builds them while it stages). Goals: fs <= 1.15,
@@ -27,17 +30,21 @@ GOALS = {"fs": 1.15, "redis": 1.25}
 
 
 class Layout:
-    """``staging/run/ds<i>/part-<j>`` -> ``output/ds<i>/part-<j>``, N files in all."""
+    """``hold/ds<i>/part-<j>`` -> ``output/ds<i>/part-<j>``, N files in all. For A the
+    dataset directories are first moved (untimed) into a new run directory of the staging
+    root, so the files are staged as ``commitpub run`` stages them."""
 
     def __init__(self, base: Path, n: int) -> None:
         self.base = base
+        self.hold = base / "hold"
         self.staging = base / "staging"
         self.output = base / "output"
         per = n // DATASETS
         self.staged_once = False
+        self.runs = 0
         self.files = {
             f"ds{d}": [
-                (f"{self.staging}/run/ds{d}/part-{j:06d}", f"{self.output}/ds{d}/part-{j:06d}")
+                (f"{self.hold}/ds{d}/part-{j:06d}", f"{self.output}/ds{d}/part-{j:06d}")
                 for j in range(per)
             ]
             for d in range(DATASETS)
@@ -46,13 +53,13 @@ class Layout:
     def stage(self) -> None:
         """Staged files in place, output empty (untimed): created once, then moved back."""
         if not self.staged_once:
-            shutil.rmtree(self.output, ignore_errors=True)
-            shutil.rmtree(self.staging, ignore_errors=True)
+            for directory in (self.output, self.hold, self.staging):
+                shutil.rmtree(directory, ignore_errors=True)
             _common.make_files([src for pairs in self.files.values() for src, _dst in pairs])
             self.staged_once = True
         else:
             for dataset, pairs in self.files.items():
-                os.makedirs(f"{self.staging}/run/{dataset}", exist_ok=True)
+                os.makedirs(f"{self.hold}/{dataset}", exist_ok=True)
                 for src, dst in pairs:
                     os.rename(dst, src)
             shutil.rmtree(self.output)
@@ -77,9 +84,13 @@ class Layout:
         self.check()
         return seconds
 
-    def steps(self) -> dict[str, list[CommitStep]]:
+    def steps(self, run_dir: str) -> dict[str, list[CommitStep]]:
+        held = f"{self.hold}/"
         return {
-            dataset: [FsRenameCommitStep(src, dst, 0) for src, dst in pairs]
+            dataset: [
+                FsRenameCommitStep(src.replace(held, f"{run_dir}/", 1), dst, 0)
+                for src, dst in pairs
+            ]
             for dataset, pairs in self.files.items()
         }
 
@@ -93,8 +104,13 @@ class Layout:
 
     def publish(self, pub: Publisher) -> float:
         self.stage()
-        sequences = self.steps()
-        dirs = {d: f"{self.staging}/run/{d}" for d in sequences}
+        self.runs += 1
+        run_dir = pub.create_run_dir(f"r{self.runs}")
+        for dataset in self.files:
+            os.rename(f"{self.hold}/{dataset}", f"{run_dir}/{dataset}")
+        os.sync()
+        sequences = self.steps(run_dir)
+        dirs = {d: f"{run_dir}/{d}" for d in sequences}
         report = None
 
         def run() -> None:
@@ -106,6 +122,8 @@ class Layout:
         bad = [d for d in report.datasets if d.outcome != Outcome.PUBLISHED]
         if bad:
             raise RuntimeError(f"publish failed: {bad}")
+        if not pub.finish_run_dir(run_dir):
+            raise RuntimeError(f"{run_dir} was not left empty")
         self.check()
         return seconds
 

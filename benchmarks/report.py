@@ -22,6 +22,8 @@ LATEST = "Latest full run"
 #: Benchmarks in the order of the table, with their scripts.
 ORDER = [
     "publish_local",
+    "publish_per_file",
+    "publish_memory",
     "vs_spark_commit",
     "end_to_end",
     "recovery_parallel",
@@ -41,6 +43,8 @@ def load() -> dict[str, dict[str, Any]]:
 def _value(r: dict[str, Any]) -> str:
     if r.get("unit") == "MiB":
         return f"{r['a_s']:.0f} MiB"
+    if r.get("unit") == "µs/file":
+        return f"{r['a_s']:.1f} / {r['b_s']:.1f} µs per file"
     return f"{r['a_s']:.3f} s / {r['b_s']:.3f} s"
 
 

@@ -49,7 +49,7 @@ import posixpath
 import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
 import fsspec
@@ -283,6 +283,76 @@ def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
         fs.rm(paths)
 
 
+#: Directory descriptors a batch of local renames keeps open at once (see _LocalRenames).
+_OPEN_DIRS = 64
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_PATH", 0)
+_AT_CALLS = os.rename in os.supports_dir_fd and os.stat in os.supports_dir_fd
+
+
+class _LocalRenames:
+    """Local renames of a batch, each file looked at and moved relative to its directory.
+
+    A rename and the size check before it are one ``fstatat`` and one ``renameat`` on
+    descriptors of the source and destination directories, opened once per directory: the
+    kernel then resolves a file name, not the whole path, twice per file (with absolute
+    paths the size check alone costs a fifth of a rename here). Only the state "a regular
+    source of the recorded size" is handled here; every other state, and every error,
+    goes to :meth:`_Rename._execute_local`, which looks again and handles it as the module
+    table says.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._made: set[str] = set()
+
+    def __enter__(self) -> _LocalRenames:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _dir(self, directory: str, *, make: bool) -> int | None:
+        fd = self._fds.get(directory)
+        if fd is not None:
+            return fd
+        if make and directory not in self._made:
+            os.makedirs(directory, exist_ok=True)
+            self._made.add(directory)
+        if len(self._fds) >= _OPEN_DIRS:
+            self._close()
+        try:
+            fd = os.open(directory, _DIR_FLAGS)
+        except OSError:
+            return None  # missing, not a directory: the slow path says what is wrong
+        self._fds[directory] = fd
+        return fd
+
+    def rename(self, step: _Rename, spath: str, dpath: str) -> None:
+        """Rename one local file (``spath``, ``dpath``: the step's absolute paths)."""
+        sdir, _, sname = spath.rpartition("/")
+        ddir, _, dname = dpath.rpartition("/")
+        expected = step._expected()
+        if _AT_CALLS and sname and dname and expected is not None:
+            sfd = self._dir(sdir or "/", make=False)
+            try:
+                st = None if sfd is None else os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+                # The destination's directory is made only for a source that is to move, so
+                # a refused rename leaves no empty directory in the output.
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == expected:
+                    dfd = self._dir(ddir or "/", make=True)
+                    if dfd is not None:
+                        os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+                        return
+            except OSError:
+                pass  # gone meanwhile, another filesystem, ...: the slow path decides
+        step._execute_local(spath, dpath, self._made)
+
+
 @attrs.frozen
 class _Rename(CommitStep):
     """What both rename classes share; :meth:`_expected` is the size known, if any."""
@@ -320,13 +390,15 @@ class _Rename(CommitStep):
     @classmethod
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
         remote: list[_Rename] = []
-        made: set[str] = set()
-        for step in (s for s in steps if isinstance(s, _Rename)):
-            if _is_local(step.src) and _is_local(step.dst):
-                step._execute_local(_local_path(step.src), _local_path(step.dst), made)
-                failpoint("step.executed")
-            else:
-                remote.append(step)
+        with _LocalRenames() as local:
+            # Steps of this class only (see CommitStep.execute_many): an isinstance check of
+            # each would cost more than its fstatat.
+            for step in cast("Sequence[_Rename]", steps):
+                if _is_local(step.src) and _is_local(step.dst):
+                    local.rename(step, _local_path(step.src), _local_path(step.dst))
+                    failpoint("step.executed")
+                else:
+                    remote.append(step)
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
             # object); the copies run many at once, then the sources go in bulk deletes (one

@@ -90,6 +90,13 @@ def dumps(step: CommitStep) -> bytes:
             string, a value that is not plain data), or the step is a legacy rename read
             from an old record (it has no size).
     """
+    if type(step) is FsRenameCommitStep:
+        return _dumps_rename(step)
+    return _dumps_any(step)
+
+
+def _dumps_any(step: CommitStep) -> bytes:
+    """:func:`dumps` of any step, through the converter."""
     if isinstance(step, LegacyFsRenameCommitStep):
         raise StepValueError(
             f"{step!r:.300} has no size and is only read from records of older versions; "
@@ -100,6 +107,23 @@ def dumps(step: CommitStep) -> bytes:
         payload = _encode({"t": tag, "d": _converter.unstructure(step)}).encode()
     except (ValueError, TypeError) as e:  # UnicodeEncodeError is a ValueError
         raise StepValueError(f"step {tag!r} cannot be stored: {e}: {step!r:.300}") from e
+    return b"%s %08x %s" % (FORMAT, zlib.crc32(payload), payload)
+
+
+# What the encoder above writes for a string with ensure_ascii=False (its C function).
+_string = json.encoder.encode_basestring
+_RENAME_HEAD = '{"t":' + _string(tag_of(FsRenameCommitStep)) + ',"d":{"src":'
+
+
+def _dumps_rename(step: FsRenameCommitStep) -> bytes:
+    """:func:`dumps` of the most common step, byte for byte what :func:`_dumps_any` writes
+    (a test compares both), at a third of its cost: a commit holds one per file."""
+    try:
+        payload = (
+            f'{_RENAME_HEAD}{_string(step.src)},"dst":{_string(step.dst)},"size":{step.size:d}}}}}'
+        ).encode()
+    except ValueError as e:  # a lone surrogate (UnicodeEncodeError)
+        raise StepValueError(f"step 'fs.rename' cannot be stored: {e}: {step!r:.300}") from e
     return b"%s %08x %s" % (FORMAT, zlib.crc32(payload), payload)
 
 

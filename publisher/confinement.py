@@ -60,6 +60,8 @@ def _strictly_inside(path: str, roots: Sequence[str]) -> bool:
 
 # A listing tells links from files without a stat each; for a few names a stat each is less.
 _LIST_FROM = 16
+#: Last path components that name no file in a directory.
+_NOT_FILES = frozenset(("", ".", ".."))
 
 #: Local staged files to look at for links, per directory: (name, path, index of the step).
 _StagedFiles = dict[str, list[tuple[str, str, int]]]
@@ -91,11 +93,24 @@ class _Kind:
     roots: tuple[str, ...]
     resolved: tuple[str, ...]
     inside: dict[str, bool] = attrs.Factory(dict)
+    #: Directories as written in paths (``file://`` kept) of the usual case below, judged
+    #: once: whether they lie inside, and the local directory.
+    seen: dict[str, tuple[bool, str]] = attrs.Factory(dict)
 
     def judge(
         self, path: str, index: int, staged: _StagedFiles | None
     ) -> PathConfinementError | None:
         """Why ``path`` is refused, or None; local staged files are noted in ``staged``."""
+        # A sequence names a few directories many times over: the directory as written is
+        # looked up first, so each of (say) 100,000 paths costs a split and a lookup.
+        head, slash, name = path.rpartition("/")
+        hit = self.seen.get(head) if slash else None  # "x" and "/x" share the head ""
+        if hit is not None and name not in _NOT_FILES:
+            if hit[0]:
+                if staged is not None:
+                    staged.setdefault(hit[1], []).append((name, path, index))
+                return None
+            return self._refusal(path)
         if not self.roots:
             return PathConfinementError(
                 f"{path} needs a configured {self.name} root, and the publisher has none"
@@ -105,7 +120,7 @@ class _Kind:
         name = local[cut + 1 :]
         if not is_local(local):
             ok = _strictly_inside(normalize(path), self.roots)
-        elif cut >= 0 and local[0] == "/" and name not in ("", ".", ".."):
+        elif cut >= 0 and local[0] == "/" and name not in _NOT_FILES:
             # The usual case, kept cheap: an absolute path naming a file in a directory.
             directory = local[:cut] or "/"
             found = self.inside.get(directory)
@@ -114,6 +129,7 @@ class _Kind:
                     directory, self.roots, self.resolved
                 )
             ok = found
+            self.seen[head] = (ok, directory)
             if ok and staged is not None:
                 staged.setdefault(directory, []).append((name, path, index))
         else:
@@ -123,11 +139,12 @@ class _Kind:
             ok = _strictly_inside(normalize(local), self.roots) and _strictly_inside(
                 os.path.realpath(local), self.resolved
             )
-            if ok and staged is not None and name not in ("", ".", ".."):
+            if ok and staged is not None and name not in _NOT_FILES:
                 directory, name = os.path.split(os.path.join(os.getcwd(), local))
                 staged.setdefault(directory, []).append((name, path, index))
-        if ok:
-            return None
+        return None if ok else self._refusal(path)
+
+    def _refusal(self, path: str) -> PathConfinementError:
         return PathConfinementError(
             f"{path} is outside the {self.name} roots ({', '.join(self.roots)}); refused"
         )
@@ -181,10 +198,15 @@ class Roots:
         staged: _StagedFiles = {}
         refused: list[PathConfinementError | None] = [None] * len(steps)
         for index, step in enumerate(steps):
-            judged = [staging.judge(path, index, staged) for path in step.staged_paths()]
+            first = None  # every path is judged (staged files are noted), the first refusal kept
+            for path in step.staged_paths():
+                error = staging.judge(path, index, staged)
+                first = first or error
             if published:
-                judged += [output.judge(path, index, None) for path in step.published_paths()]
-            refused[index] = next((e for e in judged if e is not None), None)
+                for path in step.published_paths():
+                    error = output.judge(path, index, None)
+                    first = first or error
+            refused[index] = first
         for directory, names in staged.items():
             links = _links(directory, names)
             for name, path, index in names:

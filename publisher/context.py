@@ -68,6 +68,11 @@ class Context:
     chunk_records: int = 200_000
     #: The stores steps may connect to: the job's configuration, never a record's say.
     connections: Connections = attrs.field(factory=Connections)
+    #: Whether a group of work waits for its staging leftovers to be deleted before it
+    #: returns (see :func:`publisher.staging.cleanup`). Only where groups run in the
+    #: publisher's own process may it return first: the publisher waits for them before it
+    #: sweeps, finishes a run directory or closes.
+    waits_for_cleanup: bool = True
 
     def confine(self, steps: Sequence[CommitStep], *, staged_links: bool = False) -> None:
         """Raise unless every step stays in the job's roots and connects only to its stores.

@@ -12,6 +12,8 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 
+import attrs
+
 from commitsteps import CommitStep
 from publisher import staging
 from publisher import status as status_record
@@ -95,7 +97,7 @@ class Publisher:
         self.store = open_store(commit_store) if isinstance(commit_store, str) else commit_store
         self.job_name = job_name
         self.roots = Roots(staging_roots, output_roots)
-        self.runner: Runner = runner or InProcessRunner()
+        self._runner: Runner = runner or InProcessRunner()
         self.lease = lease
         self.context = Context(
             store=self.store,
@@ -106,7 +108,19 @@ class Publisher:
             token=fencing_token,
             chunk_records=chunk_records,
             connections=Connections([*stores, self.store.url], catalogs or {}),
+            waits_for_cleanup=_waits_for_cleanup(self._runner),
         )
+
+    @property
+    def runner(self) -> Runner:
+        """Where per-dataset work runs. May be set after the publisher is made (``jobs.Batch``
+        fences the store before it starts Spark, then runs the work in Spark tasks)."""
+        return self._runner
+
+    @runner.setter
+    def runner(self, runner: Runner) -> None:
+        self._runner = runner
+        self.context = attrs.evolve(self.context, waits_for_cleanup=_waits_for_cleanup(runner))
 
     def publish(
         self,
@@ -125,6 +139,11 @@ class Publisher:
                 builds them inside the task (a Spark executor lists its own staging).
                 Watermark steps run after data steps.
             staging_dirs: dataset URN -> its staging directory, deleted once published.
+                Inside a run directory of the job (:meth:`create_run_dir`) it is moved
+                aside there and what the renames left in it (checksum sidecars, say) is
+                deleted after this returns, when the publisher runs the work in this
+                process; :meth:`finish_run_dir`, :meth:`recover` and :meth:`close` wait
+                for that.
 
         Returns:
             A :class:`PublishReport` with one entry per dataset.
@@ -164,6 +183,7 @@ class Publisher:
             self.runner.map_groups(functools.partial(recover_group, self.context), datasets)
         )
         failpoint("recover.before_sweep")
+        staging.drain()  # leftovers this process is still deleting are not the sweep's
         swept, skipped = self._sweep(reports)
         return RecoveryReport(
             reports,
@@ -238,6 +258,7 @@ class Publisher:
         Raises:
             FencedError: if this run lost the job lock.
         """
+        staging.drain()
         return staging.finish_run(run_dir, self.require_lock)
 
     def pending(self) -> list[PendingSequence]:
@@ -348,7 +369,15 @@ class Publisher:
         staging.delete_run(run_dir, self.require_lock)
 
     def close(self) -> None:
+        """Wait for the staging leftovers this process is deleting, then close the store."""
+        staging.drain()
         self.store.close()
+
+
+def _waits_for_cleanup(runner: Runner) -> bool:
+    # Only this process's clean-up thread is waited for (staging.drain): work run elsewhere
+    # (a Spark task) must finish deleting its leftovers before it returns.
+    return not isinstance(runner, InProcessRunner)
 
 
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:

@@ -17,7 +17,7 @@ from commitsteps import CommitStep, StepError
 from publisher.context import Context
 from publisher.quarantine import fail
 from publisher.reports import DatasetReport, Outcome, dataset_report
-from publisher.staging import cleanup
+from publisher.staging import Later, cleanup
 from publisher.status import DatasetStatus
 from store.errors import FencedError
 from store.failpoints import failpoint
@@ -77,13 +77,16 @@ def clean_up(
     ctx: Context, dataset: str, steps: Sequence[CommitStep], staging_dir: str | None = None
 ) -> None:
     """Delete what is left of the dataset's staging once its sequence is removed
-    (:func:`publisher.staging.cleanup`); never fails the commit.
+    (:func:`publisher.staging.cleanup`; leftovers in a run directory of the job are deleted
+    by this process's clean-up thread); never fails the commit.
 
     Raises:
         FencedError: if a newer run took the job over; nothing was deleted.
     """
     staged = [p for s in steps for p in s.staged_paths()]
-    cleanup(ctx.roots, staged, staging_dir, ctx.guard, dataset=dataset)
+    cleanup(
+        ctx.roots, staged, staging_dir, ctx.guard, dataset=dataset, later=Later(ctx.job, ctx.token)
+    )
 
 
 def finish(  # noqa: PLR0917 -- internal; every caller passes all six

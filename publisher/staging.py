@@ -65,9 +65,12 @@ import json
 import logging
 import os
 import posixpath
+import queue
 import re
 import shutil
 import socket
+import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -444,6 +447,15 @@ class StagedPath(CommitStep):
         return (self.path,)
 
 
+@attrs.frozen
+class Later:
+    """Who may leave a clean-up to :func:`drain`: the job and the run's fencing token, which
+    a run directory's marker must name for leftovers to be set aside in it."""
+
+    job: str
+    token: int | None
+
+
 def cleanup(
     roots: Roots,
     staged: Sequence[str],
@@ -451,6 +463,7 @@ def cleanup(
     guard: Guard,
     *,
     dataset: str,
+    later: Later | None = None,
 ) -> None:
     """Delete a dataset's staging after its sequence is removed; never fails the commit.
 
@@ -458,6 +471,12 @@ def cleanup(
     removed up to, not including, the staging root (a run directory keeps its marker, so it
     stays until :func:`finish_run` or a sweep). Anything missed here is an orphan that the
     next recovery sweeps.
+
+    With ``later``, a local ``staging_dir`` inside a run directory that ``later``'s job
+    marked is only moved aside, into that run directory (one rename), and deleted by this
+    process's clean-up thread: what the renames left there (Spark's checksum sidecars, one
+    per published file) costs a deletion each, which the commit need not wait for. If the
+    process dies first, the run directory holds it and the orphan sweep deletes it.
 
     Raises:
         FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
@@ -467,26 +486,133 @@ def cleanup(
             roots.check([StagedPath(staging_dir)])
         guard(f"cleaning up the staging of {dataset!r}")
         if staging_dir is not None:
-            _delete_tree(staging_dir)
-        # Directories first, normalized once each: staged files share a few of them. Those
-        # under staging_dir went with it.
-        gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
-        parents = {
-            normalize(d)
-            for d in {
-                os.path.dirname(p)
-                for p in staged
-                if is_local(p) and not (gone and p.startswith(gone))
-            }
-        }
-        if staging_dir is not None and is_local(staging_dir):
-            parents.add(os.path.dirname(normalize(staging_dir)))
-        for parent in sorted(parents, key=len, reverse=True):
-            _remove_empty_dirs(parent, roots.staging)
+            aside = None if later is None else _set_aside(roots, staging_dir, later)
+            if aside is None:
+                _delete_tree(staging_dir)
+            else:
+                failpoint("publish.leftovers_set_aside")
+                _cleaner().submit(aside, guard, dataset)
+        _remove_emptied_dirs(roots, staged, staging_dir)
     except FencedError:
         raise
     except (OSError, CommitPubError) as e:
         log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
+
+
+def _remove_emptied_dirs(roots: Roots, staged: Sequence[str], staging_dir: str | None) -> None:
+    """Remove the directories the renames emptied, up to (not including) a staging root."""
+    # Directories first, normalized once each: staged files share a few of them. Those
+    # under staging_dir went with it.
+    gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
+    directories = set()
+    for path in staged:
+        if is_local(path) and not (gone and path.startswith(gone)):
+            directories.add(path.rpartition("/")[0] or "/")
+    parents = {normalize(d) for d in directories}
+    if staging_dir is not None and is_local(staging_dir):
+        parents.add(os.path.dirname(normalize(staging_dir)))
+    for parent in sorted(parents, key=len, reverse=True):
+        _remove_empty_dirs(parent, roots.staging)
+
+
+#: Prefix of what :func:`cleanup` moves aside in a run directory, to be deleted later.
+SET_ASIDE = ".commitpub-leftovers-"
+
+
+def _set_aside(roots: Roots, staging_dir: str, later: Later) -> str | None:
+    """Move a local ``staging_dir`` into its run directory under a new name; the new path,
+    or None where it cannot be left for later (see :func:`_sweepable_run_dir`) or is gone."""
+    local = _local_path(staging_dir)
+    if local is None:
+        return None
+    path = normalize(local)
+    run_dir = _sweepable_run_dir(roots, path, later)
+    if run_dir is None:
+        return None
+    aside = f"{run_dir}/{SET_ASIDE}{uuid.uuid4().hex}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return None
+    return aside
+
+
+def _sweepable_run_dir(roots: Roots, path: str, later: Later) -> str | None:
+    """The run directory ``path`` lies strictly inside, if the sweep of ``later``'s run
+    would delete it (its marker names the job, and a token no newer than the run's)."""
+    run_dir = roots.run_dir(path)
+    if run_dir is None or run_dir == path:
+        return None
+    try:
+        marker = read_marker(run_dir)
+    except MarkerError:
+        return None
+    if marker is None:
+        return None
+    verdict, _ = _judge_marker(run_dir, posixpath.basename(run_dir), marker, later.job, later.token)
+    return run_dir if verdict == "delete" else None
+
+
+class _Cleaner:
+    """This process's clean-up thread: deletes what :func:`cleanup` set aside, in order.
+
+    Each deletion is preceded by its guard, like any other: a run that lost its lock meanwhile
+    deletes nothing more (the new owner's sweep does). Failures are logged, never raised:
+    the commit was acknowledged before, and the sweep is the safety net.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[str, Guard, str]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, path: str, guard: Guard, dataset: str) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="commitpub-staging-cleanup", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((path, guard, dataset))
+
+    def drain(self) -> None:
+        """Wait until everything submitted so far is deleted (or given up)."""
+        self._queue.join()
+
+    def _run(self) -> None:
+        while True:
+            path, guard, dataset = self._queue.get()
+            try:
+                guard(f"deleting the leftovers of the staging of {dataset!r}")
+                shutil.rmtree(path)
+            except FileNotFoundError:
+                pass  # a sweep was first
+            except Exception as e:  # logged, not raised: the sweep deletes what is left
+                log.warning(
+                    "staging leftovers %s not deleted (the next recovery sweeps them): %s",
+                    path,
+                    e,
+                )
+            finally:
+                self._queue.task_done()
+
+
+_CLEANER: _Cleaner | None = None
+_CLEANER_LOCK = threading.Lock()
+
+
+def _cleaner() -> _Cleaner:
+    global _CLEANER  # noqa: PLW0603 -- one clean-up thread per process, made when needed
+    with _CLEANER_LOCK:
+        if _CLEANER is None:
+            _CLEANER = _Cleaner()
+        return _CLEANER
+
+
+def drain() -> None:
+    """Wait until this process has deleted every leftover :func:`cleanup` set aside."""
+    if _CLEANER is not None:
+        _CLEANER.drain()
 
 
 def _remove_empty_dirs(directory: str, staging_roots: Sequence[str]) -> None:

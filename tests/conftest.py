@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkrun  # noqa: F401  (first: it sets what the fork server preloads)
 import pytest
 from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process

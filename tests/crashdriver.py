@@ -90,6 +90,9 @@ def extract(
                         f"{dataset},{partition},{o}\n" for o in range(first, first + FILE_RECORDS)
                     ),
                 )
+                # A checksum sidecar beside it, as Spark's local filesystem writes one:
+                # staging leftovers that the clean-up after the commit deletes.
+                write(f"{stage}/.part-{first:05d}.dat.crc", "crc")
                 failpoint("extract.file_written")
                 dst = f"{base}/output/{safe(dataset)}/p={partition}/part-{first:05d}-{run_id}.dat"
                 renames.append(FsRenameCommitStep.from_staged(src, dst))

@@ -441,6 +441,112 @@ def test_execute_many_then_all_verified(tmp_path: Path) -> None:
     assert list((tmp_path / "staging").iterdir()) == []
 
 
+def _local_state(root: Path, state: str) -> FsRenameCommitStep:
+    """One rename of the module table's local states, built under ``root``."""
+    src, dst = root / "staging" / "part-0", root / "out" / "d" / "part-0"
+    contents = {
+        "not-started": (DATA, None),
+        "done": (None, DATA),
+        "both-missing": (None, None),
+        "src-missing-dst-short": (None, DATA[:4]),
+        "src-wrong-size": (DATA + b"extra", None),
+        "src-wrong-size-dst-full": (DATA + b"extra", DATA),
+        "dst-other-bytes": (DATA, b"Z" * len(DATA)),
+    }
+    (root / "staging").mkdir(parents=True, exist_ok=True)
+    if state == "src-symlink":
+        _put(root / "elsewhere", DATA)
+        src.symlink_to(root / "elsewhere")
+    elif state == "src-directory":
+        src.mkdir()
+    elif state == "dst-parent-is-a-file":
+        _put(src, DATA)
+        _put(dst.parent, b"a file")
+    else:
+        for path, data in zip((src, dst), contents[state], strict=True):
+            if data is not None:
+                _put(path, data)
+    return FsRenameCommitStep(str(src), str(dst), len(DATA))
+
+
+def _outcome(root: Path, run: Any) -> tuple[str, dict[str, bytes | str]]:
+    try:
+        run()
+        error = ""
+    except Exception as e:  # what each way of executing raises is compared
+        error = f"{type(e).__name__}: {e}".replace(str(root), "ROOT")
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        found[rel] = "link" if path.is_symlink() else "dir" if path.is_dir() else path.read_bytes()
+    return error, found
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "not-started",
+        "done",
+        "both-missing",
+        "src-missing-dst-short",
+        "src-wrong-size",
+        "src-wrong-size-dst-full",
+        "dst-other-bytes",
+        "src-symlink",
+        "src-directory",
+        "dst-parent-is-a-file",
+    ],
+)
+def test_execute_many_ends_every_local_state_as_execute_does(tmp_path: Path, state: str) -> None:
+    # execute_many renames local files relative to their directories' descriptors; in every
+    # state it must end (result and error) exactly where execute() of each step does, after
+    # the steps before it in the batch are done.
+    one, many = tmp_path / "one", tmp_path / "many"
+    step = _local_state(one, state)
+    _put(one / "staging" / "before", DATA)
+    _put(many / "staging" / "before", DATA)
+
+    def before(root: Path) -> FsRenameCommitStep:
+        return FsRenameCommitStep(str(root / "staging" / "before"), str(root / "out" / "b"), 10)
+
+    def one_by_one() -> None:
+        before(one).execute()
+        step.execute()
+
+    batched = _local_state(many, state)
+    expected = _outcome(one, one_by_one)
+    assert expected == _outcome(
+        many, lambda: FsRenameCommitStep.execute_many([before(many), batched])
+    )
+    assert (many / "out" / "b").read_bytes() == DATA
+
+
+def test_execute_many_looks_at_each_file_relative_to_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A size check by absolute path walks the whole path again for every file (a fifth of a
+    # rename on a local disk); relative to a directory descriptor it does not.
+    steps = []
+    for i in range(50):
+        _put(tmp_path / "staging" / f"f{i}", DATA)
+        steps.append(
+            FsRenameCommitStep(
+                str(tmp_path / "staging" / f"f{i}"), str(tmp_path / "out" / f"f{i}"), 10
+            )
+        )
+    calls: Counter[str] = Counter()
+    real_lstat = fs_module.os.lstat
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        calls[str(path)] += 1
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(fs_module.os, "lstat", lstat)
+    FsRenameCommitStep.execute_many(steps)
+    assert FsRenameCommitStep.verify_many(steps) == [True] * 50
+    assert calls == Counter()
+
+
 @pytest.mark.parametrize(
     ("src", "dst", "error"),
     [

@@ -4,9 +4,12 @@ clean-up and the orphan sweep, each deletion fenced against a real store's fence
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -318,3 +321,135 @@ def test_a_run_whose_lease_keeper_saw_the_lease_lost_stops_at_the_next_phase(
     assert open_store(store_url).datasets(JOB) == []  # nothing written ahead
     assert src.exists()
     assert not (tmp_path / "output").exists()
+
+
+# -- staging leftovers: deleted after the commit, by this process's clean-up thread --------
+def _stage_with_sidecars(run_dir: Path, files: int) -> dict[str, list[FsRenameCommitStep]]:
+    """A dataset staged the way Spark's local filesystem writes it: each data file with a
+    hidden checksum file beside it, which is not published."""
+    steps = []
+    for i in range(files):
+        part = run_dir / "orders" / f"p={i % 2}" / f"part-{i}.dat"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(f"row {i}\n")
+        (part.parent / f".{part.name}.crc").write_bytes(b"crc")
+        dst = run_dir.parent.parent / "output" / "orders" / part.parent.name / part.name
+        steps.append(FsRenameCommitStep.from_staged(str(part), str(dst)))
+    return {"orders": steps}
+
+
+class _HeldDeletions:
+    """Holds the deletions of directory trees until released (they then run for real)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = threading.Event()
+        self.held: list[str] = []
+        real = shutil.rmtree
+
+        def rmtree(path: str, *args: Any, **kwargs: Any) -> None:
+            self.held.append(str(path))
+            self.released.wait(timeout=10)
+            real(path, *args, **kwargs)
+
+        monkeypatch.setattr(staging.shutil, "rmtree", rmtree)
+
+
+def test_leftovers_in_a_run_directory_are_deleted_after_publish_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "staging"
+    pub = Publisher(
+        str(tmp_path / "steps"),
+        JOB,
+        staging_roots=[str(root)],
+        output_roots=[str(tmp_path / "output")],
+        fencing_token=5,
+    )
+    pub.store.fence(JOB, 5)
+    run_dir = Path(pub.create_run_dir("r1"))
+    sequences = _stage_with_sidecars(run_dir, 20)
+    held = _HeldDeletions(monkeypatch)
+
+    started = time.monotonic()
+    report = pub.publish(sequences, staging_dirs={"orders": str(run_dir / "orders")})
+
+    assert time.monotonic() - started < 5  # it did not wait for the held deletion
+    assert report["orders"].outcome == "published"
+    assert len(list((tmp_path / "output" / "orders").rglob("*.dat"))) == 20
+    # The staging directory is gone at once, its leftovers set aside in the run directory.
+    (aside,) = [n for n in _names(run_dir) if n != staging.RUN_MARKER]
+    assert aside.startswith(staging.SET_ASIDE)
+    deadline = time.monotonic() + 10
+    while not held.held and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.held == [str(run_dir / aside)]
+    assert sorted(p.name for p in (run_dir / aside).rglob("*.crc")) == sorted(
+        f".part-{i}.dat.crc" for i in range(20)
+    )
+    held.released.set()
+    assert pub.finish_run_dir(str(run_dir)) is True  # it waits for the clean-up thread
+    assert _names(root) == [staging.ROOT_MARKER]
+    pub.close()
+
+
+@pytest.mark.parametrize("where", ["unmarked", "other-job"])
+def test_leftovers_outside_this_jobs_run_directories_are_deleted_before_publish_returns(
+    tmp_path: Path, where: str
+) -> None:
+    # Only a run directory the sweep would delete may hold leftovers for later.
+    root = tmp_path / "staging"
+    if where == "unmarked":
+        run_dir = root / "r1"
+        run_dir.mkdir(parents=True)
+    else:
+        run_dir = Path(staging.create_run_dir(str(tmp_path / "other"), "other", "r1", 5))
+        root.mkdir()
+        run_dir = run_dir.rename(root / run_dir.name)
+    pub = Publisher(
+        str(tmp_path / "steps"),
+        JOB,
+        staging_roots=[str(root)],
+        output_roots=[str(tmp_path / "output")],
+    )
+    report = pub.publish(
+        _stage_with_sidecars(run_dir, 4), staging_dirs={"orders": str(run_dir / "orders")}
+    )
+    assert report["orders"].outcome == "published"
+    # Deleted, not set aside; an unmarked run directory the renames emptied goes too.
+    left = _names(run_dir) if run_dir.exists() else []
+    assert left == ([] if where == "unmarked" else [staging.RUN_MARKER])
+    pub.close()
+
+
+def test_leftovers_of_a_run_fenced_after_setting_them_aside_are_left_to_the_sweep(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "staging"
+    store = open_store(str(tmp_path / "steps"))
+    store.fence(JOB, 5)
+    run_dir = Path(staging.create_run_dir(str(root), JOB, "r1", 5))
+    _stage_with_sidecars(run_dir, 3)
+    for part in run_dir.rglob("part-*.dat"):
+        part.unlink()  # published
+    calls = []
+
+    def guard(doing: str) -> None:
+        store.check_fence(JOB, 5, doing)
+        calls.append(doing)
+        store.fence(JOB, 6)  # a new owner takes the job over right after this check
+
+    staging.cleanup(
+        Roots([str(root)], [str(tmp_path / "output")]),
+        [],
+        str(run_dir / "orders"),
+        guard,
+        dataset="orders",
+        later=staging.Later(JOB, 5),
+    )
+    staging.drain()
+    assert calls == ["cleaning up the staging of 'orders'"]
+    (aside,) = [n for n in _names(run_dir) if n != staging.RUN_MARKER]
+    assert len(list((run_dir / aside).rglob("*.crc"))) == 3  # nothing deleted once fenced
+    assert "deleting the leftovers of the staging of 'orders'" in caplog.text
+    result = staging.sweep([str(root)], JOB, 6, (), lambda doing: store.check_fence(JOB, 6, doing))
+    assert result.deleted == (str(run_dir),)  # the new owner's sweep deletes them

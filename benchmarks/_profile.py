@@ -1,0 +1,83 @@
+"""Workloads to profile, not benchmarks (``make bench`` skips files starting with "_").
+
+Run one under a sampling profiler and read where the time of ``Publisher.publish`` goes::
+
+    py-spy record -r 200 --nonblocking -f raw -o publish.txt -- \\
+        .venv/bin/python benchmarks/_profile.py local 10000 fs
+    py-spy record -r 200 --nonblocking -f raw -o spark.txt -- \\
+        .venv/bin/python benchmarks/_profile.py spark-layout 20000
+
+``local N fs|redis``: publish_local's workload (N staged files over 10 datasets), a few
+rounds, each against the bare rename loop. ``spark-layout N``: one dataset of N files in
+Spark's staging layout (8 tasks x 10 partition directories, each data file with its
+``.crc`` sidecar, written and flushed to disk like a fresh Spark write) published the way
+``commitpub run`` publishes it (``jobs.run.StagedDataset`` lists the files); it prints the
+publish and then the wait for the clean-up thread (``finish_run_dir``). Each prints µs per
+file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import _common
+from publish_local import Layout
+
+ROUNDS = 3
+
+
+def local(n: int, backend: str) -> None:
+    with _common.workdir("profile-local") as base:
+        store: contextlib.AbstractContextManager[str] = (
+            _common.redis_server(base)
+            if backend == "redis"
+            else contextlib.nullcontext(str(base / "steps"))
+        )
+        with store as url:
+            layout = Layout(base, n)
+            pub = layout.publisher(url)
+            for _ in range(ROUNDS):
+                a, b = layout.publish(pub), layout.bare()
+                print(f"publish {a / n * 1e6:.1f} µs/file, bare renames {b / n * 1e6:.1f}")
+
+
+def spark_layout(n: int) -> None:
+    from jobs.run import StagedDataset
+    from publisher import Publisher
+
+    tasks, partitions = 8, 10
+    with _common.workdir("profile-spark-layout") as base:
+        pub = Publisher(
+            str(base / "steps"),
+            "profile",
+            staging_roots=[str(base / "staging")],
+            output_roots=[str(base / "output")],
+        )
+        for r in range(ROUNDS):
+            run_dir = pub.create_run_dir(f"r{r}")
+            staged = f"{run_dir}/table"
+            for k in range(n):
+                directory = f"{staged}/p={k % partitions}"
+                os.makedirs(directory, exist_ok=True)
+                name = f"part-{k // partitions % tasks:05d}-{k:06d}.c000.csv"
+                Path(f"{directory}/{name}").write_bytes(b"1,abc\n2,def\n")
+                Path(f"{directory}/.{name}.crc").write_bytes(b"crc\0\0\0\0\1\2\3\4")
+            os.sync()
+            builder = StagedDataset("table", staged, f"{base}/output/r{r}", f"r{r}", "", ())
+            started = time.perf_counter()
+            pub.publish({"table": builder}, staging_dirs={"table": staged})
+            published = time.perf_counter() - started
+            pub.finish_run_dir(run_dir)
+            cleaned = time.perf_counter() - started - published
+            print(f"publish {published / n * 1e6:.1f} µs/file, then clean-up {cleaned:.1f} s")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "local":
+        local(int(sys.argv[2]), sys.argv[3])
+    else:
+        spark_layout(int(sys.argv[2]))
