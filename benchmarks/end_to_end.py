@@ -18,7 +18,7 @@ from typing import Any
 
 import _common
 
-from jobs.run import StagedDataset
+from jobs.commits import StagedDataset
 from jobs.spark import SparkRunner
 from publisher import Outcome, Publisher
 from store import open_store

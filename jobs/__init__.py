@@ -1,17 +1,38 @@
-"""The top layer: sources, Spark jobs and the command line. The only layer importing pyspark."""
+"""The top layer: your own PySpark job (:class:`Batch`), sources, the TOML runner and the
+command line. The only layer importing pyspark."""
 
-from jobs.config import JobConfig, SourceConfig, load_config
-from jobs.run import RunReport, recover_job, run_job
+from jobs.batch import Batch, BatchStateError
+from jobs.config import BatchConfig, JobConfig, SourceConfig, load_config
+from jobs.errors import (
+    BatchArgumentError,
+    DatasetPendingError,
+    DatasetQuarantinedError,
+    ExtractError,
+    LockHeldError,
+)
+from jobs.exitcodes import ExitCode
+from jobs.report import RunReport, StagedInfo
+from jobs.run import recover_job, run_job
 from jobs.sources import LandingSource, Source
 from jobs.spark import SparkRunner, build_session
 
 __all__ = [
+    "Batch",
+    "BatchArgumentError",
+    "BatchConfig",
+    "BatchStateError",
+    "DatasetPendingError",
+    "DatasetQuarantinedError",
+    "ExitCode",
+    "ExtractError",
     "JobConfig",
     "LandingSource",
+    "LockHeldError",
     "RunReport",
     "Source",
     "SourceConfig",
     "SparkRunner",
+    "StagedInfo",
     "build_session",
     "load_config",
     "recover_job",

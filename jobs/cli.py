@@ -1,8 +1,7 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
 ``discard``, ``unlock`` and ``demo``.
 
-Exit codes (SPEC): 0 all datasets published, 1 failure, 2 bad configuration or usage,
-3 partial (some datasets quarantined), 75 another run holds the job lock. Logs go to stderr:
+Exit codes: see :mod:`jobs.exitcodes`. Logs go to stderr:
 rich lines and progress bars on a terminal, plain lines otherwise (cron, Airflow), or JSON
 lines with ``--log-format json``.
 """
@@ -13,15 +12,19 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
+from jobs import exitcodes
 from jobs.config import JobConfig, apply_s3, load_config
-from jobs.run import EXIT_CONFIG, EXIT_FAILURE, EXIT_LOCKED, Progress, RunReport, log_progress
+from jobs.exitcodes import ExitCode
+from jobs.progress import Progress, showing
+from jobs.report import RunReport
+from jobs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
 
 log = logging.getLogger("commitpub.jobs")
@@ -77,7 +80,7 @@ def _log_format() -> str:
     return str(ctx.params.get("log_format") or "auto")
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def _fail(message: str, code: ExitCode) -> NoReturn:
     click.echo(f"commitpub: error: {message}", err=True)
     sys.exit(code)
 
@@ -86,69 +89,21 @@ def _load(job_file: str) -> JobConfig:
     try:
         config = load_config(job_file)
     except ConfigurationError as e:
-        _fail(str(e), EXIT_CONFIG)
+        _fail(str(e), ExitCode.CONFIG)
     apply_s3(config)
     return config
 
 
-class _Bars:
-    """A rich progress bar per phase; a phase is the text of a line before any colon."""
-
-    def __init__(self, bars: Any) -> None:
-        self.bars = bars
-        self.phase: str | None = None
-        self.task: Any = None
-
-    def __call__(self, line: str, done: int | None = None, total: int | None = None) -> None:
-        phase = line.split(":", maxsplit=1)[0]
-        if phase != self.phase:
-            self.close()
-            self.phase = phase
-            self.task = self.bars.add_task(line, total=total)
-            log.debug("%s", line)
-        self.bars.update(self.task, description=line, total=total, completed=done or 0)
-
-    def close(self) -> None:
-        if self.task is not None:
-            total = self.bars.tasks[self.task].total or 1
-            self.bars.update(self.task, completed=total, total=total)
-
-
-@contextmanager
-def _progress() -> Iterator[Progress]:
+def _progress() -> AbstractContextManager[Progress]:
     """Progress bars per phase on a terminal; plain log lines otherwise (cron, Airflow)."""
-    if not _fancy(_log_format()):
-        yield log_progress
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-    from rich.progress import Progress as RichProgress
-
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with RichProgress(*columns, console=Console(stderr=True)) as bars:
-        update = _Bars(bars)
-        yield update
-        update.close()
+    return showing(_fancy(_log_format()))
 
 
 def _finish(report: RunReport, as_json: bool) -> NoReturn:
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
     else:
-        d = report.to_dict()
-        counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items() if v)
+        counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
         click.echo(
             f"{report.command} {report.run_id}: {report.status} ({counts or 'nothing to do'})"
         )
@@ -164,9 +119,7 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
     sys.exit(report.exit_code)
 
 
-_EXIT_CODES = """\b
-Exit codes: 0 all published, 1 failure, 2 bad configuration or usage,
-3 some datasets quarantined, 75 another run holds the job lock."""
+_EXIT_CODES = exitcodes.HELP
 
 
 @click.group(
@@ -196,10 +149,6 @@ def main(verbose: int, quiet: bool, log_format: str) -> None:
 
 _JOB = click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
 _AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-
-
-def _locked(e: LockHeldError) -> NoReturn:
-    _fail(f"{e}; nothing was changed", EXIT_LOCKED)
 
 
 @main.command(
@@ -419,21 +368,22 @@ T = TypeVar("T")
 
 
 def _store_call(fn: Callable[[], T]) -> T:
-    """Run a command's work; map its typed errors to exit codes."""
+    """Run a command's work; map its typed errors to exit codes (see jobs.exitcodes)."""
     from jobs.ops import NothingPendingError
 
     try:
         return fn()
-    except LockHeldError as e:
-        _locked(e)
-    except ConfigurationError as e:
-        _fail(str(e), EXIT_CONFIG)
-    except NothingPendingError as e:
-        _fail(str(e), EXIT_FAILURE)
-    except FencedError as e:
-        _fail(f"{e}; another run has taken the job over", EXIT_LOCKED)
     except CommitPubError as e:
-        _fail(f"{type(e).__name__}: {e}", EXIT_FAILURE)
+        code = exitcodes.for_error(e)
+        if isinstance(e, LockHeldError):
+            message = f"{e}; nothing was changed"
+        elif isinstance(e, FencedError):
+            message = f"{e}; another run has taken the job over"
+        elif isinstance(e, ConfigurationError | NothingPendingError):
+            message = str(e)
+        else:
+            message = f"{type(e).__name__}: {e}"
+        _fail(message, code)
 
 
 @main.command(epilog="\b\nExample:\n  commitpub demo --dir /tmp/commitpub-demo")
@@ -466,6 +416,5 @@ def demo(directory: Path, records: int) -> None:
     try:
         exact = run_demo(directory, records=records, echo=click.echo)
     except ConfigurationError as e:
-        click.echo(f"commitpub: error: {e}", err=True)
-        sys.exit(EXIT_CONFIG)
-    sys.exit(0 if exact else EXIT_FAILURE)
+        _fail(str(e), ExitCode.CONFIG)
+    sys.exit(ExitCode.OK if exact else ExitCode.FAILURE)

@@ -11,13 +11,18 @@
     time_field = "ts"           # optional: output partitioned by the date of this field
     bad_records = "fail"        # optional: "fail" the dataset on a bad line, or "skip" it
     options = {}                # optional: keyword options for a user's source class
+    transform = "pkg.mod:fn"    # optional: fn(df, dataset) -> DataFrame, before staging
     [staging]
     path = "staging"
     [output]
     path = "output"
     format = "parquet"          # optional; parquet is the only format
+    partition_by = ["country"]  # optional: more partition columns, after the time field's
+    max_records_per_file = 1000000   # optional: split larger files
+    compression = "zstd"        # optional: none, snappy (Spark's default), gzip or zstd
     [store]
     url = "state/steps"         # or redis://host:port/db
+    allow_volatile = false      # optional: run on a store that can forget (warns)
     [watermarks]
     url = "state/watermarks"    # or redis://host:port/db
     [spark]
@@ -32,9 +37,13 @@
     textfile = "/var/lib/node_exporter/commitpub_orders.prom"   # textfile collector
     pushgateway = "http://pushgateway:9091"                     # or a Pushgateway
 
-Relative paths and relative store URLs are resolved against the TOML file's directory. An
-unknown key, a missing required key or a value of the wrong type is a
-:class:`~store.errors.ConfigurationError` naming the key.
+The tables are attrs classes structured by one cattrs converter; an unknown table or key, a
+missing required one or a value of the wrong type is a
+:class:`~store.errors.ConfigurationError` naming the key. Relative paths and relative store
+URLs are resolved against the TOML file's directory.
+
+``jobs.Batch`` takes the same settings as keyword arguments and goes through the same checks
+(:func:`batch_config`), with errors naming the argument instead of the key.
 """
 
 from __future__ import annotations
@@ -43,281 +52,79 @@ import importlib
 import os
 import posixpath
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+import cattrs
+from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.gen import make_dict_structure_fn
 
+from jobs.errors import BatchArgumentError
 from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
-from store.urls import encode_name, redact, require_no_credentials
+from store.urls import (
+    encode_name,
+    is_local,
+    local_path,
+    redact,
+    require_no_credentials,
+    split_scheme,
+)
 
 LANDING = "landing"
-_FORMATS = ("parquet",)
-
-# table -> key -> (expected type, required)
-_SCHEMA: dict[str, dict[str, tuple[type, bool]]] = {
-    "job": {"name": (str, True), "reports": (str, False)},
-    "source": {
-        "type": (str, False),
-        "path": (str, False),
-        "time_field": (str, False),
-        "bad_records": (str, False),
-        "options": (dict, False),
-    },
-    "staging": {"path": (str, True)},
-    "output": {"path": (str, True), "format": (str, False)},
-    "store": {"url": (str, True), "allow_volatile": (bool, False)},
-    "watermarks": {"url": (str, True)},
-    "spark": {"master": (str, False), "conf": (dict, False)},
-    "publish": {"max_attempts": (int, False)},
-    "lock": {"url": (str, False), "ttl_s": (float, False)},
-    "metrics": {"textfile": (str, False), "pushgateway": (str, False)},
-    "s3": {"endpoint_url": (str, False), "region": (str, False)},
-}
-_REQUIRED_TABLES = ("job", "source", "staging", "output", "store", "watermarks")
+#: Output formats; iceberg and delta come as writers of their own (see jobs.writing).
+FORMATS = ("parquet",)
+#: Parquet codecs that Spark and pyarrow both write and every reader reads.
+COMPRESSIONS = ("none", "snappy", "gzip", "zstd")
 
 
-@attrs.frozen
-class SourceConfig:
-    """The ``[source]`` table: which :class:`~jobs.sources.Source` to build, with what."""
+class _InvalidValueError(ValueError):
+    """A value of one key is not allowed; ``problem`` follows the key's name."""
 
-    type: str
-    path: str | None
-    time_field: str | None = None
-    options: Mapping[str, Any] = attrs.field(factory=dict)
-    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
-    #: (counted in the run report and metrics).
-    bad_records: str = "fail"
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
 
 
-@attrs.frozen
-class JobConfig:
-    """A checked job definition; every path and local store URL is absolute.
-
-    Build one with :func:`load_config`.
-    """
-
-    file: str
-    name: str
-    source: SourceConfig
-    staging: str
-    output: str
-    output_format: str
-    store_url: str
-    watermarks_url: str
-    reports: str
-    spark_master: str | None = None
-    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
-    max_attempts: int = 3
-    lock_url: str = ""  # empty: the store's URL
-    lock_ttl_s: float = 120.0
-    metrics_textfile: str | None = None
-    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
-    metrics_pushgateway: str | None = attrs.field(
-        default=None, repr=lambda url: repr(None if url is None else redact_gateway(url))
-    )
-    s3_endpoint_url: str | None = None
-    s3_region: str | None = None
-    #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
-    #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
-    allow_volatile: bool = False
-
-    @property
-    def lock_at(self) -> str:
-        """Where the job lock lives: ``[lock] url``, else beside the commit store."""
-        return self.lock_url or self.store_url
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
-def _type_name(t: type) -> str:
-    return {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        dict: "a table",
-        bool: "a boolean",
-    }[t]
+def _check(ok: Callable[[Any], bool], problem: Callable[[Any], str]) -> Validator:
+    """An attrs validator raising :class:`_InvalidValueError` naming the field; None passes."""
+
+    def validate(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and not ok(value):
+            raise _InvalidValueError(attribute.name, problem(value))
+
+    return validate
 
 
-def _check_tables(doc: Mapping[str, Any], file: str) -> None:
-    for table in doc:
-        if table not in _SCHEMA:
-            raise ConfigurationError(
-                f"{file}: unknown table [{table}]; known tables: {', '.join(_SCHEMA)}"
-            )
-    for table in _REQUIRED_TABLES:
-        if table not in doc:
-            raise ConfigurationError(f"{file}: missing required table [{table}]")
-    for table, keys in _SCHEMA.items():
-        values = doc.get(table, {})
-        if not isinstance(values, dict):
-            raise ConfigurationError(f"{file}: '{table}' must be a table")
-        for key, value in values.items():
-            if key not in keys:
-                raise ConfigurationError(
-                    f"{file}: unknown key '{table}.{key}'; known keys of [{table}]: "
-                    f"{', '.join(keys)}"
-                )
-            expected = keys[key][0]
-            accepted = (int, float) if expected is float else expected  # TOML 120 is an int
-            if not isinstance(value, accepted) or (
-                expected in (int, float) and isinstance(value, bool)
-            ):
-                raise ConfigurationError(
-                    f"{file}: key '{table}.{key}' must be {_type_name(expected)}, got "
-                    f"{value!r} ({type(value).__name__})"
-                )
-        for key, (_expected, required) in keys.items():
-            if required and key not in values:
-                raise ConfigurationError(f"{file}: missing required key '{table}.{key}'")
+def _one_of(choices: Sequence[str]) -> Validator:
+    shown = ", ".join(map(repr, choices))
+    return _check(lambda v: v in choices, lambda v: f"must be one of {shown}, got {v!r}")
 
 
-def _resolve(value: str, base: Path, key: str) -> str:
-    """An absolute path for a relative one; URLs (``scheme://...``) are kept as they are."""
-    if not value.strip():
-        raise ConfigurationError(f"key '{key}' must not be empty")
-    if "://" in value:
-        return value
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = base / path
-    return os.path.normpath(path)
+def _at_least(low: int) -> Validator:
+    return _check(lambda v: v >= low, lambda v: f"must be >= {low}, got {v}")
 
 
-def _spark_conf(conf: Mapping[str, Any], file: str) -> dict[str, str]:
-    out = {}
-    for key, value in conf.items():
-        if isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, str | int | float):
-            out[key] = str(value)
-        else:
-            raise ConfigurationError(
-                f"{file}: key 'spark.conf.{key}' must be a string, number or boolean, got "
-                f"{type(value).__name__}"
-            )
-    return out
+_NOT_BLANK = _check(lambda v: bool(v.strip()), lambda _v: "must not be empty")
 
 
-def _source(src: Mapping[str, Any], base: Path, shown: str) -> SourceConfig:
-    source_type = src.get("type", LANDING)
-    source_path = _resolve(src["path"], base, "source.path") if "path" in src else None
-    if source_type == LANDING:
-        if source_path is None:
-            raise ConfigurationError(f"{shown}: missing required key 'source.path'")
-        if src.get("options"):
-            raise ConfigurationError(
-                f"{shown}: key 'source.options': the landing source takes no options"
-            )
-    time_field = src.get("time_field")
-    if time_field is not None and not time_field.strip():
-        raise ConfigurationError(f"{shown}: key 'source.time_field' must not be empty")
-    bad_records = src.get("bad_records", BAD_RECORDS[0])
-    if bad_records not in BAD_RECORDS:
-        raise ConfigurationError(
-            f"{shown}: key 'source.bad_records' must be one of "
-            f"{', '.join(map(repr, BAD_RECORDS))}, got {bad_records!r}"
-        )
-    return SourceConfig(
-        source_type, source_path, time_field, dict(src.get("options", {})), bad_records
-    )
-
-
-def _reports(job: Mapping[str, Any], store_url: str, base: Path) -> str:
-    if "reports" in job:
-        return _resolve(job["reports"], base, "job.reports")
-    if "://" not in store_url:
-        return os.path.join(os.path.dirname(store_url), "reports")
-    return str(base / "reports")
-
-
-def _operations(doc: Mapping[str, Any], base: Path, shown: str) -> dict[str, Any]:
-    """The optional ``[lock]`` and ``[metrics]`` tables, as JobConfig keyword arguments."""
-    lock = doc.get("lock", {})
-    ttl_s = float(lock.get("ttl_s", 120.0))
-    if not 1.0 <= ttl_s <= 86_400:
-        raise ConfigurationError(
-            f"{shown}: key 'lock.ttl_s' must be between 1 and 86400 seconds, got {ttl_s}"
-        )
-    metrics = doc.get("metrics", {})
-    pushgateway = metrics.get("pushgateway")
-    if pushgateway is not None:
+def _http_url(shown: Callable[[str], str]) -> Validator:
+    def usable(url: str) -> bool:
         try:
-            parts = urlsplit(pushgateway)
-            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
-            _ = parts.port  # a port that is not a number raises here, not at the first push
+            parts = urlsplit(url)
+            _ = parts.port  # a port that is not a number raises here, not at the first use
         except ValueError:
-            usable = False
-        if not usable:
-            raise ConfigurationError(
-                f"{shown}: key 'metrics.pushgateway' must be an http:// or https:// URL, got "
-                f"{redact_gateway(pushgateway)!r}"
-            )
-    return {
-        "lock_url": _resolve(lock["url"], base, "lock.url") if "url" in lock else "",
-        "lock_ttl_s": ttl_s,
-        "metrics_textfile": (
-            _resolve(metrics["textfile"], base, "metrics.textfile")
-            if "textfile" in metrics
-            else None
-        ),
-        "metrics_pushgateway": pushgateway,
-    }
+            return False
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
 
-
-#: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
-_NOT_PATHS = ("redis", "rediss", "unix")
-#: Schemes that name the same object store.
-_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
-
-
-def _place(url: str) -> tuple[str, str] | None:
-    """Where ``url`` is, for overlap checks: (filesystem, normalized path), or None when it
-    is not a path. Local paths are resolved (symlinks included); object store URLs compare
-    by bucket and key."""
-    if "://" not in url or url.startswith("file://"):
-        return "file", os.path.realpath(url.removeprefix("file://"))
-    scheme, rest = url.split("://", 1)
-    scheme = scheme.lower()
-    if scheme in _NOT_PATHS:
-        return None
-    netloc, _, path = rest.partition("/")
-    return f"{_SAME_STORE.get(scheme, scheme)}://{netloc}", posixpath.normpath("/" + path)
-
-
-def _check_staging_apart(shown: str, staging: str, others: Mapping[str, str | None]) -> None:
-    """Refuse a staging path that equals, contains or lies inside another place of the job.
-
-    Recovery deletes the job's run directories under the staging path; a store, the
-    source, the output or the reports inside it (or it inside them) would be in reach.
-
-    Raises:
-        ConfigurationError: naming both keys and both places.
-    """
-    mine = _place(staging)
-    if mine is None:
-        return
-    for key, url in others.items():
-        theirs = None if url is None else _place(url)
-        if url is None or theirs is None or theirs[0] != mine[0]:
-            continue
-        a, b = mine[1], theirs[1]
-        if a == b:
-            how = "they are the same place"
-        elif a == "/" or b.startswith(a.rstrip("/") + "/"):
-            how = f"staging.path contains {key}"
-        elif b == "/" or a.startswith(b.rstrip("/") + "/"):
-            how = f"staging.path lies inside {key}"
-        else:
-            continue
-        raise ConfigurationError(
-            f"{shown}: keys 'staging.path' ({staging}) and '{key}' ({redact(url)}) overlap: "
-            f"{how}. Recovery deletes run directories under staging.path, so nothing else "
-            "of the job may be there, and staging may not be inside anything else of it: "
-            "give staging a directory of its own"
-        )
+    return _check(usable, lambda v: f"must be an http:// or https:// URL, got {shown(v)!r}")
 
 
 def redact_gateway(url: str) -> str:
@@ -335,22 +142,546 @@ def redact_gateway(url: str) -> str:
     return shown + ("?***" if parts.query else "")
 
 
-def _s3(doc: Mapping[str, Any], shown: str) -> dict[str, Any]:
-    """The optional ``[s3]`` table. Credentials never go here: they stay in the standard
-    places (environment, ~/.aws, instance roles), out of job files in version control."""
-    s3 = doc.get("s3", {})
-    endpoint = s3.get("endpoint_url")
-    if endpoint is not None:
-        if not endpoint.startswith(("http://", "https://")):
-            raise ConfigurationError(
-                f"{shown}: key 's3.endpoint_url' must be an http:// or https:// URL, got "
-                f"{endpoint!r}"
+# -- the tables of a job file ----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class _Job:
+    name: str
+    reports: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Source:
+    type: str = LANDING
+    path: str | None = None
+    time_field: str | None = attrs.field(default=None, validator=_NOT_BLANK)
+    bad_records: str = attrs.field(default=BAD_RECORDS[0], validator=_one_of(BAD_RECORDS))
+    options: dict[str, Any] = attrs.field(factory=dict)
+    transform: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Staging:
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class _Output:
+    path: str
+    format: str = attrs.field(default="parquet", validator=_one_of(FORMATS))
+    partition_by: list[str] = attrs.field(factory=list)
+    max_records_per_file: int | None = attrs.field(default=None, validator=_at_least(1))
+    compression: str | None = attrs.field(default=None, validator=_one_of(COMPRESSIONS))
+
+
+@attrs.frozen(kw_only=True)
+class _Store:
+    url: str
+    allow_volatile: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class _Watermarks:
+    url: str
+
+
+@attrs.frozen(kw_only=True)
+class _Spark:
+    master: str | None = None
+    conf: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class _Publish:
+    max_attempts: int = attrs.field(default=3, validator=_at_least(1))
+
+
+@attrs.frozen(kw_only=True)
+class _Lock:
+    url: str | None = None
+    ttl_s: float = attrs.field(
+        default=120.0,
+        validator=_check(
+            lambda v: 1.0 <= v <= 86_400, lambda v: f"must be between 1 and 86400 seconds, got {v}"
+        ),
+    )
+
+
+@attrs.frozen(kw_only=True)
+class _Metrics:
+    textfile: str | None = None
+    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
+    pushgateway: str | None = attrs.field(default=None, validator=_http_url(redact_gateway))
+
+
+@attrs.frozen(kw_only=True)
+class _S3:
+    # Credentials never go here: they stay in the standard places (environment, ~/.aws,
+    # instance roles), out of job files in version control.
+    endpoint_url: str | None = attrs.field(default=None, validator=_http_url(str))
+    region: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _BatchTables:
+    """The tables that jobs.Batch takes as keyword arguments too."""
+
+    job: _Job
+    staging: _Staging
+    output: _Output
+    store: _Store
+    watermarks: _Watermarks
+    publish: _Publish = attrs.field(factory=_Publish)
+    lock: _Lock = attrs.field(factory=_Lock)
+    metrics: _Metrics = attrs.field(factory=_Metrics)
+
+
+@attrs.frozen(kw_only=True)
+class _JobFile(_BatchTables):
+    source: _Source
+    spark: _Spark = attrs.field(factory=_Spark)
+    s3: _S3 = attrs.field(factory=_S3)
+
+
+# -- the converter: TOML's types exactly, errors naming the key -------------------------------
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+
+
+def _strict(expected: type) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _type: Any) -> Any:
+        # TOML's 120 is an int where a number is asked; a boolean is never a number.
+        accepted = (int, float) if expected is float else expected
+        if not isinstance(value, accepted) or (
+            expected in (int, float) and isinstance(value, bool)
+        ):
+            raise TypeError(
+                f"must be {_TYPE_NAMES[expected]}, got {value!r} ({type(value).__name__})"
             )
-        try:
-            require_no_credentials(endpoint, "s3.endpoint_url")
-        except ConfigurationError as e:
-            raise ConfigurationError(f"{shown}: {e}") from e
-    return {"s3_endpoint_url": endpoint, "s3_region": s3.get("region")}
+        return float(value) if expected is float else value  # type: ignore[arg-type]
+
+    return structure
+
+
+def _table(value: Any, _type: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"must be a table, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _strings(value: Any, _type: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"must be an array of strings, got {value!r}")
+    return list(value)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+for _t in _TYPE_NAMES:
+    _converter.register_structure_hook(_t, _strict(_t))
+# Generic aliases are matched by predicate: singledispatch takes classes only.
+_converter.register_structure_hook_func(lambda t: t == dict[str, Any], _table)
+_converter.register_structure_hook_func(lambda t: t == list[str], _strings)
+
+
+def _table_hook(cl: type) -> Callable[[Any, Any], Any]:
+    inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
+        cl, _converter, _cattrs_forbid_extra_keys=True
+    )
+
+    def structure(value: Any, t: Any) -> Any:
+        return inner(_table(value, t), t)
+
+    return structure
+
+
+_converter.register_structure_hook_factory(attrs.has, _table_hook)
+
+
+@attrs.frozen
+class Naming:
+    """How errors name a setting: a key of a job file, or an argument of ``jobs.Batch``.
+
+    Settings are named by their job-file key (``"staging.path"``); ``arguments`` maps a key
+    to the name of the argument that gives it.
+    """
+
+    origin: str
+    arguments: Mapping[str, str] | None = None
+
+    @property
+    def kind(self) -> str:
+        return "key" if self.arguments is None else "argument"
+
+    def name(self, key: str) -> str:
+        return key if self.arguments is None else self.arguments.get(key, key)
+
+    def the(self, key: str) -> str:
+        """``key 'staging.path'`` or ``argument 'staging'``."""
+        return f"{self.kind} '{self.name(key)}'"
+
+    def error(self, message: str) -> ConfigurationError:
+        """The error to raise, its message prefixed with where the settings come from."""
+        cls = ConfigurationError if self.arguments is None else BatchArgumentError
+        return cls(f"{self.origin}: {message}")
+
+
+#: jobs.Batch's keyword arguments, by the job-file key each one gives.
+BATCH_ARGUMENTS = {
+    "job.name": "job",
+    "job.reports": "reports",
+    "staging.path": "staging",
+    "output.path": "output",
+    "output.format": "format",
+    "output.max_records_per_file": "max_records_per_file",
+    "output.compression": "compression",
+    "store.url": "store",
+    "store.allow_volatile": "allow_volatile",
+    "watermarks.url": "watermarks",
+    "publish.max_attempts": "max_attempts",
+    "lock.url": "lock",
+    "lock.ttl_s": "lock_ttl_s",
+    "metrics.textfile": "metrics_textfile",
+    "metrics.pushgateway": "metrics_pushgateway",
+}
+
+
+def _structure(doc: Mapping[str, Any], cl: type[Any], naming: Naming) -> Any:
+    try:
+        return _converter.structure(doc, cl)
+    except cattrs.BaseValidationError as e:
+        found = sorted(_problems(e, (), cl, naming))
+        raise naming.error(found[0][1] if found else str(e)) from e
+
+
+def _problems(
+    error: BaseException, path: tuple[str, ...], cl: type[Any], naming: Naming
+) -> list[tuple[int, str]]:
+    """(rank, message) of every problem in a cattrs error; the lowest rank is told first:
+    unknown tables, missing tables, unknown keys, bad values, missing keys."""
+    if isinstance(error, ForbiddenExtraKeysError):
+        extra = sorted(error.extra_fields)
+        known = ", ".join(f.name for f in attrs.fields(error.cl))
+        if not path and naming.arguments is None:
+            return [(0, f"unknown table [{extra[0]}]; known tables: {known}")]
+        unknown = naming.the(".".join((*path, extra[0])))
+        return [(2, f"unknown {unknown}; known keys of [{'.'.join(path)}]: {known}")]
+    if isinstance(error, cattrs.BaseValidationError):
+        out = []
+        for sub in error.exceptions:
+            notes = [n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")]
+            inner = (*path, notes[0].name) if notes else path
+            out.extend(_problems(sub, inner, cl, naming))
+        return out
+    return [_problem(error, path, naming)]
+
+
+def _problem(error: BaseException, path: tuple[str, ...], naming: Naming) -> tuple[int, str]:
+    """(rank, message) of one value's problem (see :func:`_problems`)."""
+    table = len(path) == 1 and naming.arguments is None
+    if isinstance(error, KeyError):
+        if table:
+            return 1, f"missing required table [{path[0]}]"
+        return 4, f"missing required {naming.the('.'.join(path))}"
+    if isinstance(error, _InvalidValueError):
+        return 3, f"{naming.the('.'.join((*path, error.key)))} {error.problem}"
+    if table:
+        return 3, f"'{path[0]}' {error}"
+    return 3, f"{naming.the('.'.join(path))} {error}"
+
+
+# -- checked settings ----------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class SourceConfig:
+    """The ``[source]`` table: which :class:`~jobs.sources.Source` to build, with what."""
+
+    type: str
+    path: str | None
+    time_field: str | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
+    #: (counted in the run report and metrics).
+    bad_records: str = "fail"
+    #: ``package.module:function``, called as ``function(df, dataset)`` before staging.
+    transform: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BatchConfig:
+    """The checked settings of a :class:`jobs.Batch`; paths and local store URLs absolute."""
+
+    name: str
+    staging: str
+    output: str
+    store_url: str
+    watermarks_url: str
+    reports: str
+    output_format: str = "parquet"
+    max_records_per_file: int | None = None
+    compression: str | None = None
+    max_attempts: int = 3
+    lock_url: str = ""  # empty: the store's URL
+    lock_ttl_s: float = 120.0
+    metrics_textfile: str | None = None
+    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
+    metrics_pushgateway: str | None = attrs.field(
+        default=None, repr=lambda url: repr(None if url is None else redact_gateway(url))
+    )
+    #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
+    #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
+    allow_volatile: bool = False
+    #: How errors name these settings (job-file keys, or Batch's arguments).
+    naming: Naming = attrs.field(factory=lambda: Naming("jobs.Batch", BATCH_ARGUMENTS))
+
+    @property
+    def lock_at(self) -> str:
+        """Where the job lock lives: ``[lock] url``, else beside the commit store."""
+        return self.lock_url or self.store_url
+
+
+@attrs.frozen(kw_only=True)
+class JobConfig(BatchConfig):
+    """A checked job file: a Batch's settings plus its source and Spark.
+
+    Build one with :func:`load_config`.
+    """
+
+    file: str
+    source: SourceConfig
+    #: Partition columns after the time field's date column (``output.partition_by``).
+    partition_by: tuple[str, ...] = ()
+    spark_master: str | None = None
+    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+
+
+def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
+    """An absolute path for a relative one; URLs (``scheme://...``) are kept as they are."""
+    if not value.strip():
+        raise naming.error(f"{naming.the(key)} must not be empty")
+    if not is_local(value) or value.lower().startswith("file://"):
+        return value
+    path = Path(value).expanduser()
+    return os.path.normpath(path if path.is_absolute() else base / path)
+
+
+def _spark_conf(conf: Mapping[str, Any], naming: Naming) -> dict[str, str]:
+    out = {}
+    for key, value in conf.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            out[key] = str(value)
+        else:
+            raise naming.error(
+                f"key 'spark.conf.{key}' must be a string, number or boolean, got "
+                f"{type(value).__name__}"
+            )
+    return out
+
+
+#: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
+_NOT_PATHS = ("redis", "rediss", "unix")
+#: Schemes that name the same object store.
+_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
+
+
+def _place(url: str) -> tuple[str, str] | None:
+    """Where ``url`` is, for overlap checks: (filesystem, normalized path), or None when it
+    is not a path. Local paths are resolved (symlinks included); object store URLs compare
+    by bucket and key."""
+    if is_local(url):
+        return "file", os.path.realpath(local_path(url))
+    scheme, rest = split_scheme(url)
+    scheme = scheme.lower()
+    if scheme in _NOT_PATHS:
+        return None
+    netloc, _, path = rest.partition("/")
+    return f"{_SAME_STORE.get(scheme, scheme)}://{netloc}", posixpath.normpath("/" + path)
+
+
+def check_staging_apart(staging: str, others: Mapping[str, str | None], naming: Naming) -> None:
+    """Refuse a staging path that equals, contains or lies inside another place of the job.
+
+    Recovery deletes the job's run directories under the staging path; a store, the
+    source, the output or the reports inside it (or it inside them) would be in reach.
+
+    Args:
+        staging: the staging path.
+        others: key (``"store.url"``) -> the place it names, or None.
+        naming: how to name the keys.
+
+    Raises:
+        ConfigurationError: naming both keys (or arguments) and both places.
+    """
+    mine = _place(staging)
+    if mine is None:
+        return
+    ours = naming.name("staging.path")
+    for key, url in others.items():
+        theirs = None if url is None else _place(url)
+        if url is None or theirs is None or theirs[0] != mine[0]:
+            continue
+        a, b = mine[1], theirs[1]
+        name = naming.name(key)
+        if a == b:
+            how = "they are the same place"
+        elif a == "/" or b.startswith(a.rstrip("/") + "/"):
+            how = f"{ours} contains {name}"
+        elif b == "/" or a.startswith(b.rstrip("/") + "/"):
+            how = f"{ours} lies inside {name}"
+        else:
+            continue
+        raise naming.error(
+            f"{naming.kind}s '{ours}' ({staging}) and '{name}' ({redact(url)}) overlap: "
+            f"{how}. Recovery deletes run directories under {ours}, so nothing else of the "
+            "job may be there, and staging may not be inside anything else of it: give "
+            "staging a directory of its own"
+        )
+
+
+def _batch_settings(
+    doc: _BatchTables, base: Path, naming: Naming, default_reports: str | None
+) -> dict[str, Any]:
+    """BatchConfig's keyword arguments from the structured tables; checks across keys."""
+    try:
+        encode_name(doc.job.name, naming.name("job.name"))
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
+    store_url = _resolve(doc.store.url, base, "store.url", naming)
+    watermarks_url = _resolve(doc.watermarks.url, base, "watermarks.url", naming)
+    # The watermark URL is written into every watermark step: it must hold no password.
+    try:
+        require_no_credentials(watermarks_url, naming.name("watermarks.url"))
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
+    if doc.job.reports is not None:
+        reports = _resolve(doc.job.reports, base, "job.reports", naming)
+    elif is_local(store_url):
+        reports = os.path.join(os.path.dirname(local_path(store_url)), "reports")
+    elif default_reports is not None:
+        reports = default_reports
+    else:
+        raise naming.error(
+            f"{naming.the('job.reports')} is required when {naming.the('store.url')} is not "
+            "a local path: say where run reports go"
+        )
+    return {
+        "name": doc.job.name,
+        "staging": _resolve(doc.staging.path, base, "staging.path", naming),
+        "output": _resolve(doc.output.path, base, "output.path", naming),
+        "store_url": store_url,
+        "watermarks_url": watermarks_url,
+        "reports": reports,
+        "output_format": doc.output.format,
+        "max_records_per_file": doc.output.max_records_per_file,
+        "compression": doc.output.compression,
+        "max_attempts": doc.publish.max_attempts,
+        "lock_url": _resolve(doc.lock.url, base, "lock.url", naming) if doc.lock.url else "",
+        "lock_ttl_s": doc.lock.ttl_s,
+        "metrics_textfile": (
+            _resolve(doc.metrics.textfile, base, "metrics.textfile", naming)
+            if doc.metrics.textfile is not None
+            else None
+        ),
+        "metrics_pushgateway": doc.metrics.pushgateway,
+        "allow_volatile": doc.store.allow_volatile,
+        "naming": naming,
+    }
+
+
+def _check_apart(settings: Mapping[str, Any], source_path: str | None, naming: Naming) -> None:
+    check_staging_apart(
+        settings["staging"],
+        {
+            "store.url": settings["store_url"],
+            "watermarks.url": settings["watermarks_url"],
+            "lock.url": settings["lock_url"] or None,  # unset: the store's URL, checked
+            "job.reports": settings["reports"],
+            "source.path": source_path,
+            "output.path": settings["output"],
+        },
+        naming,
+    )
+
+
+def batch_config(
+    job: Any,
+    *,
+    store: Any,
+    watermarks: Any,
+    staging: Any,
+    output: Any,
+    **options: Any,
+) -> BatchConfig:
+    """Check :class:`jobs.Batch`'s arguments as :func:`load_config` checks a job file.
+
+    Relative paths are resolved against the working directory. ``options`` are Batch's
+    optional keyword arguments (``format``, ``reports``, ``lock``, ...), None when not given.
+
+    Raises:
+        BatchArgumentError: naming the argument.
+    """
+    naming = Naming("jobs.Batch", BATCH_ARGUMENTS)
+    by_argument = {argument: key for key, argument in BATCH_ARGUMENTS.items()}
+    doc: dict[str, dict[str, Any]] = {
+        table: {}
+        for table in ("job", "staging", "output", "store", "watermarks", "publish", "lock")
+    }
+    doc["metrics"] = {}
+    given = {"job": job, "store": store, "watermarks": watermarks, "staging": staging}
+    for argument, value in {**given, "output": output, **options}.items():
+        if argument not in by_argument:
+            raise TypeError(f"Batch() got an unexpected keyword argument {argument!r}")
+        if value is not None:
+            table, key = by_argument[argument].split(".")
+            doc[table][key] = value
+    settings = _batch_settings(
+        _structure(doc, _BatchTables, naming), Path.cwd(), naming, default_reports=None
+    )
+    _check_apart(settings, None, naming)
+    return BatchConfig(**settings)
+
+
+def _source(src: _Source, base: Path, naming: Naming) -> SourceConfig:
+    source_path = _resolve(src.path, base, "source.path", naming) if src.path is not None else None
+    if src.type == LANDING:
+        if source_path is None:
+            raise naming.error("missing required key 'source.path'")
+        if src.options:
+            raise naming.error("key 'source.options': the landing source takes no options")
+    return SourceConfig(
+        type=src.type,
+        path=source_path,
+        time_field=src.time_field,
+        options=dict(src.options),
+        bad_records=src.bad_records,
+        transform=src.transform,
+    )
+
+
+def _partition_by(output: _Output, time_field: str | None, naming: Naming) -> tuple[str, ...]:
+    columns = tuple(output.partition_by)
+    date = None if time_field is None else date_column(time_field)
+    for column in columns:
+        if not column.strip():
+            raise naming.error("key 'output.partition_by' names an empty column")
+        if column == date:
+            raise naming.error(
+                f"key 'output.partition_by' names {column!r}, the date column that "
+                f"source.time_field {time_field!r} adds first"
+            )
+    if len(set(columns)) != len(columns):
+        raise naming.error(f"key 'output.partition_by' names a column twice: {list(columns)}")
+    return columns
+
+
+def date_column(time_field: str) -> str:
+    """The hive partition column holding the date of ``time_field``: ``<field>_date``."""
+    return f"{time_field}_date"
 
 
 #: Where botocore (under s3fs) reads what the ``[s3]`` table sets.
@@ -384,79 +715,49 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
     file = Path(path)
     try:
         with file.open("rb") as f:
-            doc = tomllib.load(f)
+            raw = tomllib.load(f)
     except FileNotFoundError as e:
         raise ConfigurationError(f"job file {file} does not exist") from e
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigurationError(f"{file}: not a readable TOML file: {e}") from e
-    shown = str(file)
-    _check_tables(doc, shown)
+    naming = Naming(str(file))
+    doc: _JobFile = _structure(raw, _JobFile, naming)
     base = file.resolve().parent
-
-    name = doc["job"]["name"]
-    try:
-        encode_name(name, "job.name")
-    except ConfigurationError as e:
-        raise ConfigurationError(f"{shown}: {e}") from e
-
-    source = _source(doc["source"], base, shown)
-
-    staging = _resolve(doc["staging"]["path"], base, "staging.path")
-    output = _resolve(doc["output"]["path"], base, "output.path")
-    output_format = doc["output"].get("format", "parquet")
-    if output_format not in _FORMATS:
-        raise ConfigurationError(
-            f"{shown}: key 'output.format' must be one of {', '.join(_FORMATS)}, got "
-            f"{output_format!r}"
-        )
-
-    store_url = _resolve(doc["store"]["url"], base, "store.url")
-    watermarks_url = _resolve(doc["watermarks"]["url"], base, "watermarks.url")
-    # The watermark URL is written into every watermark step: it must hold no password.
-    try:
-        require_no_credentials(watermarks_url, "watermarks.url")
-    except ConfigurationError as e:
-        raise ConfigurationError(f"{shown}: {e}") from e
-
-    reports = _reports(doc["job"], store_url, base)
-    spark = doc.get("spark", {})
-    max_attempts = doc.get("publish", {}).get("max_attempts", 3)
-    if max_attempts < 1:
-        raise ConfigurationError(
-            f"{shown}: key 'publish.max_attempts' must be >= 1, got {max_attempts}"
-        )
-    operations = _operations(doc, base, shown)
-    _check_staging_apart(
-        shown,
-        staging,
-        {
-            "store.url": store_url,
-            "watermarks.url": watermarks_url,
-            "lock.url": operations["lock_url"] or None,  # unset: the store's URL, checked
-            "job.reports": reports,
-            "source.path": source.path,
-            "output.path": output,
-        },
-    )
+    if doc.s3.endpoint_url is not None:
+        try:
+            require_no_credentials(doc.s3.endpoint_url, "s3.endpoint_url")
+        except ConfigurationError as e:
+            raise naming.error(str(e)) from e
+    settings = _batch_settings(doc, base, naming, default_reports=str(base / "reports"))
+    source = _source(doc.source, base, naming)
+    _check_apart(settings, source.path, naming)
     config = JobConfig(
+        **settings,
         file=str(file.resolve()),
-        name=name,
         source=source,
-        staging=staging,
-        output=output,
-        output_format=output_format,
-        store_url=store_url,
-        watermarks_url=watermarks_url,
-        reports=reports,
-        spark_master=spark.get("master"),
-        spark_conf=_spark_conf(spark.get("conf", {}), shown),
-        max_attempts=max_attempts,
-        allow_volatile=doc["store"].get("allow_volatile", False),
-        **operations,
-        **_s3(doc, shown),
+        partition_by=_partition_by(doc.output, source.time_field, naming),
+        spark_master=doc.spark.master,
+        spark_conf=_spark_conf(doc.spark.conf, naming),
+        s3_endpoint_url=doc.s3.endpoint_url,
+        s3_region=doc.s3.region,
     )
-    source_class(config.source.type)  # an unusable class is a configuration error too
+    try:  # an unusable class or function is a configuration error too
+        source_class(config.source.type)
+        if config.source.transform is not None:
+            transform_function(config.source.transform)
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
     return config
+
+
+def _import(spec: str, key: str, example: str) -> Any:
+    module_name, _, name = spec.replace(":", ".").rpartition(".")
+    if not module_name or not name:
+        raise ConfigurationError(f"key '{key}' must be a dotted name ({example}), got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigurationError(f"key '{key}': cannot import {spec!r}: {e}") from e
 
 
 def source_class(type_name: str) -> type[Any]:
@@ -472,18 +773,26 @@ def source_class(type_name: str) -> type[Any]:
 
     if type_name == LANDING:
         return LandingSource
-    module_name, _, class_name = type_name.replace(":", ".").rpartition(".")
-    if not module_name:
+    if "." not in type_name.replace(":", "."):
         raise ConfigurationError(
             f"key 'source.type' must be 'landing' or a dotted class name "
             f"('package.module.Class'), got {type_name!r}"
         )
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"key 'source.type': cannot import {type_name!r}: {e}") from e
+    cls = _import(type_name, "source.type", "'package.module.Class'")
     if not (isinstance(cls, type) and issubclass(cls, Source)):
         raise ConfigurationError(
             f"key 'source.type': {type_name!r} is not a subclass of jobs.sources.Source"
         )
     return cls
+
+
+def transform_function(spec: str) -> Callable[..., Any]:
+    """The function named by ``source.transform`` (``"package.module:function"``).
+
+    Raises:
+        ConfigurationError: if it cannot be imported or is not callable.
+    """
+    function = _import(spec, "source.transform", "'package.module:function'")
+    if not callable(function):
+        raise ConfigurationError(f"key 'source.transform': {spec!r} is not a function")
+    return function  # type: ignore[no-any-return]

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobs.config import JobConfig, load_config
-from jobs.run import RunReport, recover_job, run_job
+from jobs.report import RunReport
+from jobs.run import recover_job, run_job
 from jobs.spark import build_session
 from jobs.verify import Tally, tally
-from store import open_store
+from publisher import Publisher
 from store.errors import ConfigurationError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 
@@ -161,7 +162,7 @@ def prepare(directory: Path) -> None:
 
 
 def _summary(report: RunReport) -> str:
-    counts = report.to_dict()["counts"]
+    counts = report.counts
     parts = [f"{report.status} (exit {report.exit_code})"]
     for key in ("recovered", "aborted", "published", "quarantined"):
         if counts[key]:
@@ -190,11 +191,11 @@ def _crash_run(config: JobConfig, directory: Path, echo: Echo) -> int:
             stderr=subprocess.STDOUT,
             check=False,
         )
-    store = open_store(config.store_url)
+    pub = Publisher(config.store_url, config.name)
     try:
-        pending = [d for d in store.datasets(config.name) if store.is_sealed(config.name, d)]
+        pending = pub.sealed()
     finally:
-        store.close()
+        pub.close()
     killed = "Python worker exited unexpectedly" in log.read_text(errors="replace")
     if child.returncode == 0 or not pending or not killed:
         raise RuntimeError(

@@ -1,189 +1,165 @@
-"""Prometheus metrics of a run, the batch-job way: a textfile-collector file and/or a push.
+"""Prometheus metrics of a run, the batch-job way: a textfile-collector file and/or a push,
+written with ``prometheus_client``.
 
 A batch job is gone before any scraper could visit it, so its metrics are written at the end
-of each run: into a file that node_exporter's textfile collector reads (written to a
-temporary name and renamed, so the collector never reads half a file), and/or POSTed to a
-Pushgateway under ``job="commitpub", commitpub_job="<name>"``. POST replaces only the metric
-names sent, so a failed run, which sends no ``last_success`` sample, leaves the previous one
-in place; the textfile keeps it by reading the file it replaces.
+of each run: into a file that node_exporter's textfile collector reads, and/or pushed to a
+Pushgateway under ``job="commitpub", commitpub_job="<name>"`` (``pushadd_to_gateway``: POST
+replaces only the metric names sent, so a failed run, which sends no ``last_success``
+sample, leaves the previous one in place; the textfile keeps it by reading the file it
+replaces).
 
-No client library is needed for the text exposition format; it is written here.
+The textfile is prometheus_client's exposition written by :func:`jobs.files.write_whole`:
+a temporary file renamed, so the collector never reads half of it, created no more open
+than ``0644`` (``write_to_textfile`` would create it ``0666`` less the umask).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-import math
-import os
-import re
 import time
 import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import attrs
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, pushadd_to_gateway
+from prometheus_client.exposition import basic_auth_handler, default_handler
+from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.config import JobConfig, redact_gateway
-from publisher import status as status_record
-from store import open_store
+from jobs.config import BatchConfig, redact_gateway
+from jobs.files import write_whole
+from jobs.report import RunReport
+from publisher import Publisher
 
 log = logging.getLogger("commitpub.jobs")
 
 _LAST_SUCCESS = "commitpub_last_success_timestamp_seconds"
 _PUSH_TIMEOUT_S = 10
+_JOB_LABEL = "commitpub_job"
 
 
-@attrs.frozen
-class Sample:
-    name: str
-    help: str
-    value: float
-    labels: Mapping[str, str] = attrs.field(factory=dict)
+def registry(
+    job: str, report: RunReport, now: float, pending: tuple[int, int] | None = None
+) -> CollectorRegistry:
+    """The metrics of one finished run.
 
+    Args:
+        job: the job's name, the ``commitpub_job`` label of every sample.
+        report: the run's report.
+        now: the end of the run (Unix time).
+        pending: (pending sequences, quarantined datasets) in the store after the run, if
+            they could be counted.
+    """
+    reg = CollectorRegistry()
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    def gauge(name: str, help_text: str, *labels: str) -> Gauge:
+        return Gauge(name, help_text, [_JOB_LABEL, *labels], registry=reg)
 
+    def one(name: str, help_text: str, value: float) -> None:
+        gauge(name, help_text).labels(job).set(value)
 
-def render(samples: Iterable[Sample]) -> str:
-    """The samples in Prometheus' text exposition format, one HELP/TYPE per metric name."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    for s in samples:
-        if s.name not in seen:
-            seen.add(s.name)
-            lines += [f"# HELP {s.name} {s.help}", f"# TYPE {s.name} gauge"]
-        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-        value = repr(float(s.value)) if math.isfinite(s.value) else "NaN"
-        lines.append(f"{s.name}{{{labels}}} {value}")
-    return "\n".join(lines) + "\n"
-
-
-def samples(config: JobConfig, report: Mapping[str, Any], now: float) -> list[Sample]:
-    """The metrics of one finished run, from its JSON report (``RunReport.to_dict()``)."""
-    job = {"commitpub_job": config.name}
-    counts = report["counts"]
-    durations = report["durations_s"]
-    publish = report.get("publish") or {}
-    recovery = report.get("recovery") or {}
-    steps = sum(
-        int(d.get("executed", 0)) for part in (publish, recovery) for d in part.get("datasets", [])
+    counts = report.counts
+    one("commitpub_last_run_timestamp_seconds", "End of the last run.", now)
+    one("commitpub_last_run_exit_code", "Exit code of the last run.", int(report.exit_code))
+    one(
+        "commitpub_last_run_records",
+        "Records staged and published by the last run.",
+        counts["staged_rows"],
     )
-    out = [
-        Sample("commitpub_last_run_timestamp_seconds", "End of the last run.", now, job),
-        Sample(
-            "commitpub_last_run_exit_code",
-            "Exit code of the last run.",
-            float(report["exit_code"]),
-            job,
-        ),
-        Sample(
-            "commitpub_last_run_records",
-            "Records staged and published by the last run.",
-            counts["staged_rows"],
-            job,
-        ),
-        Sample(
-            "commitpub_last_run_files", "Files staged by the last run.", counts["staged_files"], job
-        ),
-        Sample(
-            "commitpub_last_run_steps_executed", "Commit steps the last run executed.", steps, job
-        ),
-    ]
+    one("commitpub_last_run_files", "Files staged by the last run.", counts["staged_files"])
+    one(
+        "commitpub_last_run_steps_executed",
+        "Commit steps the last run executed.",
+        report.steps_executed,
+    )
+    datasets = gauge(
+        "commitpub_last_run_datasets", "Datasets of the last run by outcome.", "outcome"
+    )
     for outcome in ("recovered", "aborted", "published", "quarantined", "failed"):
-        out.append(
-            Sample(
-                "commitpub_last_run_datasets",
-                "Datasets of the last run by outcome.",
-                counts[outcome],
-                {**job, "outcome": outcome},
-            )
-        )
-    for dataset, staged in sorted((report.get("staged") or {}).items()):
-        out.append(
-            Sample(
-                "commitpub_last_run_bad_records_skipped",
-                "Bad source records the last run skipped (source.bad_records = skip), per dataset.",
-                float(staged.get("bad_records_skipped", 0)),
-                {**job, "dataset": dataset},
-            )
-        )
-    for phase, seconds in sorted(durations.items()):
-        out.append(
-            Sample(
-                "commitpub_last_run_duration_seconds",
-                "Duration of each phase of the last run.",
-                float(seconds),
-                {**job, "phase": phase},
-            )
-        )
-    return out
+        datasets.labels(job, outcome).set(counts[outcome])
+    skipped = gauge(
+        "commitpub_last_run_bad_records_skipped",
+        "Bad source records the last run skipped (source.bad_records = skip), per dataset.",
+        "dataset",
+    )
+    for dataset, staged in sorted(report.staged.items()):
+        skipped.labels(job, dataset).set(staged.bad_records_skipped)
+    durations = gauge(
+        "commitpub_last_run_duration_seconds", "Duration of each phase of the last run.", "phase"
+    )
+    for phase, seconds in sorted(report.durations_s.items()):
+        durations.labels(job, phase).set(seconds)
+    if pending is not None:
+        one("commitpub_pending_sequences", "Sequences pending in the store.", pending[0])
+        one("commitpub_quarantined_datasets", "Datasets quarantined.", pending[1])
+    return reg
 
 
-def _pending(config: JobConfig) -> list[Sample]:
-    """Pending and quarantined sequences as the store holds them after the run."""
-    job = {"commitpub_job": config.name}
-    with open_store(config.store_url) as st:
-        datasets = st.datasets(config.name)
-        quarantined = sum(
-            1 for s in status_record.read_all(st, config.name).values() if s.quarantined
-        )
-    return [
-        Sample(
-            "commitpub_pending_sequences", "Sequences pending in the store.", len(datasets), job
-        ),
-        Sample("commitpub_quarantined_datasets", "Datasets quarantined.", quarantined, job),
-    ]
-
-
-_SAMPLE_RE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+def _pending(config: BatchConfig) -> tuple[int, int]:
+    """Pending sequences and quarantined datasets, as the store holds them after the run."""
+    pub = Publisher(config.store_url, config.name)
+    try:
+        return len(pub.pending()), len(pub.quarantined())
+    finally:
+        pub.close()
 
 
 def _previous_success(path: str) -> float | None:
+    """The last success recorded in the textfile this run replaces, if any."""
     try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                m = _SAMPLE_RE.match(line.strip())
-                if m and m.group("name") == _LAST_SUCCESS:
-                    return float(m.group("value"))
+            families = list(text_string_to_metric_families(f.read()))
     except (OSError, ValueError):
         return None
+    for family in families:
+        for sample in family.samples:
+            if sample.name == _LAST_SUCCESS:
+                return float(sample.value)
     return None
 
 
-def write_textfile(path: str, text: str) -> None:
-    """Replace ``path`` atomically (node_exporter reads ``*.prom`` files whole)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _gateway(url: str) -> tuple[str, Callable[..., Any]]:
+    """The Pushgateway's base URL, and the handler that sends a push there.
 
-
-def push(gateway: str, job_name: str, text: str) -> None:
-    """POST to a Pushgateway's group ``job=commitpub / commitpub_job=<name>``.
-
-    ``user:password@`` in ``gateway`` becomes an HTTP Basic ``Authorization`` header (urllib
-    would take it for part of the host); a query string (an auth proxy's token) is kept.
+    ``user:password@`` in ``url`` becomes an HTTP Basic ``Authorization`` header (urllib
+    would take it for part of the host); a query string (an auth proxy's token) goes after
+    the path that ``prometheus_client`` appends to the base URL.
     """
-    parts = urllib.parse.urlsplit(gateway)
+    parts = urllib.parse.urlsplit(url)
     userinfo, _, host = parts.netloc.rpartition("@")
-    quoted = urllib.parse.quote(job_name, safe="")
-    path = f"{parts.path.rstrip('/')}/metrics/job/commitpub/commitpub_job/{quoted}"
-    url = urllib.parse.urlunsplit((parts.scheme, host, path, parts.query, ""))
-    headers = {"Content-Type": "text/plain"}
-    if userinfo:
+    base = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+    def handler(
+        url: str, method: str, timeout: float | None, headers: list[Any], data: bytes
+    ) -> Callable[[], None]:
+        if parts.query:
+            url = f"{url}?{parts.query}"
+        if not userinfo:
+            return default_handler(url, method, timeout, headers, data)
         user, _, password = userinfo.partition(":")
-        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-    request = urllib.request.Request(  # noqa: S310 -- http(s) checked when the config loaded
-        url, data=text.encode(), method="POST", headers=headers
+        return basic_auth_handler(
+            url,
+            method,
+            timeout,
+            headers,
+            data,
+            urllib.parse.unquote(user),
+            urllib.parse.unquote(password),
+        )
+
+    return base, handler
+
+
+def push(gateway: str, job: str, reg: CollectorRegistry) -> None:
+    """POST to a Pushgateway's group ``job=commitpub / commitpub_job=<job>``."""
+    base, handler = _gateway(gateway)
+    pushadd_to_gateway(
+        base,
+        job="commitpub",
+        registry=reg,
+        grouping_key={_JOB_LABEL: job},
+        timeout=_PUSH_TIMEOUT_S,
+        handler=handler,
     )
-    with urllib.request.urlopen(request, timeout=_PUSH_TIMEOUT_S) as response:  # noqa: S310
-        response.read()
 
 
 def _scrub(text: str, gateway: str) -> str:
@@ -199,39 +175,39 @@ def _scrub(text: str, gateway: str) -> str:
     return text
 
 
-def export(config: JobConfig, report: Mapping[str, Any]) -> None:
+def export(config: BatchConfig, report: RunReport) -> None:
     """Write and/or push the run's metrics as configured; failures are logged, not raised."""
     if config.metrics_textfile is None and config.metrics_pushgateway is None:
         return
     now = time.time()
-    out = samples(config, report, now)
     try:
-        out += _pending(config)
+        pending: tuple[int, int] | None = _pending(config)
     except Exception as e:  # metrics never fail a run
         log.warning("metrics: could not count pending sequences: %s", e)
-    success = {"commitpub_job": config.name}
-    if report["exit_code"] == 0:
+        pending = None
+    reg = registry(config.name, report, now, pending)
+    if report.exit_code == 0:
         last_ok: float | None = now
     elif config.metrics_textfile is not None:
         last_ok = _previous_success(config.metrics_textfile)
     else:
         last_ok = None  # the Pushgateway keeps the previous sample (POST)
     if last_ok is not None:
-        out.append(
-            Sample(
-                _LAST_SUCCESS, "End of the last run that published everything.", last_ok, success
-            )
-        )
-    text = render(out)
+        Gauge(
+            _LAST_SUCCESS,
+            "End of the last run that published everything.",
+            [_JOB_LABEL],
+            registry=reg,
+        ).labels(config.name).set(last_ok)
     if config.metrics_textfile is not None:
         try:
-            write_textfile(config.metrics_textfile, text)
+            write_whole(config.metrics_textfile, generate_latest(reg))
         except OSError as e:
             log.warning("metrics: could not write %s: %s", config.metrics_textfile, e)
     gateway = config.metrics_pushgateway
     if gateway is not None:
         try:
-            push(gateway, config.name, text)
+            push(gateway, config.name, reg)
         except Exception as e:  # metrics never fail a run (a proxy may answer anything)
             log.warning(
                 "metrics: push to %s failed: %s",

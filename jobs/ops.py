@@ -20,7 +20,7 @@ import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import JobConfig
-from jobs.run import check_durable, job_lock, open_publisher
+from jobs.locking import check_durable, locked_publisher, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
 from store import Connections, Lease, SequenceInfo, connecting_only, open_lock, open_store
@@ -96,7 +96,7 @@ def status(config: JobConfig) -> dict[str, Any]:
     as a quarantine naming the error.
     """
     now = time.time()
-    pub = open_publisher(config, None)
+    pub = open_publisher(config)
     try:
         pending = [
             {
@@ -217,14 +217,11 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
 def _on_dataset(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
     check_durable(config)  # its warnings are logged: these commands write no report
-    with job_lock(config) as keeper:
-        pub = open_publisher(config, None, keeper.lease.token)
-        try:
-            if not pub.store.exists(config.name, dataset) and pub.status(dataset) is None:
-                raise _nothing_pending(config, dataset, nor_status=True)
-            return action(pub)
-        finally:
-            pub.close()
+    with locked_publisher(config) as pub:
+        pending = {p.dataset for p in pub.pending()}
+        if dataset not in pending and pub.status(dataset) is None:
+            raise _nothing_pending(config, dataset, nor_status=True)
+        return action(pub)
 
 
 def retry(config: JobConfig, dataset: str) -> bool:

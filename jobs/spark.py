@@ -17,12 +17,12 @@ import re
 import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 import commitsteps
-from publisher.runner import task_attempt
+from publisher import task_attempt
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
@@ -118,11 +118,6 @@ class TaskInfo:
     import_errors: tuple[str, ...] = ()
     #: Set when a store refused this task's writes: the run lost its job lock.
     fenced: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = attrs.asdict(self)
-        d["import_errors"] = list(self.import_errors)
-        return d
 
 
 def step_modules() -> tuple[str, ...]:

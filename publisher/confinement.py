@@ -27,14 +27,15 @@ import attrs
 from commitsteps import CommitStep, PathConfinementError, StagedLinkError, tag_of
 from store.connections import Connections
 from store.errors import ConfigurationError
+from store.urls import is_local, split_scheme
 
 
 def normalize(url: str) -> str:
     """A canonical form of a path or URL for prefix comparison."""
-    if "://" not in url or url.startswith("file://"):
-        path = url[len("file://") :] if url.startswith("file://") else url
+    if is_local(url):
+        path = url[len("file://") :] if url.lower().startswith("file://") else url
         return os.path.normpath(os.path.abspath(path))
-    scheme, rest = url.split("://", 1)
+    scheme, rest = split_scheme(url)
     netloc, _, path = rest.partition("/")
     normalized = posixpath.normpath("/" + path)
     return f"{scheme.lower()}://{netloc}{'' if normalized == '/' else normalized}"
@@ -44,13 +45,9 @@ def _normalize_all(roots: Iterable[str]) -> tuple[str, ...]:
     return tuple(normalize(r) for r in roots)
 
 
-def _is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
-
-
 def _resolve(root: str) -> str:
     """A normalized root with its symlinks resolved where it is local."""
-    return os.path.realpath(root) if _is_local(root) else root
+    return os.path.realpath(root) if is_local(root) else root
 
 
 def _inside(path: str, root: str) -> bool:
@@ -121,7 +118,7 @@ class _Kind:
         local = path[len("file://") :] if path.startswith("file://") else path
         cut = local.rfind("/")
         name = local[cut + 1 :]
-        if "://" in local:
+        if not is_local(local):
             ok = _strictly_inside(normalize(path), self.roots)
         elif cut >= 0 and local[0] == "/" and name not in _NOT_FILES:
             # The usual case, kept cheap: an absolute path naming a file in a directory.

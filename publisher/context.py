@@ -44,6 +44,7 @@ from publisher.errors import CorruptStatusError
 from publisher.retry import RetryPolicy
 from publisher.status import DatasetStatus
 from store import CommitStepStore, Connections, connecting_only, fencing
+from store.errors import ConfigurationError
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -94,6 +95,20 @@ class Context:
         """The block in which steps of this job execute: its fencing token and its stores."""
         with fencing(self.token), connecting_only(self.connections):
             yield
+
+    def fence(self) -> None:
+        """Fence the job's part of the store with this context's token: from now on it
+        refuses every write of the job carrying an older one, and :meth:`guard` of an older
+        run fails.
+
+        Raises:
+            FencedError: if the store has seen a newer token: another run took the job over.
+            ConfigurationError: if the context has no token.
+        """
+        token = self.token
+        if token is None:
+            raise ConfigurationError("fencing the store needs a fencing token")
+        self.retry.call(lambda: self.store.fence(self.job, token))
 
     def guard(self, doing: str) -> None:
         """Refuse ``doing`` if a newer run has taken the job over (the store's fence).

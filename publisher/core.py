@@ -12,6 +12,8 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 
+import attrs
+
 from commitsteps import CommitStep
 from publisher import staging
 from publisher import status as status_record
@@ -95,7 +97,7 @@ class Publisher:
         self.store = open_store(commit_store) if isinstance(commit_store, str) else commit_store
         self.job_name = job_name
         self.roots = Roots(staging_roots, output_roots)
-        self.runner: Runner = runner or InProcessRunner()
+        self._runner: Runner = runner or InProcessRunner()
         self.lease = lease
         self.context = Context(
             store=self.store,
@@ -106,8 +108,19 @@ class Publisher:
             token=fencing_token,
             chunk_records=chunk_records,
             connections=Connections([*stores, self.store.url], catalogs or {}),
-            waits_for_cleanup=not isinstance(self.runner, InProcessRunner),
+            waits_for_cleanup=_waits_for_cleanup(self._runner),
         )
+
+    @property
+    def runner(self) -> Runner:
+        """Where per-dataset work runs. May be set after the publisher is made (``jobs.Batch``
+        fences the store before it starts Spark, then runs the work in Spark tasks)."""
+        return self._runner
+
+    @runner.setter
+    def runner(self, runner: Runner) -> None:
+        self._runner = runner
+        self.context = attrs.evolve(self.context, waits_for_cleanup=_waits_for_cleanup(runner))
 
     def publish(
         self,
@@ -317,10 +330,54 @@ class Publisher:
         with self.context.working():
             return discard_one(self.context, dataset)
 
+    def fence(self) -> None:
+        """Fence the commit store with this publisher's token: from now on the store refuses
+        every write of the job carrying an older one (a run that lost the lock to this one).
+
+        Called once the job lock is taken, before anything of the job is read or written.
+
+        Raises:
+            FencedError: if the store has seen a newer token: another run took the job over.
+            ConfigurationError: if the publisher has no ``fencing_token``.
+        """
+        self.context.fence()
+
+    def claim_staging(self) -> None:
+        """Mark each staging root as this job's, or refuse it (see
+        :func:`publisher.staging.claim`): before recovery sweeps anything there.
+
+        Raises:
+            StagingClaimError: if another job marked a root, or it holds entries no job
+                marked.
+        """
+        for root in self.roots.staging:
+            staging.claim(root, self.job_name)
+
+    def sealed(self) -> list[str]:
+        """The datasets whose pending sequence is sealed (written ahead whole); reads only."""
+        return sorted(p.dataset for p in self.pending() if p.sealed)
+
+    def delete_run_dir(self, run_dir: str) -> None:
+        """Delete a run directory of this run and everything in it, its marker last.
+
+        For a run that gives up before writing anything ahead: what it staged goes now, not
+        at the next recovery.
+
+        Raises:
+            FencedError: if this run lost the job lock; nothing was deleted.
+        """
+        staging.delete_run(run_dir, self.require_lock)
+
     def close(self) -> None:
         """Wait for the staging leftovers this process is deleting, then close the store."""
         staging.drain()
         self.store.close()
+
+
+def _waits_for_cleanup(runner: Runner) -> bool:
+    # Only this process's clean-up thread is waited for (staging.drain): work run elsewhere
+    # (a Spark task) must finish deleting its leftovers before it returns.
+    return not isinstance(runner, InProcessRunner)
 
 
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:

@@ -82,6 +82,7 @@ from publisher.confinement import Roots, normalize
 from publisher.converter import from_json, to_json
 from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
+from store.urls import is_local, split_scheme
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -166,11 +167,9 @@ def decode_marker(data: bytes, where: str) -> RunMarker:
 
 def _local_path(url: str) -> str | None:
     """The local path of ``url``, or None when it lives on another filesystem."""
-    if "://" not in url:
-        return url
-    if url.startswith("file://"):
-        return url[len("file://") :]
-    return None
+    if not is_local(url):
+        return None
+    return url[len("file://") :] if url.lower().startswith("file://") else url
 
 
 def _join(root: str, name: str) -> str:
@@ -248,7 +247,7 @@ def _children(root: str) -> list[str]:
     local = _local_path(root)
     if local is not None:
         return [f"{local.rstrip('/')}/{n}" for n in _names(root)]
-    scheme = root.split("://", 1)[0]
+    scheme = split_scheme(root)[0]
     fs, path = _remote(root)
     try:
         found = fs.ls(path, detail=False)
@@ -507,10 +506,10 @@ def _remove_emptied_dirs(roots: Roots, staged: Sequence[str], staging_dir: str |
     gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
     directories = set()
     for path in staged:
-        if "://" not in path and not (gone and path.startswith(gone)):
+        if is_local(path) and not (gone and path.startswith(gone)):
             directories.add(path.rpartition("/")[0] or "/")
     parents = {normalize(d) for d in directories}
-    if staging_dir is not None and "://" not in staging_dir:
+    if staging_dir is not None and is_local(staging_dir):
         parents.add(os.path.dirname(normalize(staging_dir)))
     for parent in sorted(parents, key=len, reverse=True):
         _remove_empty_dirs(parent, roots.staging)
@@ -761,6 +760,16 @@ def _rmdir_empty(entry: str) -> bool:
         log.info("not removing %s: %s", entry, e)
         return False
     return True
+
+
+def delete_run(run_dir: str, guard: Guard) -> None:
+    """Delete a run's own directory and everything in it, its marker last (an abandoned run).
+
+    Raises:
+        FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
+    """
+    guard(f"deleting the abandoned run directory {run_dir}")
+    _delete_run_dir(run_dir)
 
 
 def _delete_run_dir(entry: str) -> None:

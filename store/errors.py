@@ -7,6 +7,11 @@ store. This module sits in the lowest layer so that every layer can raise these.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.lock import Lease
+
 
 class CommitPubError(Exception):
     """Root of every error raised by commitpub."""
@@ -60,7 +65,24 @@ class FencedError(StoreError):
 
 
 class LockHeldError(StoreError):
-    """The job lock is held by another live run."""
+    """The job lock is held by another live run.
+
+    Args:
+        message: names the job and the holder.
+        holder: the holder's lease (token, host, pid, expiry), when it could be read.
+    """
+
+    def __init__(self, message: str, *, holder: Lease | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword arguments are not pickled by default; the holder crosses processes too.
+        return (_lock_held, (str(self), self.holder))
+
+
+def _lock_held(message: str, holder: Lease | None) -> LockHeldError:
+    return LockHeldError(message, holder=holder)
 
 
 class ForeignStoreError(CommitPubError, PermissionError):

@@ -77,7 +77,9 @@ class FsJobLock(JobLock):
         directory = self._dir(job)
         held = self._latest(job)
         if held is not None and not held.free():
-            raise LockHeldError(f"job {job!r} is locked by another run ({held.describe()})")
+            raise LockHeldError(
+                f"job {job!r} is locked by another run ({held.describe()})", holder=held
+            )
         lease = Lease.new(job, (held.token if held else 0) + 1, ttl_s)
         path = f"{directory}/l{lease.token:020d}.json"
         try:
@@ -86,7 +88,10 @@ class FsJobLock(JobLock):
             raise _translate(e, path) from e
         tokens = self._tokens(directory)
         if not created or tokens[-1] != lease.token:
-            raise LockHeldError(f"job {job!r} was locked by another run at the same moment")
+            raise LockHeldError(
+                f"job {job!r} was locked by another run at the same moment",
+                holder=self._latest(job),
+            )
         for old in tokens[:-_KEEP]:
             self._io.delete(f"{directory}/l{old:020d}.json")
         return lease

@@ -254,7 +254,9 @@ class JobLock(abc.ABC):
         if lease is None or lease.released:
             return None
         if not lease.free():
-            raise LockHeldError(f"job {job!r} is held by a live run ({lease.describe()})")
+            raise LockHeldError(
+                f"job {job!r} is held by a live run ({lease.describe()})", holder=lease
+            )
         self.release(lease)
         log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
         return lease

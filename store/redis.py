@@ -670,7 +670,9 @@ class RedisJobLock(_RedisBase, JobLock):
         result = _call(self.url, lambda: self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)]))
         if isinstance(result, bytes | str):
             held = Lease.from_json(result, f"{self.url} lock of {job!r}")
-            raise LockHeldError(f"job {job!r} is locked by another run ({held.describe()})")
+            raise LockHeldError(
+                f"job {job!r} is locked by another run ({held.describe()})", holder=held
+            )
         return attrs.evolve(lease, token=int(result))
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:

@@ -84,6 +84,8 @@ def _in_environment(env: dict[str, str], target: Any, *args: Any) -> None:
 def _process(target: Any, args: tuple[Any, ...]) -> Any:
     """A worker process (not started) running ``target(*args)`` as :func:`_in_environment`."""
     return _SPAWN.Process(target=_in_environment, args=(dict(os.environ), target, *args))
+
+
 _PROCESS_TIMEOUT = 120
 
 
@@ -689,8 +691,9 @@ class JobLockContract:
 
     def test_held_lock_is_refused_naming_the_holder(self, lock: JobLock) -> None:
         lease = lock.acquire(JOB, ttl_s=60)
-        with pytest.raises(LockHeldError, match=f"pid {os.getpid()}"):
+        with pytest.raises(LockHeldError, match=f"pid {os.getpid()}") as refused:
             lock.acquire(JOB, ttl_s=60)
+        assert refused.value.holder == lease  # the holder itself, for callers to show
         other = lock.acquire("another-job", ttl_s=60)  # jobs lock independently
         lock.release(other)
         lock.release(lease)

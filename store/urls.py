@@ -128,6 +128,21 @@ def is_local(url: str) -> bool:
     return not _SCHEME.match(url) or url.lower().startswith("file://")
 
 
+def split_scheme(url: str) -> tuple[str, str]:
+    """``(scheme, rest)`` of a URL that is not local: ``("s3", "bucket/key")``.
+
+    Only the scheme is cut off: an object key may hold ``?`` or ``#``, which a URL parser
+    would take for a query or a fragment.
+
+    Raises:
+        ConfigurationError: for a local path (see :func:`is_local`).
+    """
+    if is_local(url):
+        raise ConfigurationError(f"{url!r} is a local path, not a URL with a scheme")
+    scheme, rest = url.split("://", 1)
+    return scheme, rest
+
+
 def local_path(url: str) -> str:
     """The path of a bare path or ``file://`` URL, absolute and normalized (no symlinks
     resolved: two spellings of one directory through a symlink stay different)."""

@@ -18,7 +18,7 @@ error that stops the whole run (the store unreachable while listing) is printed 
 ``crashdriver: error: ...`` on stderr, exit 1.
 
 ``--lock URL --ttl S`` takes the job lock first, exactly as ``commitpub run`` does
-(``jobs.run.hold_job_lock``: acquire, fence the commit store, renew in the background) and
+(``jobs.locking``: acquire, fence the commit store, renew in the background) and
 publishes under its fencing token; a run that loses the lock (a takeover while it was
 stopped) prints ``crashdriver: lost the job lock: ...`` on stderr and exits 75, as
 ``commitpub`` does. ``--hide DATASET`` moves that dataset's first staged file aside after
@@ -37,7 +37,8 @@ from collections.abc import Iterator
 import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from jobs.run import EXIT_LOCKED, hold_job_lock
+from jobs.exitcodes import ExitCode
+from jobs.locking import fence, held_lock
 from publisher import Publisher, RetryPolicy, to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError
@@ -113,7 +114,7 @@ def _lock(args: argparse.Namespace) -> Iterator[LeaseKeeper | None]:
     if args.lock is None:
         yield None
         return
-    with hold_job_lock(JOB, args.lock, args.store, args.ttl) as keeper:
+    with held_lock(JOB, args.lock, args.ttl) as keeper:
         yield keeper
 
 
@@ -132,6 +133,8 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
         stores=[args.watermarks],
     )
     try:
+        if keeper is not None:
+            fence(pub, keeper)  # before anything of the job is read, as commitpub does
         if args.command == "discard":
             return {"discard": to_json(pub.discard(args.dataset))}, True
         recovery = pub.recover()
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> int:
     except (FencedError, LockHeldError) as e:
         what = "lost the job lock" if isinstance(e, FencedError) else "the job lock is held"
         print(f"crashdriver: {what}: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_LOCKED
+        return ExitCode.LOCKED
     except CommitPubError as e:
         print(f"crashdriver: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

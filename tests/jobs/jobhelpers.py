@@ -152,6 +152,8 @@ def _toml(value: Any) -> str:
         return "{ " + ", ".join(f'"{k}" = {_toml(v)}' for k, v in value.items()) + " }"
     if isinstance(value, str):
         return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return str(value)
 
 

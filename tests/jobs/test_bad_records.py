@@ -13,7 +13,8 @@ from jobhelpers import Landing, commitpub, output_rows, write_job
 from pyspark.sql import SparkSession
 
 from jobs.config import load_config
-from jobs.run import error_text, run_job
+from jobs.errors import error_text
+from jobs.run import run_job
 from jobs.sources import BadRecordError, LandingSource, SourceDataError, _read_slice, _Slice
 from store import open_watermarks
 from store.errors import ConfigurationError
@@ -176,7 +177,7 @@ def test_skip_moves_the_watermark_past_a_range_of_bad_lines_only(
 
     assert report.exit_code == 0, report.error or report.errors
     assert report.published == ["d"]
-    assert report.staged["d"].skipped.count == 2
+    assert report.staged["d"].bad_records_skipped == 2
     assert report.staged["d"].files == 0
     assert open_watermarks(config.watermarks_url).get("d", "0") == 6
     assert len(output_rows(tmp_path / "output", "d")) == 3

@@ -11,7 +11,8 @@ from jobhelpers import commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.config import apply_s3, load_config
+from jobs.config import JobConfig, apply_s3, load_config
+from jobs.locking import open_publisher
 from jobs.sources import LandingSource
 from store import open_store
 from store.errors import ConfigurationError
@@ -110,6 +111,14 @@ def test_missing_required_keys_are_errors_naming_the_key(
     assert named in str(info.value)
 
 
+def test_a_key_where_a_table_belongs_is_named(tmp_path: Path) -> None:
+    path = write_job(tmp_path)
+    text = path.read_text()
+    path.write_text('store = "x"\n' + text.replace('[store]\nurl = "state/steps"\n', ""))
+    with pytest.raises(ConfigurationError, match=r"'store' must be a table, got 'x' \(str\)"):
+        load_config(path)
+
+
 def test_missing_table_is_named(tmp_path: Path) -> None:
     path = write_job(tmp_path)
     text = path.read_text()
@@ -133,6 +142,33 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
         ({"job": {"name": ""}}, "job.name"),
         ({"s3": {"endpoint_url": "s3.local:9000"}}, "'s3.endpoint_url' must be an http"),
         ({"s3": {"endpoint_url": "http://key:secret@s3.local"}}, "s3.endpoint_url"),
+        (
+            {"output": {"path": "output", "partition_by": "day"}},
+            "'output.partition_by' must be an array of strings",
+        ),
+        (
+            {"output": {"path": "output", "partition_by": ["ts_date"]}},
+            "'output.partition_by' names 'ts_date', the date column",
+        ),
+        (
+            {"output": {"path": "output", "partition_by": ["a", "a"]}},
+            "'output.partition_by' names a column twice",
+        ),
+        (
+            {"output": {"path": "output", "max_records_per_file": 0}},
+            "'output.max_records_per_file' must be >= 1, got 0",
+        ),
+        (
+            {"output": {"path": "output", "compression": "lzo"}},
+            "'output.compression' must be one of 'none', 'snappy', 'gzip', 'zstd', got 'lzo'",
+        ),
+        (
+            {"source": {"path": "l", "transform": "usertransforms:NOT_A_FUNCTION"}},
+            "'source.transform': 'usertransforms:NOT_A_FUNCTION' is not a function",
+        ),
+        ({"source": {"path": "l", "transform": "nosuch:f"}}, "'source.transform': cannot import"),
+        ({"source": {"path": "l", "transform": "f"}}, "'source.transform' must be a dotted name"),
+        ({"spark": {"conf": {"spark.x": [1]}}}, "'spark.conf.spark.x' must be a string, number"),
     ],
 )
 def test_bad_values_are_errors_naming_the_key(
@@ -254,6 +290,14 @@ def test_a_user_source_class_by_dotted_name(tmp_path: Path) -> None:
     assert issubclass(source_class(config.source.type), LandingSource)
 
 
+def _claim(config: JobConfig) -> None:
+    pub = open_publisher(config)
+    try:
+        pub.claim_staging()
+    finally:
+        pub.close()
+
+
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command gets as far as starting Spark."""
@@ -297,8 +341,8 @@ def test_a_lock_whose_tokens_went_back_is_a_configuration_error(tmp_path: Path) 
 @pytest.mark.usefixtures("no_spark")
 def test_two_jobs_cannot_share_a_staging_path(tmp_path: Path) -> None:
     first = load_config(write_job(tmp_path))
-    jobs.run.claim_staging(first)
-    jobs.run.claim_staging(first)  # its own mark: fine, again and again
+    _claim(first)
+    _claim(first)  # its own mark: fine, again and again
     other_dir = tmp_path / "other"
     other_dir.mkdir()
     path = write_job(
@@ -338,7 +382,7 @@ def test_an_unmarked_staging_path_that_holds_entries_is_refused(tmp_path: Path) 
     # Empty: taken and marked.
     (tmp_path / "staging" / "someone-elses" / "data").unlink()
     (tmp_path / "staging" / "someone-elses").rmdir()
-    jobs.run.claim_staging(config)
+    _claim(config)
     assert (tmp_path / "staging" / ".commitpub-job").read_text() == "test-job"
 
 

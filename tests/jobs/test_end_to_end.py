@@ -88,7 +88,7 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
     assert last.recovery is not None
     assert last.recovery.orphans_deleted == (str(tmp_path / "staging" / "run3~t3"),)
     assert last.recovery.staging_warnings == ()
-    assert all(d.pid != last.driver_pid for d in last.recovery.datasets)
+    assert all(d.pid != last.driver.pid for d in last.recovery.datasets)
 
     checked = assert_exactly_once(
         tmp_path / "landing", tmp_path / "output", config.watermarks_url, DATASETS

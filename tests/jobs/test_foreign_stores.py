@@ -16,7 +16,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
 from jobs.cli import main
 from jobs.config import load_config
-from jobs.run import open_publisher
+from jobs.locking import open_publisher
 from jobs.spark import SparkRunner
 from publisher import Outcome
 from store import open_store

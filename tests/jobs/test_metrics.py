@@ -4,7 +4,9 @@ endpoint (a local server that records what it is sent)."""
 from __future__ import annotations
 
 import http.server
+import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +18,8 @@ from jobhelpers import write_job
 import commitsteps
 from commitsteps import WatermarkCommitStep
 from jobs.config import JobConfig, load_config
-from jobs.metrics import Sample, export, render
-from jobs.run import RunReport, StagedInfo
+from jobs.metrics import export
+from jobs.report import RunReport, StagedInfo, write_report
 from store import open_store
 from store.errors import ConfigurationError
 
@@ -44,17 +46,21 @@ def _config(tmp_path: Path, **metrics: str) -> JobConfig:
     return load_config(write_job(tmp_path, metrics=metrics))
 
 
-def test_render_writes_help_and_type_once_and_escapes_labels() -> None:
-    text = render(
-        [
-            Sample("m", "A metric.", 1, {"job": 'a"b\\c'}),
-            Sample("m", "A metric.", 2.5, {"job": "x\ny"}),
-        ]
-    )
-    assert text.count("# HELP m A metric.") == 1
-    assert text.count("# TYPE m gauge") == 1
-    assert 'm{job="a\\"b\\\\c"} 1.0' in text
-    assert 'm{job="x\\ny"} 2.5' in text
+def test_textfile_has_help_and_type_once_per_metric_and_escapes_labels(tmp_path: Path) -> None:
+    prom = tmp_path / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    report = _report(exit_ok=True)
+    report.staged['a"b\\c'] = StagedInfo("/s/1", {}, bad_records_skipped=1)
+    report.staged["x\ny"] = StagedInfo("/s/2", {}, bad_records_skipped=2)
+
+    export(config, report)
+
+    text = prom.read_text()
+    name = "commitpub_last_run_bad_records_skipped"
+    assert text.count(f"# HELP {name} ") == 1
+    assert text.count(f"# TYPE {name} gauge") == 1
+    assert f'{name}{{commitpub_job="test-job",dataset="a\\"b\\\\c"}} 1.0' in text
+    assert f'{name}{{commitpub_job="test-job",dataset="x\\ny"}} 2.0' in text
 
 
 def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
@@ -66,7 +72,7 @@ def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
     store.put_sequence(config.name, "pending", [commitsteps.dumps(_step(config))])
     store.set_status(config.name, "pending", {"attempts": 3, "quarantined": True})
 
-    export(config, _report(exit_ok=True).to_dict())
+    export(config, _report(exit_ok=True))
     first = _values(prom.read_text())
     job = 'commitpub_job="test-job"'
     assert first[f"commitpub_last_run_exit_code{{{job}}}"] == 0
@@ -78,12 +84,35 @@ def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
     success = first[f"commitpub_last_success_timestamp_seconds{{{job}}}"]
     assert success > 1.7e9
 
-    export(config, _report(exit_ok=False).to_dict())
+    export(config, _report(exit_ok=False))
     second = _values(prom.read_text())
     assert second[f"commitpub_last_run_exit_code{{{job}}}"] == 1
     assert second[f"commitpub_last_success_timestamp_seconds{{{job}}}"] == success
     assert second[f"commitpub_last_run_timestamp_seconds{{{job}}}"] >= success
     assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]  # no temp file left
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o000, 0o644), (0o022, 0o644), (0o027, 0o640)])
+def test_the_report_and_the_textfile_are_never_more_open_than_0644_less_the_umask(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    prom = tmp_path / "textfile" / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    report = _report(exit_ok=True)
+    old = os.umask(umask)
+    try:
+        # Twice: a file replaced gets the mode of a new one, not the old one's.
+        for _ in range(2):
+            export(config, report)
+            written = Path(write_report(report, str(tmp_path / "reports")))
+    finally:
+        os.umask(old)
+    assert {p: stat.S_IMODE(p.stat().st_mode) for p in (prom, written)} == {
+        prom: mode,
+        written: mode,
+    }
+    assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]
+    assert [p.name for p in written.parent.iterdir()] == ["r1-run.json"]
 
 
 def _step(config: JobConfig) -> WatermarkCommitStep:
@@ -123,7 +152,7 @@ def test_push_posts_the_run_to_the_pushgateway_group_of_the_job(
 ) -> None:
     url, received = gateway
     config = _config(tmp_path, pushgateway=url)
-    export(config, _report(exit_ok=False).to_dict())
+    export(config, _report(exit_ok=False))
     [(method, path, body)] = received
     assert method == "POST"  # replaces only the names sent: the last success stays
     assert path == "/metrics/job/commitpub/commitpub_job/test-job"
@@ -137,7 +166,7 @@ def test_an_unreachable_pushgateway_does_not_fail_the_run(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = _config(tmp_path, pushgateway="http://127.0.0.1:9")  # discard port: refused
-    export(config, _report(exit_ok=True).to_dict())
+    export(config, _report(exit_ok=True))
     assert "push to http://127.0.0.1:9 failed" in caplog.text
 
 

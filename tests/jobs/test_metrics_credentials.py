@@ -17,7 +17,7 @@ from jobhelpers import write_job
 
 from jobs.config import load_config
 from jobs.metrics import export
-from jobs.run import RunReport
+from jobs.report import RunReport
 from store.errors import ConfigurationError
 
 USER, PASSWORD, TOKEN = "pushuser", "pw-s3cr3t/9", "tok-3f9a1c"
@@ -78,8 +78,8 @@ def _gateway(port: int) -> str:
     return f"http://{USER}:pw-s3cr3t%2F9@127.0.0.1:{port}/gw?token={TOKEN}"
 
 
-def _report() -> dict[str, Any]:
-    return RunReport("test-job", "r1", "run", "2025-01-01T00:00:00+00:00").to_dict()
+def _report() -> RunReport:
+    return RunReport("test-job", "r1", "run", "2025-01-01T00:00:00+00:00")
 
 
 def _no_secret(text: str) -> None:

@@ -18,8 +18,9 @@ from jobhelpers import write_job
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from jobs.cli import _Bars, _fancy, main
+from jobs.cli import _fancy, main
 from jobs.config import JobConfig, load_config
+from jobs.progress import Bars
 from publisher import DatasetStatus, Discarding, Outcome, Publisher
 from publisher import status as status_record
 from publisher.recovery import recover_one
@@ -391,7 +392,7 @@ def test_progress_bars_on_a_terminal_one_bar_per_phase() -> None:
     with RichProgress(
         TextColumn("{task.description}"), MofNCompleteColumn(), console=console
     ) as bars:
-        say = _Bars(bars)
+        say = Bars(bars)
         say("recovering pending commits in Spark tasks", 0, 2)
         say("recovering pending commits in Spark tasks", 2, 2)
         say("extracting: orders (2 partitions)", 0, 2)

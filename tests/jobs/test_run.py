@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 import usersources
 from jobhelpers import Landing, assert_exactly_once, output_rows, write_job
@@ -191,3 +192,50 @@ def test_what_staging_holds_besides_the_jobs_runs_is_reported_and_left_alone(
         ".commitpub-job",
         "copied-by-hand",
     ]
+
+
+def test_transform_partition_by_file_size_and_compression_from_the_job_file(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path, ("orders",))
+    output = {
+        "path": "output",
+        "partition_by": ["bucket"],
+        "max_records_per_file": 7,
+        "compression": "zstd",
+    }
+    source = {"path": "landing", "time_field": "ts", "transform": "usertransforms:add_bucket"}
+    config = load_config(write_job(tmp_path, source=source, output=output))
+
+    report = run_job(config, spark=spark, run_id="r1")
+
+    assert report.exit_code == 0, report.error
+    rows = output_rows(tmp_path / "output", "orders")
+    assert len(rows) == 100
+    assert all(r["bucket"] == r["serial"] % 2 and r["dataset_name"] == "orders" for r in rows)
+    files = list((tmp_path / "output" / "orders").rglob("*.parquet"))
+    # The time field's date first, then the job's own partition columns.
+    assert {(f.parent.parent.name[:8], f.parent.name[:7]) for f in files} == {
+        ("ts_date=", "bucket=")
+    }
+    footers = [pq.read_metadata(f) for f in files]
+    assert max(m.num_rows for m in footers) <= 7
+    assert sum(m.num_rows for m in footers) == 100 == report.staged["orders"].rows
+    assert {m.row_group(0).column(0).compression for m in footers} == {"ZSTD"}
+
+
+def test_a_transform_that_returns_no_dataframe_is_a_configuration_error(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _landing(tmp_path, ("orders",))
+    source = {"path": "landing", "transform": "usertransforms:returns_nothing"}
+    config = load_config(write_job(tmp_path, source=source))
+
+    report = run_job(config, spark=spark, run_id="r1")
+
+    assert report.exit_code == 2
+    assert "key 'source.transform': usertransforms:returns_nothing returned NoneType" in (
+        report.error or ""
+    )
+    assert not (tmp_path / "output").exists()
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [".commitpub-job"]

@@ -54,6 +54,9 @@ def test_job_runs_recovers_and_publishes_exactly_once_on_s3(
     )
 
     assert _run(job, "run", log=tmp_path / "run1.log") == 0, (tmp_path / "run1.log").read_text()
+    [first] = [json.loads(p.read_text()) for p in (tmp_path / "reports").glob("*-run.json")]
+    # Rows are counted from the staged files' footers on the object store too.
+    assert first["counts"]["staged_rows"] == len(DATASETS) * 2 * 120
 
     for dataset in DATASETS:
         landing.append(dataset, "1", 60, new_segment=True)

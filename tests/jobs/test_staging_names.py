@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.run import _write_task
+from jobs.writing import WriteOptions, _write_task
 
 
 class _Row:
@@ -23,7 +23,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
 
 def _write(directory: Path, write_id: str, ids: range) -> None:
     rows = iter([_Row(id=i, day="2026-11-24") for i in ids])
-    assert list(_write_task(str(directory), ("day",), SCHEMA, write_id, 0, rows)) == [1]
+    assert list(
+        _write_task(str(directory), WriteOptions(partition_by=("day",)), SCHEMA, write_id, 0, rows)
+    ) == [1]
 
 
 def _staged(directory: Path) -> list[str]:

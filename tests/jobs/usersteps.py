@@ -29,6 +29,7 @@ class DoneMarkerStep(commitsteps.CommitStep):
     def execute(self) -> None:
         if self.verify():
             return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
             f.write(f"{self.content}\n{socket.gethostname()} {os.getpid()}\n")

@@ -1,0 +1,747 @@
+"""``jobs.Batch``: your own PySpark job, published exactly once.
+
+::
+
+    import jobs
+
+    with jobs.Batch(spark, "orders-ingest", store="state/steps", watermarks="state/wm",
+                    staging="staging", output="warehouse") as batch:
+        last = batch.committed("orders", "p0")          # None before the first commit
+        df = spark.read.parquet("landing/orders").where(F.col("offset") >= (last or 0))
+        high = df.agg(F.max("offset")).first()[0] + 1
+        batch.stage("orders", df, partition_by=["day"], watermarks={"p0": high})
+        batch.add_steps("orders", [SuccessMarkerStep("warehouse/orders/_DONE", "ok")])
+    sys.exit(batch.report.exit_code)
+
+Entering the block checks the stores' durability, takes the job lock (another live holder:
+:class:`~store.errors.LockHeldError`, nothing changed), fences the commit store, claims the
+staging path and recovers this job's pending commits in Spark tasks, as ``commitpub run``
+does. In the block, :meth:`Batch.stage` writes each DataFrame into this run's own staging
+directory. Leaving the block normally publishes every staged dataset: one sealed
+write-ahead each (renames of the staged files, the watermark moves, the user's steps),
+executed in Spark tasks. An exception in the block aborts: the staged files are deleted,
+nothing is written ahead, the watermarks stay, and the exception goes on. Either way the
+lock is released and the JSON report and metrics are written; ``batch.report`` is that
+report (``exit_code`` as ``commitpub run`` would exit).
+
+The TOML runner (:mod:`jobs.run`) is a Batch driven by a job file and a Source.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+import commitsteps
+from commitsteps import CommitStep
+from jobs.commits import Mark, StagedDataset, join
+from jobs.config import BatchConfig, batch_config
+from jobs.errors import (
+    BatchArgumentError,
+    DatasetPendingError,
+    DatasetQuarantinedError,
+    ExtractError,
+    error_text,
+)
+from jobs.exitcodes import ExitCode, for_error
+from jobs.locking import check_durable, fence, held_lock, open_publisher
+from jobs.metrics import export as export_metrics
+from jobs.progress import Progress, on_terminal, showing
+from jobs.report import RunReport, StagedInfo, now, write_report
+from jobs.spark import SparkRunner
+from jobs.writing import WriteOptions, writer_for
+from publisher import Outcome, Publisher, staging
+from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
+from store.base import encode_value
+from store.errors import CommitPubError, ConfigurationError, FencedError
+from store.failpoints import failpoint
+from store.urls import encode_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("commitpub.jobs")
+
+
+class BatchStateError(CommitPubError, RuntimeError):
+    """A :class:`Batch` was used outside its ``with`` block, or entered twice."""
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus random hex, e.g. ``20250101T120000Z-3fa9c1``."""
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+class Batch:
+    """One run of your own PySpark job: stage DataFrames, publish them exactly once.
+
+    Args:
+        spark: the job's SparkSession, or a function returning it (called once the lock is
+            held, so a run that finds the lock held never starts Spark).
+        job: the job's name; it names the job's lock, commits and staging.
+        store: the commit store's URL or path (``"state/steps"``, ``"redis://..."``).
+        watermarks: the watermark store's URL or path.
+        staging: this job's staging path; nothing else may be there (recovery deletes the
+            job's run directories in it), and it may not overlap the stores, the output or
+            the reports.
+        output: where datasets are published: ``<output>/<dataset>/``.
+        format: the output format; ``"parquet"``.
+        reports: where run reports go; default: ``reports`` beside a local store (required
+            for a store that is not a local path).
+        lock: where the job lock lives; default: the store's URL.
+        lock_ttl_s: the lock's lease, renewed every third of it (default 120).
+        max_attempts: failed commits of a dataset before it is quarantined (default 3).
+        allow_volatile: run on stores that can forget what they acknowledged (a warning
+            instead of an error).
+        metrics_textfile: a node_exporter textfile to write the run's metrics into.
+        metrics_pushgateway: a Pushgateway to push the run's metrics to.
+        max_records_per_file: split staged files larger than this many records.
+        compression: the Parquet codec: ``"none"``, ``"snappy"``, ``"gzip"``, ``"zstd"``.
+        run_id: names the staging directory and prefixes published files; default: a new
+            one from the time.
+        progress: told of each phase; default: progress bars on a terminal, log lines
+            otherwise.
+
+    Raises:
+        BatchArgumentError: naming the argument (overlapping paths, an unknown format, ...).
+    """
+
+    report: RunReport
+
+    def __init__(
+        self,
+        spark: SparkSession | Callable[[], SparkSession],
+        job: str,
+        *,
+        store: str,
+        watermarks: str,
+        staging: str,
+        output: str,
+        format: str = "parquet",
+        reports: str | None = None,
+        lock: str | None = None,
+        lock_ttl_s: float | None = None,
+        max_attempts: int | None = None,
+        allow_volatile: bool | None = None,
+        metrics_textfile: str | None = None,
+        metrics_pushgateway: str | None = None,
+        max_records_per_file: int | None = None,
+        compression: str | None = None,
+        run_id: str | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        config = batch_config(
+            job,
+            store=store,
+            watermarks=watermarks,
+            staging=staging,
+            output=output,
+            format=format,
+            reports=reports,
+            lock=lock,
+            lock_ttl_s=lock_ttl_s,
+            max_attempts=max_attempts,
+            allow_volatile=allow_volatile,
+            metrics_textfile=metrics_textfile,
+            metrics_pushgateway=metrics_pushgateway,
+            max_records_per_file=max_records_per_file,
+            compression=compression,
+        )
+        self._setup(spark, config, run_id=run_id, progress=progress, command="run")
+
+    @classmethod
+    def from_config(
+        cls,
+        spark: SparkSession | Callable[[], SparkSession],
+        config: BatchConfig,
+        *,
+        run_id: str | None = None,
+        progress: Progress | None = None,
+        command: str = "run",
+    ) -> Batch:
+        """A Batch of checked settings (a job file's :class:`~jobs.config.JobConfig`).
+
+        Args:
+            command: names the report (``<run id>-<command>.json``); ``"recover"`` only
+                recovers: nothing may be staged.
+        """
+        batch = cls.__new__(cls)
+        batch._setup(spark, config, run_id=run_id, progress=progress, command=command)
+        return batch
+
+    def _setup(
+        self,
+        spark: SparkSession | Callable[[], SparkSession],
+        config: BatchConfig,
+        *,
+        run_id: str | None,
+        progress: Progress | None,
+        command: str,
+    ) -> None:
+        if run_id is not None:
+            try:
+                staging.check_run_id(run_id)
+            except ConfigurationError as e:
+                raise config.naming.error(str(e)) from e
+        self.config = config
+        self.run_id = run_id or new_run_id()
+        self.command = command
+        self.writer = writer_for(config.output_format)
+        self.report = RunReport(config.name, self.run_id, command, now())
+        self._spark = spark
+        self._progress = progress
+        self._state = "new"
+        self._stack = ExitStack()
+        self._say: Progress = progress or _quiet
+        self._session: SparkSession | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._pub: Publisher | None = None
+        self._runner: SparkRunner | None = None
+        self._watermarks: WatermarkStore | None = None
+        #: Datasets nothing new may be staged for after recovery, and why.
+        self._held: dict[str, str] = {}
+        self._quarantined: set[str] = set()
+        #: Datasets whose stage() began (staged, or failed half-way), and failed ones.
+        self._attempted: set[str] = set()
+        self._failed: set[str] = set()
+        self._steps: dict[str, list[CommitStep]] = {}
+        self._writes_report = False
+        self._started = time.monotonic()
+        self._block_started = self._started
+
+    # -- entering ----------------------------------------------------------------------------
+
+    def __enter__(self) -> Batch:
+        if self._state != "new":
+            raise BatchStateError("a Batch is entered once; make a new one for the next run")
+        self._state = "entering"
+        self._started = time.monotonic()
+        self.report.started = now()
+        try:
+            self._enter()
+        except BaseException as e:
+            self._finish(e)
+            raise
+        self._state = "open"
+        self._block_started = time.monotonic()
+        return self
+
+    def _enter(self) -> None:
+        stack = self._stack
+        if self._progress is None:
+            self._say = stack.enter_context(showing(on_terminal()))
+        self.report.warnings.extend(check_durable(self.config))
+        # Before Spark starts: a lock held by a live run changes nothing.
+        keeper = self._keeper = stack.enter_context(
+            held_lock(self.config.name, self.config.lock_at, self.config.lock_ttl_s)
+        )
+        self.report.lock_token = keeper.lease.token
+        pub = self._pub = open_publisher(self.config, keeper=keeper)
+        stack.callback(pub.close)
+        fence(pub, keeper)
+        self._claim_staging(pub)
+        watermarks = self._watermarks = open_watermarks(self.config.watermarks_url)
+        stack.callback(watermarks.close)
+        # From here on this run may change things: it reports what it did, whatever happens.
+        self._writes_report = True
+        spark = self._start_spark()
+        runner = self._runner = SparkRunner(spark)
+        pub.runner = runner
+        self._recover(pub, runner)
+        self._hold(pub)
+
+    def _claim_staging(self, pub: Publisher) -> None:
+        try:
+            pub.claim_staging()
+        except ConfigurationError as e:
+            naming = self.config.naming
+            raise naming.error(f"{naming.the('staging.path')}: {e}") from e
+
+    def _start_spark(self) -> SparkSession:
+        if callable(self._spark):
+            self._session = self._spark()
+        else:
+            self._session = self._spark
+        self.report.spark_master = self._session.sparkContext.master
+        return self._session
+
+    def _recover(self, pub: Publisher, runner: SparkRunner) -> None:
+        pending = len(pub.pending())
+        self._say("recovering pending commits in Spark tasks", 0, pending)
+        started = time.monotonic()
+        recovery = pub.recover()
+        self._say("recovering pending commits in Spark tasks", pending, pending)
+        self.report.recovery = recovery
+        self.report.durations_s["recover"] = round(time.monotonic() - started, 3)
+        self.report.tasks["recover"] = list(runner.last_tasks)
+        for d in recovery.datasets:
+            log.info(
+                "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
+            )
+
+    def _hold(self, pub: Publisher) -> None:
+        """Find the datasets that get nothing new in this run: quarantined, or still pending
+        after recovery (their commit failed again)."""
+        pending = {p.dataset for p in pub.pending()}
+        for dataset, status in pub.statuses().items():
+            if status.quarantined:
+                self._quarantined.add(dataset)
+                self._held[dataset] = "quarantined"
+                if dataset not in pending:
+                    # Quarantined by failed extracts: reported as such on every run (exit 3).
+                    self.report.extract_quarantined[dataset] = status.last_error or "quarantined"
+        for dataset in sorted(pending - self._quarantined):
+            self._held[dataset] = "its pending commit failed"
+        self.report.skipped.update(self._held)
+        for dataset, why in sorted(self._held.items()):
+            log.warning("nothing new for %s in this run: %s", dataset, why)
+
+    # -- in the block ------------------------------------------------------------------------
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's SparkSession (started on entering when a factory was given)."""
+        self._require_open("spark")
+        return _opened(self._session)
+
+    @property
+    def held(self) -> Mapping[str, str]:
+        """Datasets nothing new may be staged for in this run, and why: quarantined, or a
+        pending commit that recovery could not finish. Also in ``report.skipped``."""
+        return dict(self._held)
+
+    def committed(self, dataset: str, partition: str) -> JsonScalar:
+        """The committed watermark of a dataset's partition (a JSON scalar), or None when
+        nothing was ever committed there. Pending commits were recovered on entering."""
+        self._require_open("committed")
+        _name(dataset, "dataset")
+        _name(partition, "partition")
+        return _opened(self._watermarks).get(dataset, partition)
+
+    def stage(
+        self,
+        dataset: str,
+        df: DataFrame,
+        *,
+        partition_by: Sequence[str] = (),
+        watermarks: Mapping[str, JsonScalar] | None = None,
+    ) -> StagedInfo:
+        """Write ``df`` into this run's staging as the new data of ``dataset``.
+
+        It is published when the block is left: its files renamed into
+        ``<output>/<dataset>/`` (hive partition directories kept), each partition's
+        watermark moved from its committed value to the one given, in one sealed commit.
+
+        Args:
+            dataset: the dataset; staged once per batch.
+            df: a DataFrame of this batch's SparkSession. One without columns stages
+                nothing and only moves the watermarks.
+            partition_by: columns of ``df`` to partition the files by (hive-style).
+            watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
+
+        Returns:
+            What was staged (files, rows, bytes), also in ``report.staged``.
+
+        Raises:
+            BatchArgumentError: naming the argument, before anything is written: a
+                DataFrame of another session, a dataset staged twice, a watermark that is
+                not a JSON scalar, a ``partition_by`` column ``df`` does not have.
+            DatasetQuarantinedError: if the dataset is quarantined.
+            DatasetPendingError: if its pending commit could not be recovered.
+            FencedError: if this run lost the job lock.
+        """
+        self._require_open("stage")
+        self._check_dataset(dataset, staging=True)
+        _check_frame(df, self.spark)
+        marks = self._marks(dataset, watermarks)
+        columns = _check_partition_by(partition_by, df)
+        self._check_inputs(df)
+        pub = self._publisher
+        pub.require_lock(f"staging {dataset!r}")
+        self._attempted.add(dataset)
+        if self.report.run_dir is None:
+            # Marked with this run's token before Spark writes a byte into it.
+            self.report.run_dir = pub.create_run_dir(self.run_id)
+        directory = join(self.report.run_dir, encode_name(dataset, "dataset"))
+        partitions = {m.partition: (m.previous, m.value) for m in marks}
+        # A record always has columns: no column, no record. Parquet cannot hold an empty
+        # schema; nothing is staged and the commit only moves the watermarks.
+        info = StagedInfo(directory, partitions, empty=True)
+        if df.columns:
+            options = WriteOptions(
+                columns, self.config.max_records_per_file, self.config.compression
+            )
+            written = self.writer.write(df, directory, options)
+            info = StagedInfo(
+                directory,
+                partitions,
+                files=written.files,
+                rows=written.rows,
+                bytes=written.bytes,
+                empty=written.files == 0,
+            )
+        self.report.staged[dataset] = info
+        failpoint("run.dataset_staged")
+        return info
+
+    def add_steps(self, dataset: str, steps: Sequence[CommitStep]) -> None:
+        """Add your own registered steps to the dataset's commit.
+
+        They are written ahead with it and run after its renames and watermark steps, by
+        their ``phase`` (steps run in ascending phase, in written order within one: a step
+        of phase 0, the default, runs after the renames and before the watermarks; give it
+        ``phase = 2`` to run after the watermarks). A dataset may get steps without being
+        staged: its commit is then those steps.
+
+        Raises:
+            BatchArgumentError: naming the step: not a CommitStep, not registered
+                (``@commitsteps.register``), not serializable, or defined in ``__main__``
+                (executors could not import it to recover the commit).
+            DatasetQuarantinedError: if the dataset is quarantined.
+            DatasetPendingError: if its pending commit could not be recovered.
+        """
+        self._require_open("add_steps")
+        self._check_dataset(dataset, staging=False)
+        if isinstance(steps, CommitStep) or not isinstance(steps, Sequence):
+            raise BatchArgumentError(
+                f"argument 'steps' must be a list of CommitSteps, got {type(steps).__name__}"
+            )
+        for i, step in enumerate(steps):
+            _check_step(step, f"steps[{i}]")
+        self._steps.setdefault(dataset, []).extend(steps)
+
+    def fail(self, dataset: str, error: BaseException) -> None:
+        """Record that the extract of ``dataset`` failed; nothing of it is published.
+
+        Counted like a failed commit: after ``max_attempts`` failures in a row the dataset
+        is quarantined (exit 3 on every run) until ``commitpub retry`` or ``discard``; a
+        publish that succeeds clears the count. The run reports it failed (exit 1).
+
+        Raises:
+            BatchArgumentError: if the dataset was staged in this batch.
+        """
+        self._require_open("fail")
+        _name(dataset, "dataset")
+        if dataset in self.report.staged or dataset in self._steps:
+            raise BatchArgumentError(
+                f"argument 'dataset': {dataset!r} was staged in this batch; it cannot fail now"
+            )
+        text = error_text(error)
+        self._failed.add(dataset)
+        # The status keeps the telling line (file and line of a bad record), not a wrapper.
+        counted = self._publisher.record_failure(dataset, ExtractError(text))
+        if counted.outcome == Outcome.QUARANTINED:
+            self.report.extract_quarantined[dataset] = text
+            log.error("extract of %s failed, quarantined: %s", dataset, text)
+        else:
+            self.report.extract_failed[dataset] = text
+            log.error("extract of %s failed: %s", dataset, text)
+
+    def bad_records(self, dataset: str, count: int, first: str | None = None) -> None:
+        """Report that the extract of a staged dataset skipped ``count`` bad records
+        (``first``: the first one's error), in the run report and metrics."""
+        self._require_open("bad_records")
+        if dataset not in self.report.staged:
+            raise BatchArgumentError(f"argument 'dataset': {dataset!r} was not staged")
+        info = self.report.staged[dataset]
+        self.report.staged[dataset] = attrs.evolve(
+            info, bad_records_skipped=count, first_bad_record=first
+        )
+
+    # -- leaving -----------------------------------------------------------------------------
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "open":
+            return
+        self._state = "leaving"
+        self.report.durations_s["extract"] = round(time.monotonic() - self._block_started, 3)
+        error = exc
+        try:
+            if exc is None:
+                self._publish()
+            else:
+                self._abort(exc)
+        except BaseException as e:  # reported; an interruption still goes on
+            error = e
+            if not isinstance(e, Exception):
+                self._finish(e)
+                raise
+        self._finish(error)  # an exception of the block goes on from here
+
+    def _publish(self) -> None:
+        pub, runner = self._publisher, _opened(self._runner)
+        staged, steps = self.report.staged, self._steps
+        if self.command != "run" and not staged and not steps:
+            return  # recover only
+        if not staged and not steps:
+            self.report.durations_s["publish"] = 0.0
+            self._say("nothing new to publish")
+            self._finish_run_dir()
+            return
+        failpoint("run.before_publish")
+        datasets = sorted({*staged, *steps})
+        self._say("writing ahead and publishing in Spark tasks", 0, len(datasets))
+        started = time.monotonic()
+        sequences: dict[str, Any] = {}
+        for dataset in datasets:
+            extra = tuple(steps.get(dataset, ()))
+            info = staged.get(dataset)
+            if info is None:
+                sequences[dataset] = extra
+                continue
+            staged_dataset = StagedDataset(
+                dataset=dataset,
+                staging_dir=info.directory,
+                output_dir=join(self.config.output, encode_name(dataset, "dataset")),
+                run_id=self.run_id,
+                watermarks_url=self.config.watermarks_url,
+                marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
+                empty=info.empty,
+                extra=extra,
+            )
+            sequences[dataset] = self.writer.commit(staged_dataset)
+        try:
+            self.report.publish = pub.publish(
+                sequences, staging_dirs={d: info.directory for d, info in staged.items()}
+            )
+        finally:
+            # Also after a crashed publish task: what the store holds sealed was written ahead.
+            self.report.durations_s["publish"] = round(time.monotonic() - started, 3)
+            self.report.tasks["publish"] = list(runner.last_tasks)
+            self.report.written_ahead = self._written_ahead(datasets)
+        self._say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
+        for d in self.report.publish.datasets:
+            log.info(
+                "publish: %s %s (%d steps)%s",
+                d.dataset,
+                d.outcome,
+                d.steps,
+                f": {d.error}" if d.error else "",
+            )
+        self._finish_run_dir()
+
+    def _written_ahead(self, datasets: Sequence[str]) -> list[str]:
+        published = set(self.report.publish.published) if self.report.publish else set()
+        try:
+            sealed = set(self._publisher.sealed())
+        except Exception as e:  # the report says what is known; the store may be away
+            log.warning("could not tell which commits are sealed: %s", e)
+            sealed = set()
+        return sorted(d for d in datasets if d in published or d in sealed)
+
+    def _finish_run_dir(self) -> None:
+        if self.report.run_dir is not None:
+            self._publisher.finish_run_dir(self.report.run_dir)
+
+    def _abort(self, exc: BaseException) -> None:
+        """Delete what this run staged; nothing was written ahead."""
+        log.error("the batch block raised %s; nothing is published", error_text(exc))
+        if self.report.run_dir is None:
+            return
+        try:
+            self._publisher.delete_run_dir(self.report.run_dir)
+        except Exception as e:  # the next recovery sweeps what is left
+            log.warning(
+                "could not delete this run's staging %s (the next recovery sweeps it): %s",
+                self.report.run_dir,
+                e,
+            )
+
+    def _finish(self, error: BaseException | None) -> None:
+        """Put ``error`` in the report, write the report and metrics, release the lock."""
+        report = self.report
+        if error is not None and report.error is None:
+            self._record_error(error)
+        report.durations_s["total"] = round(time.monotonic() - self._started, 3)
+        keeper = self._keeper
+        if keeper is not None and keeper.lost is not None and report.error is None:
+            report.error = f"lost the job lock during the run: {keeper.lost}"
+            report.error_exit_code = ExitCode.LOCKED
+        report.finished = now()
+        try:
+            if self._writes_report:
+                write_report(report, self.config.reports)
+                export_metrics(self.config, report)
+        finally:
+            self._state = "closed"
+            self._stack.close()
+
+    def _record_error(self, error: BaseException) -> None:
+        report = self.report
+        report.error_exit_code = for_error(error)
+        if not isinstance(error, Exception):
+            report.error = "interrupted"
+        elif isinstance(error, ConfigurationError | FencedError):
+            report.error = f"{type(error).__name__}: {error}"
+        else:
+            report.error = error_text(error)
+        if isinstance(error, FencedError):
+            log.error("another run took the job over; this run stops: %s", error)
+        elif self._state != "entering" or self._writes_report:
+            log.error("%s failed: %s", report.command, report.error)
+
+    # -- checks ------------------------------------------------------------------------------
+
+    @property
+    def _publisher(self) -> Publisher:
+        return _opened(self._pub)
+
+    def _require_open(self, what: str) -> None:
+        if self._state != "open":
+            raise BatchStateError(
+                f"Batch.{what}() is used inside the with block (the batch is {self._state})"
+            )
+
+    def _check_dataset(self, dataset: str, *, staging: bool) -> None:
+        _name(dataset, "dataset")
+        if self.command != "run":
+            raise BatchArgumentError(f"a {self.command} batch stages nothing")
+        if dataset in self._quarantined:
+            raise DatasetQuarantinedError(
+                f"dataset {dataset!r} of job {self.config.name!r} is quarantined: nothing new "
+                "is ingested for it until `commitpub retry` or `commitpub discard` (see "
+                "`commitpub status`)"
+            )
+        if dataset in self._held:
+            raise DatasetPendingError(
+                f"dataset {dataset!r} of job {self.config.name!r} still has a pending commit "
+                "that recovery could not finish; nothing new is published ahead of it"
+            )
+        if dataset in self._failed:
+            raise BatchArgumentError(
+                f"argument 'dataset': {dataset!r} was reported failed in this batch"
+            )
+        if staging and dataset in self._attempted:
+            raise BatchArgumentError(
+                f"argument 'dataset': {dataset!r} was staged already in this batch; stage "
+                "each dataset once (union the DataFrames first)"
+            )
+
+    def _marks(self, dataset: str, watermarks: Mapping[str, JsonScalar] | None) -> list[Mark]:
+        if watermarks is None:
+            return []
+        if not isinstance(watermarks, Mapping):
+            raise BatchArgumentError(
+                "argument 'watermarks' must be a mapping of partition to watermark, got "
+                f"{type(watermarks).__name__}"
+            )
+        marks = []
+        for partition, value in watermarks.items():
+            _name(partition, "watermarks", "a partition name")
+            _check_scalar(value, f"watermarks[{partition!r}]")
+            marks.append(Mark(partition, self.committed(dataset, partition), value))
+        return marks
+
+    def _check_inputs(self, df: DataFrame) -> None:
+        """Refuse a DataFrame that reads from this job's staging: recovery deletes there."""
+        try:
+            files = df.inputFiles()
+        except Exception:  # sources that cannot list their files are not in staging
+            return
+        root = self.config.staging.rstrip("/") + "/"
+        local = f"file://{root}" if not root.startswith("file://") else root
+        inside = [f for f in files if f.startswith((root, local))]
+        if inside:
+            raise BatchArgumentError(
+                f"argument 'df' reads from the staging path {self.config.staging} "
+                f"({inside[0]}): recovery deletes there; read the source, not staging"
+            )
+
+
+T = TypeVar("T")
+
+
+def _opened(part: T | None) -> T:
+    """A part of the batch made on entering."""
+    if part is None:
+        raise BatchStateError("the batch was not entered")
+    return part
+
+
+def _quiet(line: str, done: int | None = None, total: int | None = None) -> None:
+    """The progress of a batch before it chose how to show it."""
+
+
+def _name(value: Any, argument: str, what: str = "a non-empty string") -> str:
+    if not isinstance(value, str) or not value:
+        raise BatchArgumentError(f"argument '{argument}' must be {what}, got {value!r}")
+    try:
+        return encode_name(value, argument)
+    except ConfigurationError as e:
+        raise BatchArgumentError(f"argument '{argument}': {e}") from e
+
+
+def _check_scalar(value: Any, argument: str) -> None:
+    try:
+        encode_value(value)
+    except (TypeError, ValueError) as e:
+        raise BatchArgumentError(
+            f"argument '{argument}' must be a JSON scalar (string, number, boolean or None), "
+            f"got {value!r}: {e}"
+        ) from e
+
+
+def _check_frame(df: Any, spark: SparkSession) -> None:
+    from pyspark.sql import DataFrame
+
+    if not isinstance(df, DataFrame):
+        raise BatchArgumentError(f"argument 'df' must be a DataFrame, got {type(df).__name__}")
+    session = df.sparkSession
+    if session is not spark and not session._jsparkSession.equals(spark._jsparkSession):
+        raise BatchArgumentError(
+            "argument 'df' is a DataFrame of another SparkSession than the batch's: build it "
+            "from the session given to jobs.Batch"
+        )
+
+
+def _check_partition_by(partition_by: Any, df: DataFrame) -> tuple[str, ...]:
+    if isinstance(partition_by, str) or not isinstance(partition_by, Sequence):
+        raise BatchArgumentError(
+            f"argument 'partition_by' must be a list of column names, got {partition_by!r}"
+        )
+    columns = tuple(partition_by)
+    for column in columns:
+        if not isinstance(column, str) or column not in df.columns:
+            raise BatchArgumentError(
+                f"argument 'partition_by' names {column!r}, which is not a column of df "
+                f"(columns: {', '.join(df.columns) or 'none'})"
+            )
+    if len(set(columns)) != len(columns):
+        raise BatchArgumentError(f"argument 'partition_by' names a column twice: {list(columns)}")
+    if columns and len(columns) == len(df.columns):
+        raise BatchArgumentError(
+            "argument 'partition_by' names every column of df: no column would be left in the files"
+        )
+    return columns
+
+
+def _check_step(step: Any, argument: str) -> None:
+    if not isinstance(step, CommitStep):
+        raise BatchArgumentError(
+            f"argument '{argument}' must be a CommitStep, got {type(step).__name__}"
+        )
+    cls = type(step)
+    try:
+        commitsteps.tag_of(cls)
+        commitsteps.dumps(step)
+    except (CommitPubError, TypeError, ValueError) as e:
+        raise BatchArgumentError(f"argument '{argument}': {e}") from e
+    if cls.__module__ == "__main__":
+        raise BatchArgumentError(
+            f"argument '{argument}': {cls.__name__} is defined in __main__, which Spark "
+            "executors cannot import to recover the commit: define it in a module of its own "
+            "and ship it with the job (--py-files)"
+        )

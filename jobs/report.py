@@ -1,0 +1,241 @@
+"""The run report: what one run (or ``jobs.Batch``) staged, wrote ahead, published,
+recovered, aborted and quarantined, as typed records and as the JSON file every run writes.
+
+The records are attrs classes; one cattrs converter (:data:`converter`) turns them into
+JSON. What is derived (outcome lists, counts, status, exit code) is computed from the
+publisher's reports in one place, the properties of :class:`RunReport`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import posixpath
+import socket
+from typing import Any
+
+import attrs
+import fsspec
+from cattrs.gen import make_dict_unstructure_fn, override
+
+import publisher
+from jobs.exitcodes import ExitCode
+from jobs.files import write_whole
+from jobs.spark import TaskInfo
+from publisher import Outcomes, PublishReport, RecoveryReport
+from store import JsonScalar
+from store.urls import is_local, local_path, redact
+
+log = logging.getLogger("commitpub.jobs")
+
+
+def now() -> str:
+    """The time, UTC, in ISO 8601 to the second, as reports write it."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@attrs.define
+class StagedInfo:
+    """What a run staged for one dataset."""
+
+    directory: str
+    #: Partition -> (committed watermark, the watermark this run moves it to).
+    partitions: dict[str, tuple[JsonScalar, JsonScalar]]
+    files: int = 0
+    rows: int = 0
+    bytes: int = 0
+    #: Nothing was staged (no record): the commit only moves the watermarks.
+    empty: bool = False
+    #: Bad records the extract skipped (``source.bad_records = "skip"``) and the first one.
+    bad_records_skipped: int = 0
+    first_bad_record: str | None = None
+
+
+@attrs.frozen
+class Driver:
+    """Where the run's driver ran."""
+
+    host: str = attrs.field(factory=socket.gethostname)
+    pid: int = attrs.field(factory=os.getpid)
+
+
+@attrs.define
+class RunReport:
+    """What one ``run`` or ``recover`` (or one ``jobs.Batch``) did; :func:`as_json` is the
+    JSON report."""
+
+    job: str
+    run_id: str
+    command: str
+    started: str
+    driver: Driver = attrs.field(factory=Driver)
+    spark_master: str | None = None
+    lock_token: int | None = None
+    finished: str | None = None
+    #: What stopped the run, ``Type: message``; None when it went to its end.
+    error: str | None = None
+    #: The exit code that ``error`` stands for (see :func:`jobs.exitcodes.for_error`).
+    error_exit_code: ExitCode = ExitCode.FAILURE
+    #: What the operator must know though nothing failed: a volatile store allowed by
+    #: ``store.allow_volatile``, a store whose durability could not be told.
+    warnings: list[str] = attrs.field(factory=list)
+    #: This run's directory under the staging path (see publisher.staging), once created.
+    run_dir: str | None = None
+    recovery: RecoveryReport | None = None
+    publish: PublishReport | None = None
+    staged: dict[str, StagedInfo] = attrs.field(factory=dict)
+    extract_failed: dict[str, str] = attrs.field(factory=dict)
+    #: Datasets quarantined without a pending commit (their extract kept failing).
+    extract_quarantined: dict[str, str] = attrs.field(factory=dict)
+    #: Datasets nothing new was ingested for, and why (quarantined, a failed commit).
+    skipped: dict[str, str] = attrs.field(factory=dict)
+    written_ahead: list[str] = attrs.field(factory=list)
+    durations_s: dict[str, float] = attrs.field(factory=dict)
+    tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
+    #: Where the JSON report was written, once it was.
+    path: str | None = None
+
+    @property
+    def outcomes(self) -> Outcomes:
+        """The dataset reports of the recovery and the publish, together."""
+        return Outcomes.of(self.recovery, self.publish)
+
+    @property
+    def recovered(self) -> list[str]:
+        return self.outcomes.recovered
+
+    @property
+    def aborted(self) -> list[str]:
+        return self.outcomes.aborted
+
+    @property
+    def published(self) -> list[str]:
+        return self.outcomes.published
+
+    @property
+    def quarantined(self) -> list[str]:
+        return sorted({*self.outcomes.quarantined, *self.extract_quarantined})
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted({*self.outcomes.failed, *self.extract_failed})
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """The error of each failed dataset (extract, publish or recovery)."""
+        return {**self.outcomes.errors, **self.extract_failed}
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """What ``commitpub`` exits with (see :class:`~jobs.exitcodes.ExitCode`)."""
+        if self.error is not None:
+            return self.error_exit_code
+        if self.failed:
+            return ExitCode.FAILURE
+        if self.quarantined:
+            return ExitCode.PARTIAL
+        return ExitCode.OK
+
+    @property
+    def status(self) -> str:
+        code = self.exit_code
+        if code == ExitCode.LOCKED:
+            return "lost the job lock" if self.lock_token is not None else code.meaning
+        return {
+            ExitCode.OK: "ok",
+            ExitCode.PARTIAL: "partial",
+            ExitCode.CONFIG: "bad configuration",
+        }.get(code, "failed")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        staged = self.staged.values()
+        return {
+            "recovered": len(self.recovered),
+            "aborted": len(self.aborted),
+            "staged_datasets": len(self.staged),
+            "staged_rows": sum(s.rows for s in staged),
+            "staged_files": sum(s.files for s in staged),
+            "bad_records_skipped": sum(s.bad_records_skipped for s in staged),
+            "written_ahead": len(self.written_ahead),
+            "published": len(self.published),
+            "quarantined": len(self.quarantined),
+            "failed": len(self.failed),
+        }
+
+    @property
+    def steps_executed(self) -> int:
+        """Commit steps this run executed, recovering and publishing."""
+        return sum(d.executed for d in self.outcomes.datasets)
+
+
+#: Turns the report's records into JSON-ready data: the publisher's one converter, taught
+#: this layer's records (the publisher's reports inside a run report keep their JSON form).
+# (``import publisher``: its name ``converter`` is also the name of its module.)
+converter = publisher.converter.copy()
+converter.register_unstructure_hook(
+    StagedInfo,
+    make_dict_unstructure_fn(
+        StagedInfo,
+        converter,
+        directory=override(rename="dir"),
+        partitions=override(
+            unstruct_hook=lambda ps: {p: {"from": a, "to": b} for p, (a, b) in ps.items()}
+        ),
+    ),
+)
+_fields = make_dict_unstructure_fn(
+    RunReport,
+    converter,
+    error_exit_code=override(omit=True),
+    path=override(omit=True),
+    tasks=override(rename="spark_tasks"),
+)
+
+
+def _unstructure_report(report: RunReport) -> dict[str, Any]:
+    derived = {
+        "status": report.status,
+        "exit_code": int(report.exit_code),
+        "recovered": report.recovered,
+        "aborted": report.aborted,
+        "published": report.published,
+        "quarantined": report.quarantined,
+        "failed": report.failed,
+        "counts": report.counts,
+    }
+    doc: dict[str, Any] = _fields(report)
+    doc["staged"] = dict(sorted(doc["staged"].items()))
+    doc["written_ahead"] = sorted(doc["written_ahead"])
+    return {**derived, **doc}
+
+
+converter.register_unstructure_hook(RunReport, _unstructure_report)
+
+
+def as_json(report: RunReport) -> dict[str, Any]:
+    """The report as the JSON document a run writes."""
+    doc: dict[str, Any] = converter.unstructure(report)
+    return doc
+
+
+def write_report(report: RunReport, reports: str) -> str:
+    """Write the report as ``<reports>/<run id>-<command>.json``; return its path.
+
+    A local file is written whole and never more open than ``0644`` (see
+    :func:`jobs.files.write_whole`).
+    """
+    name = f"{report.run_id}-{report.command}.json"
+    data = json.dumps(as_json(report), indent=2, ensure_ascii=False).encode()
+    if is_local(reports):
+        path = os.path.join(local_path(reports), name)
+        write_whole(path, data)
+    else:
+        path = posixpath.join(reports, name)
+        fs, p = fsspec.core.url_to_fs(path)
+        fs.pipe_file(p, data)
+    report.path = path
+    log.info("report: %s", redact(path))
+    return path
