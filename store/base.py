@@ -166,7 +166,7 @@ class CommitStepStore(abc.ABC):
         """
 
     def durability(self) -> Durability:
-        """Whether what this store acknowledged survives a restart of it (SPEC guarantee 8).
+        """Whether what this store acknowledged survives a restart of it (docs/guarantees.md).
 
         A backend that can tell overrides this; the default says it cannot.
 

@@ -1,4 +1,4 @@
-"""Whether a store keeps what it acknowledged across a restart (SPEC guarantee 8).
+"""Whether a store keeps what it acknowledged across a restart (docs/guarantees.md).
 
 Every commit-step store, watermark store and job lock answers :meth:`durability` with a
 :class:`Durability`; :func:`require_durable` is the one check a job makes of all of them

@@ -26,8 +26,8 @@ class CredentialsInUrlError(ConfigurationError):
 
 
 class VolatileStoreError(ConfigurationError):
-    """A store can silently forget what it acknowledged (SPEC guarantee 8) and the job did not
-    allow it with ``store.allow_volatile = true``."""
+    """A store can silently forget what it acknowledged and the job did not allow it with
+    ``store.allow_volatile = true`` (docs/guarantees.md#8-durable-stores-only)."""
 
 
 class BackendNotInstalledError(CommitPubError, ImportError):

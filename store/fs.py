@@ -19,17 +19,18 @@ the chunk's *name*, so a crash while writing leaves either no new chunk or a com
 a sealed sequence is never missing records. ``put_sequence`` is one chunk: one write, one
 fsync. On a local disk, records are created 0600 and directories 0700 (less the umask).
 
-Fencing (SPEC guarantee 5): ``ROOT/<job>/.fence/t<token>`` records each fencing token that
-took the job over (dataset names never start with a dot). A write carrying a token is checked
-against the highest one listed there *before* and again *after* its chunk exists. Without a
-transaction spanning both files this is the argument, for the sealing write: a new owner
-writes its fence file before it lists sequences to recover. If the old owner's check after
-sealing does not see the new fence, the fence was written after the seal, so the new owner's
-recovery finds the sealed sequence and finishes it (steps are idempotent). If it does see it,
-the old owner stops without executing anything and raises :class:`FencedError`; the sealed
-sequence is left for recovery, which verifies every step before it runs one. Either way no
-two runs publish divergent commits. An unsealed chunk whose writer sees a newer fence after
-writing it is deleted by that writer: it is its own (see below) and never runs.
+Fencing (docs/guarantees.md#5-one-writer): ``ROOT/<job>/.fence/t<token>`` records each
+fencing token that took the job over (dataset names never start with a dot). A write carrying
+a token is checked against the highest one listed there *before* and again *after* its chunk
+exists. Without a transaction spanning both files this is the argument, for the sealing
+write: a new owner writes its fence file before it lists sequences to recover. If the old
+owner's check after sealing does not see the new fence, the fence was written after the seal,
+so the new owner's recovery finds the sealed sequence and finishes it (steps are idempotent).
+If it does see it, the old owner stops without executing anything and raises
+:class:`FencedError`; the sealed sequence is left for recovery, which verifies every step
+before it runs one. Either way no two runs publish divergent commits. An unsealed chunk whose
+writer sees a newer fence after writing it is deleted by that writer: it is its own (see
+below) and never runs.
 
 Why a new owner's chunks never collide with a zombie's. A zombie is an old owner paused
 between its fence check and its write, which it then makes after a new owner took over. Its

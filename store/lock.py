@@ -1,4 +1,4 @@
-"""The job lock: one writer per job, by lease, with a fencing token (SPEC guarantee 5).
+"""The job lock: one writer per job, by lease, with a fencing token (docs/guarantees.md).
 
 A run acquires a *lease* on its job for ``ttl_s`` seconds and renews it in the background
 (:class:`LeaseKeeper`); every acquisition gets a *fencing token* larger than all before it.

@@ -29,13 +29,14 @@ The password comes from the URL (``redis://:secret@host:6379/0``) or, preferably
 pickled store, watermark store or lock (what Spark ships to executors) carries its URL
 without the password: each executor takes it from its own environment.
 
-Durability (SPEC guarantee 8). :meth:`durability` reads ``appendonly``, ``maxmemory-policy``
-and ``appendfsync`` with CONFIG GET; where CONFIG is refused (renamed away, or denied by an
-ACL, as on most managed services) it reads ``aof_enabled`` from INFO persistence and
-``maxmemory_policy`` from INFO memory; where both are refused it cannot tell. A server
-without an append-only file forgets everything on a restart, fences included; one with an
-eviction policy other than ``noeviction`` deletes keys, sealed sequences among them, when
-memory runs short: both are refused by :func:`store.require_durable`.
+Durability (docs/guarantees.md#8-durable-stores-only). :meth:`durability` reads
+``appendonly``, ``maxmemory-policy`` and ``appendfsync`` with CONFIG GET; where CONFIG is
+refused (renamed away, or denied by an ACL, as on most managed services) it reads
+``aof_enabled`` from INFO persistence and ``maxmemory_policy`` from INFO memory; where both
+are refused it cannot tell. A server without an append-only file forgets everything on a
+restart, fences included; one with an eviction policy other than ``noeviction`` deletes keys,
+sealed sequences among them, when memory runs short: both are refused by
+:func:`store.require_durable`.
 
 An append-only file that Redis has *written* survives the Redis process being killed; what
 survives a crash of the operating system or a power loss is what it has *fsynced*. So every

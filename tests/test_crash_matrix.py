@@ -18,13 +18,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import crashdriver
+import forkrun
 import fsspec
 import pytest
 
@@ -157,10 +157,9 @@ def drive(
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if crash_at:
         env[ENV_VAR] = crash_at
-    return subprocess.run(
+    return forkrun.run(
+        "crashdriver",
         [
-            sys.executable,
-            str(DRIVER),
             command,
             "--base",
             backend.data_url or str(base),
@@ -174,10 +173,6 @@ def drive(
             str(chunk_records),
         ],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
 import crashdriver
+import forkrun
 import pytest
 
 # The matrix's backends, driver and comparison with a clean run, for the same job.
@@ -93,26 +93,9 @@ def operate(
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if crash_at:
         env[ENV_VAR] = crash_at
-    return subprocess.run(
-        [
-            sys.executable,
-            str(OPDRIVER),
-            command,
-            "--base",
-            be.data_url or str(base),
-            "--store",
-            be.store_url,
-            "--watermarks",
-            be.watermarks_url,
-            "--dataset",
-            DATASET,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    argv = [command, "--base", be.data_url or str(base), "--store", be.store_url]
+    argv += ["--watermarks", be.watermarks_url, "--dataset", DATASET]
+    return forkrun.run("opdriver", argv, env=env)
 
 
 def _status(store_url: str) -> DatasetStatus | None:

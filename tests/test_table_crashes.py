@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import forkrun
 import pytest
 import tablecrashdriver as driver
 from table_helpers import (
@@ -95,8 +96,6 @@ def drive(
     if marks is not None:
         env[MARKS_ENV_VAR] = str(marks)
     argv = [
-        sys.executable,
-        str(DRIVER),
         command,
         "--format",
         fmt,
@@ -112,8 +111,13 @@ def drive(
         str(records),
     ]
     if not wait:
-        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.Popen(
+            [sys.executable, str(DRIVER), *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    return forkrun.run("tablecrashdriver", argv, env=env)
 
 
 def expect_ok(proc: subprocess.CompletedProcess[str]) -> None:
