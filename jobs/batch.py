@@ -52,6 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.exitcodes import ExitCode, for_error
+from jobs.lineage import LineageConfig
 from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
@@ -93,7 +94,16 @@ class Batch:
             job's run directories in it), and it may not overlap the stores, the output or
             the reports.
         output: where datasets are published: ``<output>/<dataset>/``.
-        format: the output format; ``"parquet"``.
+        format: the output format: ``"parquet"`` (files under ``<output>/<dataset>/``),
+            ``"iceberg"`` (the table ``<namespace>.<dataset>`` in ``catalog``) or ``"delta"``
+            (the Delta table ``<output>/<dataset>``). A table is partitioned by one date
+            column at most (``stage(partition_by=[...])``).
+        catalog: Iceberg: the catalog's pyiceberg properties; default: an embedded SQL
+            catalog, ``sqlite:///<output>/catalog.db``. Secrets stay in the environment
+            (``PYICEBERG_CATALOG__DEFAULT__...``) or pyiceberg's configuration.
+        namespace: Iceberg: the tables' namespace; default: the job's name.
+        lineage: OpenLineage events of each run: a :class:`~jobs.lineage.LineageConfig` or
+            a ``[lineage]`` table (``{"transport": {"type": "file", ...}}``).
         reports: where run reports go; default: ``reports`` beside a local store (required
             for a store that is not a local path).
         lock: where the job lock lives; default: the store's URL.
@@ -126,6 +136,9 @@ class Batch:
         staging: str,
         output: str,
         format: str = "parquet",
+        catalog: Mapping[str, Any] | None = None,
+        namespace: str | None = None,
+        lineage: LineageConfig | Mapping[str, Any] | None = None,
         reports: str | None = None,
         lock: str | None = None,
         lock_ttl_s: float | None = None,
@@ -145,6 +158,9 @@ class Batch:
             staging=staging,
             output=output,
             format=format,
+            catalog=None if catalog is None else dict(catalog),
+            namespace=namespace,
+            lineage=lineage,
             reports=reports,
             lock=lock,
             lock_ttl_s=lock_ttl_s,
@@ -194,7 +210,7 @@ class Batch:
         self.config = config
         self.run_id = run_id or new_run_id()
         self.command = command
-        self.writer = writer_for(config.output_format)
+        self.writer = writer_for(config)
         self.report = RunReport(config.name, self.run_id, command, now())
         self._spark = spark
         self._progress = progress
@@ -213,6 +229,8 @@ class Batch:
         self._attempted: set[str] = set()
         self._failed: set[str] = set()
         self._steps: dict[str, list[CommitStep]] = {}
+        #: Each staged dataset's partition columns.
+        self._partition_by: dict[str, tuple[str, ...]] = {}
         self._writes_report = False
         self._started = time.monotonic()
         self._block_started = self._started
@@ -375,6 +393,7 @@ class Batch:
         # A record always has columns: no column, no record. Parquet cannot hold an empty
         # schema; nothing is staged and the commit only moves the watermarks.
         info = StagedInfo(directory, partitions, empty=True)
+        self._partition_by[dataset] = columns
         if df.columns:
             options = WriteOptions(
                 columns, self.config.max_records_per_file, self.config.compression
@@ -511,6 +530,7 @@ class Batch:
                 marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
                 empty=info.empty,
                 extra=extra,
+                partition_by=self._partition_by.get(dataset, ()),
             )
             sequences[dataset] = self.writer.commit(staged_dataset)
         try:
