@@ -52,7 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.exitcodes import ExitCode, for_error
-from jobs.lineage import LineageConfig
+from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
 from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
@@ -232,6 +232,8 @@ class Batch:
         #: Each staged dataset's partition columns.
         self._partition_by: dict[str, tuple[str, ...]] = {}
         self._writes_report = False
+        self._lineage: Lineage | None = None
+        self._lineage_started = False
         self._started = time.monotonic()
         self._block_started = self._started
 
@@ -257,6 +259,10 @@ class Batch:
         if self._progress is None:
             self._say = stack.enter_context(showing(on_terminal()))
         self.report.warnings.extend(check_durable(self.config))
+        if self.config.lineage is not None:
+            # Built before the lock: an unusable transport is refused before anything changes.
+            self._lineage = Lineage(self.config.lineage, self.config.name)
+            self.report.lineage_run_id = self._lineage.run_id
         # Before Spark starts: a lock held by a live run changes nothing.
         keeper = self._keeper = stack.enter_context(
             held_lock(self.config.name, self.config.lock_at, self.config.lock_ttl_s)
@@ -266,6 +272,9 @@ class Batch:
         stack.callback(pub.close)
         fence(pub, keeper)
         self._claim_staging(pub)
+        if self._lineage is not None:
+            self._lineage_started = True
+            self._lineage.start()
         watermarks = self._watermarks = open_watermarks(self.config.watermarks_url)
         stack.callback(watermarks.close)
         # From here on this run may change things: it reports what it did, whatever happens.
@@ -351,6 +360,7 @@ class Batch:
         *,
         partition_by: Sequence[str] = (),
         watermarks: Mapping[str, JsonScalar] | None = None,
+        source: str | None = None,
     ) -> StagedInfo:
         """Write ``df`` into this run's staging as the new data of ``dataset``.
 
@@ -364,6 +374,8 @@ class Batch:
                 nothing and only moves the watermarks.
             partition_by: columns of ``df`` to partition the files by (hive-style).
             watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
+            source: where ``df`` was read from (a path or URL without credentials): the
+                input of the run's lineage events, with the watermark range read.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -392,7 +404,9 @@ class Batch:
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
         # schema; nothing is staged and the commit only moves the watermarks.
-        info = StagedInfo(directory, partitions, empty=True)
+        if source is not None and (not isinstance(source, str) or not source):
+            raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
+        info = StagedInfo(directory, partitions, empty=True, source=source)
         self._partition_by[dataset] = columns
         if df.columns:
             options = WriteOptions(
@@ -406,6 +420,7 @@ class Batch:
                 rows=written.rows,
                 bytes=written.bytes,
                 empty=written.files == 0,
+                source=source,
             )
         self.report.staged[dataset] = info
         failpoint("run.dataset_staged")
@@ -591,6 +606,7 @@ class Batch:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
         report.finished = now()
+        self._end_lineage()
         try:
             if self._writes_report:
                 write_report(report, self.config.reports)
@@ -598,6 +614,34 @@ class Batch:
         finally:
             self._state = "closed"
             self._stack.close()
+
+    def _end_lineage(self) -> None:
+        """COMPLETE (exit 0) or FAIL, with the inputs read and the outputs published."""
+        lineage, report = self._lineage, self.report
+        if lineage is None or not self._lineage_started:
+            return
+        inputs = [
+            LineageInput(info.source, dict(info.partitions))
+            for _dataset, info in sorted(report.staged.items())
+            if info.source is not None
+        ]
+        outputs = [self._lineage_output(d) for d in report.published if d in report.staged]
+        if report.exit_code == ExitCode.OK:
+            lineage.complete(outputs, inputs)
+        else:
+            errors = report.errors
+            why = report.error or "; ".join(f"{d}: {e}" for d, e in sorted(errors.items()))
+            lineage.fail(why or report.status, outputs, inputs)
+        report.lineage_emitted, report.lineage_failed = lineage.emitted, lineage.failed
+
+    def _lineage_output(self, dataset: str) -> LineageOutput:
+        info, config = self.report.staged[dataset], self.config
+        url = join(config.output, encode_name(dataset, "dataset"))
+        name = None
+        if config.output_format == "iceberg":
+            where = config.catalog.get("uri") or config.catalog.get("warehouse") or "iceberg"
+            name = (where, f"{config.namespace}.{dataset}")
+        return LineageOutput(url, rows=info.rows, files=info.files, name=name)
 
     def _record_error(self, error: BaseException) -> None:
         report = self.report

@@ -237,15 +237,11 @@ class IcebergWriter(TableWriter):
 
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
+        self._namespace_ready = False
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         self.partition_column(staged.partition_by)
-        uri = self.config.catalog.get("uri", "")
-        if self.config.catalog.get("type") == "sql" and uri.startswith("sqlite:///"):
-            # sqlite creates its file, not the directory it lies in.
-            directory = os.path.dirname(uri[len("sqlite:///") :])
-            if directory:
-                os.makedirs(directory, exist_ok=True)
+        self._create_namespace()
         return IcebergCommit(
             staged,
             CATALOG_NAME,
@@ -253,6 +249,25 @@ class IcebergWriter(TableWriter):
             _table_root(self.config.output, staged.dataset),
             self.config.name,
         )
+
+    def _create_namespace(self) -> None:
+        """Create the tables' namespace once, here on the driver: the publish tasks of two
+        datasets creating it at once collide in the catalog (a unique key in a SQL catalog)."""
+        if self._namespace_ready:
+            return
+        from pyiceberg.catalog import load_catalog
+
+        properties = dict(self.config.catalog)
+        uri = properties.get("uri", "")
+        if properties.get("type") == "sql" and uri.startswith("sqlite:///"):
+            # sqlite creates its file, not the directory it lies in.
+            directory = os.path.dirname(uri[len("sqlite:///") :])
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+        load_catalog(CATALOG_NAME, **properties).create_namespace_if_not_exists(
+            self.config.namespace
+        )
+        self._namespace_ready = True
 
 
 class DeltaWriter(TableWriter):

@@ -167,3 +167,68 @@ def test_a_table_is_partitioned_by_one_date_column(spark: SparkSession, tmp_path
             batch.stage("orders", _orders(spark, 0, 3), partition_by=["id"])
         with pytest.raises(BatchArgumentError, match="one date column at most"):
             batch.stage("events", _orders(spark, 0, 3), partition_by=["ts_date", "id"])
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_lineage_start_and_complete_carry_the_inputs_read_and_the_tables_published(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log_file = tmp_path / "lineage.jsonl"
+    lineage = {"transport": {"type": "file", "log_file_path": str(log_file), "append": True}}
+    places = _places(tmp_path)
+    with Batch(spark, JOB, format="iceberg", lineage=lineage, run_id="r1", **places) as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, 0, 6),
+            partition_by=["ts_date"],
+            watermarks={"p0": 6},
+            source=str(tmp_path / "landing" / "orders"),
+        )
+    assert batch.report.exit_code == 0, batch.report.error
+    start, complete = _events(log_file)
+    assert [start["eventType"], complete["eventType"]] == ["START", "COMPLETE"]
+    assert start["run"]["runId"] == complete["run"]["runId"] == batch.report.lineage_run_id
+    assert complete["job"] == {"namespace": JOB, "name": JOB, "facets": {}}
+    (read,) = complete["inputs"]
+    assert (read["namespace"], read["name"]) == ("file", str(tmp_path / "landing" / "orders"))
+    # From nothing committed (the client leaves out None) to 6.
+    assert read["inputFacets"]["commitpub_watermarks"]["partitions"] == {"p0": {"to": 6}}
+    (out,) = complete["outputs"]
+    assert out["name"] == f"{JOB}.orders"
+    assert out["namespace"] == f"sqlite:///{tmp_path}/output/catalog.db"
+    statistics = out["outputFacets"]["outputStatistics"]
+    assert statistics["rowCount"] == 6
+    assert statistics["fileCount"] == batch.report.staged["orders"].files
+    report = json.loads(Path(batch.report.path).read_text())
+    assert (report["lineage_emitted"], report["lineage_failed"]) == (2, 0)
+
+    # A block that raises: FAIL with the error, same run id as its START, nothing published.
+    with (
+        pytest.raises(RuntimeError, match="extract broke"),
+        Batch(spark, JOB, format="iceberg", lineage=lineage, run_id="r2", **places),
+    ):
+        raise RuntimeError("extract broke")
+    start, fail = _events(log_file)[2:]
+    assert [start["eventType"], fail["eventType"]] == ["START", "FAIL"]
+    assert start["run"]["runId"] == fail["run"]["runId"] != complete["run"]["runId"]
+    assert "extract broke" in fail["run"]["facets"]["errorMessage"]["message"]
+    assert fail["outputs"] == []
+
+
+def test_a_lineage_endpoint_that_is_down_is_counted_and_the_run_publishes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lineage = {"transport": {"type": "http", "url": f"http://127.0.0.1:{port}"}, "timeout": 1}
+    with Batch(spark, JOB, format="delta", lineage=lineage, **_places(tmp_path)) as batch:
+        batch.stage("orders", _orders(spark, 0, 3), partition_by=["ts_date"])
+    assert batch.report.exit_code == 0, batch.report.error
+    assert (batch.report.lineage_emitted, batch.report.lineage_failed) == (0, 2)
+    assert _ids("delta", tmp_path) == ([0, 1, 2], [0, 1, 2])
