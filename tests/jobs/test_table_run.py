@@ -24,7 +24,9 @@ pytestmark = pytest.mark.spark
 DATASETS = ["orders", "clicks"]
 
 
-def _table_rows(fmt: str, base: Path, dataset: str) -> tuple[list[Any], list[Any], list[str]]:
+def _table_rows(
+    fmt: str, base: Path, dataset: str
+) -> tuple[list[Any], list[Any], list[str | None]]:
     """(partition, offset) of every row by the table's own reader and by DuckDB, and the
     run named by each table commit."""
     if fmt == "iceberg":
@@ -49,7 +51,7 @@ def _table_rows(fmt: str, base: Path, dataset: str) -> tuple[list[Any], list[Any
     columns = own.to_pydict()
     mine = sorted(zip(columns["_source_partition"], columns["_source_offset"], strict=True))
     duck = sorted(duckdb_connection().execute(query, [location]).fetchall())
-    return mine, duck, [r for r in runs if r is not None]
+    return mine, duck, runs
 
 
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
