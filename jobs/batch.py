@@ -52,6 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.exitcodes import ExitCode, for_error
+from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
 from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
@@ -93,7 +94,16 @@ class Batch:
             job's run directories in it), and it may not overlap the stores, the output or
             the reports.
         output: where datasets are published: ``<output>/<dataset>/``.
-        format: the output format; ``"parquet"``.
+        format: the output format: ``"parquet"`` (files under ``<output>/<dataset>/``),
+            ``"iceberg"`` (the table ``<namespace>.<dataset>`` in ``catalog``) or ``"delta"``
+            (the Delta table ``<output>/<dataset>``). A table is partitioned by one date
+            column at most (``stage(partition_by=[...])``).
+        catalog: Iceberg: the catalog's pyiceberg properties; default: an embedded SQL
+            catalog, ``sqlite:///<output>/catalog.db``. Secrets stay in the environment
+            (``PYICEBERG_CATALOG__DEFAULT__...``) or pyiceberg's configuration.
+        namespace: Iceberg: the tables' namespace; default: the job's name.
+        lineage: OpenLineage events of each run: a :class:`~jobs.lineage.LineageConfig` or
+            a ``[lineage]`` table (``{"transport": {"type": "file", ...}}``).
         reports: where run reports go; default: ``reports`` beside a local store (required
             for a store that is not a local path).
         lock: where the job lock lives; default: the store's URL.
@@ -126,6 +136,9 @@ class Batch:
         staging: str,
         output: str,
         format: str = "parquet",
+        catalog: Mapping[str, Any] | None = None,
+        namespace: str | None = None,
+        lineage: LineageConfig | Mapping[str, Any] | None = None,
         reports: str | None = None,
         lock: str | None = None,
         lock_ttl_s: float | None = None,
@@ -145,6 +158,9 @@ class Batch:
             staging=staging,
             output=output,
             format=format,
+            catalog=None if catalog is None else dict(catalog),
+            namespace=namespace,
+            lineage=lineage,
             reports=reports,
             lock=lock,
             lock_ttl_s=lock_ttl_s,
@@ -194,7 +210,7 @@ class Batch:
         self.config = config
         self.run_id = run_id or new_run_id()
         self.command = command
-        self.writer = writer_for(config.output_format)
+        self.writer = writer_for(config)
         self.report = RunReport(config.name, self.run_id, command, now())
         self._spark = spark
         self._progress = progress
@@ -213,7 +229,11 @@ class Batch:
         self._attempted: set[str] = set()
         self._failed: set[str] = set()
         self._steps: dict[str, list[CommitStep]] = {}
+        #: Each staged dataset's partition columns.
+        self._partition_by: dict[str, tuple[str, ...]] = {}
         self._writes_report = False
+        self._lineage: Lineage | None = None
+        self._lineage_started = False
         self._started = time.monotonic()
         self._block_started = self._started
 
@@ -239,6 +259,10 @@ class Batch:
         if self._progress is None:
             self._say = stack.enter_context(showing(on_terminal()))
         self.report.warnings.extend(check_durable(self.config))
+        if self.config.lineage is not None:
+            # Built before the lock: an unusable transport is refused before anything changes.
+            self._lineage = Lineage(self.config.lineage, self.config.name)
+            self.report.lineage_run_id = self._lineage.run_id
         # Before Spark starts: a lock held by a live run changes nothing.
         keeper = self._keeper = stack.enter_context(
             held_lock(self.config.name, self.config.lock_at, self.config.lock_ttl_s)
@@ -248,6 +272,9 @@ class Batch:
         stack.callback(pub.close)
         fence(pub, keeper)
         self._claim_staging(pub)
+        if self._lineage is not None:
+            self._lineage_started = True
+            self._lineage.start()
         watermarks = self._watermarks = open_watermarks(self.config.watermarks_url)
         stack.callback(watermarks.close)
         # From here on this run may change things: it reports what it did, whatever happens.
@@ -333,6 +360,7 @@ class Batch:
         *,
         partition_by: Sequence[str] = (),
         watermarks: Mapping[str, JsonScalar] | None = None,
+        source: str | None = None,
     ) -> StagedInfo:
         """Write ``df`` into this run's staging as the new data of ``dataset``.
 
@@ -346,6 +374,8 @@ class Batch:
                 nothing and only moves the watermarks.
             partition_by: columns of ``df`` to partition the files by (hive-style).
             watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
+            source: where ``df`` was read from (a path or URL without credentials): the
+                input of the run's lineage events, with the watermark range read.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -374,7 +404,10 @@ class Batch:
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
         # schema; nothing is staged and the commit only moves the watermarks.
-        info = StagedInfo(directory, partitions, empty=True)
+        if source is not None and (not isinstance(source, str) or not source):
+            raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
+        info = StagedInfo(directory, partitions, empty=True, source=source)
+        self._partition_by[dataset] = columns
         if df.columns:
             options = WriteOptions(
                 columns, self.config.max_records_per_file, self.config.compression
@@ -387,6 +420,7 @@ class Batch:
                 rows=written.rows,
                 bytes=written.bytes,
                 empty=written.files == 0,
+                source=source,
             )
         self.report.staged[dataset] = info
         failpoint("run.dataset_staged")
@@ -511,6 +545,7 @@ class Batch:
                 marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
                 empty=info.empty,
                 extra=extra,
+                partition_by=self._partition_by.get(dataset, ()),
             )
             sequences[dataset] = self.writer.commit(staged_dataset)
         try:
@@ -571,6 +606,7 @@ class Batch:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
         report.finished = now()
+        self._end_lineage()
         try:
             if self._writes_report:
                 write_report(report, self.config.reports)
@@ -578,6 +614,34 @@ class Batch:
         finally:
             self._state = "closed"
             self._stack.close()
+
+    def _end_lineage(self) -> None:
+        """COMPLETE (exit 0) or FAIL, with the inputs read and the outputs published."""
+        lineage, report = self._lineage, self.report
+        if lineage is None or not self._lineage_started:
+            return
+        inputs = [
+            LineageInput(info.source, dict(info.partitions))
+            for _dataset, info in sorted(report.staged.items())
+            if info.source is not None
+        ]
+        outputs = [self._lineage_output(d) for d in report.published if d in report.staged]
+        if report.exit_code == ExitCode.OK:
+            lineage.complete(outputs, inputs)
+        else:
+            errors = report.errors
+            why = report.error or "; ".join(f"{d}: {e}" for d, e in sorted(errors.items()))
+            lineage.fail(why or report.status, outputs, inputs)
+        report.lineage_emitted, report.lineage_failed = lineage.emitted, lineage.failed
+
+    def _lineage_output(self, dataset: str) -> LineageOutput:
+        info, config = self.report.staged[dataset], self.config
+        url = join(config.output, encode_name(dataset, "dataset"))
+        name = None
+        if config.output_format == "iceberg":
+            where = config.catalog.get("uri") or config.catalog.get("warehouse") or "iceberg"
+            name = (where, f"{config.namespace}.{dataset}")
+        return LineageOutput(url, rows=info.rows, files=info.files, name=name)
 
     def _record_error(self, error: BaseException) -> None:
         report = self.report

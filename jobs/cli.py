@@ -402,11 +402,20 @@ def _store_call(fn: Callable[[], T]) -> T:
     type=click.IntRange(min=10),
     help="Records per partition in the first batch.",
 )
-def demo(directory: Path, records: int) -> None:
+@click.option(
+    "--format",
+    "output_format",
+    default="parquet",
+    show_default=True,
+    type=click.Choice(["parquet", "iceberg", "delta"]),
+    help="Publish Parquet files, or into Iceberg or Delta tables.",
+)
+def demo(directory: Path, records: int, output_format: str) -> None:
     """Ingest a generated landing zone through a real SIGKILL mid-publish; count the output.
 
     Local Spark, filesystem store and watermarks, no server. Ends with "exactly once: yes"
-    only if every landing record was counted exactly once in the published Parquet.
+    only if every landing record was counted exactly once in the published Parquet (or
+    Iceberg or Delta tables, read back by pyiceberg or deltalake).
     """
     from jobs.demo import run_demo
 
@@ -414,7 +423,7 @@ def demo(directory: Path, records: int) -> None:
         # The demo tells its own story; the runs' log lines are for -v.
         logging.getLogger("commitpub").setLevel(logging.WARNING)
     try:
-        exact = run_demo(directory, records=records, echo=click.echo)
+        exact = run_demo(directory, records=records, echo=click.echo, output_format=output_format)
     except ConfigurationError as e:
         _fail(str(e), ExitCode.CONFIG)
     sys.exit(ExitCode.OK if exact else ExitCode.FAILURE)

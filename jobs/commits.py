@@ -45,6 +45,8 @@ class StagedDataset:
     empty: bool = False
     #: The user's own steps (``Batch.add_steps``), after the renames and watermarks.
     extra: tuple[CommitStep, ...] = ()
+    #: The columns the files are partitioned by (``stage(partition_by=...)``).
+    partition_by: tuple[str, ...] = ()
 
     def __call__(self) -> list[CommitStep]:
         files = {} if self.empty else staged_files(self.staging_dir)
@@ -55,12 +57,19 @@ class StagedDataset:
             directory, name = posixpath.split(rel)
             dst = posixpath.join(self.output_dir, directory, f"{self.run_id}-{name}")
             steps.append(FsRenameCommitStep(join(self.staging_dir, rel), dst, size))
-        steps.extend(
-            WatermarkCommitStep(self.watermarks_url, self.dataset, m.partition, m.previous, m.value)
-            for m in self.marks
-        )
-        steps.extend(self.extra)
-        return steps
+        return [*steps, *self.after_data()]
+
+    def after_data(self) -> list[CommitStep]:
+        """What follows the data in the commit: the watermark steps, then ``extra``."""
+        return [
+            *(
+                WatermarkCommitStep(
+                    self.watermarks_url, self.dataset, m.partition, m.previous, m.value
+                )
+                for m in self.marks
+            ),
+            *self.extra,
+        ]
 
 
 def join(root: str, rel: str) -> str:

@@ -16,7 +16,10 @@
     path = "staging"
     [output]
     path = "output"
-    format = "parquet"          # optional; parquet is the only format
+    format = "parquet"          # optional: "parquet", "iceberg" or "delta"
+    namespace = "analytics"     # optional, iceberg: the tables' namespace (default: job name)
+    catalog = { type = "sql", uri = "sqlite:///...", warehouse = "file:///..." }
+                                # optional, iceberg: pyiceberg catalog properties
     partition_by = ["country"]  # optional: more partition columns, after the time field's
     max_records_per_file = 1000000   # optional: split larger files
     compression = "zstd"        # optional: none, snappy (Spark's default), gzip or zstd
@@ -36,6 +39,10 @@
     [metrics]                   # optional: Prometheus metrics of each run
     textfile = "/var/lib/node_exporter/commitpub_orders.prom"   # textfile collector
     pushgateway = "http://pushgateway:9091"                     # or a Pushgateway
+    [lineage]                   # optional: OpenLineage START and COMPLETE/FAIL per run
+    namespace = "orders"        # default: the job name
+    transport = { type = "file", log_file_path = "lineage.jsonl", append = true }
+    timeout = 5                 # seconds a run waits for one event at most
 
 The tables are attrs classes structured by one cattrs converter; an unknown table or key, a
 missing required one or a value of the wrong type is a
@@ -63,6 +70,7 @@ from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn
 
 from jobs.errors import BatchArgumentError
+from jobs.lineage import LineageConfig
 from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
 from store.urls import (
@@ -75,8 +83,16 @@ from store.urls import (
 )
 
 LANDING = "landing"
-#: Output formats; iceberg and delta come as writers of their own (see jobs.writing).
-FORMATS = ("parquet",)
+#: Output formats, each served by a writer of its own (see jobs.writing).
+FORMATS = ("parquet", "iceberg", "delta")
+#: Formats whose datasets are tables (one date partition column at most, committed by a step).
+TABLE_FORMATS = ("iceberg", "delta")
+#: The name under which the job's Iceberg catalog is loaded: pyiceberg's own configuration
+#: (``PYICEBERG_CATALOG__DEFAULT__...``, ``~/.pyiceberg.yaml``) for it adds credentials.
+CATALOG_NAME = "default"
+#: Catalog property names that carry secrets: they stay in the environment or pyiceberg's
+#: configuration, out of job files (the properties also travel to Spark tasks).
+_SECRET_WORDS = ("secret", "password", "token", "credential")
 #: Parquet codecs that Spark and pyarrow both write and every reader reads.
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd")
 
@@ -173,6 +189,8 @@ class _Output:
     partition_by: list[str] = attrs.field(factory=list)
     max_records_per_file: int | None = attrs.field(default=None, validator=_at_least(1))
     compression: str | None = attrs.field(default=None, validator=_one_of(COMPRESSIONS))
+    namespace: str | None = attrs.field(default=None, validator=_NOT_BLANK)
+    catalog: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -235,6 +253,8 @@ class _BatchTables:
     publish: _Publish = attrs.field(factory=_Publish)
     lock: _Lock = attrs.field(factory=_Lock)
     metrics: _Metrics = attrs.field(factory=_Metrics)
+    #: Checked by :meth:`~jobs.lineage.LineageConfig.from_table` (a transport table is free-form).
+    lineage: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -335,6 +355,8 @@ BATCH_ARGUMENTS = {
     "output.format": "format",
     "output.max_records_per_file": "max_records_per_file",
     "output.compression": "compression",
+    "output.namespace": "namespace",
+    "output.catalog": "catalog",
     "store.url": "store",
     "store.allow_volatile": "allow_volatile",
     "watermarks.url": "watermarks",
@@ -343,6 +365,7 @@ BATCH_ARGUMENTS = {
     "lock.ttl_s": "lock_ttl_s",
     "metrics.textfile": "metrics_textfile",
     "metrics.pushgateway": "metrics_pushgateway",
+    "lineage": "lineage",
 }
 
 
@@ -432,6 +455,13 @@ class BatchConfig:
     #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
     #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
     allow_volatile: bool = False
+    #: Iceberg: the tables' namespace (the job's name unless ``output.namespace`` says).
+    namespace: str = ""
+    #: Iceberg: the catalog's pyiceberg properties (``[output.catalog]`` or the embedded SQL
+    #: catalog under the output); empty for other formats.
+    catalog: Mapping[str, str] = attrs.field(factory=dict)
+    #: ``[lineage]``: OpenLineage events of each run, or None.
+    lineage: LineageConfig | None = None
     #: How errors name these settings (job-file keys, or Batch's arguments).
     naming: Naming = attrs.field(factory=lambda: Naming("jobs.Batch", BATCH_ARGUMENTS))
 
@@ -569,10 +599,11 @@ def _batch_settings(
             f"{naming.the('job.reports')} is required when {naming.the('store.url')} is not "
             "a local path: say where run reports go"
         )
+    output = _resolve(doc.output.path, base, "output.path", naming)
     return {
         "name": doc.job.name,
         "staging": _resolve(doc.staging.path, base, "staging.path", naming),
-        "output": _resolve(doc.output.path, base, "output.path", naming),
+        "output": output,
         "store_url": store_url,
         "watermarks_url": watermarks_url,
         "reports": reports,
@@ -589,8 +620,60 @@ def _batch_settings(
         ),
         "metrics_pushgateway": doc.metrics.pushgateway,
         "allow_volatile": doc.store.allow_volatile,
+        "namespace": doc.output.namespace or doc.job.name,
+        "catalog": _catalog(doc.output, output, naming),
+        "lineage": _lineage(doc, naming),
         "naming": naming,
     }
+
+
+def _catalog(output: _Output, path: str, naming: Naming) -> dict[str, str]:
+    """The Iceberg catalog's properties: ``[output.catalog]``, else the embedded SQL catalog
+    on sqlite under the output path. Secrets in them are refused."""
+    if output.format != "iceberg":
+        for key in ("namespace", "catalog"):
+            if getattr(output, key) is not None:
+                raise naming.error(
+                    f"{naming.the(f'output.{key}')} is for output.format 'iceberg', not "
+                    f"{output.format!r}"
+                )
+        return {}
+    if output.catalog is None:
+        if not is_local(path):
+            raise naming.error(
+                f"{naming.the('output.catalog')} is required when {naming.the('output.path')} "
+                "is not a local path (the default catalog is a sqlite file under it)"
+            )
+        root = local_path(path)
+        return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
+    properties = {}
+    for key, value in output.catalog.items():
+        name = naming.the(f"output.catalog.{key}")
+        if any(word in key.lower() for word in _SECRET_WORDS):
+            variable = key.upper().replace(".", "_").replace("-", "_")
+            raise naming.error(
+                f"{name} holds a secret: give it in the environment "
+                f"(PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__{variable}) or pyiceberg's own "
+                "configuration, never in the job's settings"
+            )
+        if not isinstance(value, str | int | float):
+            raise naming.error(f"{name} must be a string, number or boolean")
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        try:
+            require_no_credentials(text, naming.name(f"output.catalog.{key}"))
+        except ConfigurationError as e:
+            raise naming.error(str(e)) from e
+        properties[key] = text
+    return properties
+
+
+def _lineage(doc: _BatchTables, naming: Naming) -> LineageConfig | None:
+    if doc.lineage is None:
+        return None
+    try:
+        return LineageConfig.from_table(doc.lineage, doc.job.name)
+    except ConfigurationError as e:
+        raise naming.error(f"{naming.the('lineage')}: {e}") from e
 
 
 def _check_apart(settings: Mapping[str, Any], source_path: str | None, naming: Naming) -> None:
@@ -632,6 +715,7 @@ def batch_config(
         for table in ("job", "staging", "output", "store", "watermarks", "publish", "lock")
     }
     doc["metrics"] = {}
+    lineage = options.pop("lineage", None)
     given = {"job": job, "store": store, "watermarks": watermarks, "staging": staging}
     for argument, value in {**given, "output": output, **options}.items():
         if argument not in by_argument:
@@ -639,9 +723,18 @@ def batch_config(
         if value is not None:
             table, key = by_argument[argument].split(".")
             doc[table][key] = value
+    if isinstance(lineage, Mapping):
+        doc["lineage"] = dict(lineage)
+    elif lineage is not None and not isinstance(lineage, LineageConfig):
+        raise naming.error(
+            "argument 'lineage' must be a LineageConfig or a [lineage] table (a dict), got "
+            f"{type(lineage).__name__}"
+        )
     settings = _batch_settings(
         _structure(doc, _BatchTables, naming), Path.cwd(), naming, default_reports=None
     )
+    if isinstance(lineage, LineageConfig):
+        settings["lineage"] = lineage
     _check_apart(settings, None, naming)
     return BatchConfig(**settings)
 
@@ -665,6 +758,11 @@ def _source(src: _Source, base: Path, naming: Naming) -> SourceConfig:
 
 def _partition_by(output: _Output, time_field: str | None, naming: Naming) -> tuple[str, ...]:
     columns = tuple(output.partition_by)
+    if columns and output.format in TABLE_FORMATS:
+        raise naming.error(
+            f"key 'output.partition_by': {output.format} tables are partitioned by the date "
+            "of source.time_field only"
+        )
     date = None if time_field is None else date_column(time_field)
     for column in columns:
         if not column.strip():

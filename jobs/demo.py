@@ -50,7 +50,7 @@ path = "staging"
 
 [output]
 path = "output"
-format = "parquet"
+format = "{format}"
 
 [store]
 url = "state/steps"
@@ -211,13 +211,16 @@ def _crash_run(config: JobConfig, directory: Path, echo: Echo) -> int:
     return len(pending)
 
 
-def run_demo(directory: Path, *, records: int = 2000, echo: Echo = print) -> bool:
+def run_demo(
+    directory: Path, *, records: int = 2000, echo: Echo = print, output_format: str = "parquet"
+) -> bool:
     """Run the whole demo in ``directory``; print the story and the counted table.
 
     Args:
         directory: created (or an earlier demo there replaced).
         records: records per partition in the first batch.
         echo: where lines go.
+        output_format: ``"parquet"``, ``"iceberg"`` or ``"delta"`` (``output.format``).
 
     Returns:
         True when every source record was published exactly once and every watermark
@@ -230,7 +233,7 @@ def run_demo(directory: Path, *, records: int = 2000, echo: Echo = print) -> boo
     for dataset in DATASETS:
         for partition in PARTITIONS:
             landing.append(dataset, partition, records)
-    (directory / "job.toml").write_text(JOB_TOML)
+    (directory / "job.toml").write_text(JOB_TOML.replace("{format}", output_format))
     config = load_config(directory / "job.toml")
     echo(
         f"demo in {directory}: {landing.counter} records in {len(DATASETS)} datasets x "
@@ -272,7 +275,9 @@ def run_demo(directory: Path, *, records: int = 2000, echo: Echo = print) -> boo
     tallies = [
         t
         for dataset in DATASETS
-        for t in tally(str(directory / "landing"), config.output, config.watermarks_url, dataset)
+        for t in tally(
+            str(directory / "landing"), config.output, config.watermarks_url, dataset, config
+        )
     ]
     _table(tallies, echo)
     exact = all(t.exact for t in tallies)

@@ -172,8 +172,16 @@ class Lineage:
             self._inputs = tuple(inputs)
         self._emit("COMPLETE", outputs)
 
-    def fail(self, error: str, outputs: Sequence[LineageOutput] = ()) -> None:
-        """The run ended in ``error``; ``outputs`` are what it did publish."""
+    def fail(
+        self,
+        error: str,
+        outputs: Sequence[LineageOutput] = (),
+        inputs: Sequence[LineageInput] | None = None,
+    ) -> None:
+        """The run ended in ``error``; ``outputs`` are what it did publish (the inputs as
+        read, if now known)."""
+        if inputs is not None:
+            self._inputs = tuple(inputs)
         self._emit("FAIL", outputs, error=error)
 
     def _event(self, state: str, outputs: Sequence[LineageOutput], error: str | None) -> Any:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from jobs.config import BatchConfig
+from jobs.config import CATALOG_NAME, BatchConfig
 from publisher import Publisher, Runner
 from store import HasDurability, LeaseKeeper, open_lock, open_store, open_watermarks
 from store import require_durable as require_durable_stores
@@ -115,6 +115,7 @@ def open_publisher(
         runner=runner,
         fencing_token=None if keeper is None else keeper.lease.token,
         stores=[config.watermarks_url],
+        catalogs={CATALOG_NAME: config.catalog} if config.catalog else None,
         lease=keeper,
     )
 

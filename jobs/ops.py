@@ -19,7 +19,7 @@ import fsspec
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
-from jobs.config import JobConfig
+from jobs.config import CATALOG_NAME, JobConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
@@ -177,7 +177,10 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
             unreadable = f"{type(e).__name__}: {e}"
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
-    connections = Connections([config.watermarks_url, config.store_url])
+    connections = Connections(
+        [config.watermarks_url, config.store_url],
+        {CATALOG_NAME: config.catalog} if config.catalog else {},
+    )
     for index, record in enumerate(records):
         try:
             step = commitsteps.loads(record)

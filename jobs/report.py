@@ -51,6 +51,8 @@ class StagedInfo:
     #: Bad records the extract skipped (``source.bad_records = "skip"``) and the first one.
     bad_records_skipped: int = 0
     first_bad_record: str | None = None
+    #: Where the records were read from (``stage(source=...)``), for lineage.
+    source: str | None = None
 
 
 @attrs.frozen
@@ -94,6 +96,11 @@ class RunReport:
     written_ahead: list[str] = attrs.field(factory=list)
     durations_s: dict[str, float] = attrs.field(factory=dict)
     tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
+    #: OpenLineage (``[lineage]``): the run id of its events, events delivered, and events
+    #: not delivered (the endpoint down or slow: logged and counted, never a failure).
+    lineage_run_id: str | None = None
+    lineage_emitted: int = 0
+    lineage_failed: int = 0
     #: Where the JSON report was written, once it was.
     path: str | None = None
 

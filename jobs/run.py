@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jobs.batch import Batch
+from jobs.commits import join
 from jobs.config import JobConfig, date_column, source_class, transform_function
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
@@ -127,7 +128,13 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
                     frame = _transformed(transform, frame, dataset, config)
                 frame, partition_by = _partitioned(config, frame)
             watermarks = {p: high for p, (_committed, high) in ranges.items()}
-            batch.stage(dataset, frame, partition_by=partition_by, watermarks=watermarks)
+            batch.stage(
+                dataset,
+                frame,
+                partition_by=partition_by,
+                watermarks=watermarks,
+                source=join(config.source.path, dataset) if config.source.path else None,
+            )
         except (ConfigurationError, FencedError):
             raise
         except Exception as e:  # one dataset's failed extract does not stop the others

@@ -2,7 +2,8 @@
 
 This is how ``commitpub demo`` reaches its verdict: it reads every complete line of the
 landing zone and every row of the published Parquet (with pyarrow, as a hive-partitioned
-dataset) and compares them by (dataset, partition, offset), field by field.
+dataset) or table (pyiceberg, deltalake) and compares them by (dataset, partition, offset),
+field by field.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, LandingSource
 from store import JsonScalar, open_watermarks
 from store.urls import encode_name
@@ -34,12 +36,17 @@ def source_records(landing: str, dataset: str) -> dict[Key, dict[str, Any]]:
     return records
 
 
-def published_rows(output: str, dataset: str) -> list[dict[str, Any]]:
-    """Every published row of a dataset, read by pyarrow as one hive-partitioned dataset."""
+def published_rows(
+    output: str, dataset: str, config: BatchConfig | None = None
+) -> list[dict[str, Any]]:
+    """Every published row of a dataset: Parquet read by pyarrow as one hive-partitioned
+    dataset; a table (``config`` says the format) by its own reader, pyiceberg or deltalake."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
     directory = os.path.join(output, encode_name(dataset, "dataset"))
+    if config is not None and config.output_format != "parquet":
+        return _table_rows(config, directory, dataset)
     if not os.path.isdir(directory):
         return []
     found = ds.dataset(directory, format="parquet", partitioning="hive")
@@ -51,6 +58,29 @@ def published_rows(output: str, dataset: str) -> list[dict[str, Any]]:
                 schema = schema.append(field)
     table = ds.dataset(directory, format="parquet", partitioning="hive", schema=schema).to_table()
     rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
+def _table_rows(config: BatchConfig, directory: str, dataset: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]]
+    if config.output_format == "iceberg":
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import NoSuchTableError
+
+        catalog = load_catalog(CATALOG_NAME, **config.catalog)
+        try:
+            table = catalog.load_table((*config.namespace.split("."), dataset))
+        except NoSuchTableError:
+            return []
+        rows = table.scan().to_arrow().to_pylist()
+        return rows
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        rows = DeltaTable(directory).to_pyarrow_table().to_pylist()
+    except TableNotFoundError:
+        return []
     return rows
 
 
@@ -82,10 +112,16 @@ def _same(record: dict[str, Any], row: dict[str, Any]) -> bool:
     return all(row.get(k) == v for k, v in record.items())
 
 
-def tally(landing: str, output: str, watermarks_url: str, dataset: str) -> list[Tally]:
-    """One :class:`Tally` per partition of ``dataset``."""
+def tally(
+    landing: str,
+    output: str,
+    watermarks_url: str,
+    dataset: str,
+    config: BatchConfig | None = None,
+) -> list[Tally]:
+    """One :class:`Tally` per partition of ``dataset`` (``config``: a table format's)."""
     expected = source_records(landing, dataset)
-    rows = published_rows(output, dataset)
+    rows = published_rows(output, dataset, config)
     counts = collections.Counter((r[PARTITION_COLUMN], r[OFFSET_COLUMN]) for r in rows)
     first_row = {(r[PARTITION_COLUMN], r[OFFSET_COLUMN]): r for r in rows}
     source = LandingSource(landing, {})

@@ -1,14 +1,23 @@
 """Spark writing into staging, one writer per output format.
 
 A :class:`Writer` writes a DataFrame into a dataset's staging directory, counts what it
-wrote, and says what the dataset's commit is (its steps builder). Parquet is the format
-today; a table format (Iceberg, Delta) is another writer whose commit is a table step.
+wrote, and says what the dataset's commit is (its steps builder). Parquet files are
+published by renames; an Iceberg or Delta table's by renames into the table's data location
+and then one table step (:class:`~commitsteps.IcebergAppendCommitStep`,
+:class:`~commitsteps.DeltaAppendCommitStep`), before the watermark steps.
+
+Table files are staged so that the table step can prove each one's partition: timestamps
+as TIMESTAMP_MICROS (Spark's default INT96 is refused by table readers), and each file
+holding one value of the partition column, which stays *in* the file (Spark's
+``partitionBy`` leaves its column out): the files are split by a copy of the column,
+``<column>_partition``, whose directories they are staged under.
 """
 
 from __future__ import annotations
 
 import abc
 import functools
+import os
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,10 +25,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import fsspec
 
-from commitsteps import CommitStep
+from commitsteps import CommitStep, MissingSourceError
 from jobs.commits import StagedDataset, join, staged_files
+from jobs.config import CATALOG_NAME, BatchConfig
+from jobs.errors import BatchArgumentError
 from store.errors import ConfigurationError
-from store.urls import is_local, local_path
+from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -96,22 +107,204 @@ class ParquetWriter(Writer):
         return staged
 
 
-#: The writer of each output format.
-WRITERS: dict[str, Writer] = {w.format: w for w in (ParquetWriter(),)}
+#: The Spark setting that makes Parquet timestamps TIMESTAMP_MICROS (default: INT96).
+TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
 
 
-def writer_for(output_format: str) -> Writer:
-    """The writer of ``output_format``.
+def partition_directory(column: str) -> str:
+    """The copy of ``column`` whose directories a table's files are staged under."""
+    return f"{column}_partition"
+
+
+class TableWriter(ParquetWriter):
+    """Parquet files for a table: TIMESTAMP_MICROS, one partition value per file with the
+    partition column in the file; published by renames and one table step."""
+
+    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
+        from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+        from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
+
+        split: tuple[str, ...] = ()
+        column = self.partition_column(options.partition_by)
+        if column is not None:
+            kind = frame.schema[column].dataType
+            if not isinstance(kind, T.DateType):
+                raise BatchArgumentError(
+                    f"argument 'partition_by': {self.format} tables are partitioned by a date "
+                    f"column; {column!r} is a {kind.simpleString()} (use F.to_date)"
+                )
+            copy = partition_directory(column)
+            if copy in frame.columns:
+                raise BatchArgumentError(
+                    f"argument 'df' has a column {copy!r}, the name under which the files of "
+                    f"partition column {column!r} are split; rename it"
+                )
+            frame = frame.withColumn(copy, F.col(column))
+            split = (copy,)
+        spark = frame.sparkSession
+        previous = spark.conf.get(TIMESTAMP_TYPE, None)
+        spark.conf.set(TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
+        try:
+            return super().write(frame, directory, attrs.evolve(options, partition_by=split))
+        finally:
+            if previous is None:
+                spark.conf.unset(TIMESTAMP_TYPE)
+            else:
+                spark.conf.set(TIMESTAMP_TYPE, previous)
+
+    def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
+        """The one partition column of a table, or None.
+
+        Raises:
+            BatchArgumentError: for more than one.
+        """
+        if len(partition_by) > 1:
+            raise BatchArgumentError(
+                f"argument 'partition_by': {self.format} tables are partitioned by one date "
+                f"column at most, got {list(partition_by)}"
+            )
+        return partition_by[0] if partition_by else None
+
+
+@attrs.frozen
+class IcebergCommit:
+    """A staged dataset's commit into its Iceberg table; picklable, built in the publish task."""
+
+    staged: StagedDataset
+    catalog: str
+    namespace: str
+    location: str
+    job: str
+
+    def __call__(self) -> list[CommitStep]:
+        if self.staged.empty:
+            return self.staged()
+        from commitsteps import IcebergAppendCommitStep
+
+        staged = self.staged
+        steps = IcebergAppendCommitStep.steps_for(
+            _staged_urls(staged),
+            staging_dir=staged.staging_dir,
+            catalog=self.catalog,
+            namespace=self.namespace,
+            table=staged.dataset,
+            location=self.location,
+            job=self.job,
+            run_id=staged.run_id,
+            partition_by=staged.partition_by[0] if staged.partition_by else None,
+        )
+        return [*steps, *staged.after_data()]
+
+
+@attrs.frozen
+class DeltaCommit:
+    """A staged dataset's commit into its Delta table; picklable, built in the publish task."""
+
+    staged: StagedDataset
+    table_uri: str
+    job: str
+
+    def __call__(self) -> list[CommitStep]:
+        if self.staged.empty:
+            return self.staged()
+        from commitsteps import DeltaAppendCommitStep
+
+        staged = self.staged
+        steps = DeltaAppendCommitStep.steps_for(
+            _staged_urls(staged),
+            staging_dir=staged.staging_dir,
+            table_uri=self.table_uri,
+            job=self.job,
+            dataset=staged.dataset,
+            run_id=staged.run_id,
+            partition_by=staged.partition_by[0] if staged.partition_by else None,
+        )
+        return [*steps, *staged.after_data()]
+
+
+def _staged_urls(staged: StagedDataset) -> list[str]:
+    files = staged_files(staged.staging_dir)
+    if not files:
+        raise MissingSourceError(f"no staged files for {staged.dataset} under {staged.staging_dir}")
+    return [join(staged.staging_dir, rel) for rel in files]
+
+
+class IcebergWriter(TableWriter):
+    """Each dataset is the Iceberg table ``<namespace>.<dataset>`` at ``<output>/<dataset>``
+    in the job's catalog (reached by name: its properties come from the job's settings)."""
+
+    format = "iceberg"
+
+    def __init__(self, config: BatchConfig) -> None:
+        self.config = config
+        self._namespace_ready = False
+
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        self.partition_column(staged.partition_by)
+        self._create_namespace()
+        return IcebergCommit(
+            staged,
+            CATALOG_NAME,
+            self.config.namespace,
+            _table_root(self.config.output, staged.dataset),
+            self.config.name,
+        )
+
+    def _create_namespace(self) -> None:
+        """Create the tables' namespace once, here on the driver: the publish tasks of two
+        datasets creating it at once collide in the catalog (a unique key in a SQL catalog)."""
+        if self._namespace_ready:
+            return
+        from pyiceberg.catalog import load_catalog
+
+        properties = dict(self.config.catalog)
+        uri = properties.get("uri", "")
+        if properties.get("type") == "sql" and uri.startswith("sqlite:///"):
+            # sqlite creates its file, not the directory it lies in.
+            directory = os.path.dirname(uri[len("sqlite:///") :])
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+        load_catalog(CATALOG_NAME, **properties).create_namespace_if_not_exists(
+            self.config.namespace
+        )
+        self._namespace_ready = True
+
+
+class DeltaWriter(TableWriter):
+    """Each dataset is the Delta table at ``<output>/<dataset>``."""
+
+    format = "delta"
+
+    def __init__(self, config: BatchConfig) -> None:
+        self.config = config
+
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        self.partition_column(staged.partition_by)
+        return DeltaCommit(
+            staged, _table_root(self.config.output, staged.dataset), self.config.name
+        )
+
+
+def _table_root(output: str, dataset: str) -> str:
+    root = join(output, encode_name(dataset, "dataset"))
+    return local_path(root) if is_local(root) else root
+
+
+def writer_for(config: BatchConfig) -> Writer:
+    """The writer of the configured output format.
 
     Raises:
         ConfigurationError: for a format no writer serves.
     """
-    try:
-        return WRITERS[output_format]
-    except KeyError:
-        raise ConfigurationError(
-            f"output format {output_format!r}: no writer for it (known: {', '.join(WRITERS)})"
-        ) from None
+    if config.output_format == "parquet":
+        return ParquetWriter()
+    if config.output_format == "iceberg":
+        return IcebergWriter(config)
+    if config.output_format == "delta":
+        return DeltaWriter(config)
+    raise ConfigurationError(
+        f"output format {config.output_format!r}: no writer for it (known: parquet, iceberg, delta)"
+    )
 
 
 def count(directory: str) -> Written:

@@ -404,3 +404,77 @@ def test_usage_errors_exit_2_and_help_has_examples() -> None:
         result = CliRunner().invoke(main, [command, "--help"])
         assert result.exit_code == 0
         assert "Example" in result.output
+
+
+def test_iceberg_output_defaults_to_an_embedded_sql_catalog_under_the_output(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_job(tmp_path, output={"path": "output", "format": "iceberg"}))
+    out = tmp_path / "output"
+    assert config.output_format == "iceberg"
+    assert config.namespace == config.name
+    assert config.catalog == {
+        "type": "sql",
+        "uri": f"sqlite:///{out}/catalog.db",
+        "warehouse": f"file://{out}",
+    }
+    given = load_config(
+        write_job(
+            tmp_path,
+            output={
+                "path": "output",
+                "format": "iceberg",
+                "namespace": "analytics",
+                "catalog": {
+                    "type": "rest",
+                    "uri": "http://catalog:8181",
+                    "s3.path-style-access": True,
+                },
+            },
+        )
+    )
+    assert given.namespace == "analytics"
+    assert given.catalog == {
+        "type": "rest",
+        "uri": "http://catalog:8181",
+        "s3.path-style-access": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (
+            {"format": "iceberg", "catalog": {"type": "rest", "credential": "id:secret"}},
+            "'output.catalog.credential' holds a secret: give it in the environment "
+            r"\(PYICEBERG_CATALOG__DEFAULT__CREDENTIAL\)",
+        ),
+        (
+            {"format": "iceberg", "catalog": {"uri": "postgresql://u:pw@db/cat"}},
+            "carries a password",
+        ),
+        (
+            {"format": "delta", "namespace": "x"},
+            "'output.namespace' is for output.format 'iceberg'",
+        ),
+        ({"format": "parquet", "catalog": {}}, "'output.catalog' is for output.format 'iceberg'"),
+        ({"format": "iceberg", "partition_by": ["country"]}, "partitioned by the date of"),
+        ({"path": "s3://bucket/out", "format": "iceberg"}, "'output.catalog' is required"),
+    ],
+)
+def test_table_output_keys_are_checked(
+    tmp_path: Path, output: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        load_config(write_job(tmp_path, output={"path": "output", **output}))
+
+
+def test_lineage_table_is_checked_and_kept(tmp_path: Path) -> None:
+    transport = {"type": "file", "log_file_path": "lineage.jsonl", "append": True}
+    config = load_config(write_job(tmp_path, lineage={"transport": transport, "timeout": 2}))
+    assert config.lineage is not None
+    assert config.lineage.namespace == config.name
+    assert dict(config.lineage.transport) == transport
+    assert config.lineage.timeout == 2.0
+    with pytest.raises(ConfigurationError, match=r"'lineage\.transport' must be a table"):
+        load_config(write_job(tmp_path, lineage={"namespace": "x"}))

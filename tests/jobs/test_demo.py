@@ -34,6 +34,27 @@ def test_demo_crashes_recovers_and_counts(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "demo").iterdir()] == [".commitpub-demo"]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_demo_into_tables_crashes_recovers_and_counts(tmp_path: Path, fmt: str) -> None:
+    directory = tmp_path / "demo"
+    done = commitpub("demo", "--dir", str(directory), "--records", "100", "--format", fmt)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "run 2    CRASHED" in out
+    total = next(line for line in out.splitlines() if line.startswith("total"))
+    source, published, duplicates, missing = total.split()[1:5]
+    assert source == published
+    assert (duplicates, missing) == ("0", "0")
+    assert out.rstrip().endswith("exactly once: yes")
+    if fmt == "iceberg":
+        assert (directory / "output" / "catalog.db").is_file()
+        assert (directory / "output" / "orders" / "metadata").is_dir()
+    else:
+        assert (directory / "output" / "orders" / "_delta_log").is_dir()
+
+
 def test_prepare_replaces_an_earlier_demo(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     prepare(directory)
