@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST_ARGS ?=
+# Two workers (pytest-xdist): the suite waits on subprocesses, servers and JVMs a good part
+# of its time, which the other worker fills. `make test PYTEST_ARGS=` runs it in one process.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: demo test lint typecheck pytest redis-server bench clean constraints
 
