@@ -19,6 +19,7 @@ Pytest collects only ``Test*`` classes, so these bases never run on their own.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import pickle
@@ -88,6 +89,14 @@ def _process(target: Any, args: tuple[Any, ...]) -> Any:
 
 
 _PROCESS_TIMEOUT = 120
+
+
+def _travelled(obj: Any) -> Any:
+    """``obj`` as a Spark task gets it, without loading pickled bytes: its reduction pickles
+    (plain data: no socket, lock or file handle), and the object it rebuilds is returned
+    (``copy.copy`` rebuilds from the same ``__reduce__``)."""
+    pickle.dumps(obj)
+    return copy.copy(obj)
 
 
 def _records(n: int) -> list[bytes]:
@@ -336,12 +345,12 @@ class CommitStepStoreContract:
     # -- pickling ----------------------------------------------------------------------
     def test_pickled_store_reopens(self, store: CommitStepStore) -> None:
         store.put_sequence(JOB, "written-here", [b"one"])
-        copy = pickle.loads(pickle.dumps(store))  # noqa: S301 -- our own bytes
-        with copy:
-            assert type(store) is type(copy)
-            assert store.url == copy.url
-            assert copy.get(JOB, "written-here") == [b"one"]
-            copy.put_sequence(JOB, "written-there", [b"two"])
+        travelled = _travelled(store)
+        with travelled:
+            assert type(store) is type(travelled)
+            assert store.url == travelled.url
+            assert travelled.get(JOB, "written-here") == [b"one"]
+            travelled.put_sequence(JOB, "written-there", [b"two"])
         assert store.get(JOB, "written-there") == [b"two"]
         assert store.datasets(JOB) == ["written-here", "written-there"]
 
@@ -579,13 +588,13 @@ class WatermarkStoreContract:
 
     def test_pickled_store_reopens(self, watermarks: WatermarkStore) -> None:
         assert watermarks.compare_and_set("ds", "p", None, 1)
-        copy = pickle.loads(pickle.dumps(watermarks))  # noqa: S301 -- our own bytes
+        travelled = _travelled(watermarks)
         try:
-            assert watermarks.url == copy.url
-            assert copy.get("ds", "p") == 1
-            assert copy.compare_and_set("ds", "p", 1, 2)
+            assert watermarks.url == travelled.url
+            assert travelled.get("ds", "p") == 1
+            assert travelled.compare_and_set("ds", "p", 1, 2)
         finally:
-            copy.close()
+            travelled.close()
         assert watermarks.get("ds", "p") == 2
 
     def test_fenced_compare_and_set(self, watermarks: WatermarkStore) -> None:
@@ -806,10 +815,10 @@ class JobLockContract:
 
     def test_pickled_lock_reopens(self, lock: JobLock) -> None:
         lease = lock.acquire(JOB, ttl_s=60)
-        copy = pickle.loads(pickle.dumps(lock))  # noqa: S301 -- our own bytes
+        travelled = _travelled(lock)
         try:
-            current = copy.current(JOB)
+            current = travelled.current(JOB)
             assert current is not None
             assert current.token == lease.token
         finally:
-            copy.close()
+            travelled.close()
