@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -91,11 +90,36 @@ def _process(target: Any, args: tuple[Any, ...]) -> Any:
 _PROCESS_TIMEOUT = 120
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain(value: Any, where: str) -> None:
+    """Fail unless ``value`` is plain data or an importable class or function: what a
+    reduction may carry to an executor (no socket, lock, file handle or client)."""
+    if isinstance(value, _PLAIN):
+        return
+    if isinstance(value, (tuple, list, frozenset, set)):
+        for i, item in enumerate(value):
+            _plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _plain(key, f"{where} key")
+            _plain(item, f"{where}[{key!r}]")
+        return
+    qualname = getattr(value, "__qualname__", "<locals>")
+    if callable(value) and getattr(value, "__module__", None) and "<locals>" not in qualname:
+        return
+    raise AssertionError(f"{where} travels a {type(value).__name__}, not plain data")
+
+
 def _travelled(obj: Any) -> Any:
-    """``obj`` as a Spark task gets it, without loading pickled bytes: its reduction pickles
-    (plain data: no socket, lock or file handle), and the object it rebuilds is returned
-    (``copy.copy`` rebuilds from the same ``__reduce__``)."""
-    pickle.dumps(obj)
+    """``obj`` as a Spark task gets it: its reduction (what pickling ships) must be plain
+    data, and the object that reduction rebuilds is returned (``copy.copy`` rebuilds from
+    the same ``__reduce_ex__``). No pickled bytes are ever loaded."""
+    reduction = obj.__reduce_ex__(4)
+    assert isinstance(reduction, tuple), f"{type(obj).__name__} reduces to a global name"
+    _plain(reduction, type(obj).__name__)
     return copy.copy(obj)
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -588,3 +589,17 @@ def test_record_modes_honour_the_umask(tmp_path: Path) -> None:
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in directory.iterdir()}
     assert modes == {"c00000000.chunk": "0o600", "c00000001.chunk": "0o400", "status.json": "0o400"}
     assert s.get("job", "ds") == [b"x", b"y"]
+
+
+# -- the contract's own teeth --------------------------------------------------------------
+class _StoreShippingALock(FsCommitStepStore):
+    """A store whose reduction carries a live lock: it pickles nowhere a task could use it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._full_url,), {"guard": threading.Lock()})
+
+
+def test_the_pickling_contract_refuses_a_store_that_ships_a_handle(tmp_path: Path) -> None:
+    leaky = _StoreShippingALock(str(tmp_path))
+    with pytest.raises(AssertionError, match=r"_StoreShippingALock\[2\]\['guard'\] travels a lock"):
+        CommitStepStoreContract().test_pickled_store_reopens(leaky)
