@@ -9,8 +9,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +179,28 @@ def commitpub(
             text=True,
             check=False,
         )
+
+
+def kill_once_marked(
+    proc: subprocess.Popen[bytes],
+    *,
+    marks: Path,
+    published: Callable[[], set[Path]],
+    log: Callable[[], str],
+    timeout_s: float,
+) -> None:
+    """SIGKILL ``proc``'s whole process group (driver and JVM) once a fail point has left a
+    mark in ``marks`` (an executor stopped right after publishing a file: a poll of the
+    output could miss a commit done within milliseconds), after checking that ``published()``
+    grew meanwhile. Fails if the job ends, or marks nothing, within ``timeout_s``."""
+    before = published()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not any(marks.iterdir()):
+            assert proc.poll() is None, f"it ended before publishing: {log()}"
+            assert time.monotonic() < deadline, f"nothing published in time: {log()}"
+            time.sleep(0.01)
+        assert published() - before, "the step that stopped published no file"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

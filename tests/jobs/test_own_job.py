@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from jobhelpers import kill_once_marked
 
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
@@ -117,18 +118,14 @@ def _kill_at_first_published_file(base: Path, marks: Path) -> None:
     ``step.executed``, SIGSTOP: a poll of the output could miss a commit that finishes
     within milliseconds); once it has, the whole job, driver and JVM, is killed.
     """
-    before = _published(base)
     proc = _start(base, "r2", **{ENV_VAR: "step.executed@1:stop", MARKS_ENV_VAR: str(marks)})
-    deadline = time.monotonic() + _TIMEOUT_S
-    try:
-        while not any(marks.iterdir()):
-            assert proc.poll() is None, f"it ended before publishing: {_log(base, 'r2')}"
-            assert time.monotonic() < deadline, f"nothing published in time: {_log(base, 'r2')}"
-            time.sleep(0.01)
-        assert _published(base) - before, "the step that stopped published no file"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_once_marked(
+        proc,
+        marks=marks,
+        published=lambda: _published(base),
+        log=lambda: _log(base, "r2"),
+        timeout_s=_TIMEOUT_S,
+    )
 
 
 def _rows(base: Path, dataset: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobhelpers import COMMITPUB, Landing, source_records, write_job
+from jobhelpers import COMMITPUB, Landing, kill_once_marked, source_records, write_job
 from pyspark.sql import SparkSession
 from test_table_run import _table_rows
 
@@ -85,18 +85,14 @@ def test_killed_at_the_first_file_and_at_random_then_rerun_every_record_once(
     grow(15)
     marks = base / "marks"
     marks.mkdir()
-    before = _data_files(base)
     second = _start(base, "r2", **{ENV_VAR: "step.executed@1:stop", MARKS_ENV_VAR: str(marks)})
-    deadline = time.monotonic() + _TIMEOUT_S
-    try:
-        while not any(marks.iterdir()):
-            assert second.poll() is None, f"it ended before publishing: {_log(base, 'r2')}"
-            assert time.monotonic() < deadline, f"nothing published in time: {_log(base, 'r2')}"
-            time.sleep(0.01)
-        assert _data_files(base) - before, "the step that stopped published no file"
-    finally:
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait()
+    kill_once_marked(
+        second,
+        marks=marks,
+        published=lambda: _data_files(base),
+        log=lambda: _log(base, "r2"),
+        timeout_s=_TIMEOUT_S,
+    )
 
     # Killed at a random instant (if it finishes first, that is a clean run too).
     grow(10)
