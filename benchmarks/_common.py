@@ -18,6 +18,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,6 +162,70 @@ def finish(
         (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(f"goal {'met' if met else 'MISSED'}: {goal}")
     print(f"ratio={ratio:.2f}")
+
+
+def vm_kib(field: str) -> int:
+    """A ``/proc/self/status`` figure of this process, in KiB (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def print_peak(before_kib: int) -> None:
+    """The last line of a measured child: its RSS before the work and its peak, as JSON."""
+    print(json.dumps({"before_kib": before_kib, "peak_kib": vm_kib("VmHWM")}))
+
+
+def child_peak_mib(script: str, store_url: str, count: int) -> float:
+    """Run ``script --child STORE_URL COUNT`` in a fresh Python and return the peak RSS it
+    printed with :func:`print_peak`, in MiB."""
+    out = subprocess.run(
+        [sys.executable, script, "--child", store_url, str(count)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    doc = json.loads(out.strip().splitlines()[-1])
+    return float(doc["peak_kib"]) / 1024
+
+
+def finish_memory(
+    name: str,
+    *,
+    title: str,
+    series: str,
+    unit_n: str,
+    sizes: tuple[int, int],
+    peaks: tuple[list[float], list[float]],
+    goal_mib: int,
+    flat: float,
+    flat_words: str,
+    quick: bool,
+) -> None:
+    """:func:`finish` for a peak-RSS benchmark: rows at the small and the large N, the
+    growth from one to the other as the ratio line, met when the peak at the large N is at
+    most ``goal_mib`` and the growth at most ``flat``."""
+    n_small, n_large = sizes
+    rows = [
+        row(series, n, side, peaks[0], unit="MiB") for n, side in zip(sizes, peaks, strict=True)
+    ]
+    growth = rows[1]["a_s"] / rows[0]["a_s"]
+    peak = rows[1]["a_s"]
+    finish(
+        name,
+        title=title,
+        a_name="peak RSS at N",
+        b_name=f"peak RSS at {n_small:,}",
+        rows=rows,
+        ratio=growth,
+        goal=f"peak <= {goal_mib} MiB and {flat_words} (growth <= {flat})",
+        met=peak <= goal_mib and growth <= flat,
+        quick=quick,
+        notes=f"peak {rows[0]['a_s']:.0f} MiB at {n_small:,} {unit_n}, {peak:.0f} MiB at "
+        f"{n_large:,}: growth {growth:.2f}x",
+    )
 
 
 @contextlib.contextmanager

@@ -17,10 +17,8 @@ The staged files (hard links, as in the other benchmarks) are created once in
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -81,14 +79,6 @@ class Fixture:
             )
 
 
-def vm_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def child(store_url: str, datasets: int) -> None:
     """Runs in the measured process: publish, then print the peak RSS as JSON."""
     from publisher import Outcome, Publisher
@@ -105,27 +95,21 @@ def child(store_url: str, datasets: int) -> None:
         name: Staged(f"{fixture.staging}/run/{name}", f"{fixture.output}/{name}")
         for name in fixture.names()
     }
-    before = vm_kib("VmRSS")
+    before = _common.vm_kib("VmRSS")
     report = pub.publish(builders)
     pub.close()
     published = sum(d.executed for d in report.datasets if d.outcome == Outcome.PUBLISHED)
     if published != datasets * FILES_PER_DATASET:
         raise RuntimeError(f"{published} files published, expected {datasets * 1000}")
-    print(json.dumps({"before_kib": before, "peak_kib": vm_kib("VmHWM")}))
+    _common.print_peak(before)
 
 
 def measure(fixture: Fixture, base: Path) -> float:
     fixture.ensure()
     os.sync()
-    store_url = str(base / f"steps-{fixture.datasets}")
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", store_url, str(fixture.datasets)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    doc = json.loads(out.strip().splitlines()[-1])
-    return float(doc["peak_kib"]) / 1024  # MiB
+    return _common.child_peak_mib(
+        __file__, str(base / f"steps-{fixture.datasets}"), fixture.datasets
+    )
 
 
 def main() -> None:
@@ -141,25 +125,17 @@ def main() -> None:
             label="peak MiB",
         )
         big.ensure()  # staged again for the next script that shares the cache
-    n_small, n_large = (d * FILES_PER_DATASET for d in (small, large))
-    rows = [
-        _common.row("peak RSS, publish (in-process)", n, peaks, peaks_small, unit="MiB")
-        for n, peaks in ((n_small, peaks_small), (n_large, peaks_large))
-    ]
-    growth = rows[1]["a_s"] / rows[0]["a_s"]
-    peak = rows[1]["a_s"]
-    _common.finish(
+    _common.finish_memory(
         "publish_memory",
         title="Driver peak RSS while publishing (VmHWM of the publishing process)",
-        a_name="peak RSS at N",
-        b_name=f"peak RSS at {n_small:,}",
-        rows=rows,
-        ratio=growth,
-        goal=f"peak <= {GOAL_MIB} MiB and flat (growth <= {FLAT})",
-        met=peak <= GOAL_MIB and growth <= FLAT,
+        series="peak RSS, publish (in-process)",
+        unit_n="files",
+        sizes=(small * FILES_PER_DATASET, large * FILES_PER_DATASET),
+        peaks=(peaks_small, peaks_large),
+        goal_mib=GOAL_MIB,
+        flat=FLAT,
+        flat_words="flat",
         quick=args.quick,
-        notes=f"peak {rows[0]['a_s']:.0f} MiB at {n_small:,} files, {peak:.0f} MiB at "
-        f"{n_large:,}: growth {growth:.2f}x",
     )
 
 

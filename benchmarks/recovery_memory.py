@@ -12,8 +12,6 @@ Goal: peak <= 1 GiB at 1M and roughly flat: peak(1M) / peak(100k) is the ratio l
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,14 +20,6 @@ import _recovery
 
 GOAL_MIB = 1024
 FLAT = 1.25
-
-
-def vm_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def child(store_url: str, datasets: int) -> None:
@@ -45,23 +35,16 @@ def child(store_url: str, datasets: int) -> None:
         output_roots=[str(pending.output)],
         stores=[str(Path(store_url).parent / "wm")],
     )
-    before = vm_kib("VmRSS")
+    before = _common.vm_kib("VmRSS")
     report = pub.recover()
     _recovery.check(report, datasets)
-    print(json.dumps({"before_kib": before, "peak_kib": vm_kib("VmHWM")}))
+    _common.print_peak(before)
 
 
 def measure(pending: _recovery.Pending, base: Path, records: dict[str, list[bytes]]) -> float:
     store_url = str(base / f"steps-{pending.datasets}")
     pending.write_ahead(store_url, records, base / "wm")
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", store_url, str(pending.datasets)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    doc = json.loads(out.strip().splitlines()[-1])
-    return float(doc["peak_kib"]) / 1024  # MiB
+    return _common.child_peak_mib(__file__, store_url, pending.datasets)
 
 
 def main() -> None:
@@ -80,25 +63,17 @@ def main() -> None:
             args.rounds,
             label="peak MiB",
         )
-    n_small, n_large = (d * _recovery.STEPS_PER_DATASET for d in (small, large))
-    rows = [
-        _common.row("peak RSS, driver-serial recovery", n, peaks, peaks_small, unit="MiB")
-        for n, peaks in ((n_small, peaks_small), (n_large, peaks_large))
-    ]
-    growth = rows[1]["a_s"] / rows[0]["a_s"]
-    peak = rows[1]["a_s"]
-    _common.finish(
+    _common.finish_memory(
         "recovery_memory",
         title="Driver peak RSS while recovering (VmHWM of the recovering process)",
-        a_name="peak RSS at N",
-        b_name=f"peak RSS at {n_small:,}",
-        rows=rows,
-        ratio=growth,
-        goal=f"peak <= {GOAL_MIB} MiB and roughly flat (growth <= {FLAT})",
-        met=peak <= GOAL_MIB and growth <= FLAT,
+        series="peak RSS, driver-serial recovery",
+        unit_n="steps",
+        sizes=(small * _recovery.STEPS_PER_DATASET, large * _recovery.STEPS_PER_DATASET),
+        peaks=(peaks_small, peaks_large),
+        goal_mib=GOAL_MIB,
+        flat=FLAT,
+        flat_words="roughly flat",
         quick=args.quick,
-        notes=f"peak {rows[0]['a_s']:.0f} MiB at {n_small:,} steps, {peak:.0f} MiB at "
-        f"{n_large:,}: growth {growth:.2f}x",
     )
 
 
