@@ -88,13 +88,18 @@ def staged_files(root: str) -> dict[str, int]:
     come from the listing, not from a request per file."""
     found: dict[str, int] = {}
     if is_local(root):
-        top = local_path(root)
-        for directory, dirs, names in os.walk(top):
+        # Resolved as os.walk would follow it; fwalk does not follow a symlink at the top.
+        top = os.path.realpath(local_path(root))
+        if not os.path.isdir(top):
+            return found
+        # One descriptor per directory: each file is stat'ed by its name in it, and the
+        # relative directory is joined once per directory, not once per file.
+        for directory, dirs, names, fd in os.fwalk(top):
             dirs[:] = [d for d in dirs if _data(d)]
             rel_dir = os.path.relpath(directory, top)
+            prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
             for name in filter(_data, names):
-                size = os.stat(os.path.join(directory, name)).st_size
-                found[posixpath.normpath(posixpath.join(rel_dir, name))] = size
+                found[prefix + name] = os.stat(name, dir_fd=fd).st_size
         return dict(sorted(found.items()))
     fs, path = fsspec.core.url_to_fs(root)
     for full, info in fs.find(path, detail=True).items():
