@@ -83,6 +83,14 @@ def registry(
     )
     for dataset, staged in sorted(report.staged.items()):
         skipped.labels(job, dataset).set(staged.bad_records_skipped)
+    if report.lineage_run_id is not None:
+        events = gauge(
+            "commitpub_last_run_lineage_events",
+            "OpenLineage events of the last run, by whether the endpoint took them.",
+            "result",
+        )
+        events.labels(job, "emitted").set(report.lineage_emitted)
+        events.labels(job, "failed").set(report.lineage_failed)
     durations = gauge(
         "commitpub_last_run_duration_seconds", "Duration of each phase of the last run.", "phase"
     )

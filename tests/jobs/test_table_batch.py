@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 from table_helpers import (
     delta_commits,
@@ -227,8 +228,23 @@ def test_a_lineage_endpoint_that_is_down_is_counted_and_the_run_publishes(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     lineage = {"transport": {"type": "http", "url": f"http://127.0.0.1:{port}"}, "timeout": 1}
-    with Batch(spark, JOB, format="delta", lineage=lineage, **_places(tmp_path)) as batch:
+    textfile = tmp_path / "metrics.prom"
+    with Batch(
+        spark,
+        JOB,
+        format="delta",
+        lineage=lineage,
+        metrics_textfile=str(textfile),
+        **_places(tmp_path),
+    ) as batch:
         batch.stage("orders", _orders(spark, 0, 3), partition_by=["ts_date"])
     assert batch.report.exit_code == 0, batch.report.error
     assert (batch.report.lineage_emitted, batch.report.lineage_failed) == (0, 2)
+    samples = {
+        (s.labels["result"], s.value)
+        for family in text_string_to_metric_families(textfile.read_text())
+        if family.name == "commitpub_last_run_lineage_events"
+        for s in family.samples
+    }
+    assert samples == {("emitted", 0.0), ("failed", 2.0)}
     assert _ids("delta", tmp_path) == ([0, 1, 2], [0, 1, 2])
