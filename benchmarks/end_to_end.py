@@ -2,10 +2,12 @@
 
 Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
 ``commitpub run`` writes a dataset (``jobs.run``: ``mode("errorifexists")``, partitioned by
-the date column). A: the write into a staging directory, then ``Publisher.publish`` in a
-Spark task through ``jobs.SparkRunner`` with the filesystem store, the builder listing the
-staged files there (what ``commitpub run`` does). B: the same write straight into the output
-directory with Spark's default commit. Goal: A/B <= 0.90.
+the date column). A: the write into a staging directory by ``jobs.writing.ParquetWriter``
+(the product's writer: no checksum sidecars, no ``_SUCCESS``, files moved into place at task
+commit), then ``Publisher.publish`` in a Spark task through ``jobs.SparkRunner`` with the
+filesystem store, the builder listing the staged files there (what ``commitpub run`` does).
+B: the same write straight into the output directory with Spark's default commit. Goal:
+A/B <= 0.90.
 
     python benchmarks/end_to_end.py [--quick] [--rounds R]
 """
@@ -20,6 +22,7 @@ import _common
 
 from jobs.commits import StagedDataset
 from jobs.spark import SparkRunner
+from jobs.writing import ParquetWriter, WriteOptions
 from publisher import Outcome, Publisher
 from store import open_store
 
@@ -72,7 +75,7 @@ class EndToEnd:
 
         def go() -> None:
             nonlocal report
-            self._write(staged)
+            ParquetWriter().write(self.frame, staged, WriteOptions(partition_by=("event_date",)))
             report = pub.publish({"table": builder}, staging_dirs={"table": staged})
 
         seconds = _common.timed(go)

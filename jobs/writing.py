@@ -79,10 +79,28 @@ class Writer(abc.ABC):
         task."""
 
 
+#: Hadoop settings of Spark's write into a local staging directory, scoped to that one write
+#: (a DataFrameWriter's options reach the write job's Hadoop configuration; the session's is
+#: left alone). Staging is private to the run and our write-ahead is the commit, so Spark's
+#: own protocol is cut to what costs nothing to publish: the raw local filesystem writes no
+#: ``.crc`` checksum sidecar per file (which the publish would otherwise have to delete),
+#: no ``_SUCCESS`` marker is written, and the v2 committer moves each task's files into place
+#: at task commit instead of once more at job commit. A task retried after its commit writes
+#: the same names (the write's id and the task's partition), so it overwrites, never adds.
+LOCAL_STAGING_OPTIONS = {
+    "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    # Else the session's cached checksumming filesystem is handed out for file://.
+    "fs.file.impl.disable.cache": "true",
+    "mapreduce.fileoutputcommitter.algorithm.version": "2",
+    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
+
+
 class ParquetWriter(Writer):
     """Hive-partitioned Parquet files, published by renames into ``<output>/<dataset>/``.
 
-    On a local or ``file://`` staging path Spark writes them itself. On an object store
+    On a local or ``file://`` staging path Spark writes them itself, with
+    :data:`LOCAL_STAGING_OPTIONS`: nothing but data files in staging. On an object store
     each task writes its rows with pyarrow through fsspec (:func:`_write_task`): Spark's own
     writer would need Hadoop's S3A connector on every node, and staging is private to the
     run, so no commit protocol is needed either.
@@ -93,6 +111,8 @@ class ParquetWriter(Writer):
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         if is_local(directory):
             writer = frame.write.mode("errorifexists").partitionBy(*options.partition_by)
+            for key, value in LOCAL_STAGING_OPTIONS.items():
+                writer = writer.option(key, value)
             if options.max_records_per_file is not None:
                 writer = writer.option("maxRecordsPerFile", options.max_records_per_file)
             if options.compression is not None:
