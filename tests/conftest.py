@@ -2,7 +2,7 @@
 
 ``redis_server`` starts one server process per session on a free loopback port and yields its
 URL; ``redis_url`` hands each test the same server with an empty database. The server runs as
-commitpub requires of a store (SPEC guarantee 8): ``--appendonly yes`` (fsynced every second)
+commitpub requires of a store (docs/guarantees.md, 8): ``--appendonly yes`` (fsynced every second)
 and ``maxmemory-policy noeviction``. Later suites
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.

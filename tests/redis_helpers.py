@@ -75,7 +75,7 @@ class RedisProcess:
 
     The port is chosen once, so :attr:`url` stays valid across :meth:`stop` / :meth:`start`.
     By default the server keeps an append-only file, fsynced every second, as commitpub
-    requires of a store (SPEC guarantee 8): a server killed and started again on the same
+    requires of a store (docs/guarantees.md, 8): a server killed and started again on the same
     directory holds what it had acknowledged. With ``persistent=True`` every write is fsynced
     before it is acknowledged (``appendfsync always``), so that holds across a crash of the
     machine too. ``options`` overrides any server option (``{"appendonly": "no"}``), and

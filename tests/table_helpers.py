@@ -55,7 +55,7 @@ def write_staged(
 
 
 def sql_catalog(base: str, warehouse: str | None = None) -> dict[str, dict[str, str]]:
-    """The embedded SQL catalog on sqlite under ``base`` (SPEC's default), by name ``main``."""
+    """The embedded SQL catalog on sqlite under ``base`` (the job's default), by name ``main``."""
     return {
         "main": {
             "type": "sql",

@@ -1,4 +1,4 @@
-"""SPEC's crash points x {filesystem, Redis, S3}, with real SIGKILLed subprocesses.
+"""The crash points x {filesystem, Redis, S3}, with real SIGKILLed subprocesses.
 
 Each cell runs the job of ``crashdriver.py`` in a subprocess armed to SIGKILL itself at one
 crash point, checks it really died there, runs recovery and then the job again (each in a

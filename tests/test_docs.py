@@ -152,12 +152,16 @@ def link_problems(page: Path, root: Path) -> list[str]:
     return problems
 
 
-def forbidden_mentions(page: Path, root: Path) -> list[str]:
+#: In code the word is matched as written: ``spec`` is a common word there (a partition spec).
+_FORBIDDEN_IN_CODE = re.compile(r"\bSPEC\b|SPEC\.md|\.\./shared")
+
+
+def forbidden_mentions(page: Path, root: Path, pattern: re.Pattern[str] = _FORBIDDEN) -> list[str]:
     """Every line of ``page`` (code included) naming the developers' contract."""
     return [
         f"{page.relative_to(root)}:{number}: {line.strip()}"
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1)
-        if _FORBIDDEN.search(line)
+        if pattern.search(line)
     ]
 
 
@@ -173,6 +177,38 @@ def test_every_link_stays_in_the_repository_and_resolves(page: Path) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_no_page_names_the_developers_contract(page: Path) -> None:
     assert forbidden_mentions(page, ROOT) == []
+
+
+PACKAGES = ("commitsteps", "store", "publisher", "jobs")
+#: Code and build files, which users read too: none names the developers' contract either.
+SOURCES = sorted(
+    p
+    for p in [
+        *ROOT.glob("*.toml"),
+        *ROOT.glob("*.cfg"),
+        ROOT / "Makefile",
+        *(
+            f
+            for d in (
+                "commitsteps",
+                "store",
+                "publisher",
+                "jobs",
+                "tests",
+                "benchmarks",
+                "examples",
+            )
+            for f in (ROOT / d).rglob("*.py")
+        ),
+    ]
+    if p != Path(__file__).resolve()
+)
+
+
+def test_no_source_file_names_the_developers_contract() -> None:
+    assert len(SOURCES) > 50
+    found = [m for src in SOURCES for m in forbidden_mentions(src, ROOT, _FORBIDDEN_IN_CODE)]
+    assert found == []
 
 
 def test_the_index_lists_every_page_of_docs() -> None:

@@ -1,4 +1,4 @@
-"""SPEC's crash point "in the middle of an operator's discard or retry", x {filesystem, Redis,
+"""The crash point "in the middle of an operator's discard or retry", x {filesystem, Redis,
 S3}, with real SIGKILLed subprocesses.
 
 Each cell crashes the job of ``crashdriver.py`` half-way through its first dataset's commit

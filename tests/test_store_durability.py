@@ -1,4 +1,4 @@
-"""Durable stores only (SPEC guarantee 8): what each backend says of itself, and the check a
+"""Durable stores only (docs/guarantees.md, 8): what each backend says of itself, and the check a
 job makes at run start, against real redis-server processes configured as operators get them
 wrong, a real tmpfs, and fsspec's in-process memory filesystem.
 

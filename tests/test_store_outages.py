@@ -1,4 +1,4 @@
-"""The store unreachable at every phase (issue 14, item 9; SPEC guarantees 1 and 2).
+"""The store unreachable at every phase (issue 14, item 9; guarantees 1 and 2 in the docs).
 
 Each cell parks a real ``crashdriver.py`` process with SIGSTOP at one phase (fail point
 ``name@N:stop``), takes its store away, lets it go on (SIGCONT) and checks that the run

@@ -1,4 +1,4 @@
-"""SPEC's table crash points x {filesystem, Redis store} x {Iceberg, Delta}, real SIGKILLs.
+"""The table crash points x {filesystem, Redis store} x {Iceberg, Delta}, real SIGKILLs.
 
 Each cell runs ``tablecrashdriver.py`` in a subprocess armed to SIGKILL itself at one point,
 checks it died there, recovers and runs the job again (fresh subprocesses each), then reads

@@ -1,4 +1,4 @@
-"""Destruction is fenced (SPEC guarantee 9): a real zombie wakes after a takeover and deletes
+"""Destruction is fenced (docs/guarantees.md, 9): a real zombie wakes after a takeover and deletes
 nothing of the new owner's, phase by phase.
 
 Each test runs ``crashdriver.py`` processes that take the job lock as ``commitpub run`` does
