@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Two workers (pytest-xdist): the suite waits on subprocesses, servers and JVMs a good part
-# of its time, which the other worker fills. `make test PYTEST_ARGS=` runs it in one process.
-PYTEST_ARGS ?= -n 2
+# of its time, which the other worker fills. Slow tests are collected first (tests/conftest.py)
+# and idle workers steal queued ones. `make test PYTEST_ARGS=` runs it in one process.
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: demo test lint typecheck pytest redis-server bench clean constraints
 

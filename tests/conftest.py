@@ -30,6 +30,13 @@ pytest.register_assert_rewrite("store.testing")
 _STARTED: list[str] = []
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` first, in their order, then the rest: with two workers stealing
+    work (``--dist worksteal``), the minutes-long tests are shared out at the start and the
+    many short ones fill the gaps, instead of one long test starting last on one worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Name the real servers the tests ran against, so the log shows it."""
     if _STARTED:
