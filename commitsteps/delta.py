@@ -339,7 +339,7 @@ class DeltaAppendCommitStep(CommitStep):
                 True,
                 # Only the row count: min/max statistics a reader trusts for skipping must be
                 # exact, and the row count is what readers plan with.
-                json.dumps({"numRecords": footer.metadata.num_rows}),
+                f'{{"numRecords": {int(footer.metadata.num_rows)}}}',
             )
             for f, footer, value in zip(self.files, footers, proof.values, strict=True)
         ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,33 @@ SUMMARY_ROLLBACK = "commitpub.rollback-of"
 _COMMIT_ATTEMPTS = 4
 
 
+#: FileIO properties a catalog leaves unset that are taken from the environment (first
+#: variable set wins): pyarrow's S3 filesystem under pyiceberg reads neither the endpoint
+#: (the job's ``[s3]`` table, ``AWS_ENDPOINT_URL``) nor the region, which s3fs and deltalake
+#: do take from there.
+_FROM_ENVIRONMENT = {
+    "s3.endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+    "s3.region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+}
+
+
+def catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """``properties`` with the S3 endpoint and region of the environment where they are
+    unset (see :data:`_FROM_ENVIRONMENT`)."""
+    out = dict(properties)
+    for key, variables in _FROM_ENVIRONMENT.items():
+        value = next((os.environ[v] for v in variables if os.environ.get(v)), None)
+        if key not in out and value is not None:
+            out[key] = value
+    return out
+
+
+def open_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """The pyiceberg catalog ``name`` with ``properties`` and :func:`catalog_properties` of
+    the environment; one instance per name and properties in a process."""
+    return _cached_catalog(name, tuple(sorted(catalog_properties(properties).items())))
+
+
 @functools.lru_cache(maxsize=16)
 def _cached_catalog(name: str, properties: tuple[tuple[str, str], ...]) -> Catalog:
     from pyiceberg.catalog import load_catalog
@@ -87,8 +115,7 @@ def load_configured_catalog(name: str, what: str) -> Catalog:
     Raises:
         ForeignStoreError: if the active job configuration has no catalog of that name.
     """
-    properties = active_catalog(name, what)
-    return _cached_catalog(name, tuple(sorted(properties.items())))
+    return open_catalog(name, active_catalog(name, what))
 
 
 def _check_table_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:

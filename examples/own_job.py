@@ -6,6 +6,7 @@ customers, cleans both, and stages them as two datasets; a step of its own
 
     spark-submit --py-files examples/own_steps.py examples/own_job.py BASE
     python examples/own_job.py BASE        # the same, Spark in local mode
+    python examples/own_job.py --format delta BASE    # into tables (or iceberg)
 
 ``BASE/input`` holds:
 
@@ -22,9 +23,13 @@ this one dies before its commit is sealed, never again once it is.
 The job writes ``BASE/state`` (commit store, watermarks, job lock, run reports),
 ``BASE/staging``, and ``BASE/output/orders`` and ``BASE/output/clicks``: Parquet,
 partitioned by ``day``, with a manifest of each orders commit in
-``BASE/output/orders/_manifests/``. Killed at any point and run again, it publishes every
-valid input record exactly once. It exits as ``commitpub run`` does: 0 published, 1 failed,
-3 partial (a dataset quarantined), 75 another run holds the job lock.
+``BASE/output/orders/_manifests/``. With ``--format iceberg`` they are the Iceberg tables
+``own-job.orders`` and ``own-job.clicks`` (an embedded sqlite catalog,
+``BASE/output/catalog.db``), with ``--format delta`` the Delta tables at those two
+directories; both partitioned by ``day`` too (extras ``[iceberg]``, ``[delta]``). Killed at
+any point and run again, it publishes every valid input record exactly once. It exits as
+``commitpub run`` does: 0 published, 1 failed, 3 partial (a dataset quarantined), 75 another
+run holds the job lock.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ def clean_orders(orders: DataFrame, customers: DataFrame) -> DataFrame:
         (F.col("order_id") != "") & F.col("amount").isNotNull() & F.col("ordered_at").isNotNull()
     )
     return valid.join(F.broadcast(customers), "customer_id", "left").withColumn(
-        "day", F.to_date("ordered_at").cast("string")
+        "day", F.to_date("ordered_at")
     )
 
 
@@ -106,12 +111,13 @@ def clean_clicks(clicks: DataFrame) -> DataFrame:
             F.try_to_timestamp(F.trim("clicked_at")).alias("clicked_at"),
         )
         .where((F.col("click_id") != "") & F.col("clicked_at").isNotNull())
-        .withColumn("day", F.to_date("clicked_at").cast("string"))
+        .withColumn("day", F.to_date("clicked_at"))
     )
 
 
-def run(base: Path) -> int:
-    """One run of the job; returns its exit code."""
+def run(base: Path, output_format: str = "parquet") -> int:
+    """One run of the job (``output_format``: parquet, iceberg or delta); returns its exit
+    code."""
     inputs, output = base / "input", base / "output"
     batch = jobs.Batch(
         start_spark,
@@ -120,6 +126,7 @@ def run(base: Path) -> int:
         watermarks=str(base / "state" / "watermarks"),
         staging=str(base / "staging"),
         output=str(output),
+        format=output_format,
     )
     try:
         # Entering takes the job lock and finishes what a killed run left sealed.
@@ -162,8 +169,14 @@ def run(base: Path) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("base", type=Path, help="the directory holding input/")
+    parser.add_argument(
+        "--format",
+        choices=["parquet", "iceberg", "delta"],
+        default="parquet",
+        help="Parquet files (default), or Iceberg or Delta tables",
+    )
     args = parser.parse_args(argv)
-    return run(args.base.resolve())
+    return run(args.base.resolve(), args.format)
 
 
 if __name__ == "__main__":

@@ -64,10 +64,11 @@ def published_rows(
 def _table_rows(config: BatchConfig, directory: str, dataset: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]]
     if config.output_format == "iceberg":
-        from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchTableError
 
-        catalog = load_catalog(CATALOG_NAME, **config.catalog)
+        from commitsteps.iceberg import open_catalog
+
+        catalog = open_catalog(CATALOG_NAME, config.catalog)
         try:
             table = catalog.load_table((*config.namespace.split("."), dataset))
         except NoSuchTableError:

@@ -275,7 +275,7 @@ class IcebergWriter(TableWriter):
         datasets creating it at once collide in the catalog (a unique key in a SQL catalog)."""
         if self._namespace_ready:
             return
-        from pyiceberg.catalog import load_catalog
+        from commitsteps.iceberg import open_catalog
 
         properties = dict(self.config.catalog)
         uri = properties.get("uri", "")
@@ -284,9 +284,7 @@ class IcebergWriter(TableWriter):
             directory = os.path.dirname(uri[len("sqlite:///") :])
             if directory:
                 os.makedirs(directory, exist_ok=True)
-        load_catalog(CATALOG_NAME, **properties).create_namespace_if_not_exists(
-            self.config.namespace
-        )
+        open_catalog(CATALOG_NAME, properties).create_namespace_if_not_exists(self.config.namespace)
         self._namespace_ready = True
 
 

@@ -93,13 +93,13 @@ class Inputs:
         return out
 
 
-def _start(base: Path, name: str, **extra_env: str) -> subprocess.Popen[bytes]:
+def _start(base: Path, name: str, *args: str, **extra_env: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
     env["PYSPARK_PYTHON"] = sys.executable  # executors with this project installed
     env.update(extra_env)
     with (base / f"{name}.log").open("wb") as log:
         return subprocess.Popen(
-            [sys.executable, str(EXAMPLE), str(base)],
+            [sys.executable, str(EXAMPLE), *args, str(base)],
             env=env,
             stdout=log,
             stderr=log,
