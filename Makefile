@@ -10,12 +10,16 @@ PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: demo test lint typecheck pytest redis-server bench clean constraints
 
+# uv installs the project and its pins (pip is only used to install uv itself): on a fresh
+# machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt uv
 
 $(STAMP): $(BIN)/python setup.cfg pyproject.toml constraints.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(UV) -e '.[test]'
 	touch $(STAMP)
 
 # Re-pin after upgrading dependencies on purpose (then run make test).
@@ -54,7 +58,7 @@ BENCH_ARGS ?=
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,bench]'
+	$(UV) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) redis-server

@@ -1,13 +1,17 @@
 """examples/own_job.py, a user's own PySpark job on ``jobs.Batch`` (read CSV, join, clean,
-stage two datasets, a step of its own), run as a real process with its own Spark driver,
-SIGKILLed the moment its first published file appears and at a random instant, then run
-again: every valid input record is published exactly once, with the join's and the
-cleaning's values, the watermarks stand at the last input file, and the user's manifests
-name every input file once."""
+stage two datasets, a step of its own), into Parquet files and into Iceberg and Delta tables.
+The killed runs are real processes with their own Spark driver: SIGKILLed the moment the
+first data file is published and at a random instant; the clean runs (the first and the
+last) run in this process on the session's SparkSession. Then every valid input record is
+published exactly once (for tables, by the table's own reader and by DuckDB), with the join's
+and the cleaning's values, every table commit names its run (for orders, exactly the runs
+whose manifests the user's step wrote), the watermarks stand at the last input file, and
+the manifests name every input file once."""
 
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import random
@@ -21,7 +25,10 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 from jobhelpers import kill_once_marked
+from pyspark.sql import SparkSession
+from table_helpers import delta_commits, duckdb_connection
 
+import commitsteps.base
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
@@ -31,6 +38,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_job.py"
 JOB = "own-job"
 DAYS = 8
 _TIMEOUT_S = 240
+KEYS = {"orders": "order_id", "clicks": "click_id"}
+#: DuckDB's query of a dataset's ids, by format.
+QUERIES = {
+    "parquet": "SELECT {key} FROM read_parquet(? || '/**/*.parquet', hive_partitioning = true)",
+    "iceberg": "SELECT {key} FROM iceberg_scan(?)",
+    "delta": "SELECT {key} FROM delta_scan(?)",
+}
 #: The customers the orders are joined with; ``c6`` is unknown (no name, no country).
 CUSTOMERS = {f"c{i}": (f"name-{i}", "fr" if i % 2 else "nl") for i in range(6)}
 
@@ -107,105 +121,132 @@ def _start(base: Path, name: str, *args: str, **extra_env: str) -> subprocess.Po
         )
 
 
-def _published(base: Path) -> set[Path]:
-    return set((base / "output").rglob("*.parquet")) if (base / "output").exists() else set()
-
-
-def _kill_at_first_published_file(base: Path, marks: Path) -> None:
-    """Run the job and SIGKILL it the moment its first file is published.
-
-    The executor that renames the first file stops right after it (fail point
-    ``step.executed``, SIGSTOP: a poll of the output could miss a commit that finishes
-    within milliseconds); once it has, the whole job, driver and JVM, is killed.
-    """
-    proc = _start(base, "r2", **{ENV_VAR: "step.executed@1:stop", MARKS_ENV_VAR: str(marks)})
-    kill_once_marked(
-        proc,
-        marks=marks,
-        published=lambda: _published(base),
-        log=lambda: _log(base, "r2"),
-        timeout_s=_TIMEOUT_S,
-    )
-
-
-def _rows(base: Path, dataset: str) -> list[dict[str, Any]]:
-    found = ds.dataset(base / "output" / dataset, format="parquet", partitioning="hive")
-    rows: list[dict[str, Any]] = found.to_table().to_pylist()
-    return rows
+def _data_files(base: Path) -> set[Path]:
+    out = base / "output"
+    return set(out.rglob("*.parquet")) if out.exists() else set()
 
 
 def _log(base: Path, name: str) -> str:
     return (base / f"{name}.log").read_text(errors="replace")[-3000:]
 
 
+def _read(fmt: str, base: Path, dataset: str) -> tuple[list[dict[str, Any]], list[Any], list[Any]]:
+    """A dataset's rows by its own reader, its ids by DuckDB, and every table commit's run id
+    (none for Parquet files)."""
+    out = base / "output"
+    runs: list[Any] = []
+    if fmt == "parquet":
+        location = str(out / dataset)
+        own = ds.dataset(location, format="parquet", partitioning="hive").to_table()
+    elif fmt == "iceberg":
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog(
+            "default", type="sql", uri=f"sqlite:///{out}/catalog.db", warehouse=f"file://{out}"
+        )
+        table = catalog.load_table(f"{JOB}.{dataset}")
+        own = table.scan().to_arrow()
+        location = table.metadata_location.removeprefix("file://")
+        runs = [s.summary.additional_properties.get("commitpub.run-id") for s in table.snapshots()]
+    else:
+        from deltalake import DeltaTable
+
+        location = str(out / dataset)
+        own = DeltaTable(location).to_pyarrow_table()
+        runs = [c.get("commitpub.run-id") for c in delta_commits(location)]
+    query = QUERIES[fmt].format(key=KEYS[dataset])
+    duck = [r[0] for r in duckdb_connection().execute(query, [location]).fetchall()]
+    return own.to_pylist(), sorted(duck), runs
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "iceberg", "delta"])
 def test_the_own_job_example_killed_anywhere_and_rerun_publishes_every_record_once(
-    tmp_path: Path,
+    spark: SparkSession, tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rng = random.Random(15)
+    # The example's step class is registered by importing it: keep it out of the registry
+    # of later tests, and import it afresh into this test's.
+    monkeypatch.setattr(commitsteps.base, "_BY_TAG", dict(commitsteps.base._BY_TAG))
+    for module in ("own_job", "own_steps"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.syspath_prepend(str(EXAMPLE.parent))
+    own_job = importlib.import_module("own_job")
+    rng = random.Random(16)
     base = tmp_path
     inputs = Inputs(base)
     steps = open_store(str(base / "state" / "steps"))
 
-    inputs.grow(60)
-    started = time.monotonic()
-    first = _start(base, "r1")
-    assert first.wait(timeout=_TIMEOUT_S) == 0, _log(base, "r1")
-    clean_s = time.monotonic() - started
+    inputs.grow(20)
+    assert own_job.run(base, fmt) == 0
 
-    # Killed the moment its first file is published: the commit is sealed, half done.
-    inputs.grow(60)
+    # Killed the moment its first data file is published: the executor renaming it stops
+    # right after (fail point ``step.executed``, SIGSTOP: a poll of the output could miss a
+    # commit that finishes within milliseconds), then the whole job, driver and JVM, is
+    # killed. Its commit is sealed, half done.
+    inputs.grow(20)
     marks = base / "marks"
     marks.mkdir()
-    _kill_at_first_published_file(base, marks)
-    # The stopped executor's dataset: its commit sealed, one file of it published.
+    started = time.monotonic()
+    second = _start(
+        base, "r2", "--format", fmt, **{ENV_VAR: "step.executed@1:stop", MARKS_ENV_VAR: str(marks)}
+    )
+    kill_once_marked(
+        second,
+        marks=marks,
+        published=lambda: _data_files(base),
+        log=lambda: _log(base, "r2"),
+        timeout_s=_TIMEOUT_S,
+    )
+    to_publish_s = time.monotonic() - started
     assert steps.datasets(JOB) != []
 
-    # Killed at a random instant (if it finishes first, that is a clean run too).
-    inputs.grow(45)
-    third = _start(base, "r3")
+    # Killed at a random instant up to when the last process was publishing (if it
+    # finishes first, that is a clean run too).
+    inputs.grow(15)
+    third = _start(base, "r3", "--format", fmt)
     try:
-        third.wait(timeout=rng.uniform(0.5, clean_s * 1.1))
+        third.wait(timeout=rng.uniform(0.5, to_publish_s * 1.1))
     except subprocess.TimeoutExpired:
         os.killpg(third.pid, signal.SIGKILL)
         third.wait()
     assert third.returncode in (0, -signal.SIGKILL), _log(base, "r3")
 
-    inputs.grow(30)
-    last = _start(base, "r4")
-    assert last.wait(timeout=_TIMEOUT_S) == 0, _log(base, "r4")
+    inputs.grow(10)
+    assert own_job.run(base, fmt) == 0
     *_, newest = sorted((base / "state" / "reports").glob("*-run.json"))
     report = json.loads(newest.read_text())
     assert (report["exit_code"], report["published"]) == (0, ["clicks", "orders"])
+    assert steps.datasets(JOB) == []
+    assert sorted(p.name for p in (base / "staging").iterdir()) == [".commitpub-job"]
 
-    # Every valid record exactly once, joined and cleaned as the job does.
-    for dataset, key in (("orders", "order_id"), ("clicks", "click_id")):
-        rows = _rows(base, dataset)
-        ids = collections.Counter(r[key] for r in rows)
+    manifests = [
+        json.loads(p.read_text()) for p in (base / "output" / "orders" / "_manifests").iterdir()
+    ]
+    rows = {}
+    for dataset, key in KEYS.items():
+        rows[dataset], duck, runs = _read(fmt, base, dataset)
+        ids = collections.Counter(r[key] for r in rows[dataset])
         assert {k: n for k, n in ids.items() if n > 1} == {}, f"{dataset}: duplicates"
-        expected = inputs.valid(dataset)
-        assert set(ids) == set(expected), (
-            f"{dataset}: missing {sorted(set(expected) - set(ids))[:5]}"
-        )
-    for row in _rows(base, "orders"):
+        assert sorted(ids) == sorted(inputs.valid(dataset)), f"{dataset}: missing or extra"
+        assert duck == sorted(ids)
+        assert None not in runs, runs  # every table commit names its run
+        assert len(set(runs)) == len(runs), runs  # once
+        if dataset == "orders" and fmt != "parquet":
+            assert set(runs) == {m["run_id"] for m in manifests}
+    # The join's and the cleaning's values.
+    for row in rows["orders"]:
         record = inputs.valid("orders")[row["order_id"]]
         name, country = CUSTOMERS.get(record["customer_id"].strip(), (None, None))
         assert (row["name"], row["country"]) == (name, country and country.upper())
         assert row["amount"] == float(record["amount"])
         assert str(row["day"]) == record["ordered_at"][:10]
-    for row in _rows(base, "clicks"):
+    for row in rows["clicks"]:
         record = inputs.valid("clicks")[row["click_id"]]
         assert row["url"] == record["url"].strip().lower()
         assert str(row["day"]) == record["clicked_at"][:10]
-    wm = open_watermarks(str(base / "state" / "watermarks"))
-    for dataset, files in inputs.files.items():
-        assert wm.get(dataset, "files") == files[-1]
-
     # The user's step ran in every orders commit: the manifests name each file once.
-    manifests = [
-        json.loads(p.read_text()) for p in (base / "output" / "orders" / "_manifests").iterdir()
-    ]
     named = collections.Counter(f for m in manifests for f in m["files"])
     assert named == dict.fromkeys(inputs.files["orders"], 1)
     assert sum(m["rows"] for m in manifests) == len(inputs.valid("orders"))
-    assert steps.datasets(JOB) == []
-    assert sorted(p.name for p in (base / "staging").iterdir()) == [".commitpub-job"]
+    wm = open_watermarks(str(base / "state" / "watermarks"))
+    for dataset, files in inputs.files.items():
+        assert wm.get(dataset, "files") == files[-1]
