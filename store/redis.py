@@ -82,10 +82,12 @@ from store.base import (
 )
 from store.durability import Durability
 from store.errors import (
+    CommitPubError,
     ConfigurationError,
     CorruptRecordError,
     FencedError,
     LockHeldError,
+    SequenceExistsError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
@@ -338,17 +340,19 @@ return token
 
 
 # KEYS[1] seq, KEYS[2] seal, KEYS[3] fence; ARGV[1] token ("" for none), ARGV[2] 1 to seal,
-# ARGV[3] the time, ARGV[4..] framed records. A write-ahead in one atomic step: refused
-# ({"fenced", fence} or {"sealed"}) before anything is written, else the records pushed and,
-# if asked, the seal set: {"ok", count}. Records go 5,000 per RPUSH: variadic pushes are ~5x
-# faster than one command per record, and Lua's unpack() takes about 8,000 values at most.
+# ARGV[3] the time, ARGV[4] 1 to refuse a sequence that exists already, ARGV[5..] framed
+# records. A write-ahead in one atomic step: refused ({"fenced", fence}, {"sealed"} or
+# {"exists"}) before anything is written, else the records pushed and, if asked, the seal
+# set: {"ok", count}. Records go 5,000 per RPUSH: variadic pushes are ~5x faster than one
+# command per record, and Lua's unpack() takes about 8,000 values at most.
 _APPEND = """
 if ARGV[1] ~= '' then
   local seen = redis.call('GET', KEYS[3])
   if seen and tonumber(seen) > tonumber(ARGV[1]) then return {'fenced', seen} end
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'sealed'} end
-for i = 4, #ARGV, 5000 do
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
+for i = 5, #ARGV, 5000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 4999, #ARGV)))
 end
 local count = redis.call('LLEN', KEYS[1])
@@ -425,40 +429,79 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         seal: bool,
         token: int | None = None,
     ) -> None:
-        seq, seal_key, _status = self._keys(store_name, dataset_urn)
-        args: list[Any] = [_token_arg(token), 1 if seal else 0, round(time.time(), 3)]
-        args += [frame_record(r) for r in records]
-        keys = [seq, seal_key, self._fence_key(store_name)]
+        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
+        if refused:
+            raise refused[dataset_urn]
+
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """See :meth:`CommitStepStore.put_sequences`: every write-ahead script in one round
+        trip, then one WAITAOF for all of them."""
+        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
+
+    def _write_ahead(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        seal: bool,
+        token: int | None,
+        fresh: bool = False,
+    ) -> dict[str, CommitPubError]:
+        """The write-ahead script for each sequence, all in one round trip: the index first
+        (it lives in another hash slot; a dataset listed there without keys is skipped by
+        datasets()), then one atomic script per sequence, then the connection's id for
+        WAITAOF. Returns the sequences refused, with why.
+
+        Raises:
+            FencedError: if a higher token was seen (sequences sealed before stay).
+        """
+        head = [_token_arg(token), 1 if seal else 0, round(time.time(), 3), 1 if fresh else 0]
         wait = seal and _call(self.url, self._waits_for_aof)
 
         def run() -> Any:
-            # One round trip: the index first (it lives in another hash slot; a dataset listed
-            # there without keys is skipped by datasets()), then the checks and the write in
-            # one script, which Redis runs atomically, and the connection's id for WAITAOF.
             pipe = self._client.pipeline(transaction=False)
-            pipe.sadd(self._index(store_name), dataset_urn)
-            self._append(keys=keys, args=args, client=pipe)
+            pipe.sadd(self._index(store_name), *(urn for urn, _records in sequences))
+            for urn, records in sequences:
+                seq, seal_key, _status = self._keys(store_name, urn)
+                args = head + [frame_record(r) for r in records]
+                self._append(
+                    keys=[seq, seal_key, self._fence_key(store_name)], args=args, client=pipe
+                )
             if wait:
                 pipe.client_id()
             failpoint("store.write_ahead.temp_written")
             return pipe.execute()
 
         replies = _call(self.url, run)
-        verdict = replies[1]
-        if verdict[0] == b"fenced":
-            raise _fenced(
-                store_name,
-                int(token or 0),
-                int(verdict[1]),
-                f"writing ahead {dataset_urn!r}",
-                self.url,
-            )
-        if verdict[0] == b"sealed":
-            raise SequenceSealedError(
-                f"sequence of {dataset_urn!r} in {store_name!r} is sealed; it cannot be extended"
-            )
+        refused: dict[str, CommitPubError] = {}
+        fenced = None
+        for (urn, _records), verdict in zip(sequences, replies[1:], strict=False):
+            if verdict[0] == b"fenced":
+                fenced = fenced or _fenced(
+                    store_name, int(token or 0), int(verdict[1]), f"writing ahead {urn!r}", self.url
+                )
+            elif verdict[0] == b"sealed":
+                refused[urn] = SequenceSealedError(
+                    f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
+                )
+            elif verdict[0] == b"exists":
+                refused[urn] = SequenceExistsError(
+                    f"dataset {urn!r} of {store_name!r} in {self.url} already has a pending "
+                    "sequence; recover or discard it first"
+                )
         if wait:
-            self._confirm_on_disk(int(replies[-1]), f"sealing {dataset_urn!r} of {store_name!r}")
+            self._confirm_on_disk(
+                int(replies[-1]), f"sealing {len(sequences)} sequence(s) of {store_name!r}"
+            )
+        if fenced is not None:
+            raise fenced
+        return refused
 
     def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
         seq, seal_key, _status = self._keys(store_name, dataset_urn)
