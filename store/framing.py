@@ -26,6 +26,8 @@ from store.errors import CorruptRecordError
 RECORD_VERSION = 1
 _REC_HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">I")
+#: A record's length in a chunk and its framing head, packed at once.
+_LEN_REC_HEAD = struct.Struct(">IBI")
 CHUNK_MAGIC = b"CPCHUNK1\n"
 CHUNK_END = b"CPEND"
 
@@ -74,10 +76,12 @@ def encode_chunk(
         separators=(",", ":"),
     ).encode()
     parts = [CHUNK_MAGIC, _LEN.pack(len(header)), header]
+    # Each record's length, version and checksum in one pack, the record after it: a chunk
+    # holds one record per published file.
+    pack, crc32, version, head = _LEN_REC_HEAD.pack, zlib.crc32, RECORD_VERSION, _REC_HEAD.size
     for rec in records:
-        framed = frame_record(rec)
-        parts.append(_LEN.pack(len(framed)))
-        parts.append(framed)
+        parts.append(pack(len(rec) + head, version, crc32(rec)))
+        parts.append(rec)
     body = b"".join(parts)
     return body + CHUNK_END + _LEN.pack(zlib.crc32(body))
 
