@@ -93,7 +93,7 @@ from store.errors import (
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
-from store.framing import frame_record, unframe_record
+from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
 from store.urls import encode_name, redact, without_password
 
@@ -340,11 +340,14 @@ return token
 
 
 # KEYS[1] seq, KEYS[2] seal, KEYS[3] fence; ARGV[1] token ("" for none), ARGV[2] 1 to seal,
-# ARGV[3] the time, ARGV[4] 1 to refuse a sequence that exists already, ARGV[5..] framed
-# records. A write-ahead in one atomic step: refused ({"fenced", fence}, {"sealed"} or
-# {"exists"}) before anything is written, else the records pushed and, if asked, the seal
-# set: {"ok", count}. Records go 5,000 per RPUSH: variadic pushes are ~5x faster than one
-# command per record, and Lua's unpack() takes about 8,000 values at most.
+# ARGV[3] the time, ARGV[4] 1 to refuse a sequence that exists already, ARGV[5] the framed
+# records, each after its length (store.framing.frame_records). A write-ahead in one atomic
+# step: refused ({"fenced", fence}, {"sealed"} or {"exists"}) before anything is written, else
+# the records pushed, one list element each, and, if asked, the seal set: {"ok", count}.
+# One argument rather than one per record: redis-py spends ~5 µs of Python on each argument
+# it sends, the script a fraction of that to split them. Records go 5,000 per RPUSH: variadic
+# pushes are ~5x faster than one command per record, and Lua's unpack() takes about 8,000
+# values at most.
 _APPEND = """
 if ARGV[1] ~= '' then
   local seen = redis.call('GET', KEYS[3])
@@ -352,8 +355,15 @@ if ARGV[1] ~= '' then
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'sealed'} end
 if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
-for i = 5, #ARGV, 5000 do
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 4999, #ARGV)))
+local blob, pos, batch = ARGV[5], 1, {}
+while pos <= #blob do
+  local length, start = struct.unpack('>I4', blob, pos)
+  batch[#batch + 1] = string.sub(blob, start, start + length - 1)
+  pos = start + length
+  if #batch == 5000 or pos > #blob then
+    redis.call('RPUSH', KEYS[1], unpack(batch))
+    batch = {}
+  end
 end
 local count = redis.call('LLEN', KEYS[1])
 if ARGV[2] == '1' then
@@ -469,7 +479,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             pipe.sadd(self._index(store_name), *(urn for urn, _records in sequences))
             for urn, records in sequences:
                 seq, seal_key, _status = self._keys(store_name, urn)
-                args = head + [frame_record(r) for r in records]
+                args = [*head, frame_records(records)]
                 self._append(
                     keys=[seq, seal_key, self._fence_key(store_name)], args=args, client=pipe
                 )
