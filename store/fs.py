@@ -234,7 +234,10 @@ class _Fs:
     def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:
         """:meth:`create_exclusive` of several local files, each atomic on its own, their
         fsyncs made concurrently (all temporary files, then all directories): each file
-        still holds its data on disk before its name does. False where a name existed."""
+        still holds its data on disk before its name does. False where a name existed.
+        Elsewhere (S3) each is one conditional PUT, as :meth:`create_exclusive` makes it."""
+        if not self.local:
+            return [self.create_exclusive(path, data) for path, data in files]
         temps: list[tuple[str, str]] = []
         to_sync: set[str] = set()
         try:
@@ -569,12 +572,11 @@ class FsCommitStepStore(CommitStepStore):
         *,
         token: int | None = None,
     ) -> dict[str, CommitPubError]:
-        """See :meth:`CommitStepStore.put_sequences`. On a local disk each sequence is one
-        sealed chunk as :meth:`put_sequence` writes it, and the fsyncs of all of them are
-        made concurrently (see :meth:`_Fs.create_exclusive_many`); fenced as :meth:`append`
-        is, once before the first write and once after the last."""
-        if not self._io.local or len(sequences) < 2:
-            return super().put_sequences(store_name, sequences, token=token)
+        """See :meth:`CommitStepStore.put_sequences`. Each sequence is one sealed chunk as
+        :meth:`put_sequence` writes it (without reading the store first: the listing that
+        finds where to write tells whether a sequence exists); on a local disk the fsyncs of
+        all of them are made concurrently (see :meth:`_Fs.create_exclusive_many`). Fenced
+        as :meth:`append` is, once before the first write and once after the last."""
         _check_token(token)
         doing = f"writing ahead {len(sequences)} sequences"
         if token is not None:
