@@ -209,7 +209,7 @@ def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetRe
 
     Each sequence is still sealed in one atomic write of its own, and none of a dataset's
     steps runs before its seal is durable; the store only waits for all of them at once
-    (concurrent fsyncs on a local disk, one round trip to Redis), where one dataset after
+    (concurrent fsyncs on a local disk, one pipeline to Redis), where one dataset after
     another each waits alone. A crash after the write leaves them all sealed, and the next
     recovery finishes every one. Where the store failed (the outcome is unknown), each
     dataset goes on alone from what the store holds.

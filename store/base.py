@@ -225,7 +225,7 @@ class CommitStepStore(abc.ABC):
         sealed in one atomic write of its own, all of them durable when this returns.
 
         Backends override it to share what each write would wait for alone (the filesystem
-        store fsyncs all chunks concurrently, Redis sends every write in one round trip);
+        store fsyncs all chunks concurrently, Redis sends every write in one pipeline);
         this default writes them one after the other.
 
         Returns:

@@ -463,7 +463,8 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         token: int | None,
         fresh: bool = False,
     ) -> dict[str, CommitPubError]:
-        """The write-ahead script for each sequence, all in one round trip: the index first
+        """The write-ahead script for each sequence, all in one pipeline (and redis-py's
+        check that the script is loaded, one more round trip): the index first
         (it lives in another hash slot; a dataset listed there without keys is skipped by
         datasets()), then one atomic script per sequence, then the connection's id for
         WAITAOF. Returns the sequences refused, with why.
