@@ -332,6 +332,47 @@ class _LocalRenames:
         self._fds[directory] = fd
         return fd
 
+    def run(self, steps: Sequence[_Rename]) -> list[_Rename]:
+        """Rename every step whose both sides are local, in order; the others are returned.
+
+        The loop of a publish, once per file: the common case (a regular source of the
+        recorded size, both directories open already) is written out here without a call
+        per file but the two system calls and the crash point; anything else goes to
+        :meth:`rename`.
+        """
+        remote = []
+        fds = self._fds
+        prefix = "file://"
+        cut = len(prefix)
+        for step in steps:
+            src, dst = step.src, step.dst
+            if "://" in src:
+                if not src.startswith(prefix):
+                    remote.append(step)
+                    continue
+                src = src[cut:]
+            if "://" in dst:
+                if not dst.startswith(prefix):
+                    remote.append(step)
+                    continue
+                dst = dst[cut:]
+            sdir, _, sname = src.rpartition("/")
+            ddir, _, dname = dst.rpartition("/")
+            sfd, dfd = fds.get(sdir), fds.get(ddir)
+            expected = step._expected()
+            if not (_AT_CALLS and sfd is not None and dfd is not None and sname and dname):
+                self.rename(step, src, dst)
+            else:
+                try:
+                    st = os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+                    if st.st_size != expected or not stat.S_ISREG(st.st_mode):
+                        raise FileNotFoundError  # not the expected file: the slow path says
+                    os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+                except OSError:
+                    step._execute_local(src, dst, self._made)
+            failpoint("step.executed")
+        return remote
+
     def rename(self, step: _Rename, spath: str, dpath: str) -> None:
         """Rename one local file (``spath``, ``dpath``: the step's absolute paths)."""
         sdir, _, sname = spath.rpartition("/")
@@ -389,16 +430,10 @@ class _Rename(CommitStep):
 
     @classmethod
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
-        remote: list[_Rename] = []
         with _LocalRenames() as local:
             # Steps of this class only (see CommitStep.execute_many): an isinstance check of
             # each would cost more than its fstatat.
-            for step in cast("Sequence[_Rename]", steps):
-                if _is_local(step.src) and _is_local(step.dst):
-                    local.rename(step, _local_path(step.src), _local_path(step.dst))
-                    failpoint("step.executed")
-                else:
-                    remote.append(step)
+            remote = local.run(cast("Sequence[_Rename]", steps))
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
             # object); the copies run many at once, then the sources go in bulk deletes (one

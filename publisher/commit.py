@@ -1,13 +1,14 @@
 """Publishing a new sequence: prepare, write ahead, seal, execute, remove.
 
-One dataset at a time (:func:`publish_one`), in groups a runner ships to its tasks
-(:func:`publish_group`):
+Dataset by dataset, in groups a runner ships to its tasks (:func:`publish_group`):
 
 1. **Prepare**: a dataset that is quarantined, being discarded or has a pending sequence
    gets nothing new; otherwise its steps are built, ordered, confined to the job's roots and
    stores, checked and serialized. Nothing is written ahead yet, so a refusal changes
    nothing.
 2. **Write ahead**: the records go to the commit store in chunks; only the last chunk seals.
+   Consecutive datasets of a group are written ahead together (each sealed on its own) before
+   the first of them executes, up to :data:`WRITE_AHEAD_STEPS` steps.
 3. **Execute**: the sealed sequence runs (:func:`publisher.execution.finish`), is removed,
    and the dataset's staging is cleaned up.
 """
@@ -124,14 +125,15 @@ def _held(
     return None
 
 
-def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
+def _write_ahead(ctx: Context, dataset: str, records: list[bytes], *, resume: bool = False) -> None:
     """Write the records in chunks of ``ctx.chunk_records``; only the last chunk seals.
 
     A crash between chunks leaves an unsealed sequence, which recovery aborts. A retry after
     a transient error resumes from what the store holds: the dataset had no sequence before
-    (``publish_one`` checked), so whatever is there was written by this call.
+    (:func:`_prepare` checked), so whatever is there was written by this call, or by the
+    group write-ahead that failed before it (``resume``).
     """
-    first_try = True
+    first_try = not resume
 
     def attempt() -> None:
         nonlocal first_try
@@ -155,26 +157,40 @@ def _write_ahead(ctx: Context, dataset: str, records: list[bytes]) -> None:
     ctx.retry.call(attempt)
 
 
-def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
+def _commit(ctx: Context, prepared: _Prepared, *, resume: bool = False) -> DatasetReport:
     """Write a prepared sequence ahead, seal it, execute it, remove it."""
-    dataset, steps = prepared.item.dataset, prepared.steps
-    failpoint("publish.before_write_ahead")
+    dataset = prepared.item.dataset
+    if not resume:
+        failpoint("publish.before_write_ahead")
     try:
-        _write_ahead(ctx, dataset, prepared.records)
+        _write_ahead(ctx, dataset, prepared.records, resume=resume)
     except FencedError:
         raise  # this run lost the job lock: it stops, nothing of the dataset executed
     except CommitPubError as e:
         # Outcome of the write is known (the store said no, or never answered and holds
         # nothing sealed): nothing was executed, the staging is swept later.
-        return dataset_report(
-            dataset, Outcome.FAILED, prepared.started, steps=len(steps), error=describe(e)
-        )
+        return _unwritten(prepared, e)
     failpoint("publish.after_seal")
+    return _execute(ctx, prepared)
+
+
+def _unwritten(prepared: _Prepared, error: CommitPubError) -> DatasetReport:
+    return dataset_report(
+        prepared.item.dataset,
+        Outcome.FAILED,
+        prepared.started,
+        steps=len(prepared.steps),
+        error=describe(error),
+    )
+
+
+def _execute(ctx: Context, prepared: _Prepared) -> DatasetReport:
+    """Execute a sealed sequence, remove it, clean up its staging."""
     return finish(
         ctx,
-        dataset,
-        steps,
-        [False] * len(steps),
+        prepared.item.dataset,
+        prepared.steps,
+        [False] * len(prepared.steps),
         prepared.status,
         prepared.started,
         outcome=Outcome.PUBLISHED,
@@ -183,17 +199,55 @@ def _commit(ctx: Context, prepared: _Prepared) -> DatasetReport:
     )
 
 
-def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
-    """Write one dataset's sequence ahead, seal it, execute it, remove it.
+#: Steps of the datasets a group writes ahead together before it executes any (see
+#: :func:`_commit_together`): what their records and steps take in memory is bounded by it.
+WRITE_AHEAD_STEPS = 50_000
 
-    In a retried attempt of its task (see :func:`publisher.runner.task_attempt`), a dataset
-    refused before write-ahead is reported ``blocked``: an earlier attempt may have
-    published it and died before returning, which leaves exactly what a refusal sees (its
-    staged files gone, its watermark moved). Only the next run can tell, from the store.
+
+def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetReport]:
+    """Write several prepared sequences ahead in one store call, then execute each in turn.
+
+    Each sequence is still sealed in one atomic write of its own, and none of a dataset's
+    steps runs before its seal is durable; the store only waits for all of them at once
+    (concurrent fsyncs on a local disk, one pipeline to Redis), where one dataset after
+    another each waits alone. A crash after the write leaves them all sealed, and the next
+    recovery finishes every one. Where the store failed (the outcome is unknown), each
+    dataset goes on alone from what the store holds.
+    """
+    if len(batch) == 1:
+        return [_commit(ctx, batch[0])]
+    failpoint("publish.before_write_ahead")
+    sequences = [(p.item.dataset, p.records) for p in batch]
+    try:
+        refused = ctx.store.put_sequences(ctx.job, sequences, token=ctx.token)
+    except FencedError:
+        raise
+    except CommitPubError as e:
+        log.warning(
+            "writing %d sequences ahead together failed, each goes on alone: %s", len(batch), e
+        )
+        return [_commit(ctx, p, resume=True) for p in batch]
+    reports = []
+    for prepared in batch:
+        error = refused.get(prepared.item.dataset)
+        if error is not None:
+            reports.append(_unwritten(prepared, error))
+            continue
+        failpoint("publish.after_seal")
+        reports.append(_execute(ctx, prepared))
+    return reports
+
+
+def _prepare_checked(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
+    """:func:`_prepare`, but in a retried attempt of its task (see
+    :func:`publisher.runner.task_attempt`), a dataset refused before write-ahead is reported
+    ``blocked``: an earlier attempt may have published it and died before returning, which
+    leaves exactly what a refusal sees (its staged files gone, its watermark moved). Only
+    the next run can tell, from the store.
     """
     prepared = _prepare(ctx, item)
     if not isinstance(prepared, DatasetReport):
-        return _commit(ctx, prepared)
+        return prepared
     attempt = current_attempt()
     if attempt and prepared.outcome == Outcome.REFUSED:
         return attrs.evolve(
@@ -209,14 +263,37 @@ def publish_one(ctx: Context, item: PublishItem) -> DatasetReport:
 
 
 def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:
-    """:func:`publish_one` for each item, in order; the unit a runner ships to a task.
+    """Publish each item, in order; the unit a runner ships to a task.
+
+    Consecutive datasets are written ahead together, up to :data:`WRITE_AHEAD_STEPS` steps
+    (a sequence that takes several chunks goes alone), then executed one after the other
+    (:func:`_commit_together`). Waiting for the store once for many datasets instead of once
+    each was most of what a publish of many small datasets spent beyond its renames.
 
     Preparing the next dataset in a helper thread while this one's renames run was tried
     and measured slower: the preparing thread holds the GIL when a rename returns, so every
     rename waits for it (publish_local fs 10k: 1.9 serial, 2.3 overlapped).
     """
+    reports: list[DatasetReport] = []
     with ctx.working():
-        reports = [publish_one(ctx, item) for item in items]
+        batch: list[_Prepared] = []
+        steps = 0
+        for item in items:
+            prepared = _prepare_checked(ctx, item)
+            if isinstance(prepared, DatasetReport):
+                reports.append(prepared)
+                continue
+            alone = len(prepared.records) > ctx.chunk_records
+            if batch and (alone or steps + len(prepared.records) > WRITE_AHEAD_STEPS):
+                reports += _commit_together(ctx, batch)
+                batch, steps = [], 0
+            batch.append(prepared)
+            steps += len(prepared.records)
+            if alone:
+                reports += _commit_together(ctx, batch)
+                batch, steps = [], 0
+        if batch:
+            reports += _commit_together(ctx, batch)
     if ctx.waits_for_cleanup:
         staging.drain()  # a task's staging leftovers are gone when it returns
     return reports

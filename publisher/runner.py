@@ -19,7 +19,7 @@ def task_attempt(attempt: int) -> Iterator[None]:
 
     A runner whose tasks are retried by their engine (Spark runs a task again when its
     worker died) says so here, so the work can tell what an earlier attempt may have done
-    from what nobody did: see :func:`publisher.commit.publish_one`.
+    from what nobody did: see :func:`publisher.commit.publish_group`.
     """
     token = _ATTEMPT.set(attempt)
     try:

@@ -485,6 +485,7 @@ def cleanup(
         if staging_dir is not None:
             roots.check([StagedPath(staging_dir)])
         guard(f"cleaning up the staging of {dataset!r}")
+        aside = None
         if staging_dir is not None:
             aside = None if later is None else _set_aside(roots, staging_dir, later)
             if aside is None:
@@ -492,15 +493,21 @@ def cleanup(
             else:
                 failpoint("publish.leftovers_set_aside")
                 _cleaner().submit(aside, guard, dataset)
-        _remove_emptied_dirs(roots, staged, staging_dir)
+        _remove_emptied_dirs(roots, staged, staging_dir, aside)
     except FencedError:
         raise
     except (OSError, CommitPubError) as e:
         log.warning("staging clean-up left files behind (the next recovery sweeps them): %s", e)
 
 
-def _remove_emptied_dirs(roots: Roots, staged: Sequence[str], staging_dir: str | None) -> None:
-    """Remove the directories the renames emptied, up to (not including) a staging root."""
+def _remove_emptied_dirs(
+    roots: Roots, staged: Sequence[str], staging_dir: str | None, aside: str | None = None
+) -> None:
+    """Remove the directories the renames emptied, up to (not including) a staging root.
+
+    ``aside``: where ``staging_dir`` was set aside. Its run directory is not empty then, and
+    trying to remove it anyway would wait for the clean-up thread deleting in it.
+    """
     # Directories first, normalized once each: staged files share a few of them. Those
     # under staging_dir went with it.
     gone = None if staging_dir is None else staging_dir.rstrip("/") + "/"
@@ -510,7 +517,9 @@ def _remove_emptied_dirs(roots: Roots, staged: Sequence[str], staging_dir: str |
             directories.add(path.rpartition("/")[0] or "/")
     parents = {normalize(d) for d in directories}
     if staging_dir is not None and is_local(staging_dir):
-        parents.add(os.path.dirname(normalize(staging_dir)))
+        parent = os.path.dirname(normalize(staging_dir))
+        if aside is None or parent != os.path.dirname(aside):
+            parents.add(parent)
     for parent in sorted(parents, key=len, reverse=True):
         _remove_empty_dirs(parent, roots.staging)
 

@@ -15,7 +15,13 @@ from typing import Any
 import attrs
 
 from store.durability import Durability, unknown_durability
-from store.errors import CorruptRecordError, FencedError, SequenceExistsError
+from store.errors import (
+    CommitPubError,
+    CorruptRecordError,
+    FencedError,
+    SequenceExistsError,
+    SequenceSealedError,
+)
 
 JsonScalar = int | float | str | bool | None
 
@@ -207,6 +213,38 @@ class CommitStepStore(abc.ABC):
                 "sequence; recover or discard it first"
             )
         self.append(store_name, dataset_urn, records, seal=True, token=token)
+
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """:meth:`put_sequence` of several datasets at once: each sequence written whole and
+        sealed in one atomic write of its own, all of them durable when this returns.
+
+        Backends override it to share what each write would wait for alone (the filesystem
+        store fsyncs all chunks concurrently, Redis sends every write in one pipeline);
+        this default writes them one after the other.
+
+        Returns:
+            The datasets refused, each with why (a :class:`SequenceExistsError` for one that
+            has a sequence already); every other one is sealed.
+
+        Raises:
+            FencedError: if a higher fencing token was seen; what was sealed before stays for
+                the new owner's recovery.
+            StoreError: if the store failed or could not be reached (a
+                :class:`StoreUnavailableError`): which sequences were written is unknown.
+        """
+        refused: dict[str, CommitPubError] = {}
+        for dataset_urn, records in sequences:
+            try:
+                self.put_sequence(store_name, dataset_urn, records, token=token)
+            except (SequenceExistsError, SequenceSealedError) as e:
+                refused[dataset_urn] = e
+        return refused
 
     def get(self, store_name: str, dataset_urn: str) -> list[bytes]:
         """All records of a sequence, checked; empty when there is none."""

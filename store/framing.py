@@ -26,6 +26,8 @@ from store.errors import CorruptRecordError
 RECORD_VERSION = 1
 _REC_HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">I")
+#: A record's length in a chunk and its framing head, packed at once.
+_LEN_REC_HEAD = struct.Struct(">IBI")
 CHUNK_MAGIC = b"CPCHUNK1\n"
 CHUNK_END = b"CPEND"
 
@@ -33,6 +35,19 @@ CHUNK_END = b"CPEND"
 def frame_record(payload: bytes) -> bytes:
     """Prefix ``payload`` with the format version and its checksum."""
     return _REC_HEAD.pack(RECORD_VERSION, zlib.crc32(payload)) + payload
+
+
+def frame_records(records: Sequence[bytes]) -> bytes:
+    """``length (4 bytes, big endian) | framed record`` of each record, one after the other:
+    the records of a chunk, and how the Redis store sends a write-ahead in one argument."""
+    # Each record's length, version and checksum in one pack, the record after it: a chunk
+    # holds one record per published file.
+    pack, crc32, version, head = _LEN_REC_HEAD.pack, zlib.crc32, RECORD_VERSION, _REC_HEAD.size
+    parts = []
+    for rec in records:
+        parts.append(pack(len(rec) + head, version, crc32(rec)))
+        parts.append(rec)
+    return b"".join(parts)
 
 
 def unframe_record(data: bytes, where: str) -> bytes:
@@ -73,12 +88,7 @@ def encode_chunk(
         ensure_ascii=False,
         separators=(",", ":"),
     ).encode()
-    parts = [CHUNK_MAGIC, _LEN.pack(len(header)), header]
-    for rec in records:
-        framed = frame_record(rec)
-        parts.append(_LEN.pack(len(framed)))
-        parts.append(framed)
-    body = b"".join(parts)
+    body = b"".join((CHUNK_MAGIC, _LEN.pack(len(header)), header, frame_records(records)))
     return body + CHUNK_END + _LEN.pack(zlib.crc32(body))
 
 

@@ -81,12 +81,14 @@ endpoints with one scheduler per job, or keep the commit-step store and watermar
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -103,9 +105,11 @@ from store.base import (
 )
 from store.durability import Durability, local_durability
 from store.errors import (
+    CommitPubError,
     ConfigurationError,
     CorruptRecordError,
     FencedError,
+    SequenceExistsError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
@@ -226,6 +230,38 @@ class _Fs:
         for new_dir in created:  # the new name must last as long as what it leads to
             _fsync_dir(os.path.dirname(new_dir))
         return True
+
+    def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """:meth:`create_exclusive` of several local files, each atomic on its own, their
+        fsyncs made concurrently (all temporary files, then all directories): each file
+        still holds its data on disk before its name does. False where a name existed.
+        Elsewhere (S3) each is one conditional PUT, as :meth:`create_exclusive` makes it."""
+        if not self.local:
+            return [self.create_exclusive(path, data) for path, data in files]
+        temps: list[tuple[str, str]] = []
+        to_sync: set[str] = set()
+        try:
+            for path, data in files:
+                directory = path.rsplit("/", 1)[0]
+                to_sync.update(os.path.dirname(d) for d in _makedirs(directory))
+                temps.append((_write_temp(directory, data, sync=False), path))
+                failpoint("store.write_ahead.temp_written")
+            _fsync_all([tmp for tmp, _path in temps])
+            created = []
+            for tmp, path in temps:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    created.append(False)
+                    continue
+                created.append(True)
+                to_sync.add(path.rsplit("/", 1)[0])
+        finally:
+            for tmp, _path in temps:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        _fsync_all(sorted(to_sync))
+        return created
 
     def replace(self, path: str, data: bytes) -> None:
         """Write ``path`` atomically, replacing what is there."""
@@ -350,8 +386,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _write_temp(directory: str, data: bytes) -> str:
-    """A new temporary file in ``directory`` holding ``data``, fsynced; its path.
+def _write_temp(directory: str, data: bytes, *, sync: bool = True) -> str:
+    """A new temporary file in ``directory`` holding ``data``, fsynced unless ``sync`` is
+    False (the caller fsyncs it before it is linked); its path.
 
     Records are created ``_FILE_MODE`` less the umask: nobody but the store's owner reads
     commit steps, statuses, watermarks or leases, or replaces them.
@@ -360,7 +397,8 @@ def _write_temp(directory: str, data: bytes) -> str:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
     try:
         _write_all(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -401,6 +439,22 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: Most fsyncs :meth:`_Fs.create_exclusive_many` waits for at once.
+_SYNC_THREADS = 16
+
+
+def _fsync_all(paths: Sequence[str]) -> None:
+    """fsync files or directories concurrently: the journal of ext4 or xfs then commits
+    them together, where one after the other each fsync waits for a commit of its own."""
+    if len(paths) < 2:
+        for path in paths:
+            _fsync_dir(path)
+        return
+    with ThreadPoolExecutor(min(_SYNC_THREADS, len(paths))) as pool:
+        for future in [pool.submit(_fsync_dir, path) for path in paths]:
+            future.result()
 
 
 def _translate(e: OSError, path: str) -> StoreError:
@@ -510,6 +564,50 @@ class FsCommitStepStore(CommitStepStore):
             # nobody else's and never runs, so it goes, rather than be left for others.
             self._io.delete(path)
             raise
+
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """See :meth:`CommitStepStore.put_sequences`. Each sequence is one sealed chunk as
+        :meth:`put_sequence` writes it (without reading the store first: the listing that
+        finds where to write tells whether a sequence exists); on a local disk the fsyncs of
+        all of them are made concurrently (see :meth:`_Fs.create_exclusive_many`). Fenced
+        as :meth:`append` is, once before the first write and once after the last."""
+        _check_token(token)
+        doing = f"writing ahead {len(sequences)} sequences"
+        if token is not None:
+            self.check_fence(store_name, token, doing)
+        refused: dict[str, CommitPubError] = {}
+        writes: list[tuple[str, str, bytes]] = []
+        for dataset_urn, records in sequences:
+            directory = self._dir(store_name, dataset_urn)
+            if self._writers_chunks(store_name, dataset_urn, directory, token, doing):
+                refused[dataset_urn] = SequenceExistsError(
+                    f"dataset {dataset_urn!r} of {store_name!r} in {self.url} already has a "
+                    "pending sequence; recover or discard it first"
+                )
+                continue
+            failpoint("store.append.listed")
+            data = encode_chunk(dataset_urn, 0, records, sealed=True, token=token)
+            writes.append((dataset_urn, f"{directory}/{_chunk_name(0, token, True)}", data))
+        try:
+            created = self._io.create_exclusive_many([(path, data) for _, path, data in writes])
+        except OSError as e:
+            raise _translate(e, self._io.join(encode_name(store_name, "store name"))) from e
+        for (dataset_urn, _path, _data), ok in zip(writes, created, strict=True):
+            if not ok:
+                refused[dataset_urn] = SequenceSealedError(
+                    f"sequence of {dataset_urn!r} in {store_name!r} changed under us (chunk 0 "
+                    "was written by another writer)"
+                )
+        if token is not None:
+            # As for one sealing write: the sealed sequences stay for the new owner's recovery.
+            self.check_fence(store_name, token, f"sealing {len(writes)} sequences")
+        return refused
 
     def _writers_chunks(
         self,

@@ -8,13 +8,14 @@ Keys of a commit-step store with prefix ``P`` (default ``commitpub``)::
     P:{<job>}:datasets           set of the job's datasets
     P:{<job>}:fence              highest fencing token that took the job over
 
-The three keys of a dataset share one hash tag, so one MULTI/EXEC can write them on Redis
-Cluster too; names are percent-encoded, so a brace in a dataset name cannot end the tag early.
-A sealed write-ahead is one transaction (WATCH, then variadic RPUSH + SET in MULTI/EXEC).
-A write carrying a fencing token also WATCHes the job's fence key and is refused when it holds
-a higher token, so the check is atomic with the write. That WATCH spans two hash slots: on
-standalone Redis (the client commitpub opens) it is one transaction; a Cluster deployment
-would need the job's keys in one slot.
+The three keys of a dataset share one hash tag; names are percent-encoded, so a brace in a
+dataset name cannot end the tag early. A sealed write-ahead is one Lua script, which Redis
+runs atomically (variadic RPUSH + SET of the seal), sent with the index update in one round
+trip; removing a sequence is one script too. A write carrying a fencing token reads the job's
+fence key in the same script and is refused when it holds a higher token, so the check is
+atomic with the write. The fence key lies in another hash slot: on standalone Redis (the
+client commitpub opens) that is one atomic script; a Cluster deployment would need the job's
+keys in one slot.
 
 Watermarks: ``P:wm:{<dataset>}`` is a hash of partition -> JSON value and
 ``P:wmtoken:{<dataset>}`` a hash of partition -> fencing token of the last writer;
@@ -81,16 +82,18 @@ from store.base import (
 )
 from store.durability import Durability
 from store.errors import (
+    CommitPubError,
     ConfigurationError,
     CorruptRecordError,
     FencedError,
     LockHeldError,
+    SequenceExistsError,
     SequenceSealedError,
     StoreError,
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
-from store.framing import frame_record, unframe_record
+from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
 from store.urls import encode_name, redact, without_password
 
@@ -99,9 +102,6 @@ PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, no
 # every second, so this is many rounds of that.
 _WAITAOF_TIMEOUT_MS = 10_000
 _WAITAOF_SINCE = (7, 2)
-# Records per RPUSH: variadic pushes are ~5x faster than one command per record, and chunks
-# keep each command's argument list to a size Redis handles without stalling other clients.
-_PUSH_BATCH = 10_000
 _READ_BATCH = 5_000
 
 T = TypeVar("T")
@@ -339,12 +339,66 @@ return token
 """
 
 
+# KEYS[1] seq, KEYS[2] seal, KEYS[3] fence; ARGV[1] token ("" for none), ARGV[2] 1 to seal,
+# ARGV[3] the time, ARGV[4] 1 to refuse a sequence that exists already, ARGV[5] the framed
+# records, each after its length (store.framing.frame_records). A write-ahead in one atomic
+# step: refused ({"fenced", fence}, {"sealed"} or {"exists"}) before anything is written, else
+# the records pushed, one list element each, and, if asked, the seal set: {"ok", count}.
+# One argument rather than one per record: redis-py spends ~5 µs of Python on each argument
+# it sends, the script a fraction of that to split them. Records go 5,000 per RPUSH: variadic
+# pushes are ~5x faster than one command per record, and Lua's unpack() takes about 8,000
+# values at most.
+_APPEND = """
+if ARGV[1] ~= '' then
+  local seen = redis.call('GET', KEYS[3])
+  if seen and tonumber(seen) > tonumber(ARGV[1]) then return {'fenced', seen} end
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'sealed'} end
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
+local blob, pos, batch = ARGV[5], 1, {}
+while pos <= #blob do
+  local length, start = struct.unpack('>I4', blob, pos)
+  batch[#batch + 1] = string.sub(blob, start, start + length - 1)
+  pos = start + length
+  if #batch == 5000 or pos > #blob then
+    redis.call('RPUSH', KEYS[1], unpack(batch))
+    batch = {}
+  end
+end
+local count = redis.call('LLEN', KEYS[1])
+if ARGV[2] == '1' then
+  local token = ARGV[1] == '' and 'null' or ARGV[1]
+  redis.call('SET', KEYS[2],
+    '{"count": ' .. count .. ', "token": ' .. token .. ', "at": ' .. ARGV[3] .. '}')
+end
+return {'ok', count}
+"""
+
+# KEYS[1] fence, KEYS[2..] a sequence's keys; ARGV[1] token ("" for none). Deletes the keys
+# unless a higher token was seen, which it returns instead.
+_REMOVE = """
+if ARGV[1] ~= '' then
+  local seen = redis.call('GET', KEYS[1])
+  if seen and tonumber(seen) > tonumber(ARGV[1]) then return seen end
+end
+redis.call('DEL', unpack(KEYS, 2))
+return false
+"""
+
+
+def _token_arg(token: int | None) -> int | str:
+    """A fencing token as a script argument: "" for none."""
+    return "" if token is None else token
+
+
 class RedisCommitStepStore(_RedisBase, CommitStepStore):
     """A :class:`CommitStepStore` on Redis; see the module docstring."""
 
     def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
         super().__init__(url, prefix=prefix)
         self._fence = self._client.register_script(_FENCE)
+        self._append = self._client.register_script(_APPEND)
+        self._remove = self._client.register_script(_REMOVE)
 
     def _keys(self, store_name: str, dataset_urn: str) -> tuple[str, str, str]:
         tag = f"{self._prefix}:{{{encode_name(store_name, 'store name')}/"
@@ -385,39 +439,80 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         seal: bool,
         token: int | None = None,
     ) -> None:
-        seq, seal_key, _status = self._keys(store_name, dataset_urn)
-        framed = [frame_record(r) for r in records]
-        fence_key = self._fence_key(store_name)
-        watched = (seq, seal_key) if token is None else (seq, seal_key, fence_key)
+        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
+        if refused:
+            raise refused[dataset_urn]
 
-        def write(pipe: Any) -> None:
-            self._check_fence(pipe, store_name, token, f"writing ahead {dataset_urn!r}")
-            if pipe.exists(seal_key):
-                raise SequenceSealedError(
-                    f"sequence of {dataset_urn!r} in {store_name!r} is sealed; "
-                    "it cannot be extended"
-                )
-            count = pipe.llen(seq) + len(framed)
-            pipe.multi()
-            for start in range(0, len(framed), _PUSH_BATCH):
-                pipe.rpush(seq, *framed[start : start + _PUSH_BATCH])
-            if seal:
-                seal_doc = {"count": count, "token": token, "at": round(time.time(), 3)}
-                pipe.set(seal_key, json.dumps(seal_doc))
-                if wait:
-                    pipe.client_id()  # which connection WAITAOF must run on
-            failpoint("store.write_ahead.temp_written")
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """See :meth:`CommitStepStore.put_sequences`: every write-ahead script in one round
+        trip, then one WAITAOF for all of them."""
+        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
 
-        def run() -> None:
-            # The index lives in another hash slot, so it is written first and on its own;
-            # a dataset listed there without keys is skipped by datasets().
-            self._client.sadd(self._index(store_name), dataset_urn)
-            done: Any = self._client.transaction(write, *watched)
-            if wait:
-                self._confirm_on_disk(int(done[-1]), f"sealing {dataset_urn!r} of {store_name!r}")
+    def _write_ahead(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        seal: bool,
+        token: int | None,
+        fresh: bool = False,
+    ) -> dict[str, CommitPubError]:
+        """The write-ahead script for each sequence, all in one pipeline (and redis-py's
+        check that the script is loaded, one more round trip): the index first
+        (it lives in another hash slot; a dataset listed there without keys is skipped by
+        datasets()), then one atomic script per sequence, then the connection's id for
+        WAITAOF. Returns the sequences refused, with why.
 
+        Raises:
+            FencedError: if a higher token was seen (sequences sealed before stay).
+        """
+        head = [_token_arg(token), 1 if seal else 0, round(time.time(), 3), 1 if fresh else 0]
         wait = seal and _call(self.url, self._waits_for_aof)
-        _call(self.url, run)
+
+        def run() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.sadd(self._index(store_name), *(urn for urn, _records in sequences))
+            for urn, records in sequences:
+                seq, seal_key, _status = self._keys(store_name, urn)
+                args = [*head, frame_records(records)]
+                self._append(
+                    keys=[seq, seal_key, self._fence_key(store_name)], args=args, client=pipe
+                )
+            if wait:
+                pipe.client_id()
+            failpoint("store.write_ahead.temp_written")
+            return pipe.execute()
+
+        replies = _call(self.url, run)
+        refused: dict[str, CommitPubError] = {}
+        fenced = None
+        for (urn, _records), verdict in zip(sequences, replies[1:], strict=False):
+            if verdict[0] == b"fenced":
+                fenced = fenced or _fenced(
+                    store_name, int(token or 0), int(verdict[1]), f"writing ahead {urn!r}", self.url
+                )
+            elif verdict[0] == b"sealed":
+                refused[urn] = SequenceSealedError(
+                    f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
+                )
+            elif verdict[0] == b"exists":
+                refused[urn] = SequenceExistsError(
+                    f"dataset {urn!r} of {store_name!r} in {self.url} already has a pending "
+                    "sequence; recover or discard it first"
+                )
+        if wait:
+            self._confirm_on_disk(
+                int(replies[-1]), f"sealing {len(sequences)} sequence(s) of {store_name!r}"
+            )
+        if fenced is not None:
+            raise fenced
+        return refused
 
     def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
         seq, seal_key, _status = self._keys(store_name, dataset_urn)
@@ -489,16 +584,14 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
                 self.remove(store_name, _text(raw), token=token)
             _call(self.url, lambda: self._client.delete(index))
             return
-        keys = self._keys(store_name, dataset_urn)
-        fence_key = self._fence_key(store_name)
-
-        def drop(pipe: Any) -> None:
-            self._check_fence(pipe, store_name, token, f"removing {dataset_urn!r}")
-            pipe.multi()
-            # One DEL of keys in one slot is atomic: no partial sequence is left behind.
-            pipe.delete(*keys)
-
-        _call(self.url, lambda: self._client.transaction(drop, fence_key))
+        keys = [self._fence_key(store_name), *self._keys(store_name, dataset_urn)]
+        # One round trip: the fence checked and the keys deleted in one atomic script, so
+        # no partial sequence is left behind.
+        seen = _call(self.url, lambda: self._remove(keys=keys, args=[_token_arg(token)]))
+        if seen is not None:
+            raise _fenced(
+                store_name, int(token or 0), int(seen), f"removing {dataset_urn!r}", self.url
+            )
         failpoint("store.remove.chunk_deleted")
         _call(self.url, lambda: self._client.srem(self._index(store_name), dataset_urn))
 

@@ -231,6 +231,40 @@ class CommitStepStoreContract:
             store.put_sequence(JOB, "ds", [b"new"])
         assert store.get(JOB, "ds") == [b"old"]
 
+    def test_put_sequences_writes_each_whole_and_sealed(self, store: CommitStepStore) -> None:
+        sequences = [(name, [name.encode(), b"", b"x" * 300]) for name in AWKWARD_NAMES[:4]]
+        sequences.append(("many", _records(5_001)))
+        assert store.put_sequences(JOB, sequences, token=3) == {}
+        for name, records in sequences:
+            assert store.get(JOB, name) == records
+            assert store.info(JOB, name) == SequenceInfo(True, True, len(records), 3)
+        assert store.datasets(JOB) == sorted(name for name, _ in sequences)
+
+    def test_put_sequences_refuses_only_the_datasets_with_a_sequence(
+        self, store: CommitStepStore
+    ) -> None:
+        store.put(JOB, "pending", b"old")
+        store.put_sequence(JOB, "sealed", [b"old"])
+        refused = store.put_sequences(
+            JOB, [("pending", [b"new"]), ("fresh", [b"new"]), ("sealed", [b"new"])]
+        )
+        assert sorted(refused) == ["pending", "sealed"]
+        assert all(
+            isinstance(e, SequenceExistsError | SequenceSealedError) for e in refused.values()
+        )
+        assert store.get(JOB, "pending") == [b"old"]
+        assert not store.is_sealed(JOB, "pending")
+        assert store.get(JOB, "sealed") == [b"old"]
+        assert store.get(JOB, "fresh") == [b"new"]
+        assert store.is_sealed(JOB, "fresh")
+
+    def test_put_sequences_of_an_older_token_writes_nothing(self, store: CommitStepStore) -> None:
+        store.fence(JOB, 5)
+        with pytest.raises(FencedError, match="token 4"):
+            store.put_sequences(JOB, [("a", [b"a"]), ("b", [b"b"])], token=4)
+        assert not store.exists(JOB, "a")
+        assert not store.exists(JOB, "b")
+
     def test_info_reports_seal_token(self, store: CommitStepStore) -> None:
         store.put_sequence(JOB, "sealed-at-once", [b"x"], token=7)
         store.put(JOB, "sealed-later", b"y")

@@ -43,10 +43,13 @@ class Cell:
     crash_at: str
     #: How many datasets (the first ones, in crashdriver.DATASETS order, which is the order
     #: the job publishes them in) recovery alone must leave exactly as a clean run does:
-    #: those committed before the crash, plus the one it killed after its seal (a sealed
-    #: sequence is finished by recovery). A dataset killed before its seal (extract,
-    #: before_write_ahead, write_ahead.*, store.write_ahead.*) is aborted: nothing of it is
-    #: published and its watermarks stay unset until the next run.
+    #: those sealed before the crash (a sealed sequence is finished by recovery). The job's
+    #: datasets are written ahead together (each sealed on its own) before the first one
+    #: executes, so a crash after that write leaves all of them to finish (ALL); with
+    #: chunks of 8 steps each dataset (22 steps) is written ahead alone, one after the
+    #: other. A dataset killed before its seal (extract, before_write_ahead, write_ahead.*,
+    #: store.write_ahead.*) is aborted: nothing of it is published and its watermarks stay
+    #: unset until the next run.
     done_after_recovery: int
     chunk_records: int = 200_000
     #: A second crash, during the recovery that follows the first.
@@ -56,6 +59,8 @@ class Cell:
 
 
 _PER_DATASET = crashdriver.STEPS_PER_DATASET
+#: Every dataset of the job: what recovery finishes after a crash once they are sealed.
+ALL = len(crashdriver.DATASETS)
 CELLS = [
     # Before the first dataset's seal: recovery aborts it, the next run publishes all.
     Cell("during-extract", "extract.file_written@7", 0),
@@ -69,25 +74,28 @@ CELLS = [
         1,
         chunk_records=8,
     ),
-    # After a seal: recovery alone finishes that dataset.
-    Cell("after-seal-before-first-step", "publish.after_seal@1", 1),
-    Cell("after-seal-second-dataset", "publish.after_seal@2", 2),
-    Cell("after-last-step-before-removal", "publish.after_last_step@1", 1),
+    # After the seal of the datasets (written ahead together): recovery finishes them all.
+    Cell("after-seal-before-first-step", "publish.after_seal@1", ALL),
+    Cell("after-seal-second-dataset", "publish.after_seal@2", ALL),
+    Cell("after-last-step-before-removal", "publish.after_last_step@1", ALL),
     Cell("mid-removal", "store.remove.chunk_deleted@1", 1, chunk_records=8),
-    Cell("after-removal-before-staging-cleanup", "publish.after_remove@1", 1),
-    Cell("after-removal-last-dataset", "publish.after_remove@3", 3),
+    Cell("after-removal-before-staging-cleanup", "publish.after_remove@1", ALL),
+    Cell("after-removal-last-dataset", "publish.after_remove@3", ALL),
     # The dataset's staging moved aside in its run directory, its leftovers (checksum
     # sidecars) not yet deleted by the clean-up thread: the sweep deletes them.
     Cell(
         "after-leftovers-set-aside",
         "publish.leftovers_set_aside@1",
-        1,
+        ALL,
         local_staging_only=True,
     ),
     # In the middle of recovery: a first crash leaves work, a second kills its recovery.
-    Cell("recovery-mid-reexecution", "step.executed@30", 2, recovery_crash_at="step.executed@3"),
+    Cell("recovery-mid-reexecution", "step.executed@30", ALL, recovery_crash_at="step.executed@3"),
     Cell(
-        "recovery-after-verify", "step.executed@12", 1, recovery_crash_at="recover.after_verify@1"
+        "recovery-after-verify",
+        "step.executed@12",
+        ALL,
+        recovery_crash_at="recover.after_verify@1",
     ),
     Cell(
         "recovery-mid-abort",
@@ -99,22 +107,20 @@ CELLS = [
     Cell(
         "recovery-mid-orphan-sweep",
         "publish.after_remove@1",
-        1,
+        ALL,
         recovery_crash_at="recover.orphan_deleted@1",
     ),
     Cell(
         "recovery-before-its-removal",
         "step.executed@5",
-        1,
+        ALL,
         recovery_crash_at="publish.after_last_step@1",
     ),
 ]
 # "After each step": every step index of the job (all datasets' renames and watermarks).
-# Steps only execute once their dataset is sealed: step k belongs to dataset ceil(k / 22).
-STEP_CELLS = [
-    Cell(f"after-step-{k}", f"step.executed@{k}", -(-k // _PER_DATASET))
-    for k in range(1, TOTAL_STEPS + 1)
-]
+# Steps only execute once every dataset is sealed (written ahead together): recovery
+# finishes all of them.
+STEP_CELLS = [Cell(f"after-step-{k}", f"step.executed@{k}", ALL) for k in range(1, TOTAL_STEPS + 1)]
 # On S3: the first rename, one in the middle of the concurrent batch, the last rename, the
 # first and last watermark of a dataset, the next dataset's first step, the job's last step.
 # There a dataset's copies run first and its sources go in one bulk delete after them, so a

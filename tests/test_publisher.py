@@ -13,7 +13,7 @@ from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, staging
+from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, commit, staging
 from store import CommitStepStore, open_store, open_watermarks
 from store.errors import ConfigurationError
 
@@ -186,6 +186,61 @@ class MarkerStep(CommitStep):
 
     def published_paths(self) -> tuple[str, ...]:
         return (self.path,)
+
+
+@commitsteps.register("tests.publisher.sealed-probe")
+@attrs.frozen
+class SealedProbeStep(CommitStep):
+    """A user step that writes down, when it runs, which datasets of the job are sealed."""
+
+    store_url: str
+    path: str
+
+    def verify(self) -> bool:
+        return Path(self.path).is_file()
+
+    def execute(self) -> None:
+        with open_store(self.store_url) as st:
+            sealed = [d for d in st.datasets("job") if st.is_sealed("job", d)]
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).write_text(",".join(sealed))
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.path,)
+
+
+def _probed(job: Job, datasets: str, **publisher_kw: Any) -> dict[str, str]:
+    """Publish each dataset with a probe as its last step; what each probe saw sealed."""
+    sequences = {
+        d: [*job.stage(d), SealedProbeStep(job.store_url, str(job.output / d / "_probe"))]
+        for d in datasets
+    }
+    report = job.publisher(**publisher_kw).publish(sequences)
+    assert report.published == list(datasets)
+    assert published(job) == sorted(
+        [f"{d}/f{i}-r1" for d in datasets for i in range(3)] + [f"{d}/_probe" for d in datasets]
+    )
+    return {d: (job.output / d / "_probe").read_text() for d in datasets}
+
+
+@pytest.mark.redis
+def test_the_datasets_of_a_publish_are_all_sealed_before_the_first_executes(job: Job) -> None:
+    # Each dataset's sequence is removed once it is done, so a probe sees those not yet done.
+    assert _probed(job, "abc") == {"a": "a,b,c", "b": "b,c", "c": "c"}
+
+
+@pytest.mark.redis
+def test_datasets_are_written_ahead_together_up_to_a_number_of_steps(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 5 steps per dataset (3 renames, a watermark, the probe): two datasets per write-ahead.
+    monkeypatch.setattr(commit, "WRITE_AHEAD_STEPS", 10)
+    assert _probed(job, "abc") == {"a": "a,b", "b": "b", "c": "c"}
+
+
+@pytest.mark.redis
+def test_a_sequence_of_several_chunks_is_written_ahead_alone(job: Job) -> None:
+    assert _probed(job, "abc", chunk_records=4) == {"a": "a", "b": "b", "c": "c"}
 
 
 @pytest.mark.redis
