@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Two workers (pytest-xdist): the suite waits on subprocesses, servers and JVMs a good part
 # of its time, which the other worker fills. Slow tests are collected first (tests/conftest.py)
-# and idle workers steal queued ones. `make test PYTEST_ARGS=` runs it in one process.
-PYTEST_ARGS ?= -n 2 --dist worksteal
+# and handed out one at a time to whichever worker is free (--maxschedchunk 1), so the
+# minutes-long ones are shared between the workers instead of queued on one.
+# `make test PYTEST_ARGS=` runs it in one process.
+PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 
 .PHONY: demo test lint typecheck pytest redis-server bench clean constraints
 

@@ -31,9 +31,10 @@ _STARTED: list[str] = []
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first, in their order, then the rest: with two workers stealing
-    work (``--dist worksteal``), the minutes-long tests are shared out at the start and the
-    many short ones fill the gaps, instead of one long test starting last on one worker."""
+    """Tests marked ``slow`` first, in their order, then the rest: handed out one at a time
+    to whichever worker is free (``make test``: ``--maxschedchunk 1``), the minutes-long
+    tests are shared out at the start and the many short ones fill the gaps, instead of one
+    long test starting last on one worker."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
