@@ -29,6 +29,7 @@ ORDER = [
     "recovery_parallel",
     "recovery_memory",
     "s3_publish",
+    "table_publish",
 ]
 
 
