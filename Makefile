@@ -14,7 +14,10 @@ PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
-UV := $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt
+# Bytecode compiled at install: uv leaves it to first import otherwise, and where
+# PYTHONDONTWRITEBYTECODE is set every process (each Spark driver and Python worker the
+# tests start) would compile pyspark and the rest again.
+UV := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +47,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) redis-server
+# The classes a Spark driver loads, archived once per venv for the suite's JVMs (tests/jvm.py).
+SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
+
+$(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
+	$(BIN)/python tests/jvm.py
+
+pytest: $(STAMP) redis-server $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import forkrun  # noqa: F401  (first: it sets what the fork server preloads)
+import jvm
 import pytest
 from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process
 
-# Every JVM the tests start (the session's Spark, each `commitpub` process's, the cluster's
-# master and worker) runs short jobs on little data: the client compiler alone (C1) and the
-# serial collector start them about a third faster here, and tests never need peak JIT code.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every JVM the tests start gets flags for short jobs and, in drivers, the archive of
+# Spark's classes when make test made one (tests/jvm.py).
+jvm.configure(os.environ)
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
 pytest.register_assert_rewrite("store.testing")
