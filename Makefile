@@ -56,7 +56,11 @@ $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 pytest: $(STAMP) redis-server $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# Lint, type checks, redis-server and the Spark class archive are independent: made side by
+# side (the archive's JVM and mypy each keep a core busy), then the tests.
+test:
+	$(MAKE) --no-print-directory -j 4 lint typecheck redis-server $(SPARK_ARCHIVE)
+	$(MAKE) --no-print-directory pytest
 
 demo: $(STAMP)
 	$(BIN)/commitpub demo --dir demo

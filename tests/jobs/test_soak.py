@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_short_soak_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    counts = soak(tmp_path / "soak", kills=2, seed=7)
-    assert counts["kills"] == 2
+    counts = soak(tmp_path / "soak", kills=1, seed=7)
+    assert counts["kills"] == 1
     assert counts["concurrent_pairs"] >= 1
-    assert counts["clean_runs"] >= 3  # the first, one between the kills, the catch-up
+    assert counts["clean_runs"] >= 2  # the first and the catch-up
     assert counts["records_exactly_once"] > 0

@@ -74,17 +74,17 @@ def test_killed_at_the_first_file_and_at_random_then_rerun_every_record_once(
             for partition in ("p0", "p1"):
                 landing.append(dataset, partition, n)
 
+    # The first run creates the tables; in this process (the killed ones need their own).
     grow(20)
-    started = time.monotonic()
-    first = _start(base, "r1")
-    assert first.wait(timeout=_TIMEOUT_S) == 0, _log(base, "r1")
-    clean_s = time.monotonic() - started
+    first = run_job(config, spark=spark, run_id="r1")
+    assert first.exit_code == 0, first.error
 
     # Killed the moment its first data file is renamed into a table: the executor renaming
     # it stops right after (SIGSTOP), then the whole job, driver and JVM, is killed.
     grow(15)
     marks = base / "marks"
     marks.mkdir()
+    started = time.monotonic()
     second = _start(base, "r2", **{ENV_VAR: "step.executed@1:stop", MARKS_ENV_VAR: str(marks)})
     kill_once_marked(
         second,
@@ -93,12 +93,15 @@ def test_killed_at_the_first_file_and_at_random_then_rerun_every_record_once(
         log=lambda: _log(base, "r2"),
         timeout_s=_TIMEOUT_S,
     )
+    # How long a run process takes to its first published file: the random kill below
+    # falls anywhere from its start to a little past that.
+    until_published_s = time.monotonic() - started
 
     # Killed at a random instant (if it finishes first, that is a clean run too).
     grow(10)
     third = _start(base, "r3")
     try:
-        third.wait(timeout=rng.uniform(0.5, clean_s * 1.1))
+        third.wait(timeout=rng.uniform(0.5, until_published_s * 1.2))
     except subprocess.TimeoutExpired:
         os.killpg(third.pid, signal.SIGKILL)
         third.wait()

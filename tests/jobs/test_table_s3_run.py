@@ -2,11 +2,11 @@
 (moto's S3 server); the endpoint comes only from the job's ``[s3]`` table, as in
 test_s3_job.py. Staging there is written by the Spark tasks with pyarrow through s3fs.
 
-Run 1 is clean; run 2 is SIGKILLed between the renames of its data files into the tables and
-the table commits (fail point ``table.before_commit``); run 3 recovers run 2's sealed
-commits, then publishes its own. Each table is then read by its own library and, copied
-down with s3fs, by DuckDB: every source record exactly once, every snapshot or commit
-naming its run.
+Run 1 is SIGKILLed between the renames of its data files into the new tables and the table
+commits (fail point ``table.before_commit``); run 2 recovers run 1's sealed commits, which
+create the tables, then appends its own. Each table is then read by its own library and,
+copied down with s3fs, by DuckDB: every source record exactly once, every snapshot or
+commit naming its run.
 """
 
 from __future__ import annotations
@@ -122,18 +122,15 @@ def test_run_into_tables_on_s3_killed_before_the_table_commit_then_recovered(
         return (tmp_path / f"{run}.log").read_text(errors="replace")[-3000:]
 
     grow(6)
-    assert _run(job, "r1", tmp_path / "r1.log") == 0, log("r1")
-
-    grow(4)
-    code = _run(job, "r2", tmp_path / "r2.log", failpoint="table.before_commit@1")
-    assert code == 1, log("r2")
-    assert "Python worker exited unexpectedly" in log("r2")  # the SIGKILLed publish task
+    code = _run(job, "r1", tmp_path / "r1.log", failpoint="table.before_commit@1")
+    assert code == 1, log("r1")
+    assert "Python worker exited unexpectedly" in log("r1")  # the SIGKILLed publish task
     store = open_store(f"{remote}/state/steps")
     sealed = [d for d in store.datasets(JOB) if store.is_sealed(JOB, d)]
-    assert sealed == DATASETS, "run 2 should leave a sealed commit: files renamed, no table commit"
+    assert sealed == DATASETS, "run 1 should leave a sealed commit: files renamed, no table commit"
 
-    grow(3)
-    assert _run(job, "r3", tmp_path / "r3.log") == 0, log("r3")
+    grow(4)
+    assert _run(job, "r2", tmp_path / "r2.log") == 0, log("r2")
     assert store.datasets(JOB) == []
 
     fs = fsspec.filesystem("s3")
@@ -151,9 +148,9 @@ def test_run_into_tables_on_s3_killed_before_the_table_commit_then_recovered(
         assert dupes == {}, f"{dataset}: duplicates"
         assert own == expected, f"{dataset}: missing or extra records"
         assert duck == own
-        # Run 2's sealed commit was finished by recovery, under run 2's id.
-        assert runs == ["r1", "r2", "r3"]
+        # Run 1's sealed commit was finished by recovery, under run 1's id.
+        assert runs == ["r1", "r2"]
         for partition in ("p0", "p1"):
-            assert watermarks.get(dataset, partition) == 13
+            assert watermarks.get(dataset, partition) == 10
     # Staging swept clean but for the job's mark of it.
     assert fs.find(f"{remote}/staging") == [f"{s3_bucket}/tables-job/staging/.commitpub-job"]
