@@ -208,10 +208,7 @@ class CommitStepStore(abc.ABC):
                 commit is never overwritten.
         """
         if self.info(store_name, dataset_urn).exists:
-            raise SequenceExistsError(
-                f"dataset {dataset_urn!r} of {store_name!r} in {self.url} already has a pending "
-                "sequence; recover or discard it first"
-            )
+            raise SequenceExistsError.pending(self.url, store_name, dataset_urn)
         self.append(store_name, dataset_urn, records, seal=True, token=token)
 
     def put_sequences(

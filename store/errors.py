@@ -56,6 +56,14 @@ class SequenceSealedError(StoreError):
 class SequenceExistsError(StoreError):
     """``put_sequence`` was asked to write a sequence where one is already pending."""
 
+    @classmethod
+    def pending(cls, store_url: str, store_name: str, dataset_urn: str) -> SequenceExistsError:
+        """The error for ``dataset_urn`` of ``store_name`` in the store at ``store_url``."""
+        return cls(
+            f"dataset {dataset_urn!r} of {store_name!r} in {store_url} already has a pending "
+            "sequence; recover or discard it first"
+        )
+
 
 class FencedError(StoreError):
     """A write carried a fencing token lower than one the store has already seen.

@@ -586,9 +586,8 @@ class FsCommitStepStore(CommitStepStore):
         for dataset_urn, records in sequences:
             directory = self._dir(store_name, dataset_urn)
             if self._writers_chunks(store_name, dataset_urn, directory, token, doing):
-                refused[dataset_urn] = SequenceExistsError(
-                    f"dataset {dataset_urn!r} of {store_name!r} in {self.url} already has a "
-                    "pending sequence; recover or discard it first"
+                refused[dataset_urn] = SequenceExistsError.pending(
+                    self.url, store_name, dataset_urn
                 )
                 continue
             failpoint("store.append.listed")

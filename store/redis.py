@@ -502,10 +502,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
                     f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
                 )
             elif verdict[0] == b"exists":
-                refused[urn] = SequenceExistsError(
-                    f"dataset {urn!r} of {store_name!r} in {self.url} already has a pending "
-                    "sequence; recover or discard it first"
-                )
+                refused[urn] = SequenceExistsError.pending(self.url, store_name, urn)
         if wait:
             self._confirm_on_disk(
                 int(replies[-1]), f"sealing {len(sequences)} sequence(s) of {store_name!r}"

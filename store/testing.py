@@ -227,7 +227,7 @@ class CommitStepStoreContract:
 
     def test_put_sequence_over_sealed_raises(self, store: CommitStepStore) -> None:
         store.put_sequence(JOB, "ds", [b"old"])
-        with pytest.raises(SequenceExistsError):
+        with pytest.raises(SequenceExistsError, match=r"dataset 'ds' of .* a pending sequence"):
             store.put_sequence(JOB, "ds", [b"new"])
         assert store.get(JOB, "ds") == [b"old"]
 
@@ -252,6 +252,7 @@ class CommitStepStoreContract:
         assert all(
             isinstance(e, SequenceExistsError | SequenceSealedError) for e in refused.values()
         )
+        assert all(f"'{dataset}'" in str(e) for dataset, e in refused.items())
         assert store.get(JOB, "pending") == [b"old"]
         assert not store.is_sealed(JOB, "pending")
         assert store.get(JOB, "sealed") == [b"old"]
