@@ -81,6 +81,10 @@ def airflow_bin() -> Path:
                 else [python, "-m", "pip", "install", "--disable-pip-version-check"]
             )
             install += ["--quiet", "-c", str(CONSTRAINTS)]
+            if uv.exists():
+                # Bytecode now: uv leaves it to first import, which PYTHONDONTWRITEBYTECODE
+                # makes every `airflow` command's (pip compiles at install anyway).
+                install.append("--compile-bytecode")
             install += [f"apache-airflow=={version}", "apache-airflow-providers-standard"]
             done = subprocess.run(install, capture_output=True, text=True, check=False)
             if done.returncode != 0:
