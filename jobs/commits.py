@@ -49,14 +49,22 @@ class StagedDataset:
     partition_by: tuple[str, ...] = ()
 
     def __call__(self) -> list[CommitStep]:
-        files = {} if self.empty else staged_files(self.staging_dir)
+        files = [] if self.empty else _listing(self.staging_dir)
         if not files and not self.empty:
             raise MissingSourceError(f"no staged files for {self.dataset} under {self.staging_dir}")
+        # Joined once per directory, not per file: a commit holds one rename per staged file.
+        # Each path is what posixpath.join (os.path.join here) makes of the same parts.
+        src_base = posixpath.join(self.staging_dir, "")
+        dst_dirs: dict[str, str] = {}
+        named = f"{self.run_id}-"
         steps: list[CommitStep] = []
-        for rel, size in files.items():
-            directory, name = posixpath.split(rel)
-            dst = posixpath.join(self.output_dir, directory, f"{self.run_id}-{name}")
-            steps.append(FsRenameCommitStep(join(self.staging_dir, rel), dst, size))
+        for directory, name, size in files:
+            dst_dir = dst_dirs.get(directory)
+            if dst_dir is None:
+                dst_dir = dst_dirs[directory] = posixpath.join(self.output_dir, directory, "")
+            steps.append(
+                FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{named}{name}", size)
+            )
         return [*steps, *self.after_data()]
 
     def after_data(self) -> list[CommitStep]:
@@ -86,24 +94,63 @@ def staged_files(root: str) -> dict[str, int]:
     """Data files under ``root``, relative, sorted, with their sizes; Spark's ``_SUCCESS``,
     ``_temporary`` and hidden checksum files are not data. On an object store the sizes
     come from the listing, not from a request per file."""
-    found: dict[str, int] = {}
+    return {f"{directory}{name}": size for directory, name, size in _listing(root)}
+
+
+def _listing(root: str) -> list[tuple[str, str, int]]:
+    """:func:`staged_files` as ``(directory, name, size)``, the directory relative to
+    ``root`` with a trailing ``/`` (``""`` at the top), in the order of the relative paths."""
+    found: list[tuple[str, str, str, int]] = []
     if is_local(root):
-        # Resolved as os.walk would follow it; fwalk does not follow a symlink at the top.
+        # The top is resolved (a link to the staging directory is followed), links below not.
         top = os.path.realpath(local_path(root))
         if not os.path.isdir(top):
-            return found
-        # One descriptor per directory: each file is stat'ed by its name in it, and the
-        # relative directory is joined once per directory, not once per file.
-        for directory, dirs, names, fd in os.fwalk(top):
-            dirs[:] = [d for d in dirs if _data(d)]
-            rel_dir = os.path.relpath(directory, top)
-            prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
-            for name in filter(_data, names):
-                found[prefix + name] = os.stat(name, dir_fd=fd).st_size
-        return dict(sorted(found.items()))
-    fs, path = fsspec.core.url_to_fs(root)
-    for full, info in fs.find(path, detail=True).items():
-        rel = posixpath.relpath(full, path)
-        if all(_data(part) for part in rel.split("/")):
-            found[rel] = int(info["size"])
-    return dict(sorted(found.items()))
+            return []
+        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _walk_local(top_fd, "", found)
+        finally:
+            os.close(top_fd)
+    else:
+        fs, path = fsspec.core.url_to_fs(root)
+        for full, info in fs.find(path, detail=True).items():
+            rel = posixpath.relpath(full, path)
+            if all(_data(part) for part in rel.split("/")):
+                prefix, name = posixpath.split(rel)
+                found.append((rel, f"{prefix}/" if prefix else "", name, int(info["size"])))
+    found.sort()
+    return [(prefix, name, size) for _rel, prefix, name, size in found]
+
+
+def _walk_local(fd: int, prefix: str, found: list[tuple[str, str, str, int]]) -> None:
+    """Add the data files under the directory open as ``fd`` (``prefix``: its path relative
+    to the top, ``""`` or ending in ``/``) to ``found``, as ``os.fwalk`` walks: a link to a
+    directory is not followed, a link to a file is sized as its target (confinement refuses
+    it later), a dangling one raises.
+
+    One listing per directory, each file stat'ed by its name in it: a listing says which
+    entries are directories without a call per file.
+    """
+    subdirs = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            name = entry.name
+            if not _data(name):
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False  # gone meanwhile, or a link in a loop: stat says which
+            if is_dir:
+                subdirs.append(name)
+            else:
+                found.append((prefix + name, prefix, name, entry.stat().st_size))
+    for name in subdirs:
+        try:
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError:
+            continue  # a link to a directory (not followed), or gone meanwhile
+        try:
+            _walk_local(sub, f"{prefix}{name}/", found)
+        finally:
+            os.close(sub)

@@ -1,0 +1,91 @@
+"""What a staged dataset's commit is made of, listed from the real local filesystem: one
+sized rename per data file, in the order of the relative paths, each path what
+``posixpath.join`` makes of its parts; Spark's bookkeeping, hidden files and links to
+directories are not data, and a dangling link is an error, not a silently missing file."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import Path
+
+import pytest
+
+from commitsteps import FsRenameCommitStep, StagedLinkError, WatermarkCommitStep
+from jobs.commits import Mark, StagedDataset, staged_files
+from publisher.confinement import Roots
+
+DATA = {
+    "top.parquet": 3,
+    "d=2024-01-01/part-0.parquet": 11,
+    "d=2024-01-01/part-1.parquet": 12,
+    "d=2024-01-01-x/part-0.parquet": 5,  # sorts before "d=2024-01-01/" as a whole path
+    "d=2024-01-02/h=1/part-0.parquet": 7,
+}
+NOT_DATA = (
+    "_SUCCESS",
+    "d=2024-01-01/.part-0.parquet.crc",
+    "_temporary/0/task/part-9.parquet",
+    "d=2024-01-02/.hidden/part-8.parquet",
+    "d=2024-01-02/_temporary/part-7.parquet",
+)
+
+
+def _stage(root: Path) -> None:
+    for rel, size in DATA.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x" * size)
+    for rel in NOT_DATA:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"not data")
+
+
+@pytest.mark.parametrize("spelling", ["{}", "{}/", "file://{}"])
+@pytest.mark.parametrize("output", ["/out", "/out/", "file:///out", "s3://bucket/out"])
+def test_one_sized_rename_per_data_file_in_path_order(
+    tmp_path: Path, spelling: str, output: str
+) -> None:
+    staging = tmp_path / "staging"
+    _stage(staging)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "part-5.parquet").write_bytes(b"outside")
+    os.symlink(tmp_path / "elsewhere", staging / "d=2024-01-03")  # not followed
+    root = spelling.format(staging)
+    mark = Mark("2024-01-01", 100, 200)
+
+    steps = StagedDataset("orders", root, output, "r7", "/wm", (mark,))()
+
+    renames, rest = steps[: len(DATA)], steps[len(DATA) :]
+    assert [type(s) for s in renames] == [FsRenameCommitStep] * len(DATA)
+    expected = [
+        FsRenameCommitStep(
+            posixpath.join(root, rel),
+            posixpath.join(output, posixpath.dirname(rel), f"r7-{posixpath.basename(rel)}"),
+            DATA[rel],
+        )
+        for rel in sorted(DATA)
+    ]
+    assert renames == expected
+    assert rest == [WatermarkCommitStep("/wm", "orders", "2024-01-01", 100, 200)]
+    assert staged_files(root) == {rel: DATA[rel] for rel in sorted(DATA)}
+
+
+def test_a_dangling_link_in_staging_is_an_error(tmp_path: Path) -> None:
+    staging = tmp_path / "staging"
+    _stage(staging)
+    os.symlink(tmp_path / "gone", staging / "d=2024-01-01" / "part-2.parquet")
+
+    with pytest.raises(FileNotFoundError):
+        StagedDataset("orders", str(staging), "/out", "r7", "/wm", ())()
+
+
+def test_a_link_to_a_file_is_listed_for_confinement_to_refuse(tmp_path: Path) -> None:
+    staging = tmp_path / "staging"
+    _stage(staging)
+    os.symlink(staging / "top.parquet", staging / "link.parquet")
+
+    assert staged_files(str(staging))["link.parquet"] == DATA["top.parquet"]
+    steps = StagedDataset("orders", str(staging), "/out", "r7", "/wm", ())()
+    refusals = Roots([str(staging)], ["/out"]).refusals(steps)
+    refused = {s.src: type(e) for s, e in zip(steps, refusals, strict=True) if e is not None}
+    assert refused == {f"{staging}/link.parquet": StagedLinkError}
