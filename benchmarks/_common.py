@@ -59,15 +59,19 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def alternate(a: Side, b: Side, rounds: int, *, label: str = "") -> tuple[list[float], list[float]]:
-    """Run A B A B ... ``rounds`` times; return the seconds of each side, in order."""
+def alternate(
+    a: Side, b: Side, rounds: int, *, label: str = "", names: tuple[str, str] = ("A", "B")
+) -> tuple[list[float], list[float]]:
+    """Run A B A B ... ``rounds`` times; return the seconds of each side, in order.
+    ``names``: what the progress lines call the first and the second side."""
     times_a: list[float] = []
     times_b: list[float] = []
     for i in range(rounds):
         times_a.append(a())
         times_b.append(b())
         print(
-            f"  {label} round {i + 1}/{rounds}: A {times_a[-1]:.4f}s  B {times_b[-1]:.4f}s",
+            f"  {label} round {i + 1}/{rounds}: "
+            f"{names[0]} {times_a[-1]:.4f}s  {names[1]} {times_b[-1]:.4f}s",
             file=sys.stderr,
             flush=True,
         )
