@@ -86,7 +86,7 @@ def _local_path(url: str) -> str:
 
 def _check_url(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
     if type(value) is str and value[:1] == "/":
-        return  # an absolute local path: it has no scheme, so no credentials (checked below)
+        return  # an absolute local path: no scheme, no credentials; nothing below refuses it
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{attribute.name} must be a non-empty path or URL")
     require_no_credentials(value, attribute.name)

@@ -100,7 +100,7 @@ def staged_files(root: str) -> dict[str, int]:
 def _listing(root: str) -> list[tuple[str, str, int]]:
     """:func:`staged_files` as ``(directory, name, size)``, the directory relative to
     ``root`` with a trailing ``/`` (``""`` at the top), in the order of the relative paths."""
-    found: list[tuple[str, str, str, int]] = []
+    found: list[tuple[str, str, int]] = []
     if is_local(root):
         # The top is resolved (a link to the staging directory is followed), links below not.
         top = os.path.realpath(local_path(root))
@@ -117,12 +117,12 @@ def _listing(root: str) -> list[tuple[str, str, int]]:
             rel = posixpath.relpath(full, path)
             if all(_data(part) for part in rel.split("/")):
                 prefix, name = posixpath.split(rel)
-                found.append((rel, f"{prefix}/" if prefix else "", name, int(info["size"])))
-    found.sort()
-    return [(prefix, name, size) for _rel, prefix, name, size in found]
+                found.append((f"{prefix}/" if prefix else "", name, int(info["size"])))
+    found.sort(key=lambda file: file[0] + file[1])  # by relative path
+    return found
 
 
-def _walk_local(fd: int, prefix: str, found: list[tuple[str, str, str, int]]) -> None:
+def _walk_local(fd: int, prefix: str, found: list[tuple[str, str, int]]) -> None:
     """Add the data files under the directory open as ``fd`` (``prefix``: its path relative
     to the top, ``""`` or ending in ``/``) to ``found``, as ``os.fwalk`` walks: a link to a
     directory is not followed, a link to a file is sized as its target (confinement refuses
@@ -144,7 +144,7 @@ def _walk_local(fd: int, prefix: str, found: list[tuple[str, str, str, int]]) ->
             if is_dir:
                 subdirs.append(name)
             else:
-                found.append((prefix + name, prefix, name, entry.stat().st_size))
+                found.append((prefix, name, entry.stat().st_size))
     for name in subdirs:
         try:
             sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
