@@ -3,11 +3,11 @@
 Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
 ``commitpub run`` writes a dataset (``jobs.run``: ``mode("errorifexists")``, partitioned by
 the date column). A: the write into a staging directory by ``jobs.writing.ParquetWriter``
-(the product's writer: no checksum sidecars, no ``_SUCCESS``, files moved into place at task
-commit), then ``Publisher.publish`` in a Spark task through ``jobs.SparkRunner`` with the
-filesystem store, the builder listing the staged files there (what ``commitpub run`` does).
-B: the same write straight into the output directory with Spark's default commit. Goal:
-A/B <= 0.90.
+(the product's writer: each Spark task writes its Arrow batches with pyarrow, no commit
+protocol, no checksum sidecars, no ``_SUCCESS``), then ``Publisher.publish`` in a Spark task
+through ``jobs.SparkRunner`` with the filesystem store, the builder listing the staged files
+there (what ``commitpub run`` does). B: the same write straight into the output directory
+with Spark's default writer and commit. Goal: A/B <= 0.90.
 
     python benchmarks/end_to_end.py [--quick] [--rounds R]
 """

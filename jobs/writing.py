@@ -6,19 +6,23 @@ published by renames; an Iceberg or Delta table's by renames into the table's da
 and then one table step (:class:`~commitsteps.IcebergAppendCommitStep`,
 :class:`~commitsteps.DeltaAppendCommitStep`), before the watermark steps.
 
-Table files are staged so that the table step can prove each one's partition: timestamps
-as TIMESTAMP_MICROS (Spark's default INT96 is refused by table readers), and each file
-holding one value of the partition column, which stays *in* the file (Spark's
-``partitionBy`` leaves its column out): the files are split by a copy of the column,
-``<column>_partition``, whose directories they are staged under.
+The Spark tasks write the files with pyarrow (:func:`write_partition`), so timestamps are
+TIMESTAMP_MICROS, never Spark's default INT96 (refused by table readers). Table files are
+staged so that the table step can prove each one's partition: each file holds one value of
+the partition column, which stays *in* the file (hive partitioning leaves its column out):
+the files are split by a copy of the column, ``<column>_partition``, whose directories they
+are staged under.
 """
 
 from __future__ import annotations
 
 import abc
+import errno
 import functools
+import itertools
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,6 +34,7 @@ from jobs.commits import StagedDataset, join, staged_files
 from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.errors import BatchArgumentError
 from store.errors import ConfigurationError
+from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
@@ -79,56 +84,32 @@ class Writer(abc.ABC):
         task."""
 
 
-#: Hadoop settings of Spark's write into a local staging directory, scoped to that one write
-#: (a DataFrameWriter's options reach the write job's Hadoop configuration; the session's is
-#: left alone). Staging is private to the run and our write-ahead is the commit, so Spark's
-#: own protocol is cut to what costs nothing to publish: the raw local filesystem writes no
-#: ``.crc`` checksum sidecar per file (which the publish would otherwise have to delete),
-#: no ``_SUCCESS`` marker is written, and the v2 committer moves each task's files into place
-#: at task commit instead of once more at job commit. A task retried after its commit writes
-#: the same names (the write's id and the task's partition), so it overwrites, never adds.
-LOCAL_STAGING_OPTIONS = {
-    "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    # Else the session's cached checksumming filesystem is handed out for file://.
-    "fs.file.impl.disable.cache": "true",
-    "mapreduce.fileoutputcommitter.algorithm.version": "2",
-    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-}
-
-
 class ParquetWriter(Writer):
     """Hive-partitioned Parquet files, published by renames into ``<output>/<dataset>/``.
 
-    On a local or ``file://`` staging path Spark writes them itself, with
-    :data:`LOCAL_STAGING_OPTIONS`: nothing but data files in staging. On an object store
-    each task writes its rows with pyarrow through fsspec (:func:`_write_task`): Spark's own
-    writer would need Hadoop's S3A connector on every node, and staging is private to the
-    run, so no commit protocol is needed either.
+    Each Spark task writes its own rows with pyarrow (:meth:`DataFrame.mapInArrow
+    <pyspark.sql.DataFrame.mapInArrow>`, then :func:`_write_task`), into local staging or
+    through fsspec onto an object store. Staging is private to the run and the write-ahead
+    is the commit, so Spark's own commit protocol would only cost: no task-attempt
+    directories merged at job commit, no checksum sidecars, no ``_SUCCESS``, and no Hadoop
+    S3A connector on the nodes. A file's name is fixed by the task's partition and an id of
+    this write, so a retried task writes the same names again (it replaces, never adds) and
+    a later write into the same directory never meets them.
     """
 
     format = "parquet"
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
-        if is_local(directory):
-            writer = frame.write.mode("errorifexists").partitionBy(*options.partition_by)
-            for key, value in LOCAL_STAGING_OPTIONS.items():
-                writer = writer.option(key, value)
-            if options.max_records_per_file is not None:
-                writer = writer.option("maxRecordsPerFile", options.max_records_per_file)
-            if options.compression is not None:
-                writer = writer.option("compression", options.compression)
-            writer.parquet(f"file://{local_path(directory)}")
-        else:
-            _write_with_fsspec(frame, directory, options)
+        if is_local(directory) and os.path.lexists(local_path(directory)):
+            raise FileExistsError(
+                errno.EEXIST, "a staging directory is written once; it exists already", directory
+            )
+        _write_with_arrow(frame, directory, options)
         return count(directory)
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         # The files are published by renames: the staged dataset builds them itself.
         return staged
-
-
-#: The Spark setting that makes Parquet timestamps TIMESTAMP_MICROS (default: INT96).
-TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
 
 
 def partition_directory(column: str) -> str:
@@ -137,8 +118,8 @@ def partition_directory(column: str) -> str:
 
 
 class TableWriter(ParquetWriter):
-    """Parquet files for a table: TIMESTAMP_MICROS, one partition value per file with the
-    partition column in the file; published by renames and one table step."""
+    """Parquet files for a table: one partition value per file with the partition column in
+    the file; published by renames and one table step."""
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
@@ -161,16 +142,7 @@ class TableWriter(ParquetWriter):
                 )
             frame = frame.withColumn(copy, F.col(column))
             split = (copy,)
-        spark = frame.sparkSession
-        previous = spark.conf.get(TIMESTAMP_TYPE, None)
-        spark.conf.set(TIMESTAMP_TYPE, "TIMESTAMP_MICROS")
-        try:
-            return super().write(frame, directory, attrs.evolve(options, partition_by=split))
-        finally:
-            if previous is None:
-                spark.conf.unset(TIMESTAMP_TYPE)
-            else:
-                spark.conf.set(TIMESTAMP_TYPE, previous)
+        return super().write(frame, directory, attrs.evolve(options, partition_by=split))
 
     def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
         """The one partition column of a table, or None.
@@ -343,60 +315,110 @@ def count(directory: str) -> Written:
     return Written(files=len(files), rows=rows, bytes=sum(files.values()))
 
 
-def _write_with_fsspec(frame: DataFrame, directory: str, options: WriteOptions) -> None:
-    """Stage on an object store through fsspec (s3fs) from the Spark tasks.
-
-    Each task writes its partition's rows with pyarrow under a name made of its partition
-    index and an id of this write, so a retried or speculative attempt overwrites the same
-    objects instead of adding rows, while a later write (a run id given again) never meets
-    an earlier write's names. The layout is Spark's (hive-style ``column=value``
-    directories).
-    """
-    from pyspark.sql.pandas.types import to_arrow_schema  # pyarrow only, no pandas
-
-    schema = to_arrow_schema(frame.schema)
-    write = functools.partial(_write_task, directory, options, schema, secrets.token_hex(8))
-    frame.rdd.mapPartitionsWithIndex(write).collect()
+#: Rows a file's row group holds at least (unless the file ends first): an Arrow batch from
+#: Spark holds 10,000 rows across all partition values, too few for a row group each. A task
+#: buffers up to this many rows per partition value it is writing.
+MIN_ROWS_PER_GROUP = 1 << 16
+#: Rows a row group holds at most (pyarrow's default).
+MAX_ROWS_PER_GROUP = 1 << 20
+#: The result schema of the write tasks: each returns how many files it wrote.
+_TASK_RESULT = "files long"
 
 
-def _write_task(  # noqa: PLR0917 -- bound by functools.partial, then called by Spark
+def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -> None:
+    """Stage ``frame`` from the Spark tasks: each writes its Arrow batches with pyarrow."""
+    task = functools.partial(_write_task, directory, options, secrets.token_hex(8))
+    frame.mapInArrow(task, _TASK_RESULT).collect()
+
+
+def _write_task(
+    directory: str, options: WriteOptions, write_id: str, batches: Iterator[Any]
+) -> Iterator[Any]:
+    """One Spark task's write (bound by :func:`functools.partial`, run by ``mapInArrow``)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the staging write runs in a Spark task")
+    files = write_partition(
+        directory, options, write_id, context.partitionId(), context.attemptNumber(), batches
+    )
+    yield pa.RecordBatch.from_pydict({"files": pa.array([files], pa.int64())})
+
+
+def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in that order
     directory: str,
     options: WriteOptions,
-    schema: Any,
     write_id: str,
     index: int,
-    rows: Iterator[Any],
-) -> Iterator[int]:
+    attempt: int,
+    batches: Iterator[Any],
+) -> int:
+    """Write one Spark partition's Arrow record batches under ``directory``; returns the
+    number of files written (none for no rows).
+
+    Files are named ``part-<index>-<write id>-<n>.parquet`` in hive-style ``column=value``
+    directories. On an object store each file appears whole when it is closed, so they are
+    written in place. Locally an attempt writes into its own hidden directory and then
+    renames each file into place (``os.replace``: a file is whole or absent, and two attempts
+    of one task, a retry after a crash or a speculative copy, replace each other's identical
+    files instead of writing into one). What an attempt killed halfway leaves behind is
+    hidden (not data) and goes with the staging directory.
+    """
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    table = pa.Table.from_pylist([row.asDict(recursive=True) for row in rows], schema=schema)
-    if table.num_rows == 0:
-        return
-    fs, root = fsspec.core.url_to_fs(directory)
-    written: list[str] = []
-    limits: dict[str, Any] = {}
-    if options.max_records_per_file is not None:
-        # A row group may not be larger than a file.
-        limits = {
-            "max_rows_per_file": options.max_records_per_file,
-            "max_rows_per_group": min(options.max_records_per_file, 1 << 20),
-        }
-    file_options = pads.ParquetFileFormat().make_write_options(
-        compression=options.compression or "snappy"
-    )
+    first = next(batches, None)
+    if first is None:
+        return 0
+    rows = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
+    local = is_local(directory)
+    if local:
+        root = local_path(directory)
+        target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt}")
+        fs = None
+    else:
+        fs, root = fsspec.core.url_to_fs(directory)
+        target = root
+    per_file = options.max_records_per_file
     partition_by = list(options.partition_by)
+    written: list[str] = []
     pads.write_dataset(
-        table,
-        root,
+        rows,
+        target,
         format="parquet",
         filesystem=fs,
-        file_options=file_options,
+        file_options=pads.ParquetFileFormat().make_write_options(
+            compression=options.compression or "snappy"
+        ),
         partitioning=partition_by or None,
         partitioning_flavor="hive" if partition_by else None,
         basename_template=f"part-{index:05d}-{write_id}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore",
         file_visitor=lambda f: written.append(f.path),
-        **limits,
+        # A row group may not be larger than a file.
+        max_rows_per_file=per_file or 0,
+        min_rows_per_group=min(per_file or MIN_ROWS_PER_GROUP, MIN_ROWS_PER_GROUP),
+        max_rows_per_group=min(per_file or MAX_ROWS_PER_GROUP, MAX_ROWS_PER_GROUP),
     )
-    yield len(written)
+    if local:
+        _move_into_place(written, target, root, first_attempt=attempt == 0)
+    return len(written)
+
+
+def _move_into_place(
+    written: list[str], attempt_dir: str, root: str, *, first_attempt: bool
+) -> None:
+    """Rename an attempt's files from its directory to the same places under ``root``."""
+    made: set[str] = set()
+    for path in written:
+        final = os.path.join(root, os.path.relpath(path, attempt_dir))
+        parent = os.path.dirname(final)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        os.replace(path, final)
+        if first_attempt:  # a task's retry must not crash at the same point again
+            failpoint("stage.first_attempt_moved")
+    shutil.rmtree(attempt_dir)

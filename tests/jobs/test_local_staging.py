@@ -1,6 +1,6 @@
-"""Spark's write into a local staging directory leaves nothing there but the data files: no
-checksum sidecars, no ``_SUCCESS``, no ``_temporary``, so publishing it is renames only. The
-settings that do it are the write's own; the user's session is left as it was."""
+"""The staging write: Spark's tasks write Parquet with pyarrow, leaving nothing in a local
+staging directory but the data files (no checksum sidecars, no ``_SUCCESS``, no attempt
+directories), in row groups of a useful size, with TIMESTAMP_MICROS timestamps."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
 from jobs.commits import staged_files
-from jobs.writing import ParquetWriter, WriteOptions
+from jobs.writing import MIN_ROWS_PER_GROUP, ParquetWriter, WriteOptions
 
 pytestmark = pytest.mark.spark
 
@@ -21,11 +21,11 @@ def _everything(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-def test_local_staging_holds_only_data_files_and_the_session_is_unchanged(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_local_staging_holds_only_data_files(spark: SparkSession, tmp_path: Path) -> None:
     frame = spark.range(0, 300, 1, 3).select(
-        "id", F.date_add(F.lit("2024-01-01").cast("date"), (F.col("id") % 2).cast("int")).alias("d")
+        "id",
+        F.date_add(F.lit("2024-01-01").cast("date"), (F.col("id") % 2).cast("int")).alias("d"),
+        F.lit("2024-05-06 07:08:09").cast("timestamp").alias("ts"),
     )
     staging = tmp_path / "staging" / "orders"
 
@@ -36,12 +36,59 @@ def test_local_staging_holds_only_data_files_and_the_session_is_unchanged(
     assert len(files) == 6, files
     assert all(f.startswith(("d=2024-01-01/part-", "d=2024-01-02/part-")) for f in files), files
     assert all(f.endswith(".parquet") for f in files), files
+    assert [p.name for p in staging.iterdir()] != [], "nothing staged"
+    assert sorted(p.name for p in staging.iterdir()) == ["d=2024-01-01", "d=2024-01-02"]
     assert sorted(staged_files(str(staging))) == files
     assert (written.files, written.rows) == (6, 300)
     assert sum(pq.read_metadata(staging / f).num_rows for f in files) == 300
+    # The partition column is in the directory names, not in the files; the timestamp is
+    # stored as microseconds since the epoch, adjusted to UTC (never INT96).
+    column = pq.read_metadata(staging / files[0]).schema.column(1)
+    assert pq.read_schema(staging / files[0]).names == ["id", "ts"]
+    assert column.physical_type == "INT64", column
+    assert "isAdjustedToUTC=true" in str(column.logical_type)
+    assert "timeUnit=microseconds" in str(column.logical_type)
+    # Spark reads it back as it was written.
+    back = spark.read.parquet(f"file://{staging}").orderBy("id").collect()
+    assert [(r.id, str(r.d)) for r in back[:2]] == [(0, "2024-01-01"), (1, "2024-01-02")]
+    assert {str(r.ts) for r in back} == {"2024-05-06 07:08:09"}
 
-    # The user's own writes in the same session keep Spark's defaults (sidecars, _SUCCESS).
-    plain = tmp_path / "plain"
-    frame.write.parquet(f"file://{plain}")
-    assert "_SUCCESS" in _everything(plain)
-    assert any(f.endswith(".crc") for f in _everything(plain))
+
+def test_row_groups_gather_spark_batches_and_respect_the_file_limit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Spark hands a task its rows in Arrow batches of 10,000; each row group of a file
+    # holds many of them (MIN_ROWS_PER_GROUP), or the file's limit when that is smaller.
+    rows = 200_000
+    frame = spark.range(0, rows, 1, 1)
+    whole = ParquetWriter().write(frame, str(tmp_path / "whole"), WriteOptions())
+    [name] = staged_files(str(tmp_path / "whole"))
+    meta = pq.read_metadata(tmp_path / "whole" / name)
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert (whole.files, whole.rows) == (1, rows)
+    assert sum(groups) == rows
+    assert len(groups) < rows // 10_000, groups  # not one row group per Arrow batch
+    assert all(g >= MIN_ROWS_PER_GROUP for g in groups[:-1]), groups
+
+    limited = ParquetWriter().write(
+        frame, str(tmp_path / "limited"), WriteOptions(max_records_per_file=70_000)
+    )
+    sizes = [
+        pq.read_metadata(tmp_path / "limited" / rel).num_rows
+        for rel in staged_files(str(tmp_path / "limited"))
+    ]
+    assert (limited.files, limited.rows) == (3, rows)
+    assert sorted(sizes) == [60_000, 70_000, 70_000]
+
+
+def test_a_staging_directory_is_written_once(spark: SparkSession, tmp_path: Path) -> None:
+    staging = tmp_path / "orders"
+    (staging / "d=2024-01-01").mkdir(parents=True)
+    (staging / "d=2024-01-01" / "part-0.parquet").write_bytes(b"someone's data")
+
+    with pytest.raises(FileExistsError, match="written once") as raised:
+        ParquetWriter().write(spark.range(3), str(staging), WriteOptions())
+
+    assert raised.value.filename == str(staging)
+    assert _everything(staging) == ["d=2024-01-01/part-0.parquet"]
+    assert (staging / "d=2024-01-01" / "part-0.parquet").read_bytes() == b"someone's data"

@@ -1,10 +1,11 @@
-"""Spark retries a publish task whose Python worker died: the retry reports the dataset
-``blocked`` (outcome unknown until the next run), never ``refused``, and the next run ends
-exactly once.
+"""Spark retries a task whose Python worker died. A publish task's retry reports the
+dataset ``blocked`` (outcome unknown until the next run), never ``refused``, and the next run
+ends exactly once; a staging write task's retry replaces what the killed attempt staged, so
+the run publishes each row once.
 
 A real ``commitpub run`` in its own process, on ``local[1,2]`` (one core, a task may fail
 twice before the job fails), with the executor's Python worker SIGKILLing itself at a
-fail point of the publish; Spark starts a new worker and runs the task again.
+fail point; Spark starts a new worker and runs the task again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from jobhelpers import Landing, assert_exactly_once, commitpub, write_job
 
 from store import open_store
-from store.failpoints import ENV_VAR
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -52,4 +53,37 @@ def test_a_retried_publish_task_reports_blocked_and_the_next_run_is_exactly_once
         tmp_path / "output",
         str(tmp_path / "state" / "watermarks"),
         ["orders"],
+    )
+
+
+def test_a_write_task_killed_while_moving_its_files_stages_each_row_once(tmp_path: Path) -> None:
+    # The write task's Python worker dies right after renaming the first of its three files
+    # (one per date) into staging; Spark runs the task again, which writes all three anew.
+    landing = Landing(tmp_path / "landing")
+    landing.append("orders", "0", 30)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    job = write_job(tmp_path, spark={"master": "local[1,2]", "conf": {"spark.ui.enabled": False}})
+
+    run = commitpub(
+        "run",
+        str(job),
+        "--json",
+        env={ENV_VAR: "stage.first_attempt_moved@1", MARKS_ENV_VAR: str(marks)},
+        cwd=tmp_path,
+    )
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [m.name.split(".")[:2] for m in marks.iterdir()] == [["stage", "first_attempt_moved"]]
+    [orders] = json.loads(run.stdout)["publish"]["datasets"]
+    assert orders["outcome"] == "published", orders
+    assert orders["executed"] == 3 + 1, orders  # three files, one watermark
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing",
+            tmp_path / "output",
+            str(tmp_path / "state" / "watermarks"),
+            ["orders"],
+        )
+        == 30
     )
