@@ -22,7 +22,8 @@ import _common
 
 from jobs.commits import StagedDataset
 from jobs.spark import SparkRunner
-from jobs.writing import ParquetWriter, WriteOptions
+from jobs.taskwriter import WriteOptions
+from jobs.writing import ParquetWriter
 from publisher import Outcome, Publisher
 from store import open_store
 

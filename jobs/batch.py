@@ -58,7 +58,8 @@ from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, now, write_report
 from jobs.spark import SparkRunner
-from jobs.writing import WriteOptions, writer_for
+from jobs.taskwriter import WriteOptions
+from jobs.writing import writer_for
 from publisher import Outcome, Publisher, staging
 from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
 from store.base import encode_value

@@ -19,10 +19,8 @@ from __future__ import annotations
 import abc
 import errno
 import functools
-import itertools
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,8 +31,8 @@ from commitsteps import CommitStep, MissingSourceError
 from jobs.commits import StagedDataset, join, staged_files
 from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.errors import BatchArgumentError
+from jobs.taskwriter import WriteOptions, write_partition
 from store.errors import ConfigurationError
-from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
@@ -42,17 +40,6 @@ if TYPE_CHECKING:
 
 #: What ``Publisher.publish`` takes for a dataset: a picklable function returning its steps.
 StepsBuilder = Callable[[], Sequence[CommitStep]]
-
-
-@attrs.frozen
-class WriteOptions:
-    """How a dataset is written: hive partition columns, file size, compression."""
-
-    partition_by: tuple[str, ...] = ()
-    #: At most this many records per file (None: as Spark or pyarrow split them).
-    max_records_per_file: int | None = None
-    #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: the writer's default.
-    compression: str | None = None
 
 
 @attrs.frozen
@@ -315,20 +302,30 @@ def count(directory: str) -> Written:
     return Written(files=len(files), rows=rows, bytes=sum(files.values()))
 
 
-#: Rows a file's row group holds at least (unless the file ends first): an Arrow batch from
-#: Spark holds 10,000 rows across all partition values, too few for a row group each. A task
-#: buffers up to this many rows per partition value it is writing.
-MIN_ROWS_PER_GROUP = 1 << 16
-#: Rows a row group holds at most (pyarrow's default).
-MAX_ROWS_PER_GROUP = 1 << 20
 #: The result schema of the write tasks: each returns how many files it wrote.
 _TASK_RESULT = "files long"
 
 
 def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -> None:
-    """Stage ``frame`` from the Spark tasks: each writes its Arrow batches with pyarrow."""
+    """Stage ``frame`` from the Spark tasks: each writes its Arrow batches with pyarrow.
+
+    The partition columns reach the tasks as Spark's own string form of their values (a
+    cast in the session's time zone, as Spark's writer names its directories), last.
+    """
+    partition_by = options.partition_by
+    frame = frame.select(
+        *[_column(name) for name in frame.columns if name not in partition_by],
+        *[_column(name).cast("string").alias(name) for name in partition_by],
+    )
     task = functools.partial(_write_task, directory, options, secrets.token_hex(8))
     frame.mapInArrow(task, _TASK_RESULT).collect()
+
+
+def _column(name: str) -> Any:
+    """The top-level column ``name``, quoted: dots and spaces in it are not parsed."""
+    from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _write_task(
@@ -345,80 +342,3 @@ def _write_task(
         directory, options, write_id, context.partitionId(), context.attemptNumber(), batches
     )
     yield pa.RecordBatch.from_pydict({"files": pa.array([files], pa.int64())})
-
-
-def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in that order
-    directory: str,
-    options: WriteOptions,
-    write_id: str,
-    index: int,
-    attempt: int,
-    batches: Iterator[Any],
-) -> int:
-    """Write one Spark partition's Arrow record batches under ``directory``; returns the
-    number of files written (none for no rows).
-
-    Files are named ``part-<index>-<write id>-<n>.parquet`` in hive-style ``column=value``
-    directories. On an object store each file appears whole when it is closed, so they are
-    written in place. Locally an attempt writes into its own hidden directory and then
-    renames each file into place (``os.replace``: a file is whole or absent, and two attempts
-    of one task, a retry after a crash or a speculative copy, replace each other's identical
-    files instead of writing into one). What an attempt killed halfway leaves behind is
-    hidden (not data) and goes with the staging directory.
-    """
-    import pyarrow as pa
-    import pyarrow.dataset as pads
-
-    first = next(batches, None)
-    if first is None:
-        return 0
-    rows = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
-    local = is_local(directory)
-    if local:
-        root = local_path(directory)
-        target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt}")
-        fs = None
-    else:
-        fs, root = fsspec.core.url_to_fs(directory)
-        target = root
-    per_file = options.max_records_per_file
-    partition_by = list(options.partition_by)
-    written: list[str] = []
-    pads.write_dataset(
-        rows,
-        target,
-        format="parquet",
-        filesystem=fs,
-        file_options=pads.ParquetFileFormat().make_write_options(
-            compression=options.compression or "snappy"
-        ),
-        partitioning=partition_by or None,
-        partitioning_flavor="hive" if partition_by else None,
-        basename_template=f"part-{index:05d}-{write_id}-{{i}}.parquet",
-        existing_data_behavior="overwrite_or_ignore",
-        file_visitor=lambda f: written.append(f.path),
-        # A row group may not be larger than a file.
-        max_rows_per_file=per_file or 0,
-        min_rows_per_group=min(per_file or MIN_ROWS_PER_GROUP, MIN_ROWS_PER_GROUP),
-        max_rows_per_group=min(per_file or MAX_ROWS_PER_GROUP, MAX_ROWS_PER_GROUP),
-    )
-    if local:
-        _move_into_place(written, target, root, first_attempt=attempt == 0)
-    return len(written)
-
-
-def _move_into_place(
-    written: list[str], attempt_dir: str, root: str, *, first_attempt: bool
-) -> None:
-    """Rename an attempt's files from its directory to the same places under ``root``."""
-    made: set[str] = set()
-    for path in written:
-        final = os.path.join(root, os.path.relpath(path, attempt_dir))
-        parent = os.path.dirname(final)
-        if parent not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        os.replace(path, final)
-        if first_attempt:  # a task's retry must not crash at the same point again
-            failpoint("stage.first_attempt_moved")
-    shutil.rmtree(attempt_dir)

@@ -4,6 +4,8 @@ directories), in row groups of a useful size, with TIMESTAMP_MICROS timestamps."
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +14,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
 from jobs.commits import staged_files
-from jobs.writing import MIN_ROWS_PER_GROUP, ParquetWriter, WriteOptions
+from jobs.taskwriter import MIN_ROWS_PER_GROUP, WriteOptions
+from jobs.writing import ParquetWriter
 
 pytestmark = pytest.mark.spark
 
@@ -92,3 +95,41 @@ def test_a_staging_directory_is_written_once(spark: SparkSession, tmp_path: Path
     assert raised.value.filename == str(staging)
     assert _everything(staging) == ["d=2024-01-01/part-0.parquet"]
     assert (staging / "d=2024-01-01" / "part-0.parquet").read_bytes() == b"someone's data"
+
+
+def _partition_directories(root: Path) -> list[str]:
+    return sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.parquet"))
+
+
+#: Text partition values: every ASCII character, non-ASCII text, an empty string, a null.
+TEXTS = ["New York", "a/b", "x=y", "100%", "ü", None, "", "日本", "".join(map(chr, range(1, 128)))]
+SCHEMA = (
+    "id long, s string, `n x=y` int, ts timestamp, d date, dec decimal(10,2), f double, b boolean"
+)
+
+
+@pytest.mark.parametrize(
+    "partition_by", [("s",), ("n x=y", "s"), ("ts",), ("d", "dec", "f", "b")], ids=str
+)
+def test_partition_directories_are_named_as_spark_names_them(
+    spark: SparkSession, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    # Spark's own writer is the reference, with a column name to escape, timestamps (in the
+    # session's time zone), decimals, doubles and booleans besides the texts.
+    def row(i: int, text: str | None) -> tuple[object, ...]:
+        moment = dt.datetime(2024, 1, 1, 12, 30, i)
+        return (i, text, i % 2, moment, moment.date(), Decimal(i) / 4, i / 3, i % 2 == 0)
+
+    rows = [row(i, text) for i, text in enumerate(TEXTS)]
+    frame = spark.createDataFrame(rows, SCHEMA)
+
+    ParquetWriter().write(frame, str(tmp_path / "ours"), WriteOptions(partition_by=partition_by))
+    frame.write.partitionBy(*partition_by).parquet(f"file://{tmp_path}/spark")
+
+    ours = _partition_directories(tmp_path / "ours")
+    assert ours == _partition_directories(tmp_path / "spark")
+    assert len(set(ours)) > 1
+    back = [spark.read.parquet(f"file://{tmp_path}/{side}") for side in ("ours", "spark")]
+    assert back[0].schema == back[1].schema
+    assert sorted(back[0].collect()) == sorted(back[1].collect())
+    assert back[0].count() == len(TEXTS)

@@ -5,6 +5,7 @@ attempt killed halfway leaves."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
@@ -12,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from jobs import taskwriter
 from jobs.commits import staged_files
-from jobs.writing import WriteOptions, write_partition
+from jobs.taskwriter import WriteOptions, write_partition
 
 OPTIONS = WriteOptions(partition_by=("day",))
 
@@ -77,14 +79,55 @@ def test_the_file_limit_splits_a_partition_value(tmp_path: Path, limit: int, fil
     assert max(rows) == limit
 
 
-def test_an_object_store_is_written_in_place() -> None:
-    # fsspec's in-memory filesystem: each file appears whole when closed, no attempt
-    # directory, no rename.
-    fs = fsspec.filesystem("memory")
-    root = "memory://commitpub-test-staging"
-    try:
-        assert _write(root, "w1", range(3)) == 1
-        found = sorted(fs.find("/commitpub-test-staging"))
-        assert found == ["/commitpub-test-staging/day=2026-11-24/part-00000-w1-0.parquet"]
-    finally:
-        fs.rm("/commitpub-test-staging", recursive=True)
+def test_an_object_store_is_written_in_place(s3_bucket: str) -> None:
+    # The session's S3 endpoint through s3fs: each file appears whole when it is closed, so
+    # there is no attempt directory and no rename.
+    fs = fsspec.filesystem("s3")
+    assert _write(f"s3://{s3_bucket}/staging", "w1", range(3)) == 1
+    found = fs.find(f"{s3_bucket}/staging")
+    assert found == [f"{s3_bucket}/staging/day=2026-11-24/part-00000-w1-0.parquet"]
+    with fs.open(found[0], "rb") as f:
+        assert pq.read_table(f)["id"].to_pylist() == [0, 1, 2]
+
+
+def test_past_the_open_file_limit_a_directory_gets_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows of five days interleaved, two files open at most: files are finished and new
+    # ones started, every row written once and in its order within its day.
+    monkeypatch.setattr(taskwriter, "MAX_OPEN_FILES", 2)
+    monkeypatch.setattr(taskwriter, "MIN_ROWS_PER_GROUP", 1)
+    days = [f"2026-11-2{i % 5}" for i in range(40)]
+    batches = [
+        pa.RecordBatch.from_pydict({"id": list(range(i, i + 10)), "day": days[i : i + 10]})
+        for i in range(0, 40, 10)
+    ]
+    files = write_partition(str(tmp_path), OPTIONS, "w1", 0, 0, iter(batches))
+
+    staged = staged_files(str(tmp_path))
+    assert files == len(staged) > 5
+    by_day: dict[str, list[int]] = {}
+    for rel in staged:
+        day = rel.split("/")[0].removeprefix("day=")
+        by_day.setdefault(day, []).extend(pq.read_table(tmp_path / rel)["id"].to_pylist())
+    assert {day: sorted(ids) for day, ids in by_day.items()} == {
+        f"2026-11-2{d}": [i for i in range(40) if i % 5 == d] for d in range(5)
+    }
+
+
+def test_an_error_leaves_no_file_on_an_object_store(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rows before the error are already in an open file (row groups of one row, an
+    # upload begun); the error discards it instead of finishing it.
+    monkeypatch.setattr(taskwriter, "MIN_ROWS_PER_GROUP", 1)
+    fs = fsspec.filesystem("s3")
+
+    def broken() -> Iterator[pa.RecordBatch]:
+        yield from _batches(range(3))
+        raise RuntimeError("the task's input failed")
+
+    with pytest.raises(RuntimeError, match="input failed"):
+        write_partition(f"s3://{s3_bucket}/staging", OPTIONS, "w1", 0, 0, broken())
+    fs.invalidate_cache()
+    assert fs.find(s3_bucket) == []

@@ -1,0 +1,248 @@
+"""The Parquet files one Spark task writes into staging, with pyarrow.
+
+:func:`write_partition` takes a task's Arrow record batches (from ``DataFrame.mapInArrow``,
+the partition columns last and in Spark's string form) and writes them under the staging
+directory in the layout Spark's own writer gives them: ``column=value`` directories named
+exactly as Spark names them (:func:`escape_path_name`, :data:`DEFAULT_PARTITION`), the
+partition columns left out of the files, and files named
+``part-<task>-<write id>-<n>.parquet``.
+
+Each task keeps one open file per partition directory and gathers the rows it receives
+for it into row groups of at least :data:`MIN_ROWS_PER_GROUP` rows (Spark hands a task its
+rows in batches of 10,000 spread over all partition values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import fsspec
+
+from store.failpoints import failpoint
+from store.urls import is_local, local_path
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@attrs.frozen
+class WriteOptions:
+    """How a dataset is written: hive partition columns, file size, compression."""
+
+    partition_by: tuple[str, ...] = ()
+    #: At most this many records per file (None: one file per task and partition value).
+    max_records_per_file: int | None = None
+    #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: snappy.
+    compression: str | None = None
+
+
+#: Rows a row group holds at least, unless its file or the task's rows end first. A task
+#: buffers up to this many rows per partition directory it writes.
+MIN_ROWS_PER_GROUP = 1 << 16
+#: Rows a row group holds at most (pyarrow's default).
+MAX_ROWS_PER_GROUP = 1 << 20
+#: Files a task keeps open at once; past this the least recently opened is finished (its
+#: partition directory gets a new file if more rows come for it).
+MAX_OPEN_FILES = 256
+#: Spark's name of the directory of a null or empty partition value.
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: The characters Spark (and Hive) escape as ``%XX`` in a partition directory's name.
+_ESCAPED = frozenset([*map(chr, range(0x01, 0x20)), *"\"#%'*/:=?\\\x7f{[]^"])
+
+
+def escape_path_name(text: str) -> str:
+    """``text`` as Spark writes it in a ``column=value`` directory name: the characters of
+    :data:`_ESCAPED` as ``%XX``, everything else (non-ASCII too) as it is."""
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+
+def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in that order
+    directory: str,
+    options: WriteOptions,
+    write_id: str,
+    index: int,
+    attempt: int,
+    batches: Iterator[pa.RecordBatch],
+) -> int:
+    """Write one Spark partition's record batches under ``directory``; returns the number
+    of files written (none for no rows).
+
+    On an object store each file appears whole when it is closed, so files are written in
+    place. Locally an attempt writes into its own hidden directory and then renames each
+    file into place (``os.replace``: a file is whole or absent, and two attempts of one task,
+    a retry after a crash or a speculative copy, replace each other's identical files
+    instead of writing into one). What an attempt killed halfway leaves behind is hidden
+    (not data) and goes with the staging directory.
+    """
+    local = is_local(directory)
+    fs: Any = None
+    if local:
+        root = local_path(directory)
+        target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt}")
+    else:
+        fs, root = fsspec.core.url_to_fs(directory)
+        target = root
+    files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}")
+    try:
+        for batch in batches:
+            for partition, rows in _split(batch, options.partition_by):
+                files.add(partition, rows)
+        written = files.finish()
+    except BaseException:
+        files.abandon()
+        raise
+    if local and written:
+        _move_into_place(written, target, root, first_attempt=attempt == 0)
+    return len(written)
+
+
+def _split(
+    batch: pa.RecordBatch, partition_by: Sequence[str]
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of ``batch`` by their partition directory (``""`` without partition
+    columns), in the order of the rows within each, without the partition columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0:
+        return
+    if not partition_by:
+        yield "", batch
+        return
+    directories = None
+    for name in partition_by:
+        encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
+        segments = [
+            f"{escape_path_name(name)}={escape_path_name(v) if v else DEFAULT_PARTITION}"
+            for v in encoded.dictionary.to_pylist()
+        ]
+        column = pc.take(pa.array(segments, pa.string()), encoded.indices)
+        directories = (
+            column if directories is None else pc.binary_join_element_wise(directories, column, "/")
+        )
+    data = batch.drop_columns(list(partition_by))
+    encoded = pc.dictionary_encode(directories)
+    names = encoded.dictionary.to_pylist()
+    if len(names) == 1:
+        yield names[0], data
+        return
+    order = pc.sort_indices(encoded.indices)  # stable: rows keep their order per directory
+    data = data.take(order)
+    offset = 0
+    for item in pc.value_counts(encoded.indices.take(order)).to_pylist():
+        yield names[item["values"]], data.slice(offset, item["counts"])
+        offset += item["counts"]
+
+
+class _TaskFiles:
+    """The Parquet files a task has open, one per partition directory, and those done."""
+
+    def __init__(self, root: str, fs: Any, options: WriteOptions, prefix: str) -> None:
+        self.root = root
+        self.fs = fs
+        self.prefix = prefix
+        self.compression = options.compression or "snappy"
+        self.per_file = options.max_records_per_file
+        self.group = min(self.per_file or MIN_ROWS_PER_GROUP, MIN_ROWS_PER_GROUP)
+        self.buffered: dict[str, list[pa.RecordBatch]] = {}
+        self.buffered_rows: dict[str, int] = {}
+        #: partition -> (writer, its sink or None, rows in the file)
+        self.open: dict[str, tuple[Any, Any, int]] = {}
+        self.written: list[str] = []
+
+    def add(self, partition: str, rows: pa.RecordBatch) -> None:
+        self.buffered.setdefault(partition, []).append(rows)
+        count = self.buffered_rows.get(partition, 0) + rows.num_rows
+        self.buffered_rows[partition] = count
+        if count >= self.group:
+            self._flush(partition)
+
+    def finish(self) -> list[str]:
+        """Write what is buffered and close every file; the files written, relative."""
+        for partition in list(self.buffered):
+            self._flush(partition)
+        for partition in list(self.open):
+            self._close(partition)
+        return self.written
+
+    def abandon(self) -> None:
+        """After an error: leave the open files unfinished, and an object store's never
+        written (a local one is in the attempt's hidden directory)."""
+        for writer, sink, _ in self.open.values():
+            if sink is None:
+                writer.close()
+                continue
+            # The writer's footer goes into the upload's buffer, which is then thrown away
+            # (s3fs aborts a multipart upload already begun); the object never appears.
+            with contextlib.suppress(Exception):
+                writer.close()
+            sink.discard()
+            sink.closed = True  # discarded, though fsspec leaves it marked open
+        self.open.clear()
+
+    def _flush(self, partition: str) -> None:
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(self.buffered.pop(partition))
+        del self.buffered_rows[partition]
+        while table.num_rows:
+            writer, sink, rows = self.open.get(partition) or self._new_file(partition, table.schema)
+            n = (
+                table.num_rows
+                if self.per_file is None
+                else min(table.num_rows, self.per_file - rows)
+            )
+            writer.write_table(table.slice(0, n), row_group_size=MAX_ROWS_PER_GROUP)
+            self.open[partition] = (writer, sink, rows + n)
+            table = table.slice(n)
+            if self.per_file is not None and rows + n >= self.per_file:
+                self._close(partition)
+
+    def _new_file(self, partition: str, schema: pa.Schema) -> tuple[Any, Any, int]:
+        import pyarrow.parquet as pq
+
+        if len(self.open) >= MAX_OPEN_FILES:
+            self._close(next(iter(self.open)))
+        name = f"{self.prefix}-{len(self.written)}.parquet"
+        rel = f"{partition}/{name}" if partition else name
+        self.written.append(rel)
+        path = f"{self.root}/{rel}"
+        sink = None
+        if self.fs is None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            writer = pq.ParquetWriter(path, schema, compression=self.compression)
+        else:
+            sink = self.fs.open(path, "wb")
+            writer = pq.ParquetWriter(sink, schema, compression=self.compression)
+        return writer, sink, 0
+
+    def _close(self, partition: str) -> None:
+        writer, sink, _ = self.open.pop(partition)
+        try:
+            writer.close()
+        finally:
+            if sink is not None:
+                sink.close()
+
+
+def _move_into_place(
+    written: list[str], attempt_dir: str, root: str, *, first_attempt: bool
+) -> None:
+    """Rename an attempt's files, relative to its directory, to the same places under
+    ``root``; then remove the attempt's directory."""
+    made: set[str] = set()
+    for rel in written:
+        final = os.path.join(root, rel)
+        parent = os.path.dirname(final)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        os.replace(os.path.join(attempt_dir, rel), final)
+        if first_attempt:  # a task's retry must not crash at the same point again
+            failpoint("stage.first_attempt_moved")
+    shutil.rmtree(attempt_dir)
