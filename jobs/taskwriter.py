@@ -41,9 +41,11 @@ class WriteOptions:
     compression: str | None = None
 
 
-#: Rows a row group holds at least, unless its file or the task's rows end first. A task
-#: buffers up to this many rows per partition directory it writes.
+#: Rows a row group holds at least, unless its file or the task's rows end first, or the
+#: task's buffers are full (:data:`MAX_BUFFERED_BYTES`).
 MIN_ROWS_PER_GROUP = 1 << 16
+#: Bytes of rows a task buffers at most, over all its partition directories.
+MAX_BUFFERED_BYTES = 128 << 20
 #: Rows a row group holds at most (pyarrow's default).
 MAX_ROWS_PER_GROUP = 1 << 20
 #: Files a task keeps open at once; past this the least recently opened is finished (its
@@ -151,6 +153,7 @@ class _TaskFiles:
         self.group = min(self.per_file or MIN_ROWS_PER_GROUP, MIN_ROWS_PER_GROUP)
         self.buffered: dict[str, list[pa.RecordBatch]] = {}
         self.buffered_rows: dict[str, int] = {}
+        self.buffered_bytes = 0
         #: partition -> (writer, its sink or None, rows in the file)
         self.open: dict[str, tuple[Any, Any, int]] = {}
         self.written: list[str] = []
@@ -159,8 +162,12 @@ class _TaskFiles:
         self.buffered.setdefault(partition, []).append(rows)
         count = self.buffered_rows.get(partition, 0) + rows.num_rows
         self.buffered_rows[partition] = count
+        self.buffered_bytes += rows.nbytes
         if count >= self.group:
             self._flush(partition)
+        while self.buffered_bytes > MAX_BUFFERED_BYTES:
+            # Many partition values, each short of a row group: the fullest is written.
+            self._flush(max(self.buffered_rows, key=self.buffered_rows.__getitem__))
 
     def finish(self) -> list[str]:
         """Write what is buffered and close every file; the files written, relative."""
@@ -188,8 +195,10 @@ class _TaskFiles:
     def _flush(self, partition: str) -> None:
         import pyarrow as pa
 
-        table = pa.Table.from_batches(self.buffered.pop(partition))
+        batches = self.buffered.pop(partition)
         del self.buffered_rows[partition]
+        self.buffered_bytes -= sum(batch.nbytes for batch in batches)
+        table = pa.Table.from_batches(batches)
         while table.num_rows:
             writer, sink, rows = self.open.get(partition) or self._new_file(partition, table.schema)
             n = (

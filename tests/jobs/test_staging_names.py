@@ -131,3 +131,22 @@ def test_an_error_leaves_no_file_on_an_object_store(
         write_partition(f"s3://{s3_bucket}/staging", OPTIONS, "w1", 0, 0, broken())
     fs.invalidate_cache()
     assert fs.find(s3_bucket) == []
+
+
+def test_full_buffers_write_the_fullest_partition_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three days, each short of a row group, more bytes than a task may buffer: row groups
+    # are written before the end (the fullest day first), and every row once.
+    monkeypatch.setattr(taskwriter, "MAX_BUFFERED_BYTES", 1_000)
+    batches = [
+        pa.RecordBatch.from_pydict({"id": list(range(i, i + 30)), "day": [f"d{i // 30 % 3}"] * 30})
+        for i in range(0, 300, 30)
+    ]
+    files = write_partition(str(tmp_path), OPTIONS, "w1", 0, 0, iter(batches))
+
+    assert files == 3
+    metas = [pq.read_metadata(tmp_path / rel) for rel in staged_files(str(tmp_path))]
+    # Without the limit each file would be one row group, written at the end.
+    assert sum(meta.num_row_groups for meta in metas) > len(metas)
+    assert sum(meta.num_rows for meta in metas) == 300
