@@ -77,9 +77,9 @@ class ParquetWriter(Writer):
     Each Spark task writes its own rows with pyarrow (:meth:`DataFrame.mapInArrow
     <pyspark.sql.DataFrame.mapInArrow>`, then :func:`_write_task`), into local staging or
     through fsspec onto an object store. Staging is private to the run and the write-ahead
-    is the commit, so Spark's own commit protocol would only cost: no task-attempt
-    directories merged at job commit, no checksum sidecars, no ``_SUCCESS``, and no Hadoop
-    S3A connector on the nodes. A file's name is fixed by the task's partition and an id of
+    is the commit, so Spark's own commit protocol is left out: no task-attempt directories
+    merged at job commit, no checksum sidecars, no ``_SUCCESS``, and no Hadoop S3A
+    connector on the nodes. A file's name is fixed by the task's partition and an id of
     this write, so a retried task writes the same names again (it replaces, never adds) and
     a later write into the same directory never meets them.
     """
