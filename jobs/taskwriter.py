@@ -181,15 +181,14 @@ class _TaskFiles:
         """After an error: leave the open files unfinished, and an object store's never
         written (a local one is in the attempt's hidden directory)."""
         for writer, sink, _ in self.open.values():
-            if sink is None:
-                writer.close()
-                continue
-            # The writer's footer goes into the upload's buffer, which is then thrown away
-            # (s3fs aborts a multipart upload already begun); the object never appears.
+            # The error being handled is the one to report, not a failure to close after it.
             with contextlib.suppress(Exception):
                 writer.close()
-            sink.discard()
-            sink.closed = True  # discarded, though fsspec leaves it marked open
+            if sink is not None:
+                # The footer went into the upload's buffer, which is thrown away (s3fs
+                # aborts a multipart upload already begun): the object never appears.
+                sink.discard()
+                sink.closed = True  # discarded, though fsspec leaves it marked open
         self.open.clear()
 
     def _flush(self, partition: str) -> None:
