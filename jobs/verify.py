@@ -75,13 +75,12 @@ def _table_rows(config: BatchConfig, directory: str, dataset: str) -> list[dict[
             return []
         rows = table.scan().to_arrow().to_pylist()
         return rows
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from commitsteps.delta import open_table, read_arrow
 
-    try:
-        rows = DeltaTable(directory).to_pyarrow_table().to_pylist()
-    except TableNotFoundError:
+    delta = open_table(directory)
+    if delta is None:
         return []
+    rows = read_arrow(delta).to_pylist()
     return rows
 
 

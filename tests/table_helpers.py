@@ -81,14 +81,11 @@ def iceberg_snapshots(table: Any) -> list[dict[str, str]]:
 
 
 def delta_rows(uri: str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
+    from commitsteps.delta import open_table, read_arrow
 
-    from commitsteps.delta import storage_options
-
-    return sorted(
-        DeltaTable(uri, storage_options=storage_options(uri)).to_pyarrow_table().to_pylist(),
-        key=_key,
-    )
+    table = open_table(uri)
+    assert table is not None, f"no Delta table at {uri}"
+    return sorted(read_arrow(table).to_pylist(), key=_key)
 
 
 def delta_commits(uri: str) -> list[dict[str, Any]]:

@@ -149,10 +149,12 @@ def _read(fmt: str, base: Path, dataset: str) -> tuple[list[dict[str, Any]], lis
         location = table.metadata_location.removeprefix("file://")
         runs = [s.summary.additional_properties.get("commitpub.run-id") for s in table.snapshots()]
     else:
-        from deltalake import DeltaTable
+        from commitsteps.delta import open_table, read_arrow
 
         location = str(out / dataset)
-        own = DeltaTable(location).to_pyarrow_table()
+        delta = open_table(location)
+        assert delta is not None, location
+        own = read_arrow(delta)
         runs = [c.get("commitpub.run-id") for c in delta_commits(location)]
     query = QUERIES[fmt].format(key=KEYS[dataset])
     duck = [r[0] for r in duckdb_connection().execute(query, [location]).fetchall()]

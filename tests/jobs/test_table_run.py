@@ -42,10 +42,12 @@ def _table_rows(
         query = "SELECT _source_partition, _source_offset FROM iceberg_scan(?)"
         runs = [s.summary.additional_properties.get("commitpub.run-id") for s in table.snapshots()]
     else:
-        from deltalake import DeltaTable
+        from commitsteps.delta import open_table, read_arrow
 
         location = str(base / "output" / dataset)
-        own = DeltaTable(location).to_pyarrow_table(columns=["_source_partition", "_source_offset"])
+        delta = open_table(location)
+        assert delta is not None, location
+        own = read_arrow(delta, ["_source_partition", "_source_offset"])
         query = "SELECT _source_partition, _source_offset FROM delta_scan(?)"
         runs = [c.get("commitpub.run-id") for c in delta_commits(location)]
     columns = own.to_pydict()

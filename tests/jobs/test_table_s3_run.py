@@ -73,15 +73,11 @@ def _iceberg(catalog: dict[str, str], dataset: str, local: Path) -> tuple[list[A
 
 
 def _delta(uri: str, local: Path) -> tuple[list[Any], ...]:
-    from deltalake import DeltaTable
+    from commitsteps.delta import open_table, read_arrow
 
-    from commitsteps.delta import storage_options
-
-    own = _keys(
-        DeltaTable(uri, storage_options=storage_options(uri)).to_pyarrow_table(
-            columns=list(COLUMNS)
-        )
-    )
+    table = open_table(uri)
+    assert table is not None, uri
+    own = _keys(read_arrow(table, list(COLUMNS)))
     runs = [c.get("commitpub.run-id") for c in delta_commits(uri)]
     duck = duckdb_connection().execute(
         "SELECT _source_partition, _source_offset FROM delta_scan(?)", [str(local)]
