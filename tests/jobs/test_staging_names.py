@@ -87,7 +87,7 @@ def test_an_object_store_is_written_in_place(s3_bucket: str) -> None:
     found = fs.find(f"{s3_bucket}/staging")
     assert found == [f"{s3_bucket}/staging/day=2026-11-24/part-00000-w1-0.parquet"]
     with fs.open(found[0], "rb") as f:
-        assert pq.read_table(f)["id"].to_pylist() == [0, 1, 2]
+        assert pq.ParquetFile(f).read()["id"].to_pylist() == [0, 1, 2]
 
 
 def test_past_the_open_file_limit_a_directory_gets_another_file(
