@@ -80,12 +80,17 @@ def iceberg_snapshots(table: Any) -> list[dict[str, str]]:
     return [dict(s.summary.additional_properties) for s in table.snapshots()]
 
 
-def delta_rows(uri: str) -> list[dict[str, Any]]:
+def delta_arrow(uri: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The Delta table at ``uri`` (it must exist), read by commitpub's reader."""
     from commitsteps.delta import open_table, read_arrow
 
     table = open_table(uri)
     assert table is not None, f"no Delta table at {uri}"
-    return sorted(read_arrow(table).to_pylist(), key=_key)
+    return read_arrow(table, columns)
+
+
+def delta_rows(uri: str) -> list[dict[str, Any]]:
+    return sorted(delta_arrow(uri).to_pylist(), key=_key)
 
 
 def delta_commits(uri: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 import pytest
 from jobhelpers import kill_once_marked
 from pyspark.sql import SparkSession
-from table_helpers import delta_commits, duckdb_connection
+from table_helpers import delta_arrow, delta_commits, duckdb_connection
 
 import commitsteps.base
 from store import open_store, open_watermarks
@@ -149,12 +149,8 @@ def _read(fmt: str, base: Path, dataset: str) -> tuple[list[dict[str, Any]], lis
         location = table.metadata_location.removeprefix("file://")
         runs = [s.summary.additional_properties.get("commitpub.run-id") for s in table.snapshots()]
     else:
-        from commitsteps.delta import open_table, read_arrow
-
         location = str(out / dataset)
-        delta = open_table(location)
-        assert delta is not None, location
-        own = read_arrow(delta)
+        own = delta_arrow(location)
         runs = [c.get("commitpub.run-id") for c in delta_commits(location)]
     query = QUERIES[fmt].format(key=KEYS[dataset])
     duck = [r[0] for r in duckdb_connection().execute(query, [location]).fetchall()]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from jobhelpers import Landing, source_records, write_job
 from pyspark.sql import SparkSession
-from table_helpers import delta_commits, duckdb_connection
+from table_helpers import delta_arrow, delta_commits, duckdb_connection
 
 from jobs.config import load_config
 from jobs.run import run_job
@@ -42,12 +42,8 @@ def _table_rows(
         query = "SELECT _source_partition, _source_offset FROM iceberg_scan(?)"
         runs = [s.summary.additional_properties.get("commitpub.run-id") for s in table.snapshots()]
     else:
-        from commitsteps.delta import open_table, read_arrow
-
         location = str(base / "output" / dataset)
-        delta = open_table(location)
-        assert delta is not None, location
-        own = read_arrow(delta, ["_source_partition", "_source_offset"])
+        own = delta_arrow(location, ["_source_partition", "_source_offset"])
         query = "SELECT _source_partition, _source_offset FROM delta_scan(?)"
         runs = [c.get("commitpub.run-id") for c in delta_commits(location)]
     columns = own.to_pydict()

@@ -21,7 +21,7 @@ from typing import Any
 import fsspec
 import pytest
 from jobhelpers import COMMITPUB, Landing, source_records, write_job
-from table_helpers import delta_commits, duckdb_connection
+from table_helpers import delta_arrow, delta_commits, duckdb_connection
 
 from jobs.config import CATALOG_NAME
 from store import open_store, open_watermarks
@@ -73,11 +73,7 @@ def _iceberg(catalog: dict[str, str], dataset: str, local: Path) -> tuple[list[A
 
 
 def _delta(uri: str, local: Path) -> tuple[list[Any], ...]:
-    from commitsteps.delta import open_table, read_arrow
-
-    table = open_table(uri)
-    assert table is not None, uri
-    own = _keys(read_arrow(table, list(COLUMNS)))
+    own = _keys(delta_arrow(uri, list(COLUMNS)))
     runs = [c.get("commitpub.run-id") for c in delta_commits(uri)]
     duck = duckdb_connection().execute(
         "SELECT _source_partition, _source_offset FROM delta_scan(?)", [str(local)]
