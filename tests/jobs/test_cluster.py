@@ -49,7 +49,9 @@ def _alive_workers(web_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/json/", timeout=2) as r:
             state = json.load(r)
-    except OSError:
+    except (OSError, ValueError):
+        # Not up yet, or up but still answering /json/ with its HTML page (seen once while
+        # the master's UI was starting): ask again until the deadline.
         return 0
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
