@@ -6,7 +6,8 @@ Dataset by dataset, in groups a runner ships to its tasks (:func:`publish_group`
    gets nothing new; otherwise its steps are built, ordered, confined to the job's roots and
    stores, checked and serialized. Nothing is written ahead yet, so a refusal changes
    nothing.
-2. **Write ahead**: the records go to the commit store in chunks; only the last chunk seals.
+2. **Write ahead**: the staged files are made durable (:mod:`publisher.barriers`), then the
+   records go to the commit store in chunks; only the last chunk seals.
    Consecutive datasets of a group are written ahead together (each sealed on its own) before
    the first of them executes, up to :data:`WRITE_AHEAD_STEPS` steps.
 3. **Execute**: the sealed sequence runs (:func:`publisher.execution.finish`), is removed,
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from commitsteps import CommitStep, StepError, UnknownStepTypeError, dumps
-from publisher import staging
+from publisher import barriers, staging
 from publisher.context import Context
 from publisher.errors import CorruptStatusError
 from publisher.execution import finish, ordered
@@ -163,6 +164,8 @@ def _commit(ctx: Context, prepared: _Prepared, *, resume: bool = False) -> Datas
     if not resume:
         failpoint("publish.before_write_ahead")
     try:
+        if not resume:
+            barriers.before_seal(prepared.steps)
         _write_ahead(ctx, dataset, prepared.records, resume=resume)
     except FencedError:
         raise  # this run lost the job lock: it stops, nothing of the dataset executed
@@ -219,6 +222,7 @@ def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetRe
     failpoint("publish.before_write_ahead")
     sequences = [(p.item.dataset, p.records) for p in batch]
     try:
+        barriers.before_seal(s for p in batch for s in p.steps)
         refused = ctx.store.put_sequences(ctx.job, sequences, token=ctx.token)
     except FencedError:
         raise

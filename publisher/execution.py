@@ -2,7 +2,8 @@
 
 Steps run by phase, in written order within a phase (:func:`ordered`), in runs of one class
 batched through ``execute_many`` (:func:`groups`), each run preceded by a check of the
-job's fence (:meth:`~publisher.context.Context.guard`). Undoing (an abort deletes staged
+job's fence (:meth:`~publisher.context.Context.guard`); what a phase did is made durable
+before the next phase runs (:mod:`publisher.barriers`). Undoing (an abort deletes staged
 files, a discard rolls steps back) goes in batches of at most :data:`UNDO_BATCH` steps, each
 preceded by the same check. A sequence is removed from the store only once every step is
 done, and its staging is cleaned up after that (:func:`clean_up`).
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from commitsteps import CommitStep, StepError
+from publisher import barriers
 from publisher.context import Context
 from publisher.quarantine import fail
 from publisher.reports import DatasetReport, Outcome, dataset_report
@@ -123,12 +125,15 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
     """
     executed = 0
     try:
-        pending = [s for s, d in zip(steps, done, strict=True) if not d]
-        for group in groups(pending):
-            ctx.guard(f"executing the steps of {dataset!r}")
-            cls = type(group[0])
-            ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
-            executed += len(group)
+        todo = {id(s) for s, d in zip(steps, done, strict=True) if not d}
+        for phase in barriers.phases(steps):
+            for group in groups([s for s in phase if id(s) in todo]):
+                ctx.guard(f"executing the steps of {dataset!r}")
+                cls = type(group[0])
+                ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
+                executed += len(group)
+            # What this phase did lasts before the next phase (or the removal) relies on it.
+            barriers.after_phase(phase)
         if verify_after:
             failed = [i for i, ok in enumerate(verify_all(steps)) if not ok]
             if failed:

@@ -81,19 +81,12 @@ endpoints with one scheduler per job, or keep the commit-step store and watermar
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
-import os
 import re
-import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 from store.base import (
     CommitStepStore,
@@ -103,25 +96,22 @@ from store.base import (
     decode_status,
     encode_value,
 )
-from store.durability import Durability, local_durability
+from store.durability import Durability
 from store.errors import (
     CommitPubError,
-    ConfigurationError,
     CorruptRecordError,
     FencedError,
     SequenceExistsError,
     SequenceSealedError,
     StoreError,
-    StoreUnavailableError,
 )
 from store.failpoints import failpoint
+from store.files import FileIO, translate_error
 from store.framing import decode_chunk_header, encode_chunk, iter_chunk_records
 from store.urls import decode_name, encode_name, redact
 
 _CHUNK_RE = re.compile(r"^c(\d{8})(?:-t(\d+))?(-s)?\.chunk$")
 #: Modes of what a local store creates (less the umask): its owner's only.
-_FILE_MODE = 0o600
-_DIR_MODE = 0o700
 _VERSION_RE = re.compile(r"^v(\d{20})\.json$")
 _STATUS = "status.json"
 _FENCE_DIR = ".fence"  # beside the datasets of a job; encoded names never start with a dot
@@ -129,192 +119,6 @@ _FENCE_RE = re.compile(r"^t(\d{20})$")
 _KEEP_FENCES = 4
 # Watermark versions kept below the newest; see the module docstring for why it matters.
 _KEEP_VERSIONS = 64
-
-
-class _Fs:
-    """The few file operations the stores need, with a fast path for local disks."""
-
-    def __init__(self, url: str) -> None:
-        try:
-            fs, root = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as e:
-            raise ConfigurationError(f"cannot open store URL {redact(url)!r}: {e}") from e
-        self.fs = fs
-        self.local = isinstance(fs, LocalFileSystem)
-        self.root = root.rstrip("/") or "/"
-        # s3fs would HEAD every object before reading it, to split large reads into parallel
-        # ranges; what the stores read is small, so one GET does.
-        self._read_options = {"max_concurrency": 1} if "s3" in _protocols(fs) else {}
-
-    def durability(self, url: str) -> Durability:
-        """See :mod:`store.durability`: fsspec's ``memory://`` and tmpfs are refused."""
-        if self.local:
-            return local_durability(self.root)
-        if "memory" in _protocols(self.fs):
-            return Durability.of(
-                [
-                    f"{url} is fsspec's memory filesystem, which lives in one process only: "
-                    "keep the store on a local disk, on S3 or on Redis"
-                ]
-            )
-        return Durability.of([])
-
-    def join(self, *parts: str) -> str:
-        return "/".join((self.root, *parts))
-
-    def names(self, path: str) -> list[str]:
-        """Names directly under ``path``; empty when it does not exist."""
-        try:
-            if self.local:
-                return os.listdir(path)
-            # s3fs and others cache listings and would not see what other processes wrote.
-            self.fs.invalidate_cache(path)
-            return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False)]
-        except (FileNotFoundError, NotADirectoryError):
-            # A stray file where a directory could be (an operator's note, .DS_Store) holds
-            # no sequence; it must not fail the listing of every other dataset.
-            return []
-        except OSError as e:
-            raise _translate(e, path) from e
-
-    def read(self, path: str) -> bytes:
-        if self.local:
-            with open(path, "rb") as f:
-                return f.read()
-        data: bytes = self.fs.cat_file(path, **self._read_options)
-        return data
-
-    def _put(self, path: str, data: bytes, mode: str) -> None:
-        try:
-            self.fs.pipe_file(path, data, mode=mode)
-        except FileNotFoundError:
-            # Filesystems with directories want the parent first. Object stores have none, so
-            # they are spared that request until it matters (s3fs then creates the bucket).
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.pipe_file(path, data, mode=mode)
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        """Create ``path`` holding ``data`` in one atomic step; False if it exists already."""
-        directory = path.rsplit("/", 1)[0]
-        if not self.local:
-            # fsspec's create mode: on S3 one PUT with If-None-Match: *, which makes the object
-            # visible whole or fails because it exists. See the module docstring for endpoints
-            # and filesystems that cannot do this atomically.
-            failpoint("store.write_ahead.temp_written")  # as on disk: all ready, nothing visible
-            try:
-                self._put(path, data, "create")
-            except FileExistsError:
-                return False
-            return True
-        created = _makedirs(directory)
-        tmp = _write_temp(directory, data)
-        failpoint("store.write_ahead.temp_written")
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
-                raise
-            # A check then a rename would let two writers both "create" the name, which the
-            # arguments above (and the job lock's) rule out: refuse such a filesystem loudly.
-            raise StoreError(
-                f"{directory}: this filesystem cannot make hard links, so records cannot be "
-                "created exclusively here; keep the store on a local filesystem that can "
-                "(ext4, xfs, ...), on S3 or on Redis"
-            ) from e
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        _fsync_dir(directory)
-        for new_dir in created:  # the new name must last as long as what it leads to
-            _fsync_dir(os.path.dirname(new_dir))
-        return True
-
-    def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:
-        """:meth:`create_exclusive` of several local files, each atomic on its own, their
-        fsyncs made concurrently (all temporary files, then all directories): each file
-        still holds its data on disk before its name does. False where a name existed.
-        Elsewhere (S3) each is one conditional PUT, as :meth:`create_exclusive` makes it."""
-        if not self.local:
-            return [self.create_exclusive(path, data) for path, data in files]
-        temps: list[tuple[str, str]] = []
-        to_sync: set[str] = set()
-        try:
-            for path, data in files:
-                directory = path.rsplit("/", 1)[0]
-                to_sync.update(os.path.dirname(d) for d in _makedirs(directory))
-                temps.append((_write_temp(directory, data, sync=False), path))
-                failpoint("store.write_ahead.temp_written")
-            _fsync_all([tmp for tmp, _path in temps])
-            created = []
-            for tmp, path in temps:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    created.append(False)
-                    continue
-                created.append(True)
-                to_sync.add(path.rsplit("/", 1)[0])
-        finally:
-            for tmp, _path in temps:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        _fsync_all(sorted(to_sync))
-        return created
-
-    def replace(self, path: str, data: bytes) -> None:
-        """Write ``path`` atomically, replacing what is there."""
-        directory = path.rsplit("/", 1)[0]
-        if not self.local:
-            self._put(path, data, "overwrite")
-            return
-        created = _makedirs(directory)
-        tmp = _write_temp(directory, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        _fsync_dir(directory)
-        for new_dir in created:
-            _fsync_dir(os.path.dirname(new_dir))
-
-    def delete(self, path: str) -> None:
-        try:
-            if self.local:
-                os.unlink(path)
-            else:
-                self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:  # a read-only or failing filesystem: the store's error
-            raise _translate(e, path) from e
-
-    def rmdir(self, path: str, *, keep: bool = False) -> None:
-        """Remove a directory and anything left in it (temporary files).
-
-        With ``keep``, a local directory is emptied but stays: a dataset's directory is
-        written to again by the next run, and creating it anew costs a directory fsync
-        of its parent on every commit.
-        """
-        try:
-            if self.local:
-                if not os.path.isdir(path):
-                    os.unlink(path)
-                    return
-                for name in os.listdir(path):
-                    os.unlink(f"{path}/{name}")
-                if not keep:
-                    os.rmdir(path)
-            else:
-                self.fs.invalidate_cache(path)  # as in names(): others may have written here
-                if self.fs.exists(path):
-                    self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise _translate(e, path) from e
 
 
 @attrs.frozen
@@ -375,101 +179,13 @@ def _removal_order(listing: Sequence[_Chunk]) -> list[_Chunk]:
     return seal_then_descending(leftovers) + seal_then_descending(sequence)
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _write_temp(directory: str, data: bytes, *, sync: bool = True) -> str:
-    """A new temporary file in ``directory`` holding ``data``, fsynced unless ``sync`` is
-    False (the caller fsyncs it before it is linked); its path.
-
-    Records are created ``_FILE_MODE`` less the umask: nobody but the store's owner reads
-    commit steps, statuses, watermarks or leases, or replaces them.
-    """
-    tmp = f"{directory}/.tmp-{uuid.uuid4().hex}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-    try:
-        _write_all(fd, data)
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
-
-
-def _makedirs(path: str) -> list[str]:
-    """Create ``path`` and its missing parents, each ``_DIR_MODE`` less the umask; the
-    directories created, deepest last.
-
-    ``os.makedirs`` gives its mode to the last directory only; the parents it creates would
-    be 0777 less the umask, which is everyone's with a umask of 0.
-    """
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    created = []
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, _DIR_MODE)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
-            continue  # another writer was first
-        created.append(directory)
-    return created
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: Most fsyncs :meth:`_Fs.create_exclusive_many` waits for at once.
-_SYNC_THREADS = 16
-
-
-def _fsync_all(paths: Sequence[str]) -> None:
-    """fsync files or directories concurrently: the journal of ext4 or xfs then commits
-    them together, where one after the other each fsync waits for a commit of its own."""
-    if len(paths) < 2:
-        for path in paths:
-            _fsync_dir(path)
-        return
-    with ThreadPoolExecutor(min(_SYNC_THREADS, len(paths))) as pool:
-        for future in [pool.submit(_fsync_dir, path) for path in paths]:
-            future.result()
-
-
-def _translate(e: OSError, path: str) -> StoreError:
-    if isinstance(e, ConnectionError | TimeoutError):
-        return StoreUnavailableError(f"store unreachable at {path}: {e}")
-    return StoreError(f"store I/O failed at {path}: {e}")
-
-
 class FsCommitStepStore(CommitStepStore):
     """A :class:`CommitStepStore` on any fsspec filesystem; see the module docstring."""
 
     def __init__(self, url: str) -> None:
         self._full_url = url
         self.url = redact(url)
-        self._io = _Fs(url)
+        self._io = FileIO(url)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Executors reopen the store from its URL; connections never travel.
@@ -511,7 +227,7 @@ class FsCommitStepStore(CommitStepStore):
         try:
             self._io.create_exclusive(f"{directory}/t{token:020d}", b"")
         except OSError as e:
-            raise _translate(e, directory) from e
+            raise translate_error(e, directory) from e
         self.check_fence(store_name, token, "taking over")
         older = sorted(
             int(m.group(1)) for n in self._io.names(directory) if (m := _FENCE_RE.match(n))
@@ -545,7 +261,7 @@ class FsCommitStepStore(CommitStepStore):
         try:
             created = self._io.create_exclusive(path, data)
         except OSError as e:
-            raise _translate(e, directory) from e
+            raise translate_error(e, directory) from e
         if not created:
             raise SequenceSealedError(
                 f"sequence of {dataset_urn!r} in {store_name!r} changed under us (chunk {index} "
@@ -575,8 +291,9 @@ class FsCommitStepStore(CommitStepStore):
         """See :meth:`CommitStepStore.put_sequences`. Each sequence is one sealed chunk as
         :meth:`put_sequence` writes it (without reading the store first: the listing that
         finds where to write tells whether a sequence exists); on a local disk the fsyncs of
-        all of them are made concurrently (see :meth:`_Fs.create_exclusive_many`). Fenced
-        as :meth:`append` is, once before the first write and once after the last."""
+        all of them are made concurrently (see
+        :meth:`store.files.FileIO.create_exclusive_many`). Fenced as :meth:`append` is, once
+        before the first write and once after the last."""
         _check_token(token)
         doing = f"writing ahead {len(sequences)} sequences"
         if token is not None:
@@ -596,7 +313,7 @@ class FsCommitStepStore(CommitStepStore):
         try:
             created = self._io.create_exclusive_many([(path, data) for _, path, data in writes])
         except OSError as e:
-            raise _translate(e, self._io.join(encode_name(store_name, "store name"))) from e
+            raise translate_error(e, self._io.join(encode_name(store_name, "store name"))) from e
         for (dataset_urn, _path, _data), ok in zip(writes, created, strict=True):
             if not ok:
                 refused[dataset_urn] = SequenceSealedError(
@@ -643,7 +360,7 @@ class FsCommitStepStore(CommitStepStore):
             try:
                 data = self._io.read(path)
             except OSError as e:
-                raise _translate(e, path) from e
+                raise translate_error(e, path) from e
             expect: dict[str, Any] = {
                 "urn": dataset_urn,
                 "index": chunk.index,
@@ -727,7 +444,7 @@ class FsCommitStepStore(CommitStepStore):
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise _translate(e, path) from e
+            raise translate_error(e, path) from e
         return decode_status(data, path)
 
     def statuses(self, store_name: str) -> dict[str, dict[str, Any]]:
@@ -754,7 +471,7 @@ class FsCommitStepStore(CommitStepStore):
         try:
             self._io.replace(path, json.dumps(status, ensure_ascii=False).encode())
         except OSError as e:
-            raise _translate(e, path) from e
+            raise translate_error(e, path) from e
 
 
 class FsWatermarkStore(WatermarkStore):
@@ -763,7 +480,7 @@ class FsWatermarkStore(WatermarkStore):
     def __init__(self, url: str) -> None:
         self._full_url = url
         self.url = redact(url)
-        self._io = _Fs(url)
+        self._io = FileIO(url)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))
@@ -792,7 +509,7 @@ class FsWatermarkStore(WatermarkStore):
             except FileNotFoundError:
                 continue
             except OSError as e:
-                raise _translate(e, path) from e
+                raise translate_error(e, path) from e
             try:
                 doc = json.loads(data)
                 token = doc.get("token")
@@ -832,7 +549,7 @@ class FsWatermarkStore(WatermarkStore):
             if not self._io.create_exclusive(f"{directory}/v{new:020d}.json", data):
                 return False
         except OSError as e:
-            raise _translate(e, directory) from e
+            raise translate_error(e, directory) from e
         newest = self._versions(directory)[-1]
         if newest >= new + _KEEP_VERSIONS:
             # Either clean-up had freed this name (the write is lost below the newest version)

@@ -25,7 +25,7 @@ import attrs
 
 from store.durability import Durability
 from store.errors import FencedError, LockHeldError, StoreError
-from store.fs import _Fs, _translate
+from store.files import FileIO, translate_error
 from store.lock import JobLock, Lease
 from store.urls import encode_name, redact
 
@@ -39,7 +39,7 @@ class FsJobLock(JobLock):
     def __init__(self, url: str) -> None:
         self._full_url = url
         self.url = redact(url)
-        self._io = _Fs(url)
+        self._io = FileIO(url)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))
@@ -67,7 +67,7 @@ class FsJobLock(JobLock):
             except FileNotFoundError:
                 continue
             except OSError as e:
-                raise _translate(e, path) from e
+                raise translate_error(e, path) from e
         raise StoreError(f"{directory}: the job lock kept changing while being read")
 
     def current(self, job: str) -> Lease | None:
@@ -85,7 +85,7 @@ class FsJobLock(JobLock):
         try:
             created = self._io.create_exclusive(path, lease.to_json())
         except OSError as e:
-            raise _translate(e, path) from e
+            raise translate_error(e, path) from e
         tokens = self._tokens(directory)
         if not created or tokens[-1] != lease.token:
             raise LockHeldError(
@@ -108,7 +108,7 @@ class FsJobLock(JobLock):
         try:
             self._io.replace(path, lease.to_json())
         except OSError as e:
-            raise _translate(e, path) from e
+            raise translate_error(e, path) from e
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         renewed = attrs.evolve(lease, expires_at=time.time() + ttl_s)

@@ -10,7 +10,8 @@ import fsspec
 import pytest
 
 import store
-from store.fs import FsCommitStepStore, FsWatermarkStore, _Fs
+from store.files import FileIO
+from store.fs import FsCommitStepStore, FsWatermarkStore
 from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
 pytestmark = pytest.mark.s3
@@ -46,7 +47,7 @@ def test_open_store_picks_fs_backend_for_s3(s3_bucket: str) -> None:
 def test_exclusive_create_is_a_conditional_put(
     s3_bucket: str, s3_requests: list[tuple[str, dict[str, Any]]]
 ) -> None:
-    io = _Fs(f"s3://{s3_bucket}/root")
+    io = FileIO(f"s3://{s3_bucket}/root")
     path = io.join("x", "obj")
     assert io.create_exclusive(path, b"first")
     assert not io.create_exclusive(path, b"second")
@@ -60,7 +61,7 @@ def test_exclusive_create_is_a_conditional_put(
 
 
 def test_concurrent_creators_of_one_object_have_one_winner(s3_bucket: str) -> None:
-    io = _Fs(f"s3://{s3_bucket}/race")
+    io = FileIO(f"s3://{s3_bucket}/race")
     creators, rounds = 8, 20
     for round_ in range(rounds):
         path = io.join(f"obj-{round_}")

@@ -1,0 +1,499 @@
+"""Files on a local disk and what makes them last: the one owner of durable file I/O.
+
+Every module that writes a file it relies on after a crash, or makes something durable,
+calls this one; which paths are local is :mod:`store.urls`'s (:func:`~store.urls.is_local`,
+:func:`~store.urls.local_path`). The policy:
+
+* **A record appears whole or not at all.** It is written to a temporary name unique to the
+  writer (``.tmp-<random>`` beside it: readers and Spark skip hidden names), every byte
+  written (a short ``write`` is continued), fsynced, then given its name: a hard link when
+  the name must not exist yet (:func:`create_exclusive`, two writers cannot both create
+  it), ``rename`` when it replaces what is there (:func:`replace`).
+* **A name lasts as long as what it leads to.** After a name is created, replaced or
+  removed, its directory is fsynced, and so is the parent of every directory the write
+  created, before the call returns.
+* **Modes are the caller's choice, less the umask**: :data:`PRIVATE_FILE_MODE` /
+  :data:`PRIVATE_DIR_MODE` for what the stores hold (commit steps, statuses, watermarks,
+  leases), :data:`PUBLIC_FILE_MODE` for what is published or staged for others to read.
+* **Many files at once: one sync per filesystem.** Files that many writers left in the page
+  cache (a Spark task's staged Parquet, the renames of a publish) are made durable by
+  :func:`sync_filesystems`: one ``syncfs(2)`` per filesystem holding any of them, which
+  writes back the filesystem's dirty data and commits its journal. On a filesystem of
+  thousands of files that is one call where fsyncs would be one per file and directory;
+  its cost is measured in ``benchmarks/`` (publish_local, end_to_end).
+
+Object stores need none of this: a PUT or a copy is durable once acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from store.durability import Durability, local_durability
+from store.errors import ConfigurationError, StoreError, StoreUnavailableError
+from store.failpoints import failpoint
+from store.urls import is_local, local_path, redact
+
+#: What a store keeps on a local disk is its owner's only (less the umask).
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+#: Published and staged files: readable by all, writable by their owner, less the umask.
+PUBLIC_FILE_MODE = 0o644
+#: Prefix of a temporary file: hidden, so readers of a folder (Spark, pyarrow, Hive) skip it.
+TEMP_PREFIX = ".tmp-"
+
+#: Most fsyncs :func:`fsync_all` waits for at once.
+_SYNC_THREADS = 16
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``: ``os.write`` may write fewer than asked."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_all(paths: Sequence[str]) -> None:
+    """fsync files or directories concurrently: the journal of ext4 or xfs then commits
+    them together, where one after the other each fsync waits for a commit of its own."""
+    if len(paths) < 2:
+        for path in paths:
+            fsync_path(path)
+        return
+    with ThreadPoolExecutor(min(_SYNC_THREADS, len(paths))) as pool:
+        for future in [pool.submit(fsync_path, path) for path in paths]:
+            future.result()
+
+
+def makedirs(path: str, mode: int = PRIVATE_DIR_MODE) -> list[str]:
+    """Create ``path`` and its missing parents, each ``mode`` less the umask; the
+    directories created, deepest last (their parents need an fsync for them to last).
+
+    ``os.makedirs`` gives its mode to the last directory only; the parents it creates would
+    be 0777 less the umask, which is everyone's with a umask of 0.
+    """
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue  # another writer was first
+        created.append(directory)
+    return created
+
+
+def sync_created(created: Iterable[str]) -> None:
+    """fsync the parent of each directory :func:`makedirs` created: the new name must last
+    as long as what is written under it."""
+    fsync_all(sorted({os.path.dirname(d) for d in created}))
+
+
+def write_temp(directory: str, data: bytes, *, mode: int, sync: bool = True) -> str:
+    """A new temporary file in ``directory`` holding ``data``, fsynced unless ``sync`` is
+    False (the caller fsyncs it before it is given a name); its path.
+
+    The name is unique to this call and hidden (:data:`TEMP_PREFIX`); a crash leaves it
+    behind, never a partial file under the final name.
+    """
+    tmp = f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def create_exclusive(
+    path: str,
+    data: bytes,
+    *,
+    mode: int,
+    dir_mode: int = PRIVATE_DIR_MODE,
+    before_link: Callable[[], None] | None = None,
+) -> bool:
+    """Create ``path`` holding ``data`` whole, durably, only if it does not exist.
+
+    Args:
+        path: an absolute local path.
+        data: its bytes.
+        mode: its mode, less the umask.
+        dir_mode: the mode of directories created for it.
+        before_link: called once the data is on disk and before it has its name (a crash
+            point of the caller's).
+
+    Returns:
+        False if ``path`` existed (nothing was changed), True once it is created and both
+        its data and its name are on disk.
+
+    Raises:
+        OSError: from the filesystem; ``EPERM``/``EOPNOTSUPP`` where it cannot make hard
+            links (the caller says what that means for it).
+    """
+    directory = os.path.dirname(path)
+    created = makedirs(directory, dir_mode)
+    tmp = write_temp(directory, data, mode=mode)
+    try:
+        if before_link is not None:
+            before_link()
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_path(directory)
+    sync_created(created)
+    return True
+
+
+def replace(path: str, data: bytes, *, mode: int, dir_mode: int = PRIVATE_DIR_MODE) -> None:
+    """Write ``path`` whole and durably, replacing what is there in one step."""
+    directory = os.path.dirname(path)
+    created = makedirs(directory, dir_mode)
+    tmp = write_temp(directory, data, mode=mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    fsync_path(directory)
+    sync_created(created)
+
+
+def unlink(path: str) -> bool:
+    """Remove a file and make its removal durable; False if it was not there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    fsync_path(os.path.dirname(path))
+    return True
+
+
+def _libc_syncfs() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        fn: Callable[[int], int] = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+_SYNCFS = _libc_syncfs()
+
+
+def syncfs(directory: str) -> None:
+    """Write back the whole filesystem holding ``directory`` and commit its journal.
+
+    Linux reports write-back errors through ``syncfs`` (since 5.8); they are raised. Where
+    there is no ``syncfs`` (not Linux), ``os.sync`` does the same for every filesystem.
+
+    Raises:
+        OSError: if the filesystem could not write something back.
+    """
+    if _SYNCFS is None:
+        os.sync()
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"syncfs of {directory}: {os.strerror(code)}")
+    finally:
+        os.close(fd)
+
+
+def _existing_dir(directory: str) -> str | None:
+    """``directory`` or the nearest directory above it that exists."""
+    while True:
+        if os.path.isdir(directory):
+            return directory
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def sync_filesystems(urls: Iterable[str]) -> int:
+    """Make durable everything written on the local filesystems holding any of ``urls``
+    (paths or URLs; those not local are skipped): one :func:`syncfs` per filesystem.
+
+    A path whose file is gone (a staged file renamed away) counts by its directory, or the
+    nearest one above that exists.
+
+    Returns:
+        How many filesystems were synced.
+
+    Raises:
+        OSError: if a filesystem could not write something back.
+    """
+    directories: set[str] = set()
+    for url in urls:
+        if is_local(url):
+            directories.add(os.path.dirname(local_path(url)))
+    devices: dict[int, str] = {}
+    for wanted in directories:
+        directory = _existing_dir(wanted)
+        if directory is None:
+            continue
+        try:
+            device = os.stat(directory).st_dev
+        except FileNotFoundError:
+            continue  # removed meanwhile: nothing of it left to sync
+        devices.setdefault(device, directory)
+    for directory in devices.values():
+        try:
+            syncfs(directory)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                continue
+            raise
+    return len(devices)
+
+
+def protocols(fs: Any) -> tuple[str, ...]:
+    """The protocol names of an fsspec filesystem (``("s3", "s3a")``)."""
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def translate_error(e: OSError, path: str) -> StoreError:
+    """A store's error for an ``OSError`` at ``path``: unreachable, or failed."""
+    if isinstance(e, ConnectionError | TimeoutError):
+        return StoreUnavailableError(f"store unreachable at {path}: {e}")
+    return StoreError(f"store I/O failed at {path}: {e}")
+
+
+class FileIO:
+    """The few file operations the stores and the job lock need, on any fsspec filesystem,
+    with a fast path for local disks (where the functions above make them durable)."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            fs, root = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as e:
+            raise ConfigurationError(f"cannot open store URL {redact(url)!r}: {e}") from e
+        self.fs = fs
+        self.local = isinstance(fs, LocalFileSystem)
+        self.root = root.rstrip("/") or "/"
+        # s3fs would HEAD every object before reading it, to split large reads into parallel
+        # ranges; what the stores read is small, so one GET does.
+        self._read_options = {"max_concurrency": 1} if "s3" in protocols(fs) else {}
+
+    def durability(self, url: str) -> Durability:
+        """See :mod:`store.durability`: fsspec's ``memory://`` and tmpfs are refused."""
+        if self.local:
+            return local_durability(self.root)
+        if "memory" in protocols(self.fs):
+            return Durability.of(
+                [
+                    f"{url} is fsspec's memory filesystem, which lives in one process only: "
+                    "keep the store on a local disk, on S3 or on Redis"
+                ]
+            )
+        return Durability.of([])
+
+    def join(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    def names(self, path: str) -> list[str]:
+        """Names directly under ``path``; empty when it does not exist."""
+        try:
+            if self.local:
+                return os.listdir(path)
+            # s3fs and others cache listings and would not see what other processes wrote.
+            self.fs.invalidate_cache(path)
+            return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            # A stray file where a directory could be (an operator's note, .DS_Store) holds
+            # no sequence; it must not fail the listing of every other dataset.
+            return []
+        except OSError as e:
+            raise translate_error(e, path) from e
+
+    def read(self, path: str) -> bytes:
+        if self.local:
+            with open(path, "rb") as f:
+                return f.read()
+        data: bytes = self.fs.cat_file(path, **self._read_options)
+        return data
+
+    def _put(self, path: str, data: bytes, mode: str) -> None:
+        try:
+            self.fs.pipe_file(path, data, mode=mode)
+        except FileNotFoundError:
+            # Filesystems with directories want the parent first. Object stores have none, so
+            # they are spared that request until it matters (s3fs then creates the bucket).
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(path, data, mode=mode)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` in one atomic step; False if it exists already."""
+        directory = path.rsplit("/", 1)[0]
+        if not self.local:
+            # fsspec's create mode: on S3 one PUT with If-None-Match: *, which makes the object
+            # visible whole or fails because it exists. See the module docstring for endpoints
+            # and filesystems that cannot do this atomically.
+            failpoint("store.write_ahead.temp_written")  # as on disk: all ready, nothing visible
+            try:
+                self._put(path, data, "create")
+            except FileExistsError:
+                return False
+            return True
+        try:
+            return create_exclusive(
+                path,
+                data,
+                mode=PRIVATE_FILE_MODE,
+                before_link=lambda: failpoint("store.write_ahead.temp_written"),
+            )
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            # A check then a rename would let two writers both "create" the name, which the
+            # stores' arguments (and the job lock's) rule out: refuse such a filesystem loudly.
+            raise StoreError(
+                f"{directory}: this filesystem cannot make hard links, so records cannot be "
+                "created exclusively here; keep the store on a local filesystem that can "
+                "(ext4, xfs, ...), on S3 or on Redis"
+            ) from e
+
+    def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """:meth:`create_exclusive` of several local files, each atomic on its own, their
+        fsyncs made concurrently (all temporary files, then all directories): each file
+        still holds its data on disk before its name does. False where a name existed.
+        Elsewhere (S3) each is one conditional PUT, as :meth:`create_exclusive` makes it."""
+        if not self.local:
+            return [self.create_exclusive(path, data) for path, data in files]
+        temps: list[tuple[str, str]] = []
+        to_sync: set[str] = set()
+        try:
+            for path, data in files:
+                directory = path.rsplit("/", 1)[0]
+                to_sync.update(os.path.dirname(d) for d in makedirs(directory))
+                temps.append(
+                    (write_temp(directory, data, mode=PRIVATE_FILE_MODE, sync=False), path)
+                )
+                failpoint("store.write_ahead.temp_written")
+            fsync_all([tmp for tmp, _path in temps])
+            created = []
+            for tmp, path in temps:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    created.append(False)
+                    continue
+                created.append(True)
+                to_sync.add(path.rsplit("/", 1)[0])
+        finally:
+            for tmp, _path in temps:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        fsync_all(sorted(to_sync))
+        return created
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Write ``path`` atomically, replacing what is there."""
+        if not self.local:
+            self._put(path, data, "overwrite")
+            return
+        replace(path, data, mode=PRIVATE_FILE_MODE)
+
+    def delete(self, path: str) -> None:
+        try:
+            if self.local:
+                os.unlink(path)
+            else:
+                self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # a read-only or failing filesystem: the store's error
+            raise translate_error(e, path) from e
+
+    def rmdir(self, path: str, *, keep: bool = False) -> None:
+        """Remove a directory and anything left in it (temporary files).
+
+        With ``keep``, a local directory is emptied but stays: a dataset's directory is
+        written to again by the next run, and creating it anew costs a directory fsync
+        of its parent on every commit.
+        """
+        try:
+            if self.local:
+                if not os.path.isdir(path):
+                    os.unlink(path)
+                    return
+                for name in os.listdir(path):
+                    os.unlink(f"{path}/{name}")
+                if not keep:
+                    os.rmdir(path)
+                # The removal lasts before the caller goes on (a removed sequence before its
+                # staging is cleaned up).
+                fsync_path(path if keep else os.path.dirname(path))
+            else:
+                self.fs.invalidate_cache(path)  # as in names(): others may have written here
+                if self.fs.exists(path):
+                    self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise translate_error(e, path) from e
+
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "PUBLIC_FILE_MODE",
+    "TEMP_PREFIX",
+    "FileIO",
+    "create_exclusive",
+    "fsync_all",
+    "fsync_path",
+    "makedirs",
+    "protocols",
+    "replace",
+    "sync_created",
+    "sync_filesystems",
+    "syncfs",
+    "translate_error",
+    "unlink",
+    "write_all",
+    "write_temp",
+]
