@@ -59,7 +59,8 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.urls import require_no_credentials
+from store.files import PUBLIC_FILE_MODE, write_stream
+from store.urls import is_local, local_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
 # them 3-4x slower), so local batches run serially.
@@ -76,21 +77,13 @@ class _File(NamedTuple):
     etag: str | None
 
 
-def _is_local(url: str) -> bool:
-    return "://" not in url or url.startswith("file://")
-
-
-def _local_path(url: str) -> str:
-    return url[len("file://") :] if url.startswith("file://") else url
-
-
 def _check_url(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
     if type(value) is str and value[:1] == "/":
         return  # an absolute local path: no scheme, no credentials; nothing below refuses it
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{attribute.name} must be a non-empty path or URL")
     require_no_credentials(value, attribute.name)
-    if _is_local(value) and not os.path.isabs(_local_path(value)):
+    if is_local(value) and not os.path.isabs(_bare_path(value)):
         raise ConfigurationError(
             f"{attribute.name} {value!r} must be absolute: a relative path would resolve "
             "against whichever directory recovery runs in"
@@ -118,9 +111,14 @@ def _check_size(_instance: Any, _attribute: attrs.Attribute[int], value: int) ->
         raise StepValueError(f"size must be a non-negative int (bytes), got {value!r}")
 
 
+def _bare_path(url: str) -> str:
+    # The path as written, not made absolute (local_path would): the check above is on it.
+    return url[len("file://") :] if url.lower().startswith("file://") else url
+
+
 def _fs(url: str) -> tuple[Any, str]:
-    if _is_local(url):
-        return None, _local_path(url)
+    if is_local(url):
+        return None, local_path(url)
     fs, path = fsspec.core.url_to_fs(url)
     if isinstance(fs, LocalFileSystem):
         return None, path
@@ -232,10 +230,6 @@ def _copy_within(fs: Any, spath: str, dpath: str, size: int) -> None:
     fs.cp_file(spath, dpath)
 
 
-#: Mode of a file a copy publishes on a local filesystem, less the umask.
-PUBLISHED_MODE = 0o644
-
-
 def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
     """Copy so that the destination appears complete or not at all (S3 objects appear whole;
     a local destination is written aside, synced, then renamed into place)."""
@@ -245,31 +239,18 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
     reader = _open_nofollow(spath) if sfs is None else sfs.open(spath, "rb")
     with reader as r:
         if dfs is None:
-            tmp = dpath + ".commitpub-tmp"
-            os.makedirs(os.path.dirname(dpath), exist_ok=True)
+            # Written aside under a hidden name of this copy's own, which readers of the
+            # output skip, fsynced, then renamed into place: the source is deleted next,
+            # maybe on another filesystem that keeps the deletion through a power cut.
             # Published files are readable by all and writable by their owner, less the
             # umask: never wider than 0644, whatever the umask.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PUBLISHED_MODE)
-            with os.fdopen(fd, "wb") as w:
-                while block := r.read(_BLOCK):
-                    w.write(block)
-                # The source is deleted next, maybe on another filesystem that keeps the
-                # deletion through a power cut: the copy must be on disk first.
-                os.fsync(w.fileno())
-            os.replace(tmp, dpath)
-            _fsync_dir(os.path.dirname(dpath))
+            write_stream(
+                dpath, iter(lambda: r.read(_BLOCK), b""), mode=PUBLIC_FILE_MODE, dir_mode=0o777
+            )
             return
         with dfs.open(dpath, "wb") as w:
             while block := r.read(_BLOCK):
                 w.write(block)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:

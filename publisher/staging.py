@@ -82,7 +82,8 @@ from publisher.confinement import Roots, normalize
 from publisher.converter import from_json, to_json
 from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
-from store.urls import is_local, split_scheme
+from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, create_exclusive, fsync_path
+from store.urls import is_local, local_path, split_scheme
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -167,9 +168,7 @@ def decode_marker(data: bytes, where: str) -> RunMarker:
 
 def _local_path(url: str) -> str | None:
     """The local path of ``url``, or None when it lives on another filesystem."""
-    if not is_local(url):
-        return None
-    return url[len("file://") :] if url.lower().startswith("file://") else url
+    return local_path(url) if is_local(url) else None
 
 
 def _join(root: str, name: str) -> str:
@@ -209,25 +208,8 @@ def _create_exclusive(url: str, data: bytes) -> bool:
         except FileExistsError:
             return False
         return True
-    try:
-        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(os.path.dirname(local))
-    return True
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # Written aside and linked to its name: a marker is whole or absent, never a prefix.
+    return create_exclusive(local, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
 
 
 def _names(url: str) -> list[str]:
@@ -296,7 +278,8 @@ def claim(root: str, job: str) -> None:
     marker = _join(root, ROOT_MARKER)
     owner = _owner(marker)
     if owner is None:
-        entries = [n for n in _names(root) if n != ROOT_MARKER]
+        # A marker another process is writing right now sits beside it under a temporary name.
+        entries = [n for n in _names(root) if n != ROOT_MARKER and not n.startswith(TEMP_PREFIX)]
         if entries:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
             raise StagingClaimError(
@@ -372,7 +355,7 @@ def create_run_dir(root: str, job: str, run_id: str, token: int | None) -> str:
             os.mkdir(local, 0o755)
         except FileExistsError:
             raise exists from None
-        _fsync_dir(os.path.dirname(local))
+        fsync_path(os.path.dirname(local))
     if not _create_exclusive(_join(run_dir, RUN_MARKER), encode_marker(marker)):
         raise exists
     log.info("created run directory %s", run_dir)

@@ -195,6 +195,50 @@ def replace(path: str, data: bytes, *, mode: int, dir_mode: int = PRIVATE_DIR_MO
     sync_created(created)
 
 
+def hidden_temp_name(path: str) -> str:
+    """A name beside ``path`` for writing it aside: hidden (readers of the folder skip it),
+    unique to this writer, and recognisable as commitpub's (:data:`TEMP_PREFIX`)."""
+    directory, _, name = path.rpartition("/")
+    # Within the 255 bytes a name may have: the end of a long name is cut, never a byte of
+    # a character.
+    short = name.encode()[:200].decode(errors="ignore")
+    return f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{short}"
+
+
+def write_stream(
+    path: str, chunks: Iterable[bytes], *, mode: int, dir_mode: int = PRIVATE_DIR_MODE
+) -> None:
+    """Write ``path`` whole and durably from ``chunks``, replacing what is there in one step.
+
+    The bytes go to a hidden name of this writer's own (:func:`hidden_temp_name`) and are
+    fsynced before the rename, and the directory after it: a crash or a full disk leaves
+    the old file or the new one, never part of one under the final name, and what is left
+    aside is hidden and removed here on an error.
+
+    Raises:
+        OSError: if it cannot be written; nothing is left behind then.
+    """
+    directory = os.path.dirname(path) or "."
+    created = makedirs(directory, dir_mode)
+    tmp = hidden_temp_name(os.path.join(directory, os.path.basename(path)))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        for chunk in chunks:
+            write_all(fd, chunk)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_path(directory)
+    sync_created(created)
+
+
 def unlink(path: str) -> bool:
     """Remove a file and make its removal durable; False if it was not there."""
     try:
@@ -486,6 +530,7 @@ __all__ = [
     "create_exclusive",
     "fsync_all",
     "fsync_path",
+    "hidden_temp_name",
     "makedirs",
     "protocols",
     "replace",
@@ -495,5 +540,6 @@ __all__ = [
     "translate_error",
     "unlink",
     "write_all",
+    "write_stream",
     "write_temp",
 ]

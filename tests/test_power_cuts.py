@@ -27,11 +27,8 @@ a message saying what is missing: never skipped.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -42,6 +39,7 @@ from typing import Any
 import attrs
 import crashdriver
 import pytest
+from ext4_helpers import Ext4, ext4_filesystem
 from redis_helpers import RedisProcess
 from test_crash_matrix import (
     ALL,
@@ -59,86 +57,15 @@ from test_crash_matrix import (
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 DRIVER = Path(__file__).with_name("crashdriver.py")
-#: ``_IOR('X', 125, __u32)`` and its "no log flush" flag, from linux/ext4.h.
-EXT4_IOC_SHUTDOWN = 0x8004587D
-EXT4_GOING_FLAGS_NOLOGFLUSH = 2
 #: How long an ``appendfsync everysec`` cell waits before its cut (see the module docstring).
 EVERYSEC_WINDOW_S = 2.5
-IMAGE_MB = 96
 PARK_TIMEOUT_S = 120.0
-
-
-def _run(*argv: str) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()} -- the "
-            "power-cut tests need root, loop devices (/dev/loop-control) and mkfs.ext4 "
-            "(Debian: e2fsprogs); they are never skipped"
-        )
-    return proc.stdout
-
-
-@attrs.define
-class Ext4:
-    """A test-owned ext4 filesystem on a loop device: cut, unmounted and mounted again.
-
-    The loop device is attached and detached explicitly (not ``mount -o loop``), and each
-    mount gets a device freshly attached: nothing of the cut filesystem stays cached in a
-    block device that the next mount would read.
-    """
-
-    image: Path
-    mount: Path
-    device: str | None = None
-
-    def make(self) -> None:
-        if os.geteuid() != 0:
-            pytest.fail("the power-cut tests mount a loop device: they must run as root")
-        if shutil.which("mkfs.ext4") is None:
-            pytest.fail("mkfs.ext4 is missing (Debian: apt-get install e2fsprogs)")
-        if not os.path.exists("/dev/loop-control"):
-            pytest.fail("no loop devices here (/dev/loop-control is missing)")
-        with open(self.image, "wb") as f:
-            f.truncate(IMAGE_MB << 20)
-        _run("mkfs.ext4", "-q", "-F", str(self.image))
-        self.mount.mkdir(exist_ok=True)
-        self.attach()
-
-    def attach(self) -> None:
-        self.device = _run("losetup", "--find", "--show", str(self.image)).strip()
-        _run("mount", "-o", "commit=60", self.device, str(self.mount))
-
-    def cut(self) -> None:
-        """A power cut: what the journal has not committed is gone."""
-        fd = os.open(self.mount, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
-        finally:
-            os.close(fd)
-
-    def detach(self) -> None:
-        if self.device is None:
-            return
-        _run("umount", str(self.mount))
-        _run("losetup", "--detach", self.device)
-        self.device = None
-
-    def remount(self) -> None:
-        self.detach()
-        self.attach()
 
 
 @pytest.fixture
 def ext4(tmp_path: Path) -> Iterator[Ext4]:
-    fs = Ext4(tmp_path / "disk.img", tmp_path / "mnt")
-    try:
-        fs.make()
+    with ext4_filesystem(tmp_path) as fs:
         yield fs
-    finally:
-        if fs.device is not None:
-            subprocess.run(["umount", "-l", str(fs.mount)], check=False)
-            subprocess.run(["losetup", "--detach", fs.device], check=False)
 
 
 @attrs.define
