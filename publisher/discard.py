@@ -19,6 +19,7 @@ import time
 import attrs
 
 from commitsteps import CommitStep, PathConfinementError
+from publisher import barriers
 from publisher import status as status_record
 from publisher.context import Context
 from publisher.errors import DiscardRefusedError
@@ -104,7 +105,8 @@ def _discard(
         failpoint("discard.marked")
     if not marker.rolled_back:
         if all(verify_all(steps)):
-            # Complete: its effects stay, only the record goes.
+            # Complete: its effects stay (and last: publisher.barriers), only the record goes.
+            barriers.after_phase(steps)
             ctx.remove(dataset)
             clean_up(ctx, dataset, steps)
             return dataset_report(dataset, Outcome.RECOVERED, started, steps=len(steps))
@@ -114,6 +116,8 @@ def _discard(
             failpoint("discard.rollback_step")
 
         undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        # The rollback lasts before the record that says it is done (publisher.barriers).
+        barriers.after_phase(steps)
         marker = attrs.evolve(marker, rolled_back=True)
         ctx.write_status(dataset, attrs.evolve(status, discarding=marker))
         failpoint("discard.rolled_back")
