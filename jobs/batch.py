@@ -59,6 +59,7 @@ from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, now, write_report
 from jobs.spark import SparkRunner
 from jobs.taskwriter import WriteOptions
+from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
 from publisher import Outcome, Publisher, staging
 from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
@@ -223,6 +224,9 @@ class Batch:
         self._pub: Publisher | None = None
         self._runner: SparkRunner | None = None
         self._watermarks: WatermarkStore | None = None
+        self._legacy: WatermarkStore | None = None
+        #: Datasets found free of legacy watermarks still to adopt.
+        self._adopted: set[str] = set()
         #: Datasets nothing new may be staged for after recovery, and why.
         self._held: dict[str, str] = {}
         self._quarantined: set[str] = set()
@@ -276,8 +280,17 @@ class Batch:
         if self._lineage is not None:
             self._lineage_started = True
             self._lineage.start()
-        watermarks = self._watermarks = open_watermarks(self.config.watermarks_url)
+        watermarks = self._watermarks = open_watermarks(
+            self.config.watermarks_url, job=self.config.name
+        )
         stack.callback(watermarks.close)
+        # Only read, to refuse datasets whose watermarks wait to be adopted (jobs.watermarks).
+        legacy = self._legacy = open_watermarks(self.config.watermarks_url)
+        stack.callback(legacy.close)
+        # A pending sequence of such a dataset would move the job's watermark from a value
+        # only the legacy layout holds: refused before recovery runs anything.
+        for dataset in sorted({p.dataset for p in pub.pending()}):
+            self._require_adopted(dataset)
         # From here on this run may change things: it reports what it did, whatever happens.
         self._writes_report = True
         spark = self._start_spark()
@@ -348,11 +361,34 @@ class Batch:
 
     def committed(self, dataset: str, partition: str) -> JsonScalar:
         """The committed watermark of a dataset's partition (a JSON scalar), or None when
-        nothing was ever committed there. Pending commits were recovered on entering."""
+        nothing was ever committed there. Pending commits were recovered on entering.
+
+        Raises:
+            UnadoptedWatermarksError: if the legacy, un-scoped watermarks of earlier
+                versions hold this dataset and the job's own do not (see
+                :mod:`jobs.watermarks`): the message names the command adopting them.
+        """
         self._require_open("committed")
         _name(dataset, "dataset")
         _name(partition, "partition")
+        self._require_adopted(dataset)
         return _opened(self._watermarks).get(dataset, partition)
+
+    def _require_adopted(self, dataset: str) -> None:
+        """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
+
+        Raises:
+            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
+        """
+        if dataset in self._adopted:
+            return
+        require_adopted(
+            _opened(self._watermarks),
+            _opened(self._legacy),
+            dataset,
+            getattr(self.config, "file", None),
+        )
+        self._adopted.add(dataset)
 
     def stage(
         self,
@@ -387,10 +423,13 @@ class Batch:
                 not a JSON scalar, a ``partition_by`` column ``df`` does not have.
             DatasetQuarantinedError: if the dataset is quarantined.
             DatasetPendingError: if its pending commit could not be recovered.
+            UnadoptedWatermarksError: if its watermarks wait to be adopted from the legacy
+                layout (see :meth:`committed`).
             FencedError: if this run lost the job lock.
         """
         self._require_open("stage")
         self._check_dataset(dataset, staging=True)
+        self._require_adopted(dataset)
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)

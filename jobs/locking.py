@@ -41,7 +41,7 @@ def check_durable(config: BatchConfig) -> list[str]:
     with ExitStack() as opened:
         store = open_store(config.store_url)
         opened.callback(store.close)
-        watermarks = open_watermarks(config.watermarks_url)
+        watermarks = open_watermarks(config.watermarks_url, job=config.name)
         opened.callback(watermarks.close)
         lock = open_lock(config.lock_at)
         opened.callback(lock.close)
