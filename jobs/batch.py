@@ -113,6 +113,9 @@ class Batch:
         max_attempts: failed commits of a dataset before it is quarantined (default 3).
         allow_volatile: run on stores that can forget what they acknowledged (a warning
             instead of an error).
+        durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
+            what it acknowledged (a Redis refusing CONFIG and INFO); ``"refuse"`` (default)
+            refuses it, as a store proven volatile.
         metrics_textfile: a node_exporter textfile to write the run's metrics into.
         metrics_pushgateway: a Pushgateway to push the run's metrics to.
         max_records_per_file: split staged files larger than this many records.
@@ -146,6 +149,7 @@ class Batch:
         lock_ttl_s: float | None = None,
         max_attempts: int | None = None,
         allow_volatile: bool | None = None,
+        durability_unknown: str | None = None,
         metrics_textfile: str | None = None,
         metrics_pushgateway: str | None = None,
         max_records_per_file: int | None = None,
@@ -168,6 +172,7 @@ class Batch:
             lock_ttl_s=lock_ttl_s,
             max_attempts=max_attempts,
             allow_volatile=allow_volatile,
+            durability_unknown=durability_unknown,
             metrics_textfile=metrics_textfile,
             metrics_pushgateway=metrics_pushgateway,
             max_records_per_file=max_records_per_file,

@@ -27,7 +27,8 @@ log = logging.getLogger("commitpub.jobs")
 
 def check_durable(config: BatchConfig) -> list[str]:
     """Refuse (or, with ``allow_volatile``, warn about) stores that can forget a sealed
-    sequence: checked before the lock is taken, since a volatile lock keeps no one out.
+    sequence, and stores that cannot tell (or, with ``durability_unknown = "warn"``, warn):
+    checked before the lock is taken, since a volatile lock keeps no one out.
 
     Returns:
         Warnings for the log and the run report (a volatile store allowed, a weaker
@@ -51,7 +52,11 @@ def check_durable(config: BatchConfig) -> list[str]:
             naming.name("watermarks.url"): watermarks,
             lock_name if config.lock_url else f"{lock_name} ({naming.name('store.url')})": lock,
         }
-        warnings = require_durable_stores(checked, allow_volatile=config.allow_volatile)
+        warnings = require_durable_stores(
+            checked,
+            allow_volatile=config.allow_volatile,
+            durability_unknown=config.durability_unknown,
+        )
     for warning in warnings:
         log.warning("store durability: %s", warning)
     return warnings
