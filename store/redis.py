@@ -17,9 +17,13 @@ atomic with the write. The fence key lies in another hash slot: on standalone Re
 client commitpub opens) that is one atomic script; a Cluster deployment would need the job's
 keys in one slot.
 
-Watermarks: ``P:wm:{<dataset>}`` is a hash of partition -> JSON value and
-``P:wmtoken:{<dataset>}`` a hash of partition -> fencing token of the last writer;
-compare-and-set (with its fencing check) is a Lua script, atomic on the server.
+Watermarks of a job: ``P:wm:{<job>/<dataset>}`` is a hash of partition -> JSON value and
+``P:wmtoken:{<job>/<dataset>}`` a hash of partition -> fencing token of the last writer, so
+a token is only ever compared with tokens of the same job's lock; compare-and-set (with its
+fencing check) is a Lua script, atomic on the server. The legacy, un-scoped keys of
+versions before per-job watermarks, ``P:wm:{<dataset>}`` and ``P:wmtoken:{<dataset>}``, are
+what a store opened without a job reads (only to adopt them); encoded names hold no ``/``,
+so the two never meet.
 
 The job lock (:class:`RedisJobLock`): ``P:lock:{<job>}`` holds the lease as JSON with a PX
 expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release are Lua
@@ -57,6 +61,20 @@ Redis or of the machine in that window may lose an acknowledged seal; the steps 
 after it are then finished by nobody and the data is extracted again. That is reported as a
 note of :meth:`durability`, not refused: set ``appendfsync always`` to close it. The same
 holds where the server's version cannot be read and it turns out to have no WAITAOF.
+
+A watermark compare-and-set that changed the value waits for WAITAOF the same way on 7.2
+and later: the publisher removes a sequence once its last step is done, and the removal
+must not outlive the watermark move it follows. Before 7.2 what holds depends on where the
+commit store is. On the *same* Redis server, the append-only file holds the writes in the
+order Redis made them, and a crash or power loss loses a suffix of it: the removal is never
+kept while the watermark move before it is lost, and a lost pair is a sealed sequence again,
+which recovery finishes. On *another* server, with ``appendfsync everysec``, the watermark
+server can lose the moves of its last second or two while the commit store has removed
+their sequences: the next run reads those records again and publishes them twice. That is
+a note of :meth:`RedisWatermarkStore.durability` (not a refusal, as for seals); set
+``appendfsync always`` or run Redis 7.2 or later to close it. With ``appendfsync no``
+Redis never fsyncs and the operating system writes the file back on its own schedule
+(about 30 seconds on Linux by default), and the notes say that much can be lost.
 """
 
 from __future__ import annotations
