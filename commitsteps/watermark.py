@@ -1,4 +1,16 @@
-"""``WatermarkCommitStep``: move one partition's high watermark by compare-and-set."""
+"""``WatermarkCommitStep``: move one partition's high watermark by compare-and-set.
+
+A step acts in the watermarks of the job that executes it, never of a job its record names:
+the record has no job field, and the job comes from :func:`store.lock.current_job`, which the
+publisher sets around execution (with the fencing token). A record copied into another
+job's sequence therefore moves that job's own watermark, and one job's run cannot read,
+move or fence another job's watermark of the same dataset name.
+
+A step used outside a publisher (no current job) is refused rather than pointed at the
+legacy, un-scoped watermarks: those are shared by every job, exactly what made jobs see
+each other's watermarks, and a write there would look like a watermark still to adopt. Wrap
+direct use in ``store.fencing(token, job=...)``.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +24,18 @@ from commitsteps.errors import StepConflictError
 from store.base import JsonScalar, WatermarkStore, encode_value
 from store.connections import require_allowed
 from store.errors import ConfigurationError
-from store.lock import current_token
+from store.lock import current_job, current_token
 from store.registry import open_watermarks
 from store.urls import require_no_credentials
 
 
 @functools.lru_cache(maxsize=32)
-def watermark_store(url: str) -> WatermarkStore:
-    """One open watermark store per URL and process (connection pools are reused)."""
-    return open_watermarks(url)
+def watermark_store(url: str, job: str | None = None) -> WatermarkStore:
+    """One open watermark store per URL, job and process (connection pools are reused).
+
+    ``job`` None is the legacy, un-scoped layout (see :func:`store.open_watermarks`).
+    """
+    return open_watermarks(url, job=job)
 
 
 def _check_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -73,10 +88,22 @@ class WatermarkCommitStep(CommitStep):
         return (self.watermarks_url,)
 
     def _store(self) -> WatermarkStore:
+        """The watermark store bound to the job executing this step.
+
+        Raises:
+            ConfigurationError: outside a job (see the module docstring).
+        """
         # Checked here too, not only on a cache miss: a store cached for another job's work
         # in this process must not be handed out where it is not configured.
         require_allowed(self.watermarks_url, f"watermark step of {self.dataset}/{self.partition}")
-        return watermark_store(self.watermarks_url)
+        job = current_job()
+        if job is None:
+            raise ConfigurationError(
+                f"watermark step of {self.dataset}/{self.partition} used outside a job: "
+                "expected the job whose watermarks it moves (a publisher sets it; elsewhere "
+                "wrap the call in store.fencing(token, job=...)), found none"
+            )
+        return watermark_store(self.watermarks_url, job)
 
     def verify(self) -> bool:
         return _same(self._store().get(self.dataset, self.partition), self.value)
@@ -103,6 +130,6 @@ class WatermarkCommitStep(CommitStep):
 
     def _conflict(self, found: JsonScalar) -> str:
         return (
-            f"watermark of {self.dataset}/{self.partition}: expected {self.previous!r}, "
-            f"found {found!r} (target {self.value!r})"
+            f"watermark of job {current_job()!r} {self.dataset}/{self.partition}: expected "
+            f"{self.previous!r}, found {found!r} (target {self.value!r})"
         )

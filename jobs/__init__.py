@@ -9,6 +9,7 @@ from jobs.errors import (
     DatasetQuarantinedError,
     ExtractError,
     LockHeldError,
+    UnadoptedWatermarksError,
 )
 from jobs.exitcodes import ExitCode
 from jobs.report import RunReport, StagedInfo
@@ -33,6 +34,7 @@ __all__ = [
     "SourceConfig",
     "SparkRunner",
     "StagedInfo",
+    "UnadoptedWatermarksError",
     "build_session",
     "load_config",
     "recover_job",

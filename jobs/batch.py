@@ -59,6 +59,7 @@ from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, now, write_report
 from jobs.spark import SparkRunner
 from jobs.taskwriter import WriteOptions
+from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
 from publisher import Outcome, Publisher, staging
 from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
@@ -112,6 +113,9 @@ class Batch:
         max_attempts: failed commits of a dataset before it is quarantined (default 3).
         allow_volatile: run on stores that can forget what they acknowledged (a warning
             instead of an error).
+        durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
+            what it acknowledged (a Redis refusing CONFIG and INFO); ``"refuse"`` (default)
+            refuses it, as a store proven volatile.
         metrics_textfile: a node_exporter textfile to write the run's metrics into.
         metrics_pushgateway: a Pushgateway to push the run's metrics to.
         max_records_per_file: split staged files larger than this many records.
@@ -145,6 +149,7 @@ class Batch:
         lock_ttl_s: float | None = None,
         max_attempts: int | None = None,
         allow_volatile: bool | None = None,
+        durability_unknown: str | None = None,
         metrics_textfile: str | None = None,
         metrics_pushgateway: str | None = None,
         max_records_per_file: int | None = None,
@@ -167,6 +172,7 @@ class Batch:
             lock_ttl_s=lock_ttl_s,
             max_attempts=max_attempts,
             allow_volatile=allow_volatile,
+            durability_unknown=durability_unknown,
             metrics_textfile=metrics_textfile,
             metrics_pushgateway=metrics_pushgateway,
             max_records_per_file=max_records_per_file,
@@ -223,6 +229,9 @@ class Batch:
         self._pub: Publisher | None = None
         self._runner: SparkRunner | None = None
         self._watermarks: WatermarkStore | None = None
+        self._legacy: WatermarkStore | None = None
+        #: Datasets found free of legacy watermarks still to adopt.
+        self._adopted: set[str] = set()
         #: Datasets nothing new may be staged for after recovery, and why.
         self._held: dict[str, str] = {}
         self._quarantined: set[str] = set()
@@ -276,8 +285,17 @@ class Batch:
         if self._lineage is not None:
             self._lineage_started = True
             self._lineage.start()
-        watermarks = self._watermarks = open_watermarks(self.config.watermarks_url)
+        watermarks = self._watermarks = open_watermarks(
+            self.config.watermarks_url, job=self.config.name
+        )
         stack.callback(watermarks.close)
+        # Only read, to refuse datasets whose watermarks wait to be adopted (jobs.watermarks).
+        legacy = self._legacy = open_watermarks(self.config.watermarks_url)
+        stack.callback(legacy.close)
+        # A pending sequence of such a dataset would move the job's watermark from a value
+        # only the legacy layout holds: refused before recovery runs anything.
+        for dataset in sorted({p.dataset for p in pub.pending()}):
+            self._require_adopted(dataset)
         # From here on this run may change things: it reports what it did, whatever happens.
         self._writes_report = True
         spark = self._start_spark()
@@ -348,11 +366,34 @@ class Batch:
 
     def committed(self, dataset: str, partition: str) -> JsonScalar:
         """The committed watermark of a dataset's partition (a JSON scalar), or None when
-        nothing was ever committed there. Pending commits were recovered on entering."""
+        nothing was ever committed there. Pending commits were recovered on entering.
+
+        Raises:
+            UnadoptedWatermarksError: if the legacy, un-scoped watermarks of earlier
+                versions hold this dataset and the job's own do not (see
+                :mod:`jobs.watermarks`): the message names the command adopting them.
+        """
         self._require_open("committed")
         _name(dataset, "dataset")
         _name(partition, "partition")
+        self._require_adopted(dataset)
         return _opened(self._watermarks).get(dataset, partition)
+
+    def _require_adopted(self, dataset: str) -> None:
+        """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
+
+        Raises:
+            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
+        """
+        if dataset in self._adopted:
+            return
+        require_adopted(
+            _opened(self._watermarks),
+            _opened(self._legacy),
+            dataset,
+            getattr(self.config, "file", None),
+        )
+        self._adopted.add(dataset)
 
     def stage(
         self,
@@ -387,10 +428,13 @@ class Batch:
                 not a JSON scalar, a ``partition_by`` column ``df`` does not have.
             DatasetQuarantinedError: if the dataset is quarantined.
             DatasetPendingError: if its pending commit could not be recovered.
+            UnadoptedWatermarksError: if its watermarks wait to be adopted from the legacy
+                layout (see :meth:`committed`).
             FencedError: if this run lost the job lock.
         """
         self._require_open("stage")
         self._check_dataset(dataset, staging=True)
+        self._require_adopted(dataset)
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)

@@ -1,5 +1,5 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``unlock`` and ``demo``.
+``discard``, ``unlock``, ``adopt-watermarks`` and ``demo``.
 
 Exit codes: see :mod:`jobs.exitcodes`. Logs go to stderr:
 rich lines and progress bars on a terminal, plain lines otherwise (cron, Airflow), or JSON
@@ -362,6 +362,71 @@ def unlock(job_file: str, force: bool) -> None:
         raise click.UsageError("unlock changes the job lock: pass --force")
     freed = _store_call(lambda: ops.unlock(_load(job_file)))
     click.echo("lock was free" if freed is None else f"freed the lease ({freed.describe()})")
+
+
+@main.command(
+    "adopt-watermarks",
+    epilog=f"""\b
+Examples:
+  commitpub adopt-watermarks jobs/clicks-eu.toml --from-legacy events
+  commitpub adopt-watermarks jobs/orders.toml --all
+  commitpub adopt-watermarks jobs/a.toml --from-legacy events --keep-legacy
+
+{_EXIT_CODES}""",
+)
+@_JOB
+@click.argument("datasets", nargs=-1, metavar="[DATASET]...")
+@click.option(
+    "--from-legacy",
+    "from_legacy",
+    is_flag=True,
+    help="Adopt the datasets named: their legacy watermarks are this job's.",
+)
+@click.option("--all", "all_legacy", is_flag=True, help="Adopt every legacy dataset.")
+@click.option(
+    "--keep-legacy", is_flag=True, help="Leave the legacy copy, for another job to adopt too."
+)
+@_AS_JSON
+def adopt_watermarks(
+    job_file: str,
+    datasets: tuple[str, ...],
+    *,
+    from_legacy: bool,
+    all_legacy: bool,
+    keep_legacy: bool,
+    as_json: bool,
+) -> None:
+    """Make legacy (un-scoped) watermarks of earlier versions this job's own.
+
+    Earlier versions kept watermarks per dataset only, shared by every job on one watermark
+    store. Each partition is copied into the job's namespace (never over a value the job
+    has), then the legacy copy is set to null. Takes the job lock; safe to run again.
+    """
+    from jobs import ops
+
+    if all_legacy == (from_legacy and bool(datasets)) or bool(datasets) != from_legacy:
+        raise click.UsageError("give --from-legacy DATASET [DATASET...], or --all")
+    config = _load(job_file)
+    done = _store_call(
+        lambda: ops.adopt_watermarks(
+            config, datasets, all_legacy=all_legacy, keep_legacy=keep_legacy
+        )
+    )
+    if as_json:
+        click.echo(json.dumps([d.to_dict() for d in done], indent=2, ensure_ascii=False))
+        return
+    if not done:
+        click.echo("no legacy watermarks found")
+    for d in done:
+        click.echo(
+            f"{d.dataset}: {len(d.copied)} partition(s) copied, {len(d.already)} adopted "
+            f"before, legacy copy cleared for {len(d.cleared)}"
+        )
+        for partition, (own, legacy) in sorted(d.kept.items()):
+            click.echo(
+                f"  {partition}: kept the job's value {own!r}; the legacy one ({legacy!r}) "
+                "stays where it is"
+            )
 
 
 T = TypeVar("T")

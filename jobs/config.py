@@ -26,6 +26,7 @@
     [store]
     url = "state/steps"         # or redis://host:port/db
     allow_volatile = false      # optional: run on a store that can forget (warns)
+    durability_unknown = "refuse"  # optional: "warn" runs on a store that cannot tell
     [watermarks]
     url = "state/watermarks"    # or redis://host:port/db
     [spark]
@@ -193,10 +194,17 @@ class _Output:
     catalog: dict[str, Any] | None = None
 
 
+#: What a run does with a store that cannot tell whether it is durable (``durable=None``).
+DURABILITY_UNKNOWN = ("refuse", "warn")
+
+
 @attrs.frozen(kw_only=True)
 class _Store:
     url: str
     allow_volatile: bool = False
+    durability_unknown: str = attrs.field(
+        default=DURABILITY_UNKNOWN[0], validator=_one_of(DURABILITY_UNKNOWN)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -359,6 +367,7 @@ BATCH_ARGUMENTS = {
     "output.catalog": "catalog",
     "store.url": "store",
     "store.allow_volatile": "allow_volatile",
+    "store.durability_unknown": "durability_unknown",
     "watermarks.url": "watermarks",
     "publish.max_attempts": "max_attempts",
     "lock.url": "lock",
@@ -455,6 +464,9 @@ class BatchConfig:
     #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
     #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
     allow_volatile: bool = False
+    #: ``store.durability_unknown``: "refuse" (exit 2) a store that cannot tell whether it
+    #: keeps what it acknowledged (a Redis refusing CONFIG and INFO), or "warn" and run.
+    durability_unknown: str = DURABILITY_UNKNOWN[0]
     #: Iceberg: the tables' namespace (the job's name unless ``output.namespace`` says).
     namespace: str = ""
     #: Iceberg: the catalog's pyiceberg properties (``[output.catalog]`` or the embedded SQL
@@ -620,6 +632,7 @@ def _batch_settings(
         ),
         "metrics_pushgateway": doc.metrics.pushgateway,
         "allow_volatile": doc.store.allow_volatile,
+        "durability_unknown": doc.store.durability_unknown,
         "namespace": doc.output.namespace or doc.job.name,
         "catalog": _catalog(doc.output, output, naming),
         "lineage": _lineage(doc, naming),

@@ -16,6 +16,7 @@ __all__ = [
     "DatasetQuarantinedError",
     "ExtractError",
     "LockHeldError",
+    "UnadoptedWatermarksError",
     "error_text",
 ]
 
@@ -23,6 +24,13 @@ __all__ = [
 class BatchArgumentError(ConfigurationError):
     """An argument given to :class:`jobs.Batch` or one of its methods is unusable; the message
     names the argument. Raised before anything of it was written."""
+
+
+class UnadoptedWatermarksError(ConfigurationError):
+    """A dataset's watermarks are still in the legacy, un-scoped layout that versions before
+    per-job watermarks shared between all jobs, not in the job's own namespace: the run
+    refuses it (exit 2) until ``commitpub adopt-watermarks`` says whose they are. The
+    message names the dataset, the job and the exact command."""
 
 
 class DatasetQuarantinedError(CommitPubError):

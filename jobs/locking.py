@@ -27,7 +27,8 @@ log = logging.getLogger("commitpub.jobs")
 
 def check_durable(config: BatchConfig) -> list[str]:
     """Refuse (or, with ``allow_volatile``, warn about) stores that can forget a sealed
-    sequence: checked before the lock is taken, since a volatile lock keeps no one out.
+    sequence, and stores that cannot tell (or, with ``durability_unknown = "warn"``, warn):
+    checked before the lock is taken, since a volatile lock keeps no one out.
 
     Returns:
         Warnings for the log and the run report (a volatile store allowed, a weaker
@@ -41,7 +42,7 @@ def check_durable(config: BatchConfig) -> list[str]:
     with ExitStack() as opened:
         store = open_store(config.store_url)
         opened.callback(store.close)
-        watermarks = open_watermarks(config.watermarks_url)
+        watermarks = open_watermarks(config.watermarks_url, job=config.name)
         opened.callback(watermarks.close)
         lock = open_lock(config.lock_at)
         opened.callback(lock.close)
@@ -51,7 +52,11 @@ def check_durable(config: BatchConfig) -> list[str]:
             naming.name("watermarks.url"): watermarks,
             lock_name if config.lock_url else f"{lock_name} ({naming.name('store.url')})": lock,
         }
-        warnings = require_durable_stores(checked, allow_volatile=config.allow_volatile)
+        warnings = require_durable_stores(
+            checked,
+            allow_volatile=config.allow_volatile,
+            durability_unknown=config.durability_unknown,
+        )
     for warning in warnings:
         log.warning("store durability: %s", warning)
     return warnings

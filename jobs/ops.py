@@ -1,8 +1,10 @@
-"""What the operator on call runs: status, inspect, retry, discard, unlock. No Spark needed.
+"""What the operator on call runs: status, inspect, retry, discard, unlock, adopt-watermarks.
+No Spark needed.
 
 Reading commands (:func:`status`, :func:`inspect`) take no lock and change nothing. Changing
-commands (:func:`retry`, :func:`discard`) take the job lock first, exactly like a run, so they
-never race one; :func:`unlock` frees only a lease that has expired.
+commands (:func:`retry`, :func:`discard`, :func:`adopt_watermarks`) take the job lock first,
+exactly like a run, so they never race one; :func:`unlock` frees only a lease that has
+expired.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import cattrs
@@ -21,10 +23,26 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import CATALOG_NAME, JobConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
+from jobs.watermarks import Adopted, adopt
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
-from store import Connections, Lease, SequenceInfo, connecting_only, open_lock, open_store
-from store.errors import CommitPubError, CorruptRecordError, ForeignStoreError, StoreError
+from store import (
+    Connections,
+    Lease,
+    SequenceInfo,
+    connecting_only,
+    fencing,
+    open_lock,
+    open_store,
+    open_watermarks,
+)
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    CorruptRecordError,
+    ForeignStoreError,
+    StoreError,
+)
 from store.urls import redact
 
 T = TypeVar("T")
@@ -196,7 +214,8 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
         decoded.append((index, step))
         steps.append({"index": index, **_describe_step(step)})
     try:
-        with connecting_only(connections):
+        # Watermark steps verify in the job's own namespace, as when its run executes them.
+        with fencing(None, job=config.name), connecting_only(connections):
             verified = verify_all([s for _, s in decoded])
     except Exception as e:  # shown, not raised: inspect is for finding out what is wrong
         log.warning("verification of %s failed: %s", dataset, e)
@@ -261,3 +280,43 @@ def unlock(config: JobConfig) -> Lease | None:
         return lock.force_unlock(config.name)
     finally:
         lock.close()
+
+
+def adopt_watermarks(
+    config: JobConfig,
+    datasets: Sequence[str],
+    *,
+    all_legacy: bool = False,
+    keep_legacy: bool = False,
+) -> list[Adopted]:
+    """Adopt legacy, un-scoped watermarks into the job's namespace, under the job lock (see
+    :mod:`jobs.watermarks`). Idempotent: run it again after a crash anywhere.
+
+    Args:
+        datasets: the datasets whose legacy watermarks are this job's.
+        all_legacy: every dataset the legacy layout holds instead (the store must list them).
+        keep_legacy: leave the legacy watermarks in place, for another job to adopt too.
+
+    Raises:
+        LockHeldError: if a run holds the job lock; nothing was changed.
+        ConfigurationError: if neither datasets nor ``all_legacy`` is given (or both).
+    """
+    if bool(datasets) == all_legacy:
+        raise ConfigurationError("name the datasets to adopt, or give --all (not both)")
+    check_durable(config)  # its warnings are logged: these commands write no report
+    with locked_publisher(config) as pub:
+        own = open_watermarks(config.watermarks_url, job=config.name)
+        legacy = open_watermarks(config.watermarks_url)
+        try:
+            names = legacy.datasets() if all_legacy else list(datasets)
+            done = []
+            for dataset in names:
+                pub.require_lock(f"adopting the watermarks of {dataset!r}")
+                done.append(
+                    adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
+                )
+                log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
+            return done
+        finally:
+            own.close()
+            legacy.close()

@@ -18,6 +18,7 @@ import attrs
 from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, LandingSource
 from store import JsonScalar, open_watermarks
+from store.errors import ConfigurationError
 from store.urls import encode_name
 
 Key = tuple[str, int]
@@ -118,14 +119,26 @@ def tally(
     watermarks_url: str,
     dataset: str,
     config: BatchConfig | None = None,
+    *,
+    job: str | None = None,
 ) -> list[Tally]:
-    """One :class:`Tally` per partition of ``dataset`` (``config``: a table format's)."""
+    """One :class:`Tally` per partition of ``dataset`` (``config``: a table format's).
+
+    Args:
+        job: whose watermarks to compare (default: ``config``'s job).
+
+    Raises:
+        ConfigurationError: if neither ``job`` nor ``config`` names the job.
+    """
+    job = job or (config.name if config is not None else None)
+    if job is None:
+        raise ConfigurationError("tally needs the job whose watermarks to read: give job=")
     expected = source_records(landing, dataset)
     rows = published_rows(output, dataset, config)
     counts = collections.Counter((r[PARTITION_COLUMN], r[OFFSET_COLUMN]) for r in rows)
     first_row = {(r[PARTITION_COLUMN], r[OFFSET_COLUMN]): r for r in rows}
     source = LandingSource(landing, {})
-    wm = open_watermarks(watermarks_url)
+    wm = open_watermarks(watermarks_url, job=job)
     out = []
     try:
         for partition in source.partitions(dataset):

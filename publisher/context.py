@@ -92,8 +92,9 @@ class Context:
 
     @contextmanager
     def working(self) -> Iterator[None]:
-        """The block in which steps of this job execute: its fencing token and its stores."""
-        with fencing(self.token), connecting_only(self.connections):
+        """The block in which steps of this job execute: its fencing token, its name (the
+        namespace of its watermarks) and its stores."""
+        with fencing(self.token, job=self.job), connecting_only(self.connections):
             yield
 
     def fence(self) -> None:

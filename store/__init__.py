@@ -18,7 +18,7 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.lock import JobLock, Lease, LeaseKeeper, current_token, fencing
+from store.lock import JobLock, Lease, LeaseKeeper, current_job, current_token, fencing
 from store.registry import open_lock, open_store, open_watermarks, register_backend
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "VolatileStoreError",
     "WatermarkStore",
     "connecting_only",
+    "current_job",
     "current_token",
     "fencing",
     "open_lock",

@@ -17,6 +17,7 @@ import attrs
 from store.durability import Durability, unknown_durability
 from store.errors import (
     CommitPubError,
+    ConfigurationError,
     CorruptRecordError,
     FencedError,
     SequenceExistsError,
@@ -288,9 +289,37 @@ def encode_value(value: JsonScalar) -> str:
 
 
 class WatermarkStore(abc.ABC):
-    """Per (dataset, partition) high watermarks, changed only by compare-and-set."""
+    """Per (dataset, partition) high watermarks of one job, changed only by compare-and-set.
+
+    A store is bound to a job (``job``): every dataset and partition it reads or writes lies
+    in that job's namespace, so two jobs with datasets of the same name never see each
+    other's watermarks or fencing tokens. A store opened without a job (``job`` None) reads
+    and writes the *legacy, un-scoped* layout that versions before per-job watermarks wrote,
+    shared by every job; it is there only to find and adopt those watermarks (``commitpub
+    adopt-watermarks``), never for a run.
+    """
 
     url: str
+    #: The job whose namespace this store acts in; None: the legacy, un-scoped layout.
+    job: str | None = None
+
+    def describe(self, dataset: str, partition: str) -> str:
+        """How errors name a watermark: ``watermark of job 'clicks-us' events/p0``."""
+        if self.job is None:
+            return f"legacy (un-scoped) watermark {dataset}/{partition}"
+        return f"watermark of job {self.job!r} {dataset}/{partition}"
+
+    def datasets(self) -> list[str]:
+        """The datasets that hold a watermark in this store's namespace, sorted.
+
+        A backend that cannot list says so; only ``adopt-watermarks --all`` needs it.
+
+        Raises:
+            ConfigurationError: if the backend cannot list its datasets.
+        """
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot list its datasets: name them one by one"
+        )
 
     @abc.abstractmethod
     def get(self, dataset: str, partition: str) -> JsonScalar:

@@ -20,6 +20,8 @@ from store.errors import VolatileStoreError
 
 #: The opt-out named in every refusal; the jobs layer reads it from the job's TOML.
 ALLOW_VOLATILE_SETTING = "store.allow_volatile = true"
+#: The opt-out named where a store cannot tell whether it is durable.
+DURABILITY_UNKNOWN_SETTING = 'store.durability_unknown = "warn"'
 
 #: mountinfo writes a space in a mount point as \040 (octal escapes).
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -67,8 +69,15 @@ class HasDurability(Protocol):
         ...
 
 
-def require_durable(objs_by_key: Mapping[str, HasDurability], *, allow_volatile: bool) -> list[str]:
-    """Refuse stores that can silently forget a sealed sequence, fence or watermark.
+def require_durable(
+    objs_by_key: Mapping[str, HasDurability],
+    *,
+    allow_volatile: bool,
+    durability_unknown: str = "refuse",
+) -> list[str]:
+    """Refuse stores that can silently forget a sealed sequence, fence or watermark, and
+    stores that cannot tell whether they can: an unproven store is refused like a volatile
+    one, since what it forgets is just as lost.
 
     Objects at the same URL (the store and the lock on one Redis, say) are asked once and
     named together.
@@ -77,15 +86,19 @@ def require_durable(objs_by_key: Mapping[str, HasDurability], *, allow_volatile:
         objs_by_key: the opened stores and lock by the TOML key their URL comes from, e.g.
             ``{"store.url": store, "watermarks.url": watermarks, "lock.url": lock}``.
         allow_volatile: the job's ``store.allow_volatile``: run on a volatile store anyway,
-            with a warning instead of the error.
+            with a warning instead of the error (a store that cannot tell too).
+        durability_unknown: the job's ``store.durability_unknown``: ``"warn"`` runs on a
+            store that cannot tell whether it is durable, with a warning; ``"refuse"`` (the
+            default) refuses it.
 
     Returns:
         Warnings for the log and the report, one line each: a volatile store allowed by
         ``allow_volatile``, a store that could not tell, and every store's notes.
 
     Raises:
-        VolatileStoreError: if a store is not durable and ``allow_volatile`` is false; the
-            message names each such key, its URL, the setting to change and the opt-out.
+        VolatileStoreError: if a store is not durable and ``allow_volatile`` is false, or
+            cannot tell and neither opt-out is set; the message names each such key, its
+            URL, the setting to change and the opt-out.
         StoreUnavailableError: if a store could not be reached to ask.
     """
     by_url: dict[str, list[str]] = {}
@@ -93,7 +106,10 @@ def require_durable(objs_by_key: Mapping[str, HasDurability], *, allow_volatile:
     for key, obj in objs_by_key.items():
         by_url.setdefault(obj.url, []).append(key)
         asked.setdefault(obj.url, obj)
+    if durability_unknown not in ("refuse", "warn"):
+        raise ValueError(f"durability_unknown is 'refuse' or 'warn', got {durability_unknown!r}")
     refusals: list[str] = []
+    unproven: list[str] = []
     warnings: list[str] = []
     for url, keys in by_url.items():
         where = f"{' and '.join(keys)} ({url})"
@@ -108,18 +124,34 @@ def require_durable(objs_by_key: Mapping[str, HasDurability], *, allow_volatile:
             else:
                 refusals.append(f"{where} may lose sealed commits on a restart: {reasons}")
         elif answer.durable is None:
-            warnings.append(
-                f"could not tell whether {where} keeps what it acknowledged across a restart; "
-                "make sure by hand that it does"
-            )
+            if allow_volatile or durability_unknown == "warn":
+                warnings.append(
+                    f"could not tell whether {where} keeps what it acknowledged across a "
+                    "restart; make sure by hand that it does"
+                )
+            else:
+                notes = "; ".join(answer.notes) or "it does not say"
+                unproven.append(
+                    f"could not tell whether {where} keeps sealed commits across a restart "
+                    f"(expected a durable store, found no answer: {notes})"
+                )
+                continue
         warnings.extend(f"{where}: {note}" for note in answer.notes)
-    if refusals:
-        raise VolatileStoreError(
-            "\n".join(refusals)
-            + f"\nchange the setting named above, or set `{ALLOW_VOLATILE_SETTING}` in the "
-            "job's TOML to run anyway (a restart of the store may then publish data twice or "
-            "lose it)"
-        )
+    if refusals or unproven:
+        hints = []
+        if refusals:
+            hints.append(
+                f"change the setting named above, or set `{ALLOW_VOLATILE_SETTING}` in the "
+                "job's TOML to run anyway (a restart of the store may then publish data twice "
+                "or lose it)"
+            )
+        if unproven:
+            hints.append(
+                "check by hand that the store is durable (for Redis: `appendonly yes` and "
+                "`maxmemory-policy noeviction`), then set "
+                f"`{DURABILITY_UNKNOWN_SETTING}` in the job's TOML to run with a warning"
+            )
+        raise VolatileStoreError("\n".join([*refusals, *unproven, *hints]))
     return warnings
 
 

@@ -48,7 +48,10 @@ first, then the sequence, sealing chunk first and the rest in descending order: 
 the middle never leaves a lower-token sequence standing alone where the newer one was, nor a
 sealed sequence with records missing, only an unsealed prefix, which recovery aborts.
 
-Watermarks live in ``ROOT/<dataset>/<partition>/v<version>.json``. Why compare-and-set cannot
+Watermarks of a job live in ``ROOT/.jobs/<job>/<dataset>/<partition>/v<version>.json``;
+encoded names never start with a dot, so ``.jobs`` is no dataset of the legacy, un-scoped
+layout ``ROOT/<dataset>/<partition>/v<version>.json`` that versions before per-job watermarks
+wrote (read only to adopt it, see :class:`~store.base.WatermarkStore`). Why compare-and-set cannot
 lose an update: version ``n+1`` is created *exclusively* (hard link, which fails if the name
 exists), and only by a writer that read version ``n`` as the current version holding the
 expected value. Two writers that both read version ``n`` race for the same name ``n+1``;
@@ -114,6 +117,8 @@ _CHUNK_RE = re.compile(r"^c(\d{8})(?:-t(\d+))?(-s)?\.chunk$")
 #: Modes of what a local store creates (less the umask): its owner's only.
 _VERSION_RE = re.compile(r"^v(\d{20})\.json$")
 _STATUS = "status.json"
+#: Where per-job watermarks live under a watermark root; no encoded dataset name is this.
+_JOBS_DIR = ".jobs"
 _FENCE_DIR = ".fence"  # beside the datasets of a job; encoded names never start with a dot
 _FENCE_RE = re.compile(r"^t(\d{20})$")
 _KEEP_FENCES = 4
@@ -475,21 +480,33 @@ class FsCommitStepStore(CommitStepStore):
 
 
 class FsWatermarkStore(WatermarkStore):
-    """A :class:`WatermarkStore` on any fsspec filesystem; see the module docstring."""
+    """A :class:`WatermarkStore` on any fsspec filesystem; see the module docstring.
 
-    def __init__(self, url: str) -> None:
+    Args:
+        url: the root of the watermarks.
+        job: the job whose namespace (``ROOT/.jobs/<job>/``) the store acts in; None for the
+            legacy, un-scoped layout (``ROOT/<dataset>/``), only to adopt old watermarks.
+    """
+
+    def __init__(self, url: str, *, job: str | None = None) -> None:
         self._full_url = url
         self.url = redact(url)
+        self.job = job
         self._io = FileIO(url)
+        # Checked once here, so a bad job name fails on opening, not on the first write.
+        self._base = () if job is None else (_JOBS_DIR, encode_name(job, "job name"))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self._full_url,))
+        return (_reopen_watermarks, (self._full_url, self.job))
 
     def durability(self) -> Durability:
         return self._io.durability(self.url)
 
+    def _dataset_dir(self, dataset: str) -> str:
+        return self._io.join(*self._base, encode_name(dataset, "dataset"))
+
     def _dir(self, dataset: str, partition: str) -> str:
-        return self._io.join(encode_name(dataset, "dataset"), encode_name(partition, "partition"))
+        return f"{self._dataset_dir(dataset)}/{encode_name(partition, 'partition')}"
 
     def _versions(self, directory: str) -> list[int]:
         return sorted(
@@ -537,8 +554,8 @@ class FsWatermarkStore(WatermarkStore):
         version, current, seen = self._current(directory)
         if token is not None and seen is not None and seen > token:
             raise FencedError(
-                f"watermark {dataset}/{partition} in {self.url}: compare-and-set with fencing "
-                f"token {token} refused, it was last set under token {seen}"
+                f"{self.describe(dataset, partition)} in {self.url}: compare-and-set with "
+                f"fencing token {token} refused, it was last set under token {seen}"
             )
         if encode_value(current) != encode_value(expected):
             return False
@@ -563,9 +580,19 @@ class FsWatermarkStore(WatermarkStore):
         return True
 
     def get_all(self, dataset: str) -> dict[str, JsonScalar]:
-        dataset_dir = self._io.join(encode_name(dataset, "dataset"))
+        dataset_dir = self._dataset_dir(dataset)
         return {
             decode_name(p): self._current(f"{dataset_dir}/{p}")[1]
             for p in sorted(self._io.names(dataset_dir))
             if not p.startswith(".")
         }
+
+    def datasets(self) -> list[str]:
+        # Encoded names never start with a dot: the legacy root lists ``.jobs`` beside its
+        # datasets, and skips it.
+        root = self._io.join(*self._base)
+        return sorted(decode_name(n) for n in self._io.names(root) if not n.startswith("."))
+
+
+def _reopen_watermarks(url: str, job: str | None) -> FsWatermarkStore:
+    return FsWatermarkStore(url, job=job)

@@ -40,6 +40,7 @@ from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableErro
 log = logging.getLogger("commitpub.lock")
 
 _TOKEN: ContextVar[int | None] = ContextVar("commitpub_fencing_token", default=None)
+_JOB: ContextVar[str | None] = ContextVar("commitpub_job", default=None)
 
 
 def current_token() -> int | None:
@@ -47,18 +48,28 @@ def current_token() -> int | None:
     return _TOKEN.get()
 
 
-@contextmanager
-def fencing(token: int | None) -> Iterator[None]:
-    """Make ``token`` the fencing token of store writes that steps make in this block.
+def current_job() -> str | None:
+    """The job whose steps execute in this context (see :func:`fencing`), or None."""
+    return _JOB.get()
 
-    Steps cannot take the token as an argument (``execute()`` has none), so the publisher sets
-    it here around execution, on the driver and in Spark tasks alike.
+
+@contextmanager
+def fencing(token: int | None, *, job: str | None = None) -> Iterator[None]:
+    """Make ``token`` the fencing token, and ``job`` the job, of store writes that steps make
+    in this block.
+
+    Steps cannot take either as an argument (``execute()`` has none), and a record must not
+    name its job (a record naming another job would act in that job's watermarks), so the
+    publisher sets both here around execution, on the driver and in Spark tasks alike. Both
+    are set exactly as given: an inner block without ``job`` runs without one.
     """
-    reset = _TOKEN.set(token)
+    reset_token = _TOKEN.set(token)
+    reset_job = _JOB.set(job)
     try:
         yield
     finally:
-        _TOKEN.reset(reset)
+        _JOB.reset(reset_job)
+        _TOKEN.reset(reset_token)
 
 
 def _process_stat(pid: int) -> tuple[str, str] | None:

@@ -17,9 +17,13 @@ atomic with the write. The fence key lies in another hash slot: on standalone Re
 client commitpub opens) that is one atomic script; a Cluster deployment would need the job's
 keys in one slot.
 
-Watermarks: ``P:wm:{<dataset>}`` is a hash of partition -> JSON value and
-``P:wmtoken:{<dataset>}`` a hash of partition -> fencing token of the last writer;
-compare-and-set (with its fencing check) is a Lua script, atomic on the server.
+Watermarks of a job: ``P:wm:{<job>/<dataset>}`` is a hash of partition -> JSON value and
+``P:wmtoken:{<job>/<dataset>}`` a hash of partition -> fencing token of the last writer, so
+a token is only ever compared with tokens of the same job's lock; compare-and-set (with its
+fencing check) is a Lua script, atomic on the server. The legacy, un-scoped keys of
+versions before per-job watermarks, ``P:wm:{<dataset>}`` and ``P:wmtoken:{<dataset>}``, are
+what a store opened without a job reads (only to adopt them); encoded names hold no ``/``,
+so the two never meet.
 
 The job lock (:class:`RedisJobLock`): ``P:lock:{<job>}`` holds the lease as JSON with a PX
 expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release are Lua
@@ -57,6 +61,20 @@ Redis or of the machine in that window may lose an acknowledged seal; the steps 
 after it are then finished by nobody and the data is extracted again. That is reported as a
 note of :meth:`durability`, not refused: set ``appendfsync always`` to close it. The same
 holds where the server's version cannot be read and it turns out to have no WAITAOF.
+
+A watermark compare-and-set that changed the value waits for WAITAOF the same way on 7.2
+and later: the publisher removes a sequence once its last step is done, and the removal
+must not outlive the watermark move it follows. Before 7.2 what holds depends on where the
+commit store is. On the *same* Redis server, the append-only file holds the writes in the
+order Redis made them, and a crash or power loss loses a suffix of it: the removal is never
+kept while the watermark move before it is lost, and a lost pair is a sealed sequence again,
+which recovery finishes. On *another* server, with ``appendfsync everysec``, the watermark
+server can lose the moves of its last second or two while the commit store has removed
+their sequences: the next run reads those records again and publishes them twice. That is
+a note of :meth:`RedisWatermarkStore.durability` (not a refusal, as for seals); set
+``appendfsync always`` or run Redis 7.2 or later to close it. With ``appendfsync no``
+Redis never fsyncs and the operating system writes the file back on its own schedule
+(about 30 seconds on Linux by default), and the notes say that much can be lost.
 """
 
 from __future__ import annotations
@@ -95,7 +113,7 @@ from store.errors import (
 from store.failpoints import failpoint
 from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
-from store.urls import encode_name, redact, without_password
+from store.urls import decode_name, encode_name, redact, without_password
 
 PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
 # How long a seal waits for the append-only file: with appendfsync everysec Redis fsyncs
@@ -239,11 +257,10 @@ class _RedisBase:
         return Durability.of([], notes)
 
     def _fsync_note(self, fsync: str | None) -> str:
-        setting = "could not be read" if fsync is None else f"is {fsync!r}"
         return (
-            f"appendfsync {setting} and seals cannot wait for the append-only file "
-            f"({self._no_waitaof}): an operating-system crash or power loss may lose up to "
-            "about a second of acknowledged writes, a seal among them; set "
+            f"appendfsync {_setting(fsync)} and seals cannot wait for the append-only file "
+            f"({self._no_waitaof}): an operating-system crash or power loss may lose "
+            f"{_window(fsync)} of acknowledged writes, a seal among them; set "
             "`appendfsync always` (CONFIG SET appendfsync always, and in redis.conf) to have "
             "every seal on disk when Redis acknowledges it"
         )
@@ -312,6 +329,38 @@ class _RedisBase:
             raise unknown(
                 f"the append-only file did not confirm it within {_WAITAOF_TIMEOUT_MS} ms"
             )
+
+
+def _setting(fsync: str | None) -> str:
+    return "could not be read" if fsync is None else f"is {fsync!r}"
+
+
+def _window(fsync: str | None) -> str:
+    """How much acknowledged work a power loss may take back under ``appendfsync``."""
+    if fsync == "no":
+        # Redis never fsyncs: the kernel writes dirty pages back on its own schedule
+        # (vm.dirty_expire_centisecs, 30 s by default on Linux).
+        return (
+            "everything the operating system has not yet written back on its own schedule "
+            "(Redis leaves fsync to it: about 30 seconds on Linux by default)"
+        )
+    if fsync == "everysec":
+        return "the last one to two seconds"
+    return "up to about 30 seconds (the setting was not readable; `no` leaves it to the OS)"
+
+
+def _watermark_fsync_note(fsync: str | None, why: str) -> str:
+    return (
+        f"appendfsync {_setting(fsync)} and watermark moves cannot wait for the append-only "
+        f"file ({why}). With the commit store on this same Redis server that is safe: the "
+        "append-only file keeps writes in the order Redis made them, so a power loss takes "
+        "back a suffix, and a sequence's removal is never kept while the watermark move "
+        "before it is lost. With the commit store elsewhere, an operating-system crash or "
+        f"power loss may lose {_window(fsync)} of acknowledged watermark moves whose "
+        "sequences the commit store has already removed: those records are then extracted "
+        "and published again. Set `appendfsync always` (CONFIG SET appendfsync always, and "
+        "in redis.conf), or run Redis 7.2 or later, whose WAITAOF every move waits for"
+    )
 
 
 def _version(raw: object) -> tuple[int, ...] | None:
@@ -654,14 +703,37 @@ return 1
 
 
 class RedisWatermarkStore(_RedisBase, WatermarkStore):
-    """A :class:`WatermarkStore` on Redis; see the module docstring."""
+    """A :class:`WatermarkStore` on Redis; see the module docstring.
 
-    def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
+    Args:
+        url: the Redis server.
+        job: the job whose namespace (``P:wm:{<job>/<dataset>}``) the store acts in; None
+            for the legacy, un-scoped keys (``P:wm:{<dataset>}``), only to adopt old
+            watermarks.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "commitpub", job: str | None = None) -> None:
         super().__init__(url, prefix=prefix)
+        self.job = job
+        # Checked once here, so a bad job name fails on opening, not on the first write.
+        self._scope = "" if job is None else f"{encode_name(job, 'job name')}/"
         self._cas = self._client.register_script(_CAS)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As _RedisBase's, with the job: a store travels into Spark tasks bound to it.
+        return (
+            _reopen_watermarks,
+            (without_password(self._full_url), self._prefix, self.url, self.job),
+        )
+
+    def _tag(self, dataset: str) -> str:
+        return f"{{{self._scope}{encode_name(dataset, 'dataset')}}}"
+
     def _key(self, dataset: str) -> str:
-        return f"{self._prefix}:wm:{{{encode_name(dataset, 'dataset')}}}"
+        return f"{self._prefix}:wm:{self._tag(dataset)}"
+
+    def _token_key(self, dataset: str) -> str:
+        return f"{self._prefix}:wmtoken:{self._tag(dataset)}"
 
     @staticmethod
     def _decode(key: str, raw: bytes | str | None) -> JsonScalar:
@@ -687,6 +759,15 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
         *,
         token: int | None = None,
     ) -> bool:
+        """See :meth:`WatermarkStore.compare_and_set`. A change is confirmed in the
+        append-only file (WAITAOF, Redis 7.2 and later) before it is reported: the publisher
+        removes a sequence once its watermark moved, and must not outlive a watermark that
+        a power loss takes back; see the module docstring.
+
+        Raises:
+            StoreError: if Redis acknowledged the change but did not confirm it on disk;
+                its outcome is unknown (a retry finds it done or not).
+        """
         key = self._key(dataset)
         encode_name(partition, "partition")
         args = [
@@ -695,12 +776,26 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
             encode_value(value),
             "" if token is None else token,
         ]
-        keys = [key, f"{self._prefix}:wmtoken:{{{encode_name(dataset, 'dataset')}}}"]
-        result = _call(self.url, lambda: self._cas(keys=keys, args=args))
+        keys = [key, self._token_key(dataset)]
+        wait = _call(self.url, self._waits_for_aof)
+
+        def run() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            self._cas(keys=keys, args=args, client=pipe)
+            if wait:
+                pipe.client_id()
+            return pipe.execute()
+
+        replies = _call(self.url, run)
+        result = replies[0]
         if isinstance(result, list):
             raise FencedError(
-                f"watermark {dataset}/{partition} in {self.url}: compare-and-set with fencing "
-                f"token {token} refused, it was last set under token {int(result[1])}"
+                f"{self.describe(dataset, partition)} in {self.url}: compare-and-set with "
+                f"fencing token {token} refused, it was last set under token {int(result[1])}"
+            )
+        if result and wait:
+            self._confirm_on_disk(
+                int(replies[-1]), f"moving the {self.describe(dataset, partition)} to {value!r}"
             )
         return bool(result)
 
@@ -708,6 +803,26 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
         key = self._key(dataset)
         raw = _call(self.url, lambda: self._client.hgetall(key))
         return {_text(k): self._decode(key, v) for k, v in sorted(raw.items())}
+
+    def datasets(self) -> list[str]:
+        # Encoded names hold no "/" and no glob character (they are percent-encoded), so the
+        # pattern matches exactly this namespace; a legacy tag is one without a "/".
+        pattern = f"{self._prefix}:wm:{{{self._scope}*}}"
+        start = len(f"{self._prefix}:wm:{{{self._scope}")
+        names = {
+            _text(k)[start:-1]
+            for k in _call(self.url, lambda: list(self._client.scan_iter(match=pattern)))
+        }
+        return sorted(decode_name(n) for n in names if "/" not in n)
+
+    def _fsync_note(self, fsync: str | None) -> str:
+        return _watermark_fsync_note(fsync, self._no_waitaof)
+
+
+def _reopen_watermarks(url: str, prefix: str, shown: str, job: str | None) -> RedisWatermarkStore:
+    reopened = RedisWatermarkStore(url, prefix=prefix, job=job)
+    reopened.url = shown
+    return reopened
 
 
 # KEYS[1] lease, KEYS[2] token counter; ARGV: expected owner ('' = must be free), lease JSON

@@ -8,6 +8,7 @@ Backends outside this package register through the entry-point groups
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from typing import Literal
 from urllib.parse import urlsplit
@@ -139,7 +140,46 @@ def open_lock(url: str) -> JobLock:
     return lock
 
 
-def open_watermarks(url: str) -> WatermarkStore:
-    """Open the watermark store at ``url`` (same URL forms as :func:`open_store`)."""
-    wm: WatermarkStore = _resolve("watermark_stores", url)(url)
-    return wm
+def open_watermarks(url: str, *, job: str | None = None) -> WatermarkStore:
+    """Open the watermark store at ``url`` (same URL forms as :func:`open_store`), bound to
+    ``job``.
+
+    Args:
+        url: the watermark store.
+        job: the job whose watermarks to read and write: each job has its own namespace, so
+            jobs with datasets of the same name never see each other's watermarks. None
+            opens the *legacy, un-scoped* layout that versions before per-job watermarks
+            wrote, shared by all jobs: only to find and adopt those (``commitpub
+            adopt-watermarks``), never for a run.
+
+    Raises:
+        ConfigurationError: if the URL or the job name is not usable, or a job is given to
+            a backend (registered from outside) whose constructor takes none.
+        BackendNotInstalledError: if the backend's optional dependency is missing.
+    """
+    cls = _resolve("watermark_stores", url)
+    if job is None:
+        wm: WatermarkStore = cls(url)
+        return wm
+    if not isinstance(job, str) or not job:
+        raise ConfigurationError(f"a job name must be a non-empty string, got {job!r}")
+    if not _takes_job(cls):
+        raise ConfigurationError(
+            f"the watermark backend {cls.__module__}.{cls.__qualname__} for {redact(url)!r} "
+            "takes no job: its watermarks would be shared by every job. Give its constructor "
+            "a keyword argument `job` (see store.WatermarkStore)"
+        )
+    bound: WatermarkStore = cls(url, job=job)
+    return bound
+
+
+def _takes_job(cls: type) -> bool:
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        (p.name == "job" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        or p.kind is p.VAR_KEYWORD
+        for p in parameters
+    )

@@ -493,7 +493,7 @@ class CommitStepStoreContract:
 
 # -- watermark workers (module level: spawned processes import them by name) -------------
 def _cas_from_none(url: str, value: str, barrier: Any) -> None:
-    wm = store.open_watermarks(url)
+    wm = store.open_watermarks(url, job=JOB)
     try:
         barrier.wait(timeout=_PROCESS_TIMEOUT)
         won = wm.compare_and_set("race", "p", None, value)
@@ -503,7 +503,7 @@ def _cas_from_none(url: str, value: str, barrier: Any) -> None:
 
 
 def _increment(url: str, times: int, barrier: Any) -> None:
-    wm = store.open_watermarks(url)
+    wm = store.open_watermarks(url, job=JOB)
     try:
         barrier.wait(timeout=_PROCESS_TIMEOUT)
         for _ in range(times):
@@ -549,11 +549,61 @@ class WatermarkStoreContract:
 
     @pytest.fixture
     def watermarks(self, watermarks_url: str) -> Iterator[WatermarkStore]:
-        wm = store.open_watermarks(watermarks_url)
+        wm = store.open_watermarks(watermarks_url, job=JOB)
         try:
             yield wm
         finally:
             wm.close()
+
+    def test_jobs_do_not_share_watermarks(self, watermarks_url: str) -> None:
+        eu = store.open_watermarks(watermarks_url, job="clicks-eu")
+        us = store.open_watermarks(watermarks_url, job="clicks-us")
+        legacy = store.open_watermarks(watermarks_url)
+        try:
+            assert (eu.job, us.job, legacy.job) == ("clicks-eu", "clicks-us", None)
+            assert eu.compare_and_set("events", "p0", None, 500, token=50)
+            assert us.get("events", "p0") is None
+            assert us.get_all("events") == {}
+            assert legacy.get("events", "p0") is None
+            # Same dataset and partition, another job: its own chain, from "never set", and
+            # its own fencing tokens (a lower token than the other job's is no zombie here).
+            assert us.compare_and_set("events", "p0", None, 7, token=3)
+            assert us.compare_and_set("events", "p0", 7, 9, token=3)
+            assert not us.compare_and_set("events", "p0", 500, 501, token=3)
+            with pytest.raises(FencedError, match=r"job 'clicks-us' events/p0.*token 2"):
+                us.compare_and_set("events", "p0", 9, 10, token=2)
+            assert legacy.compare_and_set("events", "p0", None, 1, token=1)
+            assert (eu.get("events", "p0"), us.get("events", "p0")) == (500, 9)
+            assert eu.get_all("events") == {"p0": 500}
+            assert legacy.get_all("events") == {"p0": 1}
+        finally:
+            for wm in (eu, us, legacy):
+                wm.close()
+
+    def test_datasets_lists_one_namespace(self, watermarks_url: str) -> None:
+        job = store.open_watermarks(watermarks_url, job="lister")
+        other = store.open_watermarks(watermarks_url, job="lister-2")
+        legacy = store.open_watermarks(watermarks_url)
+        try:
+            for name in ("b", "a/ü"):
+                assert job.compare_and_set(name, "p", None, 1)
+            assert other.compare_and_set("c", "p", None, 1)
+            assert legacy.compare_and_set("d", "p", None, 1)
+            assert job.datasets() == ["a/ü", "b"]
+            assert other.datasets() == ["c"]
+            assert legacy.datasets() == ["d"]
+        finally:
+            for wm in (job, other, legacy):
+                wm.close()
+
+    def test_travelled_store_keeps_its_job(self, watermarks: WatermarkStore) -> None:
+        travelled = _travelled(watermarks)
+        try:
+            assert travelled.job == JOB
+            assert travelled.compare_and_set("ds", "p", None, 1)
+        finally:
+            travelled.close()
+        assert watermarks.get("ds", "p") == 1
 
     def test_unset_is_none(self, watermarks: WatermarkStore) -> None:
         assert watermarks.get("ds", "p") is None

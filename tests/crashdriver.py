@@ -17,6 +17,9 @@ JSON and exits 0 when every dataset ended well, 1 when one did not (the report s
 error that stops the whole run (the store unreachable while listing) is printed as
 ``crashdriver: error: ...`` on stderr, exit 1.
 
+``--job NAME`` names the job (default JOB): two jobs on one store and watermark store, each
+with its own ``--base``, publish the same dataset names independently.
+
 ``--lock URL --ttl S`` takes the job lock first, exactly as ``commitpub run`` does
 (``jobs.locking``: acquire, fence the commit store, renew in the background) and
 publishes under its fencing token; a run that loses the lock (a takeover while it was
@@ -68,10 +71,10 @@ def write(path: str, text: str) -> None:
         f.write(text)
 
 
-def extract(
-    base: str, run_dir: str, run_id: str, wm_url: str, records: int = RECORDS
+def extract(  # noqa: PLR0917 -- a test driver's helper
+    base: str, run_dir: str, run_id: str, wm_url: str, records: int = RECORDS, job: str = JOB
 ) -> dict[str, list[CommitStep]]:
-    wm = open_watermarks(wm_url)
+    wm = open_watermarks(wm_url, job=job)
     sequences: dict[str, list[CommitStep]] = {}
     for dataset in DATASETS:
         renames: list[CommitStep] = []
@@ -114,7 +117,7 @@ def _lock(args: argparse.Namespace) -> Iterator[LeaseKeeper | None]:
     if args.lock is None:
         yield None
         return
-    with held_lock(JOB, args.lock, args.ttl) as keeper:
+    with held_lock(args.job, args.lock, args.ttl) as keeper:
         yield keeper
 
 
@@ -122,7 +125,7 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
     """The command's report, and whether every dataset in it ended well."""
     pub = Publisher(
         args.store,
-        JOB,
+        args.job,
         max_attempts=args.max_attempts,
         staging_roots=[f"{args.base}/staging"],
         output_roots=[f"{args.base}/output"],
@@ -142,7 +145,9 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
         ok = recovery.ok
         if args.command == "run":
             run_dir = pub.create_run_dir(args.run_id)
-            sequences = extract(args.base, run_dir, args.run_id, args.watermarks, args.records)
+            sequences = extract(
+                args.base, run_dir, args.run_id, args.watermarks, args.records, args.job
+            )
             if args.hide in sequences:
                 hide(sequences[args.hide])
             staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
@@ -162,6 +167,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--watermarks", required=True)
     parser.add_argument("--run-id", default="r1")
+    parser.add_argument("--job", default=JOB, help="the job's name (default: %(default)s)")
     parser.add_argument("--chunk-records", type=int, default=200_000)
     parser.add_argument("--records", type=int, default=RECORDS)
     parser.add_argument("--max-attempts", type=int, default=3)

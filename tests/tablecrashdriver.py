@@ -77,7 +77,7 @@ def table_steps(
 def extract(
     fmt: str, base: str, run_id: str, wm_url: str, records: int = RECORDS
 ) -> dict[str, list[CommitStep]]:
-    wm = open_watermarks(wm_url)
+    wm = open_watermarks(wm_url, job=JOB)
     sequences: dict[str, list[CommitStep]] = {}
     for dataset in DATASETS:
         staged: list[str] = []

@@ -877,12 +877,47 @@ def test_s3_copy_of_a_multipart_object_is_copied_again_never_lost(s3_bucket: str
 
 
 # -- WatermarkCommitStep against both watermark stores ------------------------------------------
+#: The job the watermark steps below execute for, as a publisher sets it.
+STEP_JOB = "step-job"
+
+
 @pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
-def wm_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def wm_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    url = str(tmp_path / "watermarks")
     if request.param == "redis":
-        url: str = request.getfixturevalue("redis_url")
-        return url
-    return str(tmp_path / "watermarks")
+        url = request.getfixturevalue("redis_url")
+    with store.fencing(None, job=STEP_JOB):
+        yield url
+
+
+def test_watermark_step_acts_for_the_job_executing_it(wm_url: str) -> None:
+    step = _wm_step(wm_url, None, 100)
+    with store.fencing(30, job="other-job"):
+        step.execute()
+        assert step.verify()
+    # The same record, for this job: the other job's watermark is not this one's.
+    assert not step.verify()
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).get("orders", "2024-01-01") is None
+    assert commitsteps.watermark_store(wm_url, "other-job").get("orders", "2024-01-01") == 100
+    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") is None  # legacy
+    with store.fencing(2, job=STEP_JOB):
+        step.execute()  # token 30 of the other job's lock does not fence this job's token 2
+        assert step.verify()
+
+
+def test_watermark_step_outside_a_job_is_refused(wm_url: str) -> None:
+    step = _wm_step(wm_url, None, 100)
+    with store.fencing(None), pytest.raises(ConfigurationError, match="outside a job"):
+        step.execute()
+    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") is None
+
+
+def test_watermark_conflict_names_the_job(wm_url: str) -> None:
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).compare_and_set(
+        "orders", "2024-01-01", None, 5
+    )
+    with pytest.raises(StepConflictError, match="watermark of job 'step-job' orders/2024-01-01"):
+        _wm_step(wm_url, None, 100).check_preconditions()
 
 
 def _wm_step(url: str, previous: Any, value: Any) -> WatermarkCommitStep:
@@ -895,20 +930,22 @@ def test_watermark_from_unset(wm_url: str) -> None:
     assert not step.verify()
     step.execute()
     assert step.verify()
-    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") == 100
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).get("orders", "2024-01-01") == 100
 
 
 def test_watermark_execute_is_idempotent(wm_url: str) -> None:
-    assert commitsteps.watermark_store(wm_url).compare_and_set("orders", "2024-01-01", None, 100)
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).compare_and_set(
+        "orders", "2024-01-01", None, 100
+    )
     step = _wm_step(wm_url, 100, 200)
     step.execute()
     step.execute()
     assert step.verify()
-    assert commitsteps.watermark_store(wm_url).get("orders", "2024-01-01") == 200
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).get("orders", "2024-01-01") == 200
 
 
 def test_watermark_conflict_says_expected_and_found(wm_url: str) -> None:
-    wm = commitsteps.watermark_store(wm_url)
+    wm = commitsteps.watermark_store(wm_url, STEP_JOB)
     assert wm.compare_and_set("orders", "2024-01-01", None, 250)
     step = _wm_step(wm_url, 100, 200)
     assert not step.verify()
@@ -920,7 +957,7 @@ def test_watermark_conflict_says_expected_and_found(wm_url: str) -> None:
 
 
 def test_watermark_check_preconditions(wm_url: str) -> None:
-    wm = commitsteps.watermark_store(wm_url)
+    wm = commitsteps.watermark_store(wm_url, STEP_JOB)
     _wm_step(wm_url, None, "2024-01-02").check_preconditions()
     assert wm.compare_and_set("orders", "2024-01-01", None, "2024-01-01")
     _wm_step(wm_url, "2024-01-01", "2024-01-02").check_preconditions()
@@ -935,7 +972,7 @@ def test_watermark_check_preconditions(wm_url: str) -> None:
     ("previous", "value"), [(None, 0), (0, 1.5), (1.5, "z"), ("z", True), (True, False)]
 )
 def test_watermark_value_types(wm_url: str, previous: Any, value: Any) -> None:
-    wm = commitsteps.watermark_store(wm_url)
+    wm = commitsteps.watermark_store(wm_url, STEP_JOB)
     if previous is not None:
         assert wm.compare_and_set("orders", "2024-01-01", None, previous)
     step = _wm_step(wm_url, previous, value)
@@ -948,7 +985,9 @@ def test_watermark_value_types(wm_url: str, previous: Any, value: Any) -> None:
 
 
 def test_watermark_step_is_not_fooled_by_equal_looking_values(wm_url: str) -> None:
-    assert commitsteps.watermark_store(wm_url).compare_and_set("orders", "2024-01-01", None, 1)
+    assert commitsteps.watermark_store(wm_url, STEP_JOB).compare_and_set(
+        "orders", "2024-01-01", None, 1
+    )
     assert not _wm_step(wm_url, None, True).verify()
     with pytest.raises(StepConflictError):
         _wm_step(wm_url, True, 2).execute()
@@ -1073,9 +1112,10 @@ def test_steps_round_trip_through_a_store(
     loaded = [commitsteps.loads(r) for r in commit_store.get("job", "orders")]
     assert steps == loaded
     assert [type(s) for s in steps] == [type(s) for s in loaded]
-    assert [s.verify() for s in loaded] == [False, False, False]
-    for step in sorted(loaded, key=lambda s: s.phase):
-        step.execute()
-    assert [s.verify() for s in loaded] == [True, True, True]
+    with store.fencing(None, job="job"):
+        assert [s.verify() for s in loaded] == [False, False, False]
+        for step in sorted(loaded, key=lambda s: s.phase):
+            step.execute()
+        assert [s.verify() for s in loaded] == [True, True, True]
     assert (tmp_path / "out" / "_SUCCESS").read_text() == "ünïcødé ✓"
     assert (tmp_path / "out" / "f").read_bytes() == DATA

@@ -66,7 +66,7 @@ class Job:
             self.published() == []
             and all(os.path.lexists(s.staged_paths()[0]) for s in staged[:-1])
             and open_store(self.store_url).datasets("job") == []
-            and open_watermarks(self.wm_url).get("orders", "0") is None
+            and open_watermarks(self.wm_url, job="job").get("orders", "0") is None
             and self.secret.read_bytes() == b"not for publishing"
         )
 
@@ -176,7 +176,7 @@ def test_recovery_refuses_a_staged_file_swapped_for_a_link_after_write_ahead(job
     assert "is a symbolic link" in (report["orders"].error or "")
     assert job.published() == []
     assert victim.is_symlink()
-    assert open_watermarks(job.wm_url).get("orders", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("orders", "0") is None
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: Counter[str]) -> None:

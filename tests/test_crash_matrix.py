@@ -18,7 +18,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,8 @@ def drive(
     run_id: str = "r1",
     crash_at: str | None = None,
     chunk_records: int = 200_000,
+    job: str = JOB,
+    extra: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if crash_at:
@@ -187,6 +189,9 @@ def drive(
             run_id,
             "--chunk-records",
             str(chunk_records),
+            "--job",
+            job,
+            *extra,
         ],
         env=env,
     )
@@ -222,7 +227,7 @@ def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, b
     return published, [p for p in left if p != f"{root}/staging/{ROOT_MARKER}"]
 
 
-def snapshot(base: Path, backend: Backend) -> dict[str, Any]:
+def snapshot(base: Path, backend: Backend, job: str = JOB) -> dict[str, Any]:
     files: dict[str, bytes] = {}
     records: collections.Counter[str] = collections.Counter()
     published, left = _published_and_left(base, backend)
@@ -231,13 +236,13 @@ def snapshot(base: Path, backend: Backend) -> dict[str, Any]:
         assert key not in files, f"{key} published twice"
         files[key] = data
         records.update(data.decode().splitlines())
-    wm = open_watermarks(backend.watermarks_url)
+    wm = open_watermarks(backend.watermarks_url, job=job)
     watermarks = {
         (d, p): wm.get(d, p) for d in crashdriver.DATASETS for p in crashdriver.PARTITIONS
     }
     wm.close()
     with open_store(backend.store_url) as st:
-        pending = st.datasets(JOB)
+        pending = st.datasets(job)
     return {
         "files": files,
         "duplicates": sorted(r for r, n in records.items() if n > 1),

@@ -64,7 +64,7 @@ class Job:
             (directory / f"f{i}").write_text(f"{dataset}-{i}\n")
             dst = str(self.output / dataset / f"f{i}-{run}")
             steps.append(FsRenameCommitStep.from_staged(str(directory / f"f{i}"), dst))
-        previous = open_watermarks(self.wm_url).get(dataset, "0")
+        previous = open_watermarks(self.wm_url, job="job").get(dataset, "0")
         steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", previous, (previous or 0) + 2))
         return steps
 
@@ -196,7 +196,7 @@ def test_a_wrong_typed_status_without_a_sequence_quarantines_its_publish(job: Jo
     assert report["bad"].outcome == Outcome.QUARANTINED
     assert "expected int, found list [1] @ status.attempts" in (report["bad"].error or "")
     assert job.published() == ["good/f0-r1", "good/f1-r1"]
-    assert open_watermarks(job.wm_url).get("bad", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("bad", "0") is None
     assert pub.quarantined() == ["bad"]
     assert pub.publish({"bad": job.stage("bad")})["bad"].outcome == Outcome.QUARANTINED
     # Discard removes the status (there is no sequence); the dataset publishes again.

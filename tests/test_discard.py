@@ -152,7 +152,7 @@ def fresh_steps(job: Job, dataset: str, run: str) -> list[CommitStep]:
     staged.mkdir(parents=True)
     (staged / "f").write_text("new\n")
     dst = str(job.output / dataset / f"f-{run}")
-    previous = open_watermarks(job.wm_url).get(dataset, "0")
+    previous = open_watermarks(job.wm_url, job="job").get(dataset, "0")
     return [
         FsRenameCommitStep.from_staged(str(staged / "f"), dst),
         WatermarkCommitStep(job.wm_url, dataset, "0", previous, 9),
@@ -189,7 +189,7 @@ def test_an_interrupted_discard_is_finished_by_recovery_never_executed(job: Job)
     # Its staged files are gone; the blocked publish's are left (a directory no run of the
     # job marked is never swept).
     assert job.staged() == ["r2/a/f"]
-    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
     assert job.store().datasets("job") == []
     assert pub.status("a") is None
     assert pub.publish({"a": fresh_steps(job, "a", "r3")})["a"].outcome == Outcome.PUBLISHED
@@ -216,7 +216,7 @@ def test_a_discard_run_again_after_its_rollback_rolls_nothing_back_twice(job: Jo
     assert job.journaled() == ["rollback", "abort", "abort"]
     assert job.published() == []
     assert job.staged() == []
-    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
     assert job.store().datasets("job") == []
     assert pub.status("a") is None
 

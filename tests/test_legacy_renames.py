@@ -79,7 +79,7 @@ def test_a_sealed_sequence_of_an_older_version_recovers_by_the_strict_rule(
     fs.invalidate_cache()
     assert {n: fs.cat_file(dst[n]) for n in staged} == staged
     assert [fs.exists(src[n]) for n in staged] == [False] * 4
-    assert open_watermarks(wm_url).get("orders", "0") == 4
+    assert open_watermarks(wm_url, job="job").get("orders", "0") == 4
     assert open_store(store_url).datasets("job") == []
 
 

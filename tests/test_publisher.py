@@ -62,7 +62,7 @@ class Job:
                     str(d / f"f{i}"), str(self.output / dataset / f"f{i}-{run}")
                 )
             )
-        wm = open_watermarks(self.wm_url)
+        wm = open_watermarks(self.wm_url, job="job")
         previous = wm.get(dataset, "0")
         steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", previous, (previous or 0) + n))
         return steps
@@ -95,7 +95,7 @@ def test_publish_writes_ahead_executes_and_cleans(job: Job) -> None:
     assert report.ok
     assert report["a"].executed == 4
     assert published(job) == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
-    assert open_watermarks(job.wm_url).get_all("a") == {"0": 3}
+    assert open_watermarks(job.wm_url, job="job").get_all("a") == {"0": 3}
     assert job.store().datasets("job") == []
     # The run's directory stays (marked) until the run says it is over. What the renames
     # left in it is deleted by a clean-up thread after publish() returns: wait for it.
@@ -114,7 +114,7 @@ def test_watermark_runs_after_renames_whatever_the_given_order(job: Job) -> None
     report = job.publisher().publish({"a": [mark, *renames]})
     assert report["a"].outcome == Outcome.FAILED
     assert "MissingSourceError" in (report["a"].error or "")
-    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
 
 
 @pytest.mark.redis
@@ -146,7 +146,7 @@ def test_quarantine_after_max_attempts_others_still_publish_then_retry(job: Job)
     assert again["bad"].outcome == Outcome.RECOVERED
     assert again["bad"].already_done == 1
     assert again["bad"].executed == 3
-    assert open_watermarks(job.wm_url).get("bad", "0") == 3
+    assert open_watermarks(job.wm_url, job="job").get("bad", "0") == 3
     assert job.store().datasets("job") == []
 
 
@@ -160,7 +160,9 @@ def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
     report = pub.discard("a")
     assert report.outcome == Outcome.DISCARDED
     assert published(job) == []  # what the sequence had published is gone ...
-    assert open_watermarks(job.wm_url).get("a", "0") is None  # ... the watermark never moved
+    assert (
+        open_watermarks(job.wm_url, job="job").get("a", "0") is None
+    )  # ... the watermark never moved
     assert [p.name for p in job.staging.rglob("*") if p.is_file()] == [
         staging.ROOT_MARKER,
         staging.RUN_MARKER,  # the run directory stays for the next sweep
@@ -285,7 +287,7 @@ def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
     assert report.staging_warnings == ()
     assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER]
     assert published(job) == []
-    assert open_watermarks(job.wm_url).get("a", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
     assert st.datasets("job") == []
 
 
@@ -313,7 +315,7 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     }[bad]
     assert expected_error in (report["bad"].error or "")
     assert published(job) == []  # not even step 0 ran
-    assert open_watermarks(job.wm_url).get("bad", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("bad", "0") is None
     assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
     # A quarantined sequence's staging is not swept; other datasets publish.
     assert pub.publish({"good": job.stage("good")})["good"].outcome == Outcome.PUBLISHED
@@ -335,7 +337,7 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     assert job.store().datasets("job") == []
     pub.recover()
     assert not any(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
-    assert open_watermarks(job.wm_url).get("bad", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("bad", "0") is None
 
 
 def _refresh_crc(record: bytes) -> bytes:
@@ -362,7 +364,7 @@ def test_publish_refuses_paths_outside_roots_before_write_ahead(job: Job) -> Non
 @pytest.mark.redis
 def test_publish_refuses_a_moved_watermark_and_blocks_on_pending(job: Job) -> None:
     steps = job.stage("a")
-    open_watermarks(job.wm_url).compare_and_set("a", "0", None, 250)
+    open_watermarks(job.wm_url, job="job").compare_and_set("a", "0", None, 250)
     report = job.publisher().publish({"a": steps})
     assert report["a"].outcome == Outcome.REFUSED
     assert "expected None, found 250" in (report["a"].error or "")

@@ -156,7 +156,7 @@ def test_where_config_is_refused_a_server_without_aof_is_refused_from_info(
 
 @pytest.mark.redis
 @pytest.mark.parametrize("server", [CONFIG_AND_INFO_RENAMED], indirect=True)
-def test_where_config_and_info_are_refused_it_cannot_tell_and_warns(
+def test_where_config_and_info_are_refused_it_cannot_tell_and_is_refused(
     server: RedisProcess,
 ) -> None:
     s = store.open_store(server.url)
@@ -164,15 +164,104 @@ def test_where_config_and_info_are_refused_it_cannot_tell_and_warns(
     assert answer.durable is None
     (note,) = answer.notes
     assert "check by hand that the server runs with `appendonly yes` and" in note
-    warnings = require_durable({"store.url": s}, allow_volatile=False)  # not refused
-    assert warnings[0] == (
-        f"could not tell whether store.url ({server.url}) keeps what it acknowledged across "
-        "a restart; make sure by hand that it does"
-    )
+    with pytest.raises(VolatileStoreError) as refused:
+        require_durable({"store.url": s}, allow_volatile=False)
+    message = str(refused.value)
+    assert f"could not tell whether store.url ({server.url}) keeps sealed commits" in message
+    assert "CONFIG GET (unknown command" in message  # why it could not tell
+    assert 'set `store.durability_unknown = "warn"`' in message
+    assert isinstance(refused.value, store.ConfigurationError)  # exit 2 in the jobs layer
+    # Either opt-out runs it, with a warning.
+    for volatile, unknown in ((True, "refuse"), (False, "warn")):
+        warnings = require_durable(
+            {"store.url": s}, allow_volatile=volatile, durability_unknown=unknown
+        )
+        assert warnings[0] == (
+            f"could not tell whether store.url ({server.url}) keeps what it acknowledged "
+            "across a restart; make sure by hand that it does"
+        )
     # Sealing still works: WAITAOF, tried as the version is hidden, is unknown to Redis 7.0.
     s.put_sequence("job", "ds", [b"x"])
     assert s.get("job", "ds") == [b"x"]
     assert s.is_sealed("job", "ds")
+    wm = store.open_watermarks(server.url, job="job")
+    assert wm.compare_and_set("ds", "p", None, 1)  # so do watermark moves
+    assert "refuses CLIENT ID or WAITAOF" in wm._no_waitaof
+
+
+@pytest.mark.redis
+def test_a_user_denied_config_and_info_cannot_tell_and_is_refused(tmp_path: Path) -> None:
+    with RedisProcess(tmp_path / "redis") as proc:
+        admin = redis.Redis.from_url(proc.url)
+        admin.execute_command(
+            "ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all", "-config", "-info"
+        )
+        url = f"redis://app:app-secret@127.0.0.1:{proc.port}/0"
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url).info("persistence")
+        wm = store.open_watermarks(url, job="job")
+        assert wm.durability().durable is None
+        with pytest.raises(
+            VolatileStoreError,
+            match=r"could not tell whether watermarks\.url",
+        ):
+            require_durable({"watermarks.url": wm}, allow_volatile=False)
+        warned = require_durable(
+            {"watermarks.url": wm}, allow_volatile=False, durability_unknown="warn"
+        )
+        assert warned[0].startswith("could not tell whether watermarks.url (redis://app:***@")
+
+
+@pytest.mark.redis
+def test_watermark_moves_wait_for_waitaof_only_where_the_server_has_it(redis_url: str) -> None:
+    wm = store.open_watermarks(redis_url, job="job")
+    # Redis 7.0 (Debian): detected from the version, no WAITAOF tried.
+    assert wm.compare_and_set("ds", "p", None, 1)
+    assert wm._waitaof is False
+    assert wm._no_waitaof.startswith("Redis 7.0")
+    assert "has no WAITAOF" in wm._no_waitaof
+    # Where detection finds WAITAOF, a move is not reported before the append-only file
+    # confirms it: here the server does not know the command, so the outcome is unknown.
+    wm._waitaof = True
+    with pytest.raises(store.StoreError, match=r"outcome unknown.*WAITAOF failed"):
+        wm.compare_and_set("ds", "p", 1, 2)
+    assert wm.get("ds", "p") == 2  # acknowledged by Redis, just not confirmed on disk
+    # A refused move writes nothing, so it waits for nothing.
+    assert not wm.compare_and_set("ds", "p", 1, 3)
+
+
+@pytest.mark.redis
+def test_with_appendfsync_always_an_acknowledged_move_is_in_the_aof_file(tmp_path: Path) -> None:
+    with RedisProcess(tmp_path / "redis", persistent=True) as proc:
+        wm = store.open_watermarks(proc.url, job="clicks-us")
+        marker = f"mark-{uuid.uuid4().hex}"
+        assert wm.compare_and_set("events", "p0", None, marker, token=7)
+        # Read from the files right after the reply: Redis wrote (and fsynced) it first.
+        aof = b"".join(p.read_bytes() for p in (tmp_path / "redis").rglob("*.aof"))
+        assert f'"{marker}"'.encode() in aof
+        assert b"commitpub:wm:{clicks-us/events}" in aof
+        assert wm.durability() == Durability(durable=True)
+
+
+@pytest.mark.redis
+def test_the_watermark_note_says_when_a_lost_move_matters(redis_url: str) -> None:
+    answer = store.open_watermarks(redis_url, job="job").durability()
+    (note,) = answer.notes
+    assert note.startswith("appendfsync is 'everysec' and watermark moves cannot wait")
+    assert "With the commit store on this same Redis server that is safe" in note
+    assert "the last one to two seconds of acknowledged watermark moves" in note
+    assert "published again" in note
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(
+    "server", [_param({"appendfsync": "no"}, id="appendfsync no")], indirect=True
+)
+def test_appendfsync_no_is_told_as_the_operating_systems_schedule(server: RedisProcess) -> None:
+    (note,) = store.open_store(server.url).durability().notes
+    assert note.startswith("appendfsync is 'no' and seals cannot wait")
+    assert "about 30 seconds on Linux by default" in note
+    assert "about a second" not in note
 
 
 def _write_everything(url: str) -> int:
@@ -335,12 +424,14 @@ class _UsersLock(store.JobLock):
         return self.inner.current(job)
 
 
-def test_a_backend_that_does_not_tell_is_warned_about(tmp_path: Path) -> None:
+def test_a_backend_that_does_not_tell_is_refused_unless_allowed(tmp_path: Path) -> None:
     lock = _UsersLock(store.open_lock(str(tmp_path)))
     assert lock.durability() == Durability(
         durable=None, notes=("_UsersLock does not tell whether it survives a restart",)
     )
-    assert require_durable({"lock.url": lock}, allow_volatile=False) == [
+    with pytest.raises(VolatileStoreError, match=r"could not tell whether lock\.url"):
+        require_durable({"lock.url": lock}, allow_volatile=False)
+    assert require_durable({"lock.url": lock}, allow_volatile=False, durability_unknown="warn") == [
         "could not tell whether lock.url (custom://locks) keeps what it acknowledged across a "
         "restart; make sure by hand that it does",
         "lock.url (custom://locks): _UsersLock does not tell whether it survives a restart",

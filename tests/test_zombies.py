@@ -70,7 +70,7 @@ def assert_exactly_once(job: DriverJob, records: int = crashdriver.RECORDS) -> N
     assert sorted(r for r, n in seen.items() if n > 1) == []
     assert sorted(expected - set(seen))[:5] == []
     assert set(seen) == expected
-    wm = open_watermarks(job.watermarks_url)
+    wm = open_watermarks(job.watermarks_url, job=JOB)
     assert {wm.get(d, p) for d in crashdriver.DATASETS for p in crashdriver.PARTITIONS} == {records}
     wm.close()
     with open_store(job.store_url) as st:

@@ -101,11 +101,14 @@ def output_rows(output: Path, dataset: str) -> list[dict[str, Any]]:
     return rows
 
 
-def assert_exactly_once(landing: Path, output: Path, wm_url: str, datasets: list[str]) -> int:
-    """Each source record is published exactly once with all its fields; watermarks equal
-    the source's high watermarks. Returns how many records were checked."""
+def assert_exactly_once(
+    landing: Path, output: Path, wm_url: str, datasets: list[str], job: str = "test-job"
+) -> int:
+    """Each source record is published exactly once with all its fields; watermarks (of
+    ``job``, the name :func:`write_job` gives) equal the source's high watermarks. Returns
+    how many records were checked."""
     checked = 0
-    wm = open_watermarks(wm_url)
+    wm = open_watermarks(wm_url, job=job)
     for dataset in datasets:
         expected = source_records(landing, dataset)
         rows = output_rows(output, dataset)

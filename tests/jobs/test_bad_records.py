@@ -117,7 +117,7 @@ def test_a_bad_line_fails_only_its_dataset_and_names_file_and_line(
     written = json.loads(Path(report.path or "").read_text())
     assert written["extract_failed"] == {"bad": expected}
     assert written["exit_code"] == 1
-    wm = open_watermarks(config.watermarks_url)
+    wm = open_watermarks(config.watermarks_url, job=config.name)
     assert wm.get("bad", "0") is None  # read again by the next run
     assert wm.get("good", "0") == 5
 
@@ -142,7 +142,7 @@ def test_skip_publishes_the_good_lines_and_counts_the_bad_ones(
     assert report.published == ["bad", "good"]
     rows = output_rows(tmp_path / "output", "bad")
     assert sorted(r["_source_offset"] for r in rows) == [0, 1, 3, 4]
-    assert open_watermarks(config.watermarks_url).get("bad", "0") == 5
+    assert open_watermarks(config.watermarks_url, job=config.name).get("bad", "0") == 5
     written = json.loads(Path(report.path or "").read_text())
     assert written["staged"]["bad"]["bad_records_skipped"] == 1
     assert written["staged"]["bad"]["first_bad_record"].startswith(
@@ -179,7 +179,7 @@ def test_skip_moves_the_watermark_past_a_range_of_bad_lines_only(
     assert report.published == ["d"]
     assert report.staged["d"].bad_records_skipped == 2
     assert report.staged["d"].files == 0
-    assert open_watermarks(config.watermarks_url).get("d", "0") == 6
+    assert open_watermarks(config.watermarks_url, job=config.name).get("d", "0") == 6
     assert len(output_rows(tmp_path / "output", "d")) == 3
     assert run_job(config, spark=spark, run_id="r3").staged == {}  # nothing left to read
 

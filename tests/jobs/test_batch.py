@@ -97,7 +97,7 @@ def test_leaving_the_block_publishes_every_staged_dataset_once_with_the_users_st
     assert all(p.name.startswith("b1-") for p in (tmp_path / "output").rglob("*.parquet"))
     # The user's step ran in a publish task, in the same commit.
     assert marker.read_text().splitlines()[0] == "b1"
-    wm = open_watermarks(str(tmp_path / "state" / "wm"))
+    wm = open_watermarks(str(tmp_path / "state" / "wm"), job=JOB)
     assert (wm.get("orders", "p0"), wm.get("clicks", "p0")) == (30, 5)
     # Nothing pending, nothing staged, the lock released; the report written as a run's.
     assert open_store(str(tmp_path / "state" / "steps")).datasets(JOB) == []
@@ -142,7 +142,7 @@ def test_a_block_that_raises_publishes_nothing_and_leaves_no_staging(
     assert not (tmp_path / "output").exists()
     assert _staging_entries(tmp_path) == [".commitpub-job"]  # the run directory went whole
     assert open_store(str(tmp_path / "state" / "steps")).datasets(JOB) == []  # nothing ahead
-    assert open_watermarks(str(tmp_path / "state" / "wm")).get("orders", "p0") is None
+    assert open_watermarks(str(tmp_path / "state" / "wm"), job=JOB).get("orders", "p0") is None
     written = json.loads(Path(batch.report.path or "").read_text())
     assert written["error"] == "BoomError: the job's own code failed"
     assert written["published"] == []
@@ -185,7 +185,7 @@ def test_a_lock_lost_in_the_block_publishes_nothing_and_reports_exit_75(
     assert (batch.report.error or "").startswith("FencedError: publishing")
     assert batch.report.published == []
     assert not (tmp_path / "output").exists()
-    assert open_watermarks(str(tmp_path / "state" / "wm")).get("orders", "p0") is None
+    assert open_watermarks(str(tmp_path / "state" / "wm"), job=JOB).get("orders", "p0") is None
 
 
 @pytest.mark.parametrize(

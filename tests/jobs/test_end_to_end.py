@@ -36,7 +36,7 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
     job = write_job(tmp_path)
     config = load_config(job)
     store = open_store(config.store_url)
-    wm = open_watermarks(config.watermarks_url)
+    wm = open_watermarks(config.watermarks_url, job=config.name)
 
     first = run_job(config, spark=spark, run_id="run1")
     assert first.exit_code == 0, first.error

@@ -124,7 +124,9 @@ def test_inspect_decodes_steps_and_verifies_without_changing_anything(job: Job) 
     # Read-only: the sequence, the staged file and the watermark are as they were.
     assert job.records("orders") == before
     assert Path(job.orders_steps[1].staged_paths()[0]).exists()
-    assert open_watermarks(job.config.watermarks_url).get("orders", "0") is None
+    assert (
+        open_watermarks(job.config.watermarks_url, job=job.config.name).get("orders", "0") is None
+    )
 
     text = job.cli("inspect", "orders")
     assert text.exit_code == 0
@@ -162,7 +164,9 @@ def test_discard_asks_first_then_rolls_back(job: Job) -> None:
     assert job.store.datasets(job.config.name) == ["clicks"]
     assert not any(Path(p).exists() for p in staged)  # extracted again by the next run
     assert not (job.base / "output" / "orders").exists()
-    assert open_watermarks(job.config.watermarks_url).get("orders", "0") is None
+    assert (
+        open_watermarks(job.config.watermarks_url, job=job.config.name).get("orders", "0") is None
+    )
 
 
 def _publisher(job: Job, **kw: Any) -> Publisher:

@@ -245,6 +245,6 @@ def test_the_own_job_example_killed_anywhere_and_rerun_publishes_every_record_on
     named = collections.Counter(f for m in manifests for f in m["files"])
     assert named == dict.fromkeys(inputs.files["orders"], 1)
     assert sum(m["rows"] for m in manifests) == len(inputs.valid("orders"))
-    wm = open_watermarks(str(base / "state" / "watermarks"))
+    wm = open_watermarks(str(base / "state" / "watermarks"), job=JOB)
     for dataset, files in inputs.files.items():
         assert wm.get(dataset, "files") == files[-1]

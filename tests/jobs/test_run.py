@@ -110,7 +110,7 @@ def test_records_arriving_during_a_run_wait_for_the_next_run(
     rows = output_rows(tmp_path / "output", "orders")
     assert len(rows) == 100
     assert not any(r["id"].startswith("late-") for r in rows)
-    wm = open_watermarks(config.watermarks_url)
+    wm = open_watermarks(config.watermarks_url, job=config.name)
     assert wm.get("orders", "0") == 50
 
     second = run_job(config, spark=spark)

@@ -73,7 +73,7 @@ def test_recovery_runs_in_spark_tasks_not_in_the_driver(
     assert sum(t.items for t in runner.last_tasks) == len(datasets)
     assert all(t.pid != driver and t.attempt == 0 for t in runner.last_tasks)
     assert all(Path(t).exists() for t in targets)
-    wm = open_watermarks(wm_url)
+    wm = open_watermarks(wm_url, job="job")
     assert {d: wm.get(d, "0") for d in datasets} == dict.fromkeys(datasets, 3)
     assert open_store(str(tmp_path / "steps")).datasets("job") == []
     assert not any((tmp_path / "staging").iterdir())

@@ -157,7 +157,7 @@ def test_an_incompatible_type_fails_the_dataset_and_publishes_nothing(
     own, duck = _ids(fmt, tmp_path)
     assert own == duck == list(range(4))
     assert "r2" not in _runs(fmt, tmp_path)
-    assert open_watermarks(str(tmp_path / "state" / "wm")).get("orders", "p0") == 4
+    assert open_watermarks(str(tmp_path / "state" / "wm"), job=JOB).get("orders", "p0") == 4
     report = json.loads(Path(batch.report.path).read_text())
     assert report["publish"]["datasets"][0]["outcome"] == "refused"
 

@@ -127,7 +127,7 @@ def test_run_into_tables_on_s3_killed_before_the_table_commit_then_recovered(
 
     fs = fsspec.filesystem("s3")
     fs.invalidate_cache()
-    watermarks = open_watermarks(f"{remote}/state/watermarks")
+    watermarks = open_watermarks(f"{remote}/state/watermarks", job=JOB)
     for dataset in DATASETS:
         uri = f"{remote}/output/{dataset}"
         local = tmp_path / "copy" / dataset

@@ -20,6 +20,7 @@ from jobs.verify import Tally, tally
 from store import open_watermarks
 
 DATASET = "orders"
+JOB = "verify-job"
 
 
 def _landing(tmp_path: Path) -> Landing:
@@ -52,7 +53,7 @@ def _publish(tmp_path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _set_watermarks(tmp_path: Path, marks: dict[str, int]) -> str:
     url = str(tmp_path / "watermarks")
-    wm = open_watermarks(url)
+    wm = open_watermarks(url, job=JOB)
     try:
         for partition, value in marks.items():
             assert wm.compare_and_set(DATASET, partition, None, value)
@@ -62,7 +63,7 @@ def _set_watermarks(tmp_path: Path, marks: dict[str, int]) -> str:
 
 
 def _tally(tmp_path: Path, wm_url: str) -> dict[str, Tally]:
-    found = tally(str(tmp_path / "landing"), str(tmp_path / "output"), wm_url, DATASET)
+    found = tally(str(tmp_path / "landing"), str(tmp_path / "output"), wm_url, DATASET, job=JOB)
     return {t.partition: t for t in found}
 
 
