@@ -30,6 +30,7 @@ ORDER = [
     "recovery_memory",
     "s3_publish",
     "table_publish",
+    "durability_cost",
 ]
 
 
