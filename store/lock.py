@@ -46,6 +46,7 @@ from typing import Any
 
 import attrs
 
+from store import clock
 from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
@@ -182,7 +183,7 @@ class Lease:
             job=job,
             owner=uuid.uuid4().hex,
             token=token,
-            expires_at=time.time() + ttl_s,
+            expires_at=clock.wall() + ttl_s,
             host=socket.gethostname(),
             pid=pid,
             pid_start=_process_start(pid),
@@ -194,7 +195,7 @@ class Lease:
     def renewed(self, ttl_s: float) -> Lease:
         """This lease extended by ``ttl_s`` from now, one renewal more."""
         return attrs.evolve(
-            self, expires_at=time.time() + ttl_s, ttl_s=ttl_s, renewals=self.renewals + 1
+            self, expires_at=clock.wall() + ttl_s, ttl_s=ttl_s, renewals=self.renewals + 1
         )
 
     def expired(self) -> bool:
@@ -203,7 +204,7 @@ class Lease:
         Meaningful only to the holder itself (the same clock that wrote ``expires_at``) and
         for display: a contender never decides on it (see the module docstring).
         """
-        return self.released or time.time() >= self.expires_at
+        return self.released or clock.wall() >= self.expires_at
 
     def holder_dead(self) -> bool:
         """True only when the holder is proven dead; see the module docstring.
@@ -235,7 +236,7 @@ class Lease:
         if self.released:
             state = "released"
         else:
-            left = self.expires_at - time.time()
+            left = self.expires_at - clock.wall()
             when = f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
             state = f"{when} by this host's clock"
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
