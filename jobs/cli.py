@@ -355,12 +355,23 @@ Example:
 @_JOB
 @click.option("--force", is_flag=True, help="Required: confirms this is about a dead run.")
 def unlock(job_file: str, force: bool) -> None:
-    """Free the job lock of a run that died: only an expired lease (or a dead holder's)."""
+    """Free the job lock of a run that died: only a lease whose holder is proven dead, or
+    that is not renewed for its whole TTL (watched on this host's clock; Redis: expired by
+    the server)."""
     from jobs import ops
+    from store import Lease
 
     if not force:
         raise click.UsageError("unlock changes the job lock: pass --force")
-    freed = _store_call(lambda: ops.unlock(_load(job_file)))
+
+    def watching(lease: Lease, wait_s: float) -> None:
+        click.echo(
+            f"the lease ({lease.describe()}) is not proven dead: watching it for up to "
+            f"{wait_s:g}s; a live run renews it within a third of that",
+            err=True,
+        )
+
+    freed = _store_call(lambda: ops.unlock(_load(job_file), watching=watching))
     click.echo("lock was free" if freed is None else f"freed the lease ({freed.describe()})")
 
 

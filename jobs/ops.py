@@ -3,8 +3,8 @@ No Spark needed.
 
 Reading commands (:func:`status`, :func:`inspect`) take no lock and change nothing. Changing
 commands (:func:`retry`, :func:`discard`, :func:`adopt_watermarks`) take the job lock first,
-exactly like a run, so they never race one; :func:`unlock` frees only a lease that has
-expired.
+exactly like a run, so they never race one; :func:`unlock` frees only a lease whose holder is
+dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def _nothing_pending(
 def _lease_state(lease: Lease | None) -> dict[str, Any]:
     if lease is None:
         return {"state": "free"}
-    state = "released" if lease.released else "expired" if lease.expired() else "held"
+    # No "expired": that would compare this host's clock with the holder's. Whether a held
+    # lease is still renewed takes watching it for a TTL, which is unlock's job, not status's.
+    state = "released" if lease.released else "held"
     if state == "held" and lease.holder_dead():
         state = "held by a dead process"
     return {"state": state, **lease.to_dict()}
@@ -269,15 +271,21 @@ def discard(config: JobConfig, dataset: str) -> DatasetReport:
     return _on_dataset(config, dataset, lambda pub: pub.discard(dataset))
 
 
-def unlock(config: JobConfig) -> Lease | None:
-    """Release an expired lease (or one whose holder is dead); the lease freed, or None.
+def unlock(
+    config: JobConfig, *, watching: Callable[[Lease, float], None] | None = None
+) -> Lease | None:
+    """Release a lease whose holder is dead or stopped renewing; the lease freed, or None.
+
+    A lease not proven dead is watched for up to its TTL (``watching`` is told so) unless the
+    lock's store expires leases itself (Redis). A lease written by an older version, which
+    records no TTL, is watched for the job's ``lock.ttl_s``.
 
     Raises:
         LockHeldError: if a live run holds the lock.
     """
     lock = open_lock(config.lock_at)
     try:
-        return lock.force_unlock(config.name)
+        return lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
     finally:
         lock.close()
 

@@ -3,12 +3,19 @@
 Layout under the store's root: ``ROOT/.locks/<job>/l<token>.json``, each file a
 :class:`~store.lock.Lease` as JSON. The current lease is the one with the highest token.
 
+A contender takes the current lease over only when it is released, its holder is proven dead,
+or the contender saw it unchanged for its whole TTL on its own monotonic clock
+(:meth:`~store.lock.JobLock.watch`): the holder's ``expires_at`` is never compared with the
+contender's clock, which may be another host's and run ahead or behind. A renewal rewrites the
+file with a higher renewal count, so a watched lease that is renewed is seen to change.
+
 Why a takeover is race-free: a contender reads the current lease (token ``n``), finds it free
-(expired, released, or its holder dead) and creates ``l<n+1>.json`` *exclusively* (hard link
-on a local disk, a conditional PUT on object stores). Two contenders that both read ``n`` race
-for the same name and exactly one creation succeeds. A contender that stalled so long that
-old files were cleaned up might recreate a low token; it re-lists after creating and holds the
-lock only if its token is the highest, and the stores' fences refuse it anyway.
+(released, its holder dead, or unchanged for a TTL) and creates ``l<n+1>.json``
+*exclusively* (hard link on a local disk, a conditional PUT on object stores). Two
+contenders that both read ``n`` race for the same name and exactly one creation succeeds. A
+contender that stalled so long that old files were cleaned up might recreate a low token; it
+re-lists after creating and holds the lock only if its token is the highest, and the stores'
+fences refuse it anyway.
 
 Renewal and release rewrite the holder's own file (atomic replace) after checking that no
 higher token exists; a renewal that loses that race is harmless, as a higher token rules.
@@ -18,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from typing import Any
 
 import attrs
@@ -76,10 +82,9 @@ class FsJobLock(JobLock):
     def acquire(self, job: str, *, ttl_s: float) -> Lease:
         directory = self._dir(job)
         held = self._latest(job)
-        if held is not None and not held.free():
-            raise LockHeldError(
-                f"job {job!r} is locked by another run ({held.describe()})", holder=held
-            )
+        if held is not None:
+            # Refused here (LockHeldError) as soon as the holder renews; see JobLock.watch.
+            held = self.watch(job, held, ttl_s=ttl_s)
         lease = Lease.new(job, (held.token if held else 0) + 1, ttl_s)
         path = f"{directory}/l{lease.token:020d}.json"
         try:
@@ -111,7 +116,7 @@ class FsJobLock(JobLock):
             raise translate_error(e, path) from e
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
-        renewed = attrs.evolve(lease, expires_at=time.time() + ttl_s)
+        renewed = lease.renewed(ttl_s)
         self._rewrite(renewed, "renewing")
         return renewed
 

@@ -13,8 +13,20 @@ or after a reboot. So a lease records, besides host and pid, the boot id
 (``/proc/sys/kernel/random/boot_id``), the pid namespace (``/proc/self/ns/pid``) and the
 process start time, and its holder is dead only when host, boot id and pid namespace are
 all this process's and the pid is gone, a zombie, or names a process that started at
-another time. Anything short of that proof (a lease written by an older version, in another
-container, before a reboot) is waited out until it expires.
+another time.
+
+Anything short of that proof (a lease written by an older version, in another container, on
+another host, before a reboot) is waited out, and no decision ever compares two hosts'
+clocks: a contender whose wall clock runs ahead of the holder's by more than the TTL would
+take a live lease if it compared its clock with the holder's ``expires_at``. Instead a lease
+records its TTL and a renewal counter, and a contender *watches* it
+(:meth:`JobLock.watch`): if the record changes (renewed, released, or a newer token) its
+holder is alive and the contender gives up at once, within about a third of the TTL, as the
+holder renews every third; only a record seen unchanged for a full TTL on the contender's
+own monotonic clock (``time.monotonic()``) is taken over. On Redis the server's own expiry
+(``PX``) decides instead. ``expires_at``, written with the holder's wall clock, is kept for
+display only (:meth:`Lease.describe`) and for the holder's own view of its lease
+(:class:`LeaseKeeper`, one host, one clock).
 """
 
 from __future__ import annotations
@@ -27,13 +39,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 import attrs
 
+from store import clock
 from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
@@ -128,14 +141,35 @@ def _number(_instance: object, attribute: attrs.Attribute[Any], value: object) -
         raise TypeError(f"{attribute.name} must be a number, got {value!r}")
 
 
+def _ttl(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    _number(_instance, attribute, value)
+    if not value > 0:  # type: ignore[operator]
+        # A TTL of zero or less would let any contender take the lease without watching it.
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _integer(instance, attribute, value)
+    if value < 0:  # type: ignore[operator]
+        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
+
+
 _TEXT = attrs.validators.instance_of(str)
+
+#: How often a contender re-reads a lease it watches: a tenth of the TTL, within these bounds
+#: (often enough to see a renewal soon after it happens, seldom enough to cost nothing).
+_MIN_POLL_S = 0.05
+_MAX_POLL_S = 2.0
 
 
 @attrs.frozen
 class Lease:
-    """A held job lock: who holds it, its fencing token, when it expires, and what proves
-    its holder dead (see the module docstring). Every field is checked when a stored lease
-    is read: a lease is data from a store, not to be trusted."""
+    """A held job lock: who holds it, its fencing token, its TTL and renewal count, when it
+    expires by its holder's clock, and what proves its holder dead (see the module
+    docstring). Every field is checked when a stored lease is read: a lease is data from a
+    store, not to be trusted."""
 
     job: str = attrs.field(validator=_TEXT)
     owner: str = attrs.field(validator=_TEXT)
@@ -148,6 +182,10 @@ class Lease:
     #: Missing from leases of older versions: their holders are never taken for dead.
     boot_id: str | None = attrs.field(default=None, validator=_text_or_none)
     pid_ns: str | None = attrs.field(default=None, validator=_text_or_none)
+    #: Missing from leases of older versions: a contender waits out its own TTL instead.
+    ttl_s: float | None = attrs.field(default=None, validator=_ttl)
+    #: Grows with every renewal, so that a renewed lease differs from the one before.
+    renewals: int = attrs.field(default=0, validator=_count)
 
     @classmethod
     def new(cls, job: str, token: int, ttl_s: float) -> Lease:
@@ -156,16 +194,28 @@ class Lease:
             job=job,
             owner=uuid.uuid4().hex,
             token=token,
-            expires_at=time.time() + ttl_s,
+            expires_at=clock.wall() + ttl_s,
             host=socket.gethostname(),
             pid=pid,
             pid_start=_process_start(pid),
             boot_id=_boot_id(),
             pid_ns=_pid_namespace(),
+            ttl_s=ttl_s,
         )
 
-    def expired(self, now: float | None = None) -> bool:
-        return self.released or (now if now is not None else time.time()) >= self.expires_at
+    def renewed(self, ttl_s: float) -> Lease:
+        """This lease extended by ``ttl_s`` from now, one renewal more."""
+        return attrs.evolve(
+            self, expires_at=clock.wall() + ttl_s, ttl_s=ttl_s, renewals=self.renewals + 1
+        )
+
+    def expired(self) -> bool:
+        """Released, or past ``expires_at`` by this process's wall clock.
+
+        Meaningful only to the holder itself (the same clock that wrote ``expires_at``) and
+        for display: a contender never decides on it (see the module docstring).
+        """
+        return self.released or clock.wall() >= self.expires_at
 
     def holder_dead(self) -> bool:
         """True only when the holder is proven dead; see the module docstring.
@@ -191,19 +241,15 @@ class Lease:
             return False
         return False  # alive, yet /proc says nothing of it: no proof
 
-    def free(self) -> bool:
-        """True when a contender may take the lock over."""
-        return self.expired() or self.holder_dead()
-
     def describe(self) -> str:
-        left = self.expires_at - time.time()
-        state = (
-            "released"
-            if self.released
-            else f"expires in {left:.0f}s"
-            if left >= 0
-            else f"expired {-left:.0f}s ago"
-        )
+        """Who holds the lease, for messages. Its expiry is reckoned with this host's clock
+        against the holder's: a hint for people, never a decision."""
+        if self.released:
+            state = "released"
+        else:
+            left = self.expires_at - clock.wall()
+            when = f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
+            state = f"{when} by this host's clock"
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -255,8 +301,77 @@ class JobLock(abc.ABC):
     def current(self, job: str) -> Lease | None:
         """The latest lease of ``job`` (held, expired or released), or None."""
 
-    def force_unlock(self, job: str) -> Lease | None:
-        """Release a lease that has expired (operator clean-up); refuse a live one.
+    def watch(
+        self,
+        job: str,
+        seen: Lease,
+        *,
+        ttl_s: float,
+        watching: Callable[[Lease, float], None] | None = None,
+    ) -> Lease | None:
+        """Decide whether the lease ``seen`` (just read) may be taken over, without comparing
+        this host's clock with the holder's.
+
+        It may at once if it is released or its holder is proven dead. Otherwise it is
+        re-read every tenth of its TTL (the TTL it records, or ``ttl_s`` for a lease of an
+        older version) on this process's monotonic clock: a change means its holder renews
+        it, so it is live (a holder renews every third of the TTL, so a live lease is
+        refused within about that); a lease seen unchanged for its whole TTL was not renewed
+        in time and may be taken over, as may one whose holder is proven dead meanwhile.
+
+        Args:
+            job: the job whose lease ``seen`` is.
+            seen: the lease as just read.
+            ttl_s: how long to watch a lease that records no TTL.
+            watching: called with the lease and how long it will be watched, when it is.
+
+        Returns:
+            The lease to take over (``seen``, or a newer one found released), or None if the
+            lease is gone.
+
+        Raises:
+            LockHeldError: if the lease changed while watched; names the holder.
+        """
+        if seen.released or seen.holder_dead():
+            return seen
+        wait = seen.ttl_s if seen.ttl_s is not None else ttl_s
+        if watching is not None:
+            watching(seen, wait)
+        log.info(
+            "job lock of %r is held (%s): watching it for up to %.1fs", job, seen.describe(), wait
+        )
+        poll = min(max(wait / 10, _MIN_POLL_S), _MAX_POLL_S)
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(poll, left))
+            now = self.current(job)
+            if now is None or now.released:
+                return now
+            if now != seen:
+                raise LockHeldError(
+                    f"job {job!r} is locked by another run ({now.describe()}); its holder "
+                    "renewed the lease while it was watched",
+                    holder=now,
+                )
+            if seen.holder_dead():
+                return seen
+        return seen
+
+    def force_unlock(
+        self,
+        job: str,
+        *,
+        ttl_s: float,
+        watching: Callable[[Lease, float], None] | None = None,
+    ) -> Lease | None:
+        """Release a lease whose holder is dead (operator clean-up); refuse a live one.
+
+        A lease is freed when its holder is proven dead, or once it was seen unchanged for
+        its whole TTL (see :meth:`watch`, which may take that long; ``ttl_s`` and
+        ``watching`` are passed to it).
+
+        Returns:
+            The lease freed, or None if the lock was free.
 
         Raises:
             LockHeldError: if the lease is live.
@@ -264,13 +379,18 @@ class JobLock(abc.ABC):
         lease = self.current(job)
         if lease is None or lease.released:
             return None
-        if not lease.free():
+        try:
+            outlived = self.watch(job, lease, ttl_s=ttl_s, watching=watching)
+        except LockHeldError as e:
             raise LockHeldError(
-                f"job {job!r} is held by a live run ({lease.describe()})", holder=lease
-            )
-        self.release(lease)
-        log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
-        return lease
+                f"job {job!r} is held by a live run ({e.holder.describe() if e.holder else e})",
+                holder=e.holder,
+            ) from e
+        if outlived is None or outlived.released:
+            return None
+        self.release(outlived)
+        log.warning("freed the job lock of %r by hand: %s", job, outlived.describe())
+        return outlived
 
     def durability(self) -> Durability:
         """Whether leases and the token counter survive a restart of the lock's store.

@@ -80,6 +80,7 @@ Redis never fsyncs and the operating system writes the file back on its own sche
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -114,6 +115,8 @@ from store.failpoints import failpoint
 from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
 from store.urls import decode_name, encode_name, redact, without_password
+
+log = logging.getLogger("commitpub.lock")
 
 PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
 # How long a seal waits for the append-only file: with appendfsync everysec Redis fsyncs
@@ -881,7 +884,7 @@ class RedisJobLock(_RedisBase, JobLock):
         return attrs.evolve(lease, token=int(result))
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
-        renewed = attrs.evolve(lease, expires_at=time.time() + ttl_s)
+        renewed = lease.renewed(ttl_s)
         doc = json.dumps(renewed.to_dict())
         key = self._lock_keys(lease.job)[0]
         if not _call(
@@ -893,6 +896,40 @@ class RedisJobLock(_RedisBase, JobLock):
     def release(self, lease: Lease) -> None:
         key = self._lock_keys(lease.job)[0]
         _call(self.url, lambda: self._renew(keys=[key], args=[lease.owner, "", ""]))
+
+    def force_unlock(
+        self,
+        job: str,
+        *,
+        ttl_s: float,
+        watching: Callable[[Lease, float], None] | None = None,
+    ) -> Lease | None:
+        """Release the lease only if its holder is proven dead: a lease the server has not
+        expired yet (its key still has a TTL left, by the server's clock) is live, and an
+        expired one is gone already. Nothing is watched: ``ttl_s`` and ``watching`` are
+        unused here, the server's expiry decides."""
+        key = self._lock_keys(job)[0]
+
+        def read() -> list[Any]:
+            with self._client.pipeline(transaction=True) as pipe:
+                pipe.get(key)
+                pipe.pttl(key)
+                result: list[Any] = pipe.execute()
+                return result
+
+        raw, left_ms = _call(self.url, read)
+        if raw is None:
+            return None
+        lease = Lease.from_json(raw, f"{self.url} lock of {job!r}")
+        if not lease.holder_dead():
+            left = "" if left_ms < 0 else f"; the server expires it in {left_ms / 1000:.1f}s"
+            raise LockHeldError(
+                f"job {job!r} is held by a live run ({lease.describe()}{left} unless renewed)",
+                holder=lease,
+            )
+        self.release(lease)
+        log.warning("freed the job lock of %r by hand: %s", job, lease.describe())
+        return lease
 
 
 def _ms(seconds: float) -> int:

@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import attrs
 import pytest
 
 import store
@@ -39,6 +38,7 @@ from store import (
     FencedError,
     JobLock,
     JsonScalar,
+    Lease,
     LeaseKeeper,
     LockHeldError,
     SequenceExistsError,
@@ -747,41 +747,63 @@ def _acquire_and_exit(url: str, job: str, barrier: Any) -> None:
     os._exit(lease.token)  # no release, no clean-up
 
 
+#: The lease of a live holder in these tests: short, so that its renewals (every third of it,
+#: by a LeaseKeeper as in a run) show contenders soon that it is live, and long enough that a
+#: busy machine does not delay a renewal past it.
+_HOLDER_TTL = 3.0
+
+
 def _contend(url: str, job: str, tried: Any, barrier: Any) -> None:
     """Try to take the lock once: exit 0 if taken, 3 if refused as held.
 
     Every contender, the winner too, stays alive until all have tried (``tried``): a winner
     that exited at once would look dead (same host, pid gone) to a slower contender, which
-    would rightly take the lock over and win as well.
+    would rightly take the lock over and win as well. The winner renews its lease meanwhile,
+    as a run does: a lease left unrenewed for its TTL is taken over.
     """
     lock = store.open_lock(url)
     barrier.wait(timeout=_PROCESS_TIMEOUT)
     try:
-        lock.acquire(job, ttl_s=3600)
-        code = 0
+        lease = lock.acquire(job, ttl_s=_HOLDER_TTL)
     except LockHeldError:
-        code = 3
-    finally:
         tried.wait(timeout=_PROCESS_TIMEOUT)
-    raise SystemExit(code)
+        raise SystemExit(3) from None
+    with LeaseKeeper(lock, lease, ttl_s=_HOLDER_TTL):
+        tried.wait(timeout=_PROCESS_TIMEOUT)
+    raise SystemExit(0)
 
 
 def _hold(url: str, job: str, tokens: Any) -> None:
-    """Take the lock, say its token, and hold it (no renewal) until killed."""
+    """Take the lock, say its token, and hold it (renewing it) until killed."""
     lock = store.open_lock(url)
-    tokens.put(lock.acquire(job, ttl_s=3600).token)
-    time.sleep(_PROCESS_TIMEOUT)
+    lease = lock.acquire(job, ttl_s=_HOLDER_TTL)
+    with LeaseKeeper(lock, lease, ttl_s=_HOLDER_TTL):
+        tokens.put(lease.token)
+        time.sleep(_PROCESS_TIMEOUT)
 
 
 # Run under `unshare --pid --fork --mount-proc`: pid 1 of a namespace of its own, as the main
-# process of a container is. The lease is short and never renewed, so the test can outwait it.
+# process of a container is. The lease is short and renewed while the holder lives.
 _HOLD_IN_A_CONTAINER = """
 import sys, time
 import store
-lease = store.open_lock(sys.argv[1]).acquire(sys.argv[2], ttl_s=float(sys.argv[3]))
-print(lease.token, flush=True)
-time.sleep(600)
+lock = store.open_lock(sys.argv[1])
+lease = lock.acquire(sys.argv[2], ttl_s=float(sys.argv[3]))
+with store.LeaseKeeper(lock, lease, ttl_s=float(sys.argv[3])):
+    print(lease.token, flush=True)
+    time.sleep(600)
 """
+
+
+def _acquire_patiently(lock: JobLock, *, deadline: float) -> Lease:
+    """Acquire the lock, trying again while it is refused as held, until ``deadline``."""
+    while True:
+        try:
+            return lock.acquire(JOB, ttl_s=60)
+        except LockHeldError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class JobLockContract:
@@ -809,18 +831,21 @@ class JobLockContract:
         lock.release(second)
 
     def test_held_lock_is_refused_naming_the_holder(self, lock: JobLock) -> None:
-        lease = lock.acquire(JOB, ttl_s=60)
-        with pytest.raises(LockHeldError, match=f"pid {os.getpid()}") as refused:
-            lock.acquire(JOB, ttl_s=60)
-        # The holder itself, for callers to show (its expiry as the store reports it now may
-        # differ from the acquirer's reckoning by a clock tick, as on Redis).
-        holder = refused.value.holder
-        assert holder is not None
-        assert attrs.evolve(holder, expires_at=lease.expires_at) == lease
-        assert abs(holder.expires_at - lease.expires_at) < 5
-        other = lock.acquire("another-job", ttl_s=60)  # jobs lock independently
-        lock.release(other)
-        lock.release(lease)
+        lease = lock.acquire(JOB, ttl_s=_HOLDER_TTL)
+        with LeaseKeeper(lock, lease, ttl_s=_HOLDER_TTL) as keeper:
+            started = time.monotonic()
+            with pytest.raises(LockHeldError, match=f"pid {os.getpid()}") as refused:
+                lock.acquire(JOB, ttl_s=60)
+            # Refused once the holder renewed (a third of its TTL), not after a whole TTL.
+            assert time.monotonic() - started < _HOLDER_TTL
+            # The holder itself, for callers to show, maybe renewed since it was taken.
+            holder = refused.value.holder
+            assert holder is not None
+            same = ("owner", "token", "host", "pid", "pid_start", "boot_id", "pid_ns", "ttl_s")
+            assert {f: getattr(holder, f) for f in same} == {f: getattr(lease, f) for f in same}
+            assert holder.renewals <= keeper.lease.renewals
+            other = lock.acquire("another-job", ttl_s=60)  # jobs lock independently
+            lock.release(other)
 
     def test_expired_lease_is_taken_over_and_old_owner_is_fenced(self, lock: JobLock) -> None:
         old = lock.acquire(JOB, ttl_s=0.2)
@@ -830,11 +855,11 @@ class JobLockContract:
         with pytest.raises(FencedError):
             lock.renew(old, ttl_s=60)
         lock.release(old)  # losing owner's release must not free the new owner's lease
-        with pytest.raises(LockHeldError):
-            lock.acquire(JOB, ttl_s=60)
         renewed = lock.renew(new, ttl_s=60)
         assert renewed.expires_at >= new.expires_at
-        lock.release(renewed)
+        assert renewed.renewals == new.renewals + 1
+        with LeaseKeeper(lock, renewed, ttl_s=_HOLDER_TTL), pytest.raises(LockHeldError):
+            lock.acquire(JOB, ttl_s=60)
 
     def test_dead_holder_is_taken_over_at_once(self, lock: JobLock, lock_url: str) -> None:
         codes = _run_processes(_acquire_and_exit, [(lock_url, JOB)])
@@ -853,7 +878,7 @@ class JobLockContract:
         holder.start()
         try:
             held = tokens.get(timeout=_PROCESS_TIMEOUT)
-            with pytest.raises(LockHeldError):  # alive: its lease of an hour stands
+            with pytest.raises(LockHeldError):  # alive and renewing: its lease stands
                 lock.acquire(JOB, ttl_s=60)
         finally:
             holder.kill()
@@ -867,7 +892,8 @@ class JobLockContract:
     ) -> None:
         """A container's main process is pid 1 of its own namespace; pid 1 here is another
         process, started at another time. That proves nothing about the holder: its lease
-        stands while it lives, and after it died too, until it expires."""
+        stands while it lives, and after it died too, until it was not renewed for its TTL
+        (or, on Redis, the server expired it)."""
         if os.geteuid() != 0 or shutil.which("unshare") is None:
             pytest.skip("a pid namespace of its own needs root and unshare(1)")
         ttl = 3.0
@@ -889,10 +915,11 @@ class JobLockContract:
         finally:
             holder.kill()
             holder.wait()
-        with pytest.raises(LockHeldError):
-            lock.acquire(JOB, ttl_s=60)
-        time.sleep(max(0.0, acquired_at + ttl + 0.2 - time.monotonic()))
-        lease = lock.acquire(JOB, ttl_s=60)
+        killed_at = time.monotonic()
+        lease = _acquire_patiently(lock, deadline=killed_at + 10 * ttl)
+        # Its last renewal came before the kill; none after it, so at least a TTL from then.
+        assert time.monotonic() - killed_at >= ttl - ttl / 3 - 0.5
+        assert time.monotonic() - acquired_at >= ttl
         assert lease.token > held
         lock.release(lease)
 
@@ -913,13 +940,19 @@ class JobLockContract:
         assert after.token > lease.token
         lock.release(after)
 
-    def test_force_unlock_only_frees_an_expired_lease(self, lock: JobLock) -> None:
-        lease = lock.acquire(JOB, ttl_s=60)
-        with pytest.raises(LockHeldError):
-            lock.force_unlock(JOB)
-        short = lock.renew(lease, ttl_s=0.1)
-        time.sleep(0.2)
-        lock.force_unlock(JOB)
+    def test_force_unlock_frees_only_a_lease_left_unrenewed(self, lock: JobLock) -> None:
+        lease = lock.acquire(JOB, ttl_s=_HOLDER_TTL)
+        with LeaseKeeper(lock, lease, ttl_s=_HOLDER_TTL) as keeper:
+            with pytest.raises(LockHeldError, match="held by a live run"):
+                lock.force_unlock(JOB, ttl_s=60)
+            assert keeper.lost is None
+        short = lock.acquire(JOB, ttl_s=0.3)  # taken and abandoned: never renewed
+        time.sleep(0.4)  # past its TTL, so that the Redis server has expired it too
+        started = time.monotonic()
+        freed = lock.force_unlock(JOB, ttl_s=60)
+        # Watched for its TTL, or (Redis) expired by the server: a lease gone is not freed.
+        assert freed is None or (freed.token == short.token and freed.renewals == 0)
+        assert time.monotonic() - started < 60
         assert lock.acquire(JOB, ttl_s=60).token > short.token
 
     def test_pickled_lock_reopens(self, lock: JobLock) -> None:

@@ -155,7 +155,8 @@ def test_a_block_that_raises_publishes_nothing_and_leaves_no_staging(
 def test_a_second_batch_while_one_is_open_raises_lock_held_naming_the_holder(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    with _batch(spark, tmp_path, run_id="first") as first:
+    # The holder renews every second: the second batch sees it live at once, not in 40 s.
+    with _batch(spark, tmp_path, run_id="first", lock_ttl_s=3) as first:
         second = _batch(spark, tmp_path, run_id="second")
         with pytest.raises(jobs.LockHeldError) as held, second:
             pytest.fail("the block must not run")
@@ -386,7 +387,7 @@ def test_a_session_factory_is_called_only_once_the_lock_is_held(
         calls.append("spark")
         return spark
 
-    with _batch(spark, tmp_path, run_id="holder"):
+    with _batch(spark, tmp_path, run_id="holder", lock_ttl_s=3):
         with pytest.raises(jobs.LockHeldError), Batch(session, JOB, **_places(tmp_path)):
             pass
         assert calls == []  # refused before any Spark was asked for
