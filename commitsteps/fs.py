@@ -59,7 +59,7 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.files import PUBLIC_FILE_MODE, write_stream
+from store.files import PUBLIC_FILE_MODE, remove_leftovers, write_stream
 from store.urls import is_local, local_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
@@ -244,8 +244,14 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
             # maybe on another filesystem that keeps the deletion through a power cut.
             # Published files are readable by all and writable by their owner, less the
             # umask: never wider than 0644, whatever the umask.
+            # What an earlier attempt killed between its copy and its rename left.
+            remove_leftovers(dpath)
             write_stream(
-                dpath, iter(lambda: r.read(_BLOCK), b""), mode=PUBLIC_FILE_MODE, dir_mode=0o777
+                dpath,
+                iter(lambda: r.read(_BLOCK), b""),
+                mode=PUBLIC_FILE_MODE,
+                dir_mode=0o777,
+                before_rename=lambda: failpoint("rename.copied"),
             )
             return
         with dfs.open(dpath, "wb") as w:

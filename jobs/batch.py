@@ -424,7 +424,8 @@ class Batch:
 
         Raises:
             BatchArgumentError: naming the argument, before anything is written: a
-                DataFrame of another session, a dataset staged twice, a watermark that is
+                DataFrame of another session, a dataset staged twice, a dataset name with a
+                dot in an Iceberg job, a watermark that is
                 not a JSON scalar, a ``partition_by`` column ``df`` does not have.
             DatasetQuarantinedError: if the dataset is quarantined.
             DatasetPendingError: if its pending commit could not be recovered.
@@ -716,6 +717,14 @@ class Batch:
 
     def _check_dataset(self, dataset: str, *, staging: bool) -> None:
         _name(dataset, "dataset")
+        if self.config.output_format == "iceberg" and "." in dataset:
+            # The table is <namespace>.<dataset>: a dot would make the catalog read part of
+            # the name as a namespace level, and refuse it after Spark did the work.
+            raise BatchArgumentError(
+                f"argument 'dataset': {dataset!r} holds a dot, which an Iceberg table name "
+                f"cannot (the table would be {self.config.namespace}.{dataset}); name the "
+                "dataset without dots"
+            )
         if self.command != "run":
             raise BatchArgumentError(f"a {self.command} batch stages nothing")
         if dataset in self._quarantined:

@@ -53,6 +53,9 @@ PUBLIC_FILE_MODE = 0o644
 #: Prefix of a temporary file: hidden, so readers of a folder (Spark, pyarrow, Hive) skip it.
 TEMP_PREFIX = ".tmp-"
 
+#: Hex digits of a writer's own part of a hidden temporary name, and where they end.
+_TEMP_ID = 12
+_TEMP_ID_END = len(TEMP_PREFIX) + _TEMP_ID
 #: Most fsyncs :func:`fsync_all` waits for at once.
 _SYNC_THREADS = 16
 
@@ -202,11 +205,39 @@ def hidden_temp_name(path: str) -> str:
     # Within the 255 bytes a name may have: the end of a long name is cut, never a byte of
     # a character.
     short = name.encode()[:200].decode(errors="ignore")
-    return f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex[:12]}-{short}"
+    return f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex[:_TEMP_ID]}-{short}"
+
+
+def remove_leftovers(path: str) -> int:
+    """Delete what writers of ``path`` killed before their rename left beside it (hidden
+    names of :func:`hidden_temp_name`); how many there were."""
+    directory, _, name = path.rpartition("/")
+    short = name.encode()[:200].decode(errors="ignore")
+    removed = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                left = entry.name
+                if (
+                    left.startswith(TEMP_PREFIX)
+                    and left[_TEMP_ID_END:] == f"-{short}"
+                    and all(c in "0123456789abcdef" for c in left[len(TEMP_PREFIX) : _TEMP_ID_END])
+                ):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed += 1
+    except FileNotFoundError:
+        return 0
+    return removed
 
 
 def write_stream(
-    path: str, chunks: Iterable[bytes], *, mode: int, dir_mode: int = PRIVATE_DIR_MODE
+    path: str,
+    chunks: Iterable[bytes],
+    *,
+    mode: int,
+    dir_mode: int = PRIVATE_DIR_MODE,
+    before_rename: Callable[[], None] | None = None,
 ) -> None:
     """Write ``path`` whole and durably from ``chunks``, replacing what is there in one step.
 
@@ -228,6 +259,8 @@ def write_stream(
         os.fsync(fd)
         os.close(fd)
         fd = -1
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         if fd >= 0:
@@ -533,6 +566,7 @@ __all__ = [
     "hidden_temp_name",
     "makedirs",
     "protocols",
+    "remove_leftovers",
     "replace",
     "sync_created",
     "sync_filesystems",

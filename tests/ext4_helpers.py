@@ -58,7 +58,7 @@ class Ext4:
         with open(self.image, "wb") as f:
             f.truncate(self.size_mb << 20)
         _run("mkfs.ext4", "-q", "-F", str(self.image))
-        self.mount.mkdir(exist_ok=True)
+        self.mount.mkdir(parents=True, exist_ok=True)
         self.attach()
 
     def attach(self) -> None:
@@ -86,9 +86,12 @@ class Ext4:
 
 
 @contextlib.contextmanager
-def ext4_filesystem(directory: Path, size_mb: int = 96) -> Iterator[Ext4]:
-    """A new ext4 filesystem mounted at ``directory/mnt``; unmounted and detached after."""
-    fs = Ext4(directory / "disk.img", directory / "mnt", size_mb)
+def ext4_filesystem(
+    directory: Path, size_mb: int = 96, *, mount: Path | None = None
+) -> Iterator[Ext4]:
+    """A new ext4 filesystem mounted at ``mount`` (default ``directory/mnt``), its image in
+    ``directory``; unmounted and detached after."""
+    fs = Ext4(directory / "disk.img", mount or directory / "mnt", size_mb)
     try:
         fs.make()
         yield fs

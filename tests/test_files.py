@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from ext4_helpers import Ext4, ext4_filesystem
+from test_crash_matrix import Backend, clean_snapshot, drive, expect_killed, expect_ok, snapshot
 
 from commitsteps import FsRenameCommitStep
 from store import files
@@ -98,3 +99,43 @@ def test_what_sync_filesystems_synced_survives_a_cut(small_ext4: Ext4) -> None:
     small_ext4.remount()
     assert (small_ext4.mount / "published").read_bytes() == b"staged data"
     assert not written.exists()
+
+
+def test_a_copy_killed_before_its_rename_leaves_nothing_a_reader_counts(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Output on a filesystem of its own, so every rename is a copy: a run killed between
+    a copy and its rename leaves only a hidden file (readers skip it), which the recovery
+    that finishes the rename removes; in the end every record once, nothing else there."""
+    base = tmp_path / "job"
+
+    def backend(b: Path) -> Backend:
+        return Backend("fs", f"{b}/state/steps", f"{b}/state/watermarks")
+
+    clean = clean_snapshot({}, tmp_path_factory, backend)
+    with ext4_filesystem(tmp_path, mount=base / "output"):
+        expect_killed(drive("run", base, backend(base), crash_at="rename.copied@3"), "copied")
+        left = [p for p in (base / "output").rglob("*") if p.is_file()]
+        hidden = [p for p in left if p.name.startswith(files.TEMP_PREFIX)]
+        assert len(hidden) == 1, left
+        visible = [p for p in left if p not in hidden]
+        assert len(visible) == 2  # the two renames before it, whole
+        assert all(p.stat().st_size > 0 for p in visible)
+        expect_ok(drive("recover", base, backend(base)))
+        expect_ok(drive("run", base, backend(base), run_id="r2"))
+        assert snapshot(base, backend(base)) == clean  # counts hidden files too
+
+
+def test_remove_leftovers_removes_only_hidden_copies_of_that_file(tmp_path: Path) -> None:
+    target = str(tmp_path / "part-0.parquet")
+    for _ in range(2):
+        Path(files.hidden_temp_name(target)).write_bytes(b"partial")
+    Path(files.hidden_temp_name(str(tmp_path / "part-1.parquet"))).write_bytes(b"other")
+    (tmp_path / ".tmp-notours-part-0.parquet").write_bytes(b"not commitpub's")
+    (tmp_path / "part-0.parquet").write_bytes(b"published")
+    assert files.remove_leftovers(target) == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if "part-0" in p.name) == [
+        ".tmp-notours-part-0.parquet",
+        "part-0.parquet",
+    ]
+    assert files.remove_leftovers(str(tmp_path / "missing" / "x")) == 0

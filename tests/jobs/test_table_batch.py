@@ -248,3 +248,13 @@ def test_a_lineage_endpoint_that_is_down_is_counted_and_the_run_publishes(
     }
     assert samples == {("emitted", 0.0), ("failed", 2.0)}
     assert _ids("delta", tmp_path) == ([0, 1, 2], [0, 1, 2])
+
+
+def test_an_iceberg_dataset_name_with_a_dot_is_refused_before_any_spark_work(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    with Batch(spark, JOB, format="iceberg", run_id="r1", **_places(tmp_path)) as batch:
+        with pytest.raises(BatchArgumentError, match=r"'orders\.eu' holds a dot"):
+            batch.stage("orders.eu", _orders(spark, 0, 3))
+        assert batch.report.run_dir is None  # nothing staged, not even a run directory
+    assert batch.report.exit_code == 0
