@@ -53,8 +53,7 @@ from test_crash_matrix import (
     expect_ok,
     snapshot,
 )
-
-from store.failpoints import ENV_VAR, MARKS_ENV_VAR
+from zombies import driver_env, stopped
 
 DRIVER = Path(__file__).with_name("crashdriver.py")
 #: How long an ``appendfsync everysec`` cell waits before its cut (see the module docstring).
@@ -105,22 +104,12 @@ def redis_servers() -> Iterator[list[RedisProcess]]:
         server.stop()
 
 
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"T"
-    except OSError:
-        return False
-
-
 def park(
     command: str, setup: Setup, point: str, marks: Path, *, chunk_records: int = 200_000
 ) -> subprocess.Popen[str]:
     """Start the driver and return once it is stopped at ``point`` (SIGSTOP)."""
     marks.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
-    env[ENV_VAR] = f"{point}:stop"
-    env[MARKS_ENV_VAR] = str(marks)
+    env = driver_env(f"{point}:stop", marks)
     backend = setup.backend
     proc = subprocess.Popen(
         [
@@ -147,7 +136,7 @@ def park(
         if proc.poll() is not None:
             _out, err = proc.communicate()
             pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
-        if (marks / f"{name}.{proc.pid}").exists() and _stopped(proc.pid):
+        if (marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid):
             return proc
         time.sleep(0.02)
     proc.kill()
@@ -196,9 +185,10 @@ POWER_CELLS = [
     ),
     Cell("after-success", "", ALL),
 ]
-#: The cells run against Redis (each needs its own server): the phases around a seal, a
-#: watermark and a removal, and a cut right after success.
-REDIS_CELLS = [
+#: The cells that run against Redis with ``appendfsync everysec`` (each waits out Redis's
+#: fsync window first): the phases around a seal, a watermark and a removal, and a cut right
+#: after success. ``appendfsync always`` runs every cell.
+EVERYSEC_CELLS = [
     c
     for c in POWER_CELLS
     if c.name
@@ -273,8 +263,11 @@ def test_power_cut_fs_store(  # noqa: PLR0917 -- pytest passes fixtures by posit
 
 @pytest.mark.slow
 @pytest.mark.redis
-@pytest.mark.parametrize("kind", ["redis-always", "redis-everysec"])
-@pytest.mark.parametrize("cell", REDIS_CELLS, ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    ("kind", "cell"),
+    [("redis-always", c) for c in POWER_CELLS] + [("redis-everysec", c) for c in EVERYSEC_CELLS],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
 def test_power_cut_redis_store(  # noqa: PLR0917 -- pytest passes fixtures by position
     cell: Cell,
     kind: str,

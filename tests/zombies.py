@@ -36,7 +36,7 @@ JOB = crashdriver.JOB
 DEADLINE_S = 120.0
 
 
-def _env(failpoints: str | None, marks: Path | None) -> dict[str, str]:
+def driver_env(failpoints: str | None, marks: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
     if failpoints:
         env[ENV_VAR] = failpoints
@@ -45,7 +45,7 @@ def _env(failpoints: str | None, marks: Path | None) -> dict[str, str]:
     return env
 
 
-def _stopped(pid: int) -> bool:
+def stopped(pid: int) -> bool:
     """True when the kernel reports the process stopped (state T)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -140,7 +140,7 @@ class DriverJob:
         """Run the driver to its end (or its SIGKILL, with a killing failpoint)."""
         done = subprocess.run(
             self.args(command, *extra, ttl=ttl),
-            env=_env(failpoints, None),
+            env=driver_env(failpoints, None),
             capture_output=True,
             text=True,
             timeout=DEADLINE_S,
@@ -153,7 +153,7 @@ class DriverJob:
         stopped there."""
         proc = subprocess.Popen(
             self.args(command, *extra, ttl=ttl),
-            env=_env(f"{point}:stop", self.marks),
+            env=driver_env(f"{point}:stop", self.marks),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -162,7 +162,7 @@ class DriverJob:
         parked = Parked(proc, point)
         mark = self.marks / f"{point.split('@', maxsplit=1)[0]}.{proc.pid}"
         deadline = time.monotonic() + DEADLINE_S
-        while not (mark.exists() and _stopped(proc.pid)):
+        while not (mark.exists() and stopped(proc.pid)):
             if proc.poll() is not None:
                 _out, err = proc.communicate()
                 raise AssertionError(
