@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ import attrs
 import pyiceberg  # noqa: F401
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import StepConflictError, StepError
+from commitsteps.errors import StepConflictError, TableRollbackRefusedError
 from commitsteps.tables import (
     Footer,
     TableFile,
@@ -48,6 +47,8 @@ from commitsteps.tables import (
     check_in_place,
     check_location,
     check_name,
+    commit_within_budget,
+    conflicts,
     prove,
     published_footers,
     read_footers,
@@ -71,8 +72,6 @@ log = logging.getLogger("commitpub.steps")
 SUMMARY_JOB = "commitpub.job"
 SUMMARY_RUN = "commitpub.run-id"
 SUMMARY_ROLLBACK = "commitpub.rollback-of"
-#: Commits tried by one execute(); each one only after verify() found the run absent.
-_COMMIT_ATTEMPTS = 4
 
 
 #: FileIO properties a catalog leaves unset that are taken from the environment (first
@@ -290,8 +289,7 @@ class IcebergAppendCommitStep(CommitStep):
             TableAlreadyExistsError,
         )
 
-        last: Exception | None = None
-        for attempt in range(_COMMIT_ATTEMPTS):
+        def attempt() -> None:
             catalog = self._catalog()
             table = self._load(catalog)
             if table is not None and self._done(table.metadata):
@@ -301,24 +299,18 @@ class IcebergAppendCommitStep(CommitStep):
             schema = proof.schema
             if table is not None:
                 self._check_fit(table, schema)
-            try:
-                self._commit(catalog, table, footers, schema)
-                return
-            except (
-                CommitFailedException,
-                CommitStateUnknownException,
-                TableAlreadyExistsError,
-            ) as e:
-                # Not decided here: the next round verifies first, on the table as it is now.
-                last = e
-                log.warning("commit of run %s to %s: %s; verifying", self.run_id, self._name, e)
-                time.sleep(0.05 * 2**attempt)
-        if self.verify():
-            return
-        raise StepError(
-            f"could not commit run {self.run_id} to table {self._name} in "
-            f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
+            self._commit(catalog, table, footers, schema)
+
+        commit_within_budget(
+            self,
+            f"commit of run {self.run_id} to table {self._name}",
+            attempt,
+            (CommitFailedException, CommitStateUnknownException, TableAlreadyExistsError),
+            self.verify,
         )
+
+    def conflicts(self) -> int:
+        return conflicts(self)
 
     def _commit(
         self, catalog: Catalog, table: Table | None, footers: Sequence[Footer], schema: pa.Schema
@@ -353,8 +345,9 @@ class IcebergAppendCommitStep(CommitStep):
         if its append is there; the renames' rollback then deletes the files.
 
         Raises:
-            StepConflictError: if some of the run's files are no longer in the table (rewritten
-                by compaction, say): removing only part of a run is refused.
+            TableRollbackRefusedError: if some of the run's files are no longer in the table
+                (rewritten by compaction, say): removing only part of a run is refused, and
+                nothing was changed.
         """
         table = self._load(self._catalog())
         if table is None or not self._done(table.metadata):
@@ -362,9 +355,13 @@ class IcebergAppendCommitStep(CommitStep):
         ours = {f.path for f in self.files}
         found = [t.file for t in table.scan().plan_files() if t.file.file_path in ours]
         if len(found) != len(ours):
-            raise StepConflictError(
+            raise TableRollbackRefusedError(
                 f"table {self._name} holds {len(found)} of the {len(ours)} files of run "
-                f"{self.run_id}; not rolling back part of a run"
+                f"{self.run_id}: the others were rewritten (compaction, rewrite_data_files, an "
+                "overwrite), so the run's rows are still in the table. Not rolling back part "
+                "of a run, nothing was changed. Publish the commit as it stands with "
+                "`commitpub retry`, or take the run's rows out of the table yourself before "
+                "discarding"
             )
         tx = table.transaction()
         properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}

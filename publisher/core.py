@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from commitsteps import CommitStep
+from commitsteps import DEFAULT_COMMIT_BUDGET_S, CommitStep, check_budget
 from publisher import staging
 from publisher import status as status_record
 from publisher.commit import PublishItem, StepsBuilder, publish_group
@@ -61,6 +61,9 @@ class Publisher:
         catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
             the only ones table steps may reach; a step records a catalog's name, never where
             it is (see :class:`store.Connections`).
+        table_commit_budget_s: seconds a table step keeps committing while concurrent
+            writers' commits beat it (each attempt verified first) before the dataset's
+            attempt fails (default 300).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -81,6 +84,7 @@ class Publisher:
         stores: Sequence[str] = (),
         lease: LeaseKeeper | None = None,
         catalogs: Mapping[str, Mapping[str, str]] | None = None,
+        table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -109,6 +113,7 @@ class Publisher:
             chunk_records=chunk_records,
             connections=Connections([*stores, self.store.url], catalogs or {}),
             waits_for_cleanup=_waits_for_cleanup(self._runner),
+            table_commit_budget_s=check_budget(table_commit_budget_s),
         )
 
     @property
