@@ -214,11 +214,21 @@ class IcebergAppendCommitStep(CommitStep):
         except NoSuchTableError:
             return None
 
-    def _done(self, metadata: TableMetadata) -> bool:
-        """True when the current snapshot's ancestry holds this run's append, not undone."""
+    def _done(self, table: Table) -> bool:
+        """True when the current snapshot's ancestry holds this run's append, not undone.
+
+        When snapshot expiry cut the ancestry short before this run's append (or a rollback of
+        it) was found, the run is recognised by its data files instead: some of them in the
+        current snapshot means its append is there. (Expiring it *and* rewriting all of its
+        files while its commit is pending leaves nothing to recognise it by: see
+        docs/operations.md, "Table maintenance while a commit is pending".)
+        """
         from pyiceberg.table.snapshots import ancestors_of
 
+        metadata = table.metadata
+        oldest = None
         for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+            oldest = snapshot
             summary: Mapping[str, Any] = snapshot.summary or {}
             if summary.get(SUMMARY_JOB) != self.job:
                 continue
@@ -226,11 +236,14 @@ class IcebergAppendCommitStep(CommitStep):
                 return False  # newer than the append: the run was rolled back
             if summary.get(SUMMARY_RUN) == self.run_id:
                 return True
-        return False
+        if oldest is None or _first_snapshot(metadata, oldest):
+            return False  # the whole history was read
+        ours = {f.path for f in self.files}
+        return any(task.file.file_path in ours for task in table.scan().plan_files())
 
     def verify(self) -> bool:
         table = self._load(self._catalog())
-        return table is not None and self._done(table.metadata)
+        return table is not None and self._done(table)
 
     def check_preconditions(self) -> None:
         """Prove the staged files and their fit to the table, before anything is published.
@@ -247,7 +260,7 @@ class IcebergAppendCommitStep(CommitStep):
         table = self._load(self._catalog())
         if table is None:
             return
-        if self._done(table.metadata):
+        if self._done(table):
             raise StepConflictError(
                 f"table {self._name} already holds the append of run {self.run_id} of job "
                 f"{self.job}: a run is published into a table once"
@@ -292,7 +305,7 @@ class IcebergAppendCommitStep(CommitStep):
         def attempt() -> None:
             catalog = self._catalog()
             table = self._load(catalog)
-            if table is not None and self._done(table.metadata):
+            if table is not None and self._done(table):
                 return
             check_in_place(self.files)
             footers, proof = published_footers(self, self.files, self.partition_by)
@@ -350,7 +363,7 @@ class IcebergAppendCommitStep(CommitStep):
                 nothing was changed.
         """
         table = self._load(self._catalog())
-        if table is None or not self._done(table.metadata):
+        if table is None or not self._done(table):
             return
         ours = {f.path for f in self.files}
         found = [t.file for t in table.scan().plan_files() if t.file.file_path in ours]
@@ -369,6 +382,17 @@ class IcebergAppendCommitStep(CommitStep):
             for data_file in found:
                 overwrite.delete_data_file(data_file)
         commit_once(tx)
+
+
+def _first_snapshot(metadata: TableMetadata, snapshot: Any) -> bool:
+    """Whether ``snapshot`` is provably the table's first: then an ancestry ending there is
+    its whole history. Expiry clears the parent id of the oldest snapshot it keeps (pyiceberg
+    does), so the parent id cannot tell; a format v2 table numbers its snapshots from 1."""
+    return bool(
+        snapshot.parent_snapshot_id is None
+        and metadata.format_version >= 2
+        and snapshot.sequence_number == 1
+    )
 
 
 def commit_once(tx: Transaction) -> None:

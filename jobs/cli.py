@@ -200,6 +200,8 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
     a pending sequence that is neither quarantined nor being discarded."""
     if doc["discarding"]:
         return "DISCARDING (unfinished: run discard again)"
+    if doc["quarantined"] and doc.get("discard_refused"):
+        return "QUARANTINED (discard refused by the table: retry publishes the commit as it stands)"
     if doc["quarantined"]:
         return "QUARANTINED"
     if otherwise is not None:

@@ -105,6 +105,7 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
             "token": st.discarding.token,
             "rolled_back": st.discarding.rolled_back,
         },
+        "discard_refused": st.discard_refused,
     }
 
 

@@ -18,11 +18,11 @@ import time
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError
+from commitsteps import CommitStep, PathConfinementError, TableRollbackRefusedError
 from publisher import barriers
 from publisher import status as status_record
 from publisher.context import Context
-from publisher.errors import DiscardRefusedError
+from publisher.errors import DiscardRefusedError, TableDiscardRefusedError
 from publisher.execution import abort, clean_up, undo, verify_all
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
@@ -55,6 +55,10 @@ def resume_discard(
         report = _discard(ctx, dataset, status, started, resuming=True)
     except FencedError:
         raise
+    except TableDiscardRefusedError as e:  # recorded as a quarantine: skipped from now on
+        return dataset_report(
+            dataset, Outcome.QUARANTINED, started, error=describe(e), keeps_staging=None
+        )
     except Exception as e:  # reported; the discard stays recorded, so it is never executed
         log.error("could not finish the discard of %s: %s", dataset, describe(e))
         return dataset_report(
@@ -115,7 +119,10 @@ def _discard(
             step.rollback()
             failpoint("discard.rollback_step")
 
-        undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        try:
+            undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        except TableRollbackRefusedError as e:
+            _refused(ctx, dataset, status, e)
         # The rollback lasts before the record that says it is done (publisher.barriers).
         barriers.after_phase(steps)
         marker = attrs.evolve(marker, rolled_back=True)
@@ -123,3 +130,37 @@ def _discard(
         failpoint("discard.rolled_back")
     # Staged files, then the sequence (and the status with it), last.
     return attrs.evolve(abort(ctx, dataset, steps, started), outcome=Outcome.DISCARDED)
+
+
+def _refused(
+    ctx: Context, dataset: str, status: DatasetStatus, error: TableRollbackRefusedError
+) -> None:
+    """A table step cannot take its run out of the table (its files were rewritten): the
+    discard stops there. The steps after it were rolled back, it and the ones before it were
+    not. Left as a discard in progress, every later recovery would try the same rollback and
+    fail the same way; instead the dataset is quarantined with the refusal, which ``status``
+    shows, and the operator chooses: ``retry`` publishes the commit as it stands (the table
+    commit verifies, so it is not appended again; the steps rolled back run again).
+
+    Raises:
+        TableDiscardRefusedError: always, saying what was done and what the operator can do.
+    """
+    ctx.write_status(
+        dataset,
+        attrs.evolve(
+            status,
+            discarding=None,
+            quarantined=True,
+            last_error=describe(error),
+            discard_refused=status_record.now(),
+            updated=status_record.now(),
+        ),
+    )
+    log.error("discard of %s refused by a table step: %s", dataset, error)
+    raise TableDiscardRefusedError(
+        f"discard of {dataset!r} refused: {error}. The steps after the table commit were rolled "
+        "back (its watermarks are where they were before the commit), the table commit and the "
+        "files it added stay. The dataset is quarantined: `commitpub retry` publishes the "
+        "commit as it stands (the table commit is recognised, not appended again). See "
+        "'Table maintenance while a commit is pending' in docs/operations.md"
+    ) from error
