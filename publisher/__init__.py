@@ -29,6 +29,7 @@ from publisher.errors import (
     CorruptStatusError,
     DiscardInProgressError,
     DiscardRefusedError,
+    KeepTableRefusedError,
     TableDiscardRefusedError,
 )
 from publisher.execution import verify_all
@@ -55,6 +56,7 @@ __all__ = [
     "DiscardRefusedError",
     "Discarding",
     "InProcessRunner",
+    "KeepTableRefusedError",
     "Outcome",
     "Outcomes",
     "PendingSequence",

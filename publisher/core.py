@@ -21,6 +21,7 @@ from publisher.commit import PublishItem, StepsBuilder, publish_group
 from publisher.confinement import Roots
 from publisher.context import Context
 from publisher.discard import discard_one
+from publisher.discard import keep_table as keep_table_of
 from publisher.pending import PendingSequence, list_pending
 from publisher.quarantine import lift, record_failure
 from publisher.recovery import recover_group
@@ -318,7 +319,7 @@ class Publisher:
         """
         return lift(self.context, dataset)
 
-    def discard(self, dataset: str) -> DatasetReport:
+    def discard(self, dataset: str, *, keep_table: bool = False) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
 
         Steps already done are rolled back (watermarks set back, files this sequence
@@ -328,11 +329,23 @@ class Publisher:
         the next recovery) finishes it, and nothing is rolled back twice. A status without a
         sequence (a quarantine, an unreadable status) is removed.
 
+        With ``keep_table``, nothing is rolled back: a sequence whose data steps (table
+        commit, renames) are all done keeps what they published, its watermark steps are
+        executed (the data is not read again), its other unfinished steps are skipped and it
+        is removed (for a commit a table refused to roll back, when ``retry`` cannot finish
+        it either).
+
         Raises:
             DiscardRefusedError: if the sequence names paths outside the job's current
                 staging or output roots; nothing was changed.
+            TableDiscardRefusedError: if a table step cannot take its run out of the table
+                whole: the steps after it were rolled back, the dataset is quarantined.
+            KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
+                was changed.
         """
         with self.context.working():
+            if keep_table:
+                return keep_table_of(self.context, dataset)
             return discard_one(self.context, dataset)
 
     def fence(self) -> None:

@@ -18,12 +18,22 @@ import time
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError, TableRollbackRefusedError
+from commitsteps import (
+    CommitStep,
+    PathConfinementError,
+    TableRollbackRefusedError,
+    WatermarkCommitStep,
+)
 from publisher import barriers
 from publisher import status as status_record
 from publisher.context import Context
-from publisher.errors import DiscardRefusedError, TableDiscardRefusedError
-from publisher.execution import abort, clean_up, undo, verify_all
+from publisher.errors import (
+    DiscardInProgressError,
+    DiscardRefusedError,
+    KeepTableRefusedError,
+    TableDiscardRefusedError,
+)
+from publisher.execution import abort, clean_up, finish, undo, verify_all
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus, Discarding
@@ -164,3 +174,60 @@ def _refused(
         "commit as it stands (the table commit is recognised, not appended again). See "
         "'Table maintenance while a commit is pending' in docs/operations.md"
     ) from error
+
+
+def keep_table(ctx: Context, dataset: str) -> DatasetReport:
+    """An operator's ``discard --keep-table``: give up on the rest of a sequence whose data
+    steps (its table commit, its renames) are all done, keeping what they published.
+
+    Since the rows stay in the table, the sequence's watermark steps are executed (so the
+    data is not read again); its other steps not done (a user step that keeps failing) are
+    skipped and named in the log; then the sequence and its status are removed. For a
+    commit whose discard a table refused (its files were compacted or rewritten), when
+    ``retry`` cannot finish it either.
+
+    Raises:
+        KeepTableRefusedError: if a data step is not done; nothing was changed.
+        DiscardInProgressError: if a discard of the sequence is not finished.
+        PathConfinementError: if the sequence lies outside the job's roots.
+    """
+    started = time.monotonic()
+    status = ctx.status_or_default(dataset, "discard --keep-table")
+    if status.discarding is not None:
+        raise DiscardInProgressError(
+            f"discard --keep-table of {dataset!r} refused: {status.discarding.unfinished(dataset)}"
+        )
+    steps = ctx.load(dataset)
+    if not steps:
+        ctx.remove(dataset)
+        return dataset_report(dataset, Outcome.DISCARDED, started)
+    ctx.confine(steps)
+    done = verify_all(steps)
+    missing = [
+        i for i, (s, d) in enumerate(zip(steps, done, strict=True)) if not d and s.phase == 0
+    ]
+    if missing:
+        raise KeepTableRefusedError(
+            f"discard --keep-table of {dataset!r} refused, nothing was changed: data steps "
+            f"{missing[:10]} of its commit are not done, so there is no table commit to keep. "
+            "Use discard (without --keep-table) or retry"
+        )
+    skipped = {
+        id(s)
+        for s, d in zip(steps, done, strict=True)
+        if not d and not isinstance(s, WatermarkCommitStep)
+    }
+    for step in steps:
+        if id(step) in skipped:
+            log.warning("discard --keep-table of %s: skipping %s, never executed", dataset, step)
+    kept = [s for s in steps if id(s) not in skipped]
+    return finish(
+        ctx,
+        dataset,
+        kept,
+        [d for s, d in zip(steps, done, strict=True) if id(s) not in skipped],
+        status,
+        started,
+        outcome=Outcome.DISCARDED,
+        verify_after=True,
+    )

@@ -28,3 +28,8 @@ class TableDiscardRefusedError(CommitPubError):
     table maintenance, so its rows cannot be taken out whole). The steps after it in the
     sequence were rolled back, the table step and the ones before it were not; the dataset
     is quarantined with the refusal, and ``retry`` publishes the commit as it stands."""
+
+
+class KeepTableRefusedError(CommitPubError):
+    """``discard --keep-table`` found a data step of the sequence (a table commit, a rename)
+    not done: there is no table commit to keep. Nothing was changed."""

@@ -169,6 +169,29 @@ def test_iceberg_discard_after_a_rewrite_is_refused_and_the_dataset_is_not_stuck
     assert job.ids() == [1, 2, 3, 4]
 
 
+def test_a_refused_discard_whose_later_step_keeps_failing_is_dropped_with_keep_table(
+    tmp_path: Path,
+) -> None:
+    from deltalake import DeltaTable
+
+    job = Job(tmp_path, "delta")
+    _quarantined_after_its_table_commit(job)
+    DeltaTable(job.env.delta_uri).optimize.compact()
+    _refused_discard(job, "holds 0 of the 1 data files run r1 added")
+    # The gate stays closed: retry cannot finish the commit. Keep what the table holds.
+    pub = job.publisher()
+    report = pub.discard("orders", keep_table=True)
+    assert report.outcome == Outcome.DISCARDED, report.error
+    assert report.executed == 1  # the watermark step; the gate skipped
+    assert pub.store.datasets(JOB) == []
+    assert pub.status("orders") is None
+    assert job.ids() == [1, 2, 3]
+    assert job.watermark() == 5
+    job.closed.unlink()
+    assert job.publish("r2", [4], 6).outcome == Outcome.PUBLISHED
+    assert job.ids() == [1, 2, 3, 4]
+
+
 def test_delta_discard_with_every_file_in_place_still_takes_the_run_out(tmp_path: Path) -> None:
     job = Job(tmp_path, "delta")
     _quarantined_after_its_table_commit(job)
