@@ -265,7 +265,7 @@ class DeltaAppendCommitStep(CommitStep):
         return new
 
     def execute(self) -> None:
-        from deltalake.exceptions import CommitFailedError, DeltaError
+        from deltalake.exceptions import CommitFailedError
 
         def attempt() -> None:
             table = open_table(self.table_uri)
@@ -280,7 +280,10 @@ class DeltaAppendCommitStep(CommitStep):
             self,
             f"commit of run {self.run_id} to Delta table {self.table_uri}",
             attempt,
-            (CommitFailedError, DeltaError),
+            # A commit another writer's came before (deltalake's answer when the version it
+            # would write exists). Other errors are no race to wait out: they fail the attempt
+            # at once, and the next recovery verifies before it tries again.
+            (CommitFailedError,),
             self.verify,
         )
 
@@ -410,8 +413,8 @@ class DeltaAppendCommitStep(CommitStep):
                 f"{self.version}){self._rewritten_by(table)}: the others were rewritten into "
                 "files of their own (compaction, Z-order or another rewrite), so the run's "
                 "rows are still in the table. Not rolling back part of a run, nothing was "
-                "changed. Publish the commit as it stands with `commitpub retry`, or take the "
-                "run's rows out of the table yourself before discarding"
+                "changed. Publish the commit as it stands with `commitpub retry`, or drop the "
+                "commit record keeping the table commit with `commitpub discard --keep-table`"
             )
         partition_by = [] if self.partition_by is None else [self.partition_by]
         table.create_write_transaction(

@@ -373,8 +373,8 @@ class IcebergAppendCommitStep(CommitStep):
                 f"{self.run_id}: the others were rewritten (compaction, rewrite_data_files, an "
                 "overwrite), so the run's rows are still in the table. Not rolling back part "
                 "of a run, nothing was changed. Publish the commit as it stands with "
-                "`commitpub retry`, or take the run's rows out of the table yourself before "
-                "discarding"
+                "`commitpub retry`, or drop the commit record keeping the table commit with "
+                "`commitpub discard --keep-table`"
             )
         tx = table.transaction()
         properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}

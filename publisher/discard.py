@@ -150,7 +150,8 @@ def _refused(
     not. Left as a discard in progress, every later recovery would try the same rollback and
     fail the same way; instead the dataset is quarantined with the refusal, which ``status``
     shows, and the operator chooses: ``retry`` publishes the commit as it stands (the table
-    commit verifies, so it is not appended again; the steps rolled back run again).
+    commit verifies, so it is not appended again; the steps rolled back run again), or
+    ``discard --keep-table`` (:func:`keep_table`).
 
     Raises:
         TableDiscardRefusedError: always, saying what was done and what the operator can do.
@@ -171,8 +172,9 @@ def _refused(
         f"discard of {dataset!r} refused: {error}. The steps after the table commit were rolled "
         "back (its watermarks are where they were before the commit), the table commit and the "
         "files it added stay. The dataset is quarantined: `commitpub retry` publishes the "
-        "commit as it stands (the table commit is recognised, not appended again). See "
-        "'Table maintenance while a commit is pending' in docs/operations.md"
+        "commit as it stands (the table commit is recognised, not appended again); if it "
+        "cannot finish, `commitpub discard --keep-table` drops the record and keeps the table "
+        "commit. See 'Table maintenance while a commit is pending' in docs/operations.md"
     ) from error
 
 

@@ -27,7 +27,8 @@ class TableDiscardRefusedError(CommitPubError):
     """A table step refused to roll its run back (some of the run's files were rewritten by
     table maintenance, so its rows cannot be taken out whole). The steps after it in the
     sequence were rolled back, the table step and the ones before it were not; the dataset
-    is quarantined with the refusal, and ``retry`` publishes the commit as it stands."""
+    is quarantined with the refusal; ``retry`` publishes the commit as it stands, and
+    ``discard --keep-table`` drops the record keeping the table commit."""
 
 
 class KeepTableRefusedError(CommitPubError):
