@@ -180,7 +180,9 @@ def _refused(
 
 def keep_table(ctx: Context, dataset: str) -> DatasetReport:
     """An operator's ``discard --keep-table``: give up on the rest of a sequence whose data
-    steps (its table commit, its renames) are all done, keeping what they published.
+    steps (its table commit, its renames) are all done, keeping what they published. A
+    rename counts as done when a done step (its table commit) publishes its file: the table
+    holds the rows, wherever its maintenance moved them.
 
     Since the rows stay in the table, the sequence's watermark steps are executed (so the
     data is not read again); its other steps not done (a user step that keeps failing) are
@@ -205,8 +207,16 @@ def keep_table(ctx: Context, dataset: str) -> DatasetReport:
         return dataset_report(dataset, Outcome.DISCARDED, started)
     ctx.confine(steps)
     done = verify_all(steps)
+    # A data step not done is one whose effect would be lost, except a rename whose file a
+    # done step (its table commit) publishes: the table owns that file now, and maintenance
+    # (a compaction, then a vacuum) may have deleted it, its rows safe in the table.
+    owned = {p for s, d in zip(steps, done, strict=True) if d for p in s.published_paths()}
     missing = [
-        i for i, (s, d) in enumerate(zip(steps, done, strict=True)) if not d and s.phase == 0
+        i
+        for i, (s, d) in enumerate(zip(steps, done, strict=True))
+        if not d
+        and s.phase == 0
+        and not (s.published_paths() and set(s.published_paths()) <= owned)
     ]
     if missing:
         raise KeepTableRefusedError(

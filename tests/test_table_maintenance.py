@@ -21,7 +21,7 @@ from test_table_steps import JOB, Env
 
 import commitsteps
 from commitsteps import CommitStep, StepError, WatermarkCommitStep
-from publisher import Outcome, Publisher, TableDiscardRefusedError
+from publisher import KeepTableRefusedError, Outcome, Publisher, TableDiscardRefusedError
 from store import open_watermarks
 
 
@@ -190,6 +190,49 @@ def test_a_refused_discard_whose_later_step_keeps_failing_is_dropped_with_keep_t
     job.closed.unlink()
     assert job.publish("r2", [4], 6).outcome == Outcome.PUBLISHED
     assert job.ids() == [1, 2, 3, 4]
+
+
+def test_delta_compaction_then_vacuum_retry_cannot_finish_and_keep_table_gets_out(
+    tmp_path: Path,
+) -> None:
+    from deltalake import DeltaTable
+
+    job = Job(tmp_path, "delta")
+    _quarantined_after_its_table_commit(job)
+    table = DeltaTable(job.env.delta_uri)
+    table.optimize.compact()
+    deleted = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert any("r1-" in path for path in deleted)  # the run's own file, its rows compacted
+    job.closed.unlink()
+    pub = job.publisher()
+    assert pub.retry("orders")
+    # The table commit is recognised, but the renames before it cannot be redone.
+    failed = pub.recover()["orders"]
+    assert failed.outcome == Outcome.QUARANTINED
+    assert "MissingSourceError" in (failed.error or "")
+    assert job.ids() == [1, 2, 3]
+    with pytest.raises(TableDiscardRefusedError, match="holds 0 of the 1 data files"):
+        pub.discard("orders")
+    report = pub.discard("orders", keep_table=True)
+    assert report.outcome == Outcome.DISCARDED, report.error
+    assert pub.store.datasets(JOB) == []
+    assert job.ids() == [1, 2, 3]
+    assert job.watermark() == 5
+    assert job.publish("r2", [4], 6).outcome == Outcome.PUBLISHED
+    assert job.ids() == [1, 2, 3, 4]
+
+
+def test_keep_table_refuses_a_commit_whose_table_commit_never_landed(tmp_path: Path) -> None:
+    job = Job(tmp_path, "delta")
+    job.closed.unlink()
+    assert job.publish("r0", [1], 1).outcome == Outcome.PUBLISHED
+    steps = job.env.steps("r1", [job.env.stage("r1", [2])])
+    pub = job.publisher()
+    pub.store.put_sequence(JOB, "orders", [commitsteps.dumps(s) for s in steps])
+    with pytest.raises(KeepTableRefusedError, match=r"data steps \[0, 1\] .* not done"):
+        pub.discard("orders", keep_table=True)
+    assert pub.store.datasets(JOB) == ["orders"]
+    assert job.ids() == [1]
 
 
 def test_delta_discard_with_every_file_in_place_still_takes_the_run_out(tmp_path: Path) -> None:
