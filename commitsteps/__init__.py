@@ -16,10 +16,12 @@ from commitsteps.errors import (
     StepConflictError,
     StepError,
     StepValueError,
+    TableRollbackRefusedError,
     UnknownStepTypeError,
 )
 from commitsteps.fs import FsRenameCommitStep
 from commitsteps.serialization import dumps, loads
+from commitsteps.tables import DEFAULT_COMMIT_BUDGET_S, check_budget, commit_budget
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DEFAULT_COMMIT_BUDGET_S",
     "CommitStep",
     "DuplicateStepTypeError",
     "FsRenameCommitStep",
@@ -55,9 +58,12 @@ __all__ = [
     "StepConflictError",
     "StepError",
     "StepValueError",
+    "TableRollbackRefusedError",
     "UnknownStepTypeError",
     "WatermarkCommitStep",
+    "check_budget",
     "class_for",
+    "commit_budget",
     "dumps",
     "loads",
     "register",

@@ -103,6 +103,11 @@ class CommitStep(abc.ABC):
         for url in self.published_paths():
             delete_path(url)
 
+    def conflicts(self) -> int:
+        """How many of its commits concurrent writers beat while it executed in this
+        process (a table step; others have none). Reported per dataset."""
+        return 0
+
     def staged_paths(self) -> Sequence[str]:
         """Paths this step reads from staging; each must lie under a staging root."""
         return ()

@@ -44,7 +44,7 @@ import attrs
 import deltalake  # noqa: F401
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import StepConflictError, StepError
+from commitsteps.errors import StepConflictError, TableRollbackRefusedError
 from commitsteps.tables import (
     Footer,
     Proof,
@@ -54,6 +54,8 @@ from commitsteps.tables import (
     check_in_place,
     check_location,
     check_name,
+    commit_within_budget,
+    conflicts,
     prove,
     published_footers,
     read_footers,
@@ -74,7 +76,6 @@ log = logging.getLogger("commitpub.steps")
 INFO_JOB = "commitpub.job"
 INFO_RUN = "commitpub.run-id"
 INFO_ROLLBACK = "commitpub.rollback-of"
-_COMMIT_ATTEMPTS = 4
 
 
 def app_id(job: str, dataset: str) -> str:
@@ -264,30 +265,30 @@ class DeltaAppendCommitStep(CommitStep):
         return new
 
     def execute(self) -> None:
-        from deltalake.exceptions import CommitFailedError, DeltaError
+        from deltalake.exceptions import CommitFailedError
 
-        last: Exception | None = None
-        for attempt in range(_COMMIT_ATTEMPTS):
+        def attempt() -> None:
             table = open_table(self.table_uri)
             if self._txn(table) >= self.version:
                 return
             self._check_version(table)
             check_in_place(self.files)
             footers, proof = published_footers(self, self.files, self.partition_by)
-            try:
-                self._commit(table, footers, proof)
-                return
-            except (CommitFailedError, DeltaError) as e:
-                # Not decided here: the next round verifies first, on the table as it is now.
-                last = e
-                log.warning("commit of run %s to %s: %s; verifying", self.run_id, self.table_uri, e)
-                time.sleep(0.05 * 2**attempt)
-        if self.verify():
-            return
-        raise StepError(
-            f"could not commit run {self.run_id} to Delta table {self.table_uri} in "
-            f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
+            self._commit(table, footers, proof)
+
+        commit_within_budget(
+            self,
+            f"commit of run {self.run_id} to Delta table {self.table_uri}",
+            attempt,
+            # A commit another writer's came before (deltalake's answer when the version it
+            # would write exists). Other errors are no race to wait out: they fail the attempt
+            # at once, and the next recovery verifies before it tries again.
+            (CommitFailedError,),
+            self.verify,
         )
+
+    def conflicts(self) -> int:
+        return conflicts(self)
 
     def _commit(self, table: DeltaTable | None, footers: Sequence[Footer], proof: Proof) -> None:
         from deltalake import Schema
@@ -368,9 +369,16 @@ class DeltaAppendCommitStep(CommitStep):
         """Remove this run's files from the table, setting the app's version back, if its
         commit is the app's latest; the renames' rollback then deletes the files.
 
+        The run's commit is the app's transaction at this step's version, its commit info
+        naming the run (``commitpub.run-id``); its files are the add actions of this step's
+        paths. All of them must still be in the table: a compaction (``OPTIMIZE``, Z-order)
+        or another rewrite moves a run's rows into files of its own, and removing only the
+        files left (while setting the version back, so the run is extracted and appended
+        again) would leave those rows in the table twice.
+
         Raises:
-            StepConflictError: if a later commit of the app exists (rolling back under it
-                would leave the table and the versions disagreeing).
+            TableRollbackRefusedError: if a later commit of the app exists, or some of the
+                run's files are no longer in the table; nothing was changed.
         """
         import pyarrow as pa
         from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
@@ -380,9 +388,10 @@ class DeltaAppendCommitStep(CommitStep):
         if table is None or found < self.version:
             return
         if found > self.version:
-            raise StepConflictError(
+            raise TableRollbackRefusedError(
                 f"Delta table {self.table_uri}: app {self.app_id} is at version {found}, "
-                f"after this commit's {self.version}; not rolling it back"
+                f"after this commit's {self.version} (run {self.run_id}); not rolling it back, "
+                "nothing was changed"
             )
         removes: list[AddAction | RemoveAction] = []
         ours = {self._relative(f) for f in self.files} | {
@@ -397,6 +406,16 @@ class DeltaAppendCommitStep(CommitStep):
                     if k.startswith("partition.")
                 }
                 removes.append(RemoveAction(add["path"], True, now, add["size_bytes"], values))
+        if len(removes) != len(self.files):
+            raise TableRollbackRefusedError(
+                f"Delta table {self.table_uri} holds {len(removes)} of the {len(self.files)} "
+                f"data files run {self.run_id} added (app {self.app_id} version "
+                f"{self.version}){self._rewritten_by(table)}: the others were rewritten into "
+                "files of their own (compaction, Z-order or another rewrite), so the run's "
+                "rows are still in the table. Not rolling back part of a run, nothing was "
+                "changed. Publish the commit as it stands with `commitpub retry`, or drop the "
+                "commit record keeping the table commit with `commitpub discard --keep-table`"
+            )
         partition_by = [] if self.partition_by is None else [self.partition_by]
         table.create_write_transaction(
             removes,
@@ -409,6 +428,16 @@ class DeltaAppendCommitStep(CommitStep):
                 max_commit_retries=0,
             ),
         )
+
+    def _rewritten_by(self, table: DeltaTable) -> str:
+        """The operations committed after the run's commit, as far as the log still tells."""
+        later: list[str] = []
+        for commit in table.history():  # newest first
+            if commit.get(INFO_RUN) == self.run_id and commit.get(INFO_JOB) == self.job:
+                ops = sorted(set(later))
+                return f"; committed after it: {', '.join(ops)}" if ops else ""
+            later.append(str(commit.get("operation")))
+        return ""  # the run's commit is no longer in the log (cleaned up): nothing to name
 
 
 def _text(value: Any) -> str:

@@ -29,6 +29,13 @@ class StepConflictError(StepError):
     """
 
 
+class TableRollbackRefusedError(StepConflictError):
+    """A table step cannot take its run out of the table: some of the run's data files are
+    no longer in it (compacted, rewritten), so removing the files still there would leave
+    part of the run. Nothing was changed; the message names the table, the run, how many of
+    its files are still there, and what the operator can do."""
+
+
 class MissingSourceError(StepError, FileNotFoundError):
     """A rename's source is gone and its destination is missing or wrong: data was lost
     outside commitpub (someone deleted staged files). Never reported as done."""

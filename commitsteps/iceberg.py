@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ import attrs
 import pyiceberg  # noqa: F401
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import StepConflictError, StepError
+from commitsteps.errors import StepConflictError, TableRollbackRefusedError
 from commitsteps.tables import (
     Footer,
     TableFile,
@@ -48,6 +47,8 @@ from commitsteps.tables import (
     check_in_place,
     check_location,
     check_name,
+    commit_within_budget,
+    conflicts,
     prove,
     published_footers,
     read_footers,
@@ -71,8 +72,6 @@ log = logging.getLogger("commitpub.steps")
 SUMMARY_JOB = "commitpub.job"
 SUMMARY_RUN = "commitpub.run-id"
 SUMMARY_ROLLBACK = "commitpub.rollback-of"
-#: Commits tried by one execute(); each one only after verify() found the run absent.
-_COMMIT_ATTEMPTS = 4
 
 
 #: FileIO properties a catalog leaves unset that are taken from the environment (first
@@ -215,11 +214,21 @@ class IcebergAppendCommitStep(CommitStep):
         except NoSuchTableError:
             return None
 
-    def _done(self, metadata: TableMetadata) -> bool:
-        """True when the current snapshot's ancestry holds this run's append, not undone."""
+    def _done(self, table: Table) -> bool:
+        """True when the current snapshot's ancestry holds this run's append, not undone.
+
+        When snapshot expiry cut the ancestry short before this run's append (or a rollback of
+        it) was found, the run is recognised by its data files instead: some of them in the
+        current snapshot means its append is there. (Expiring it *and* rewriting all of its
+        files while its commit is pending leaves nothing to recognise it by: see
+        docs/operations.md, "Table maintenance while a commit is pending".)
+        """
         from pyiceberg.table.snapshots import ancestors_of
 
+        metadata = table.metadata
+        oldest = None
         for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+            oldest = snapshot
             summary: Mapping[str, Any] = snapshot.summary or {}
             if summary.get(SUMMARY_JOB) != self.job:
                 continue
@@ -227,11 +236,14 @@ class IcebergAppendCommitStep(CommitStep):
                 return False  # newer than the append: the run was rolled back
             if summary.get(SUMMARY_RUN) == self.run_id:
                 return True
-        return False
+        if oldest is None or _first_snapshot(metadata, oldest):
+            return False  # the whole history was read
+        ours = {f.path for f in self.files}
+        return any(task.file.file_path in ours for task in table.scan().plan_files())
 
     def verify(self) -> bool:
         table = self._load(self._catalog())
-        return table is not None and self._done(table.metadata)
+        return table is not None and self._done(table)
 
     def check_preconditions(self) -> None:
         """Prove the staged files and their fit to the table, before anything is published.
@@ -248,7 +260,7 @@ class IcebergAppendCommitStep(CommitStep):
         table = self._load(self._catalog())
         if table is None:
             return
-        if self._done(table.metadata):
+        if self._done(table):
             raise StepConflictError(
                 f"table {self._name} already holds the append of run {self.run_id} of job "
                 f"{self.job}: a run is published into a table once"
@@ -290,35 +302,28 @@ class IcebergAppendCommitStep(CommitStep):
             TableAlreadyExistsError,
         )
 
-        last: Exception | None = None
-        for attempt in range(_COMMIT_ATTEMPTS):
+        def attempt() -> None:
             catalog = self._catalog()
             table = self._load(catalog)
-            if table is not None and self._done(table.metadata):
+            if table is not None and self._done(table):
                 return
             check_in_place(self.files)
             footers, proof = published_footers(self, self.files, self.partition_by)
             schema = proof.schema
             if table is not None:
                 self._check_fit(table, schema)
-            try:
-                self._commit(catalog, table, footers, schema)
-                return
-            except (
-                CommitFailedException,
-                CommitStateUnknownException,
-                TableAlreadyExistsError,
-            ) as e:
-                # Not decided here: the next round verifies first, on the table as it is now.
-                last = e
-                log.warning("commit of run %s to %s: %s; verifying", self.run_id, self._name, e)
-                time.sleep(0.05 * 2**attempt)
-        if self.verify():
-            return
-        raise StepError(
-            f"could not commit run {self.run_id} to table {self._name} in "
-            f"{_COMMIT_ATTEMPTS} attempts, each verified first; last: {last}"
+            self._commit(catalog, table, footers, schema)
+
+        commit_within_budget(
+            self,
+            f"commit of run {self.run_id} to table {self._name}",
+            attempt,
+            (CommitFailedException, CommitStateUnknownException, TableAlreadyExistsError),
+            self.verify,
         )
+
+    def conflicts(self) -> int:
+        return conflicts(self)
 
     def _commit(
         self, catalog: Catalog, table: Table | None, footers: Sequence[Footer], schema: pa.Schema
@@ -353,18 +358,23 @@ class IcebergAppendCommitStep(CommitStep):
         if its append is there; the renames' rollback then deletes the files.
 
         Raises:
-            StepConflictError: if some of the run's files are no longer in the table (rewritten
-                by compaction, say): removing only part of a run is refused.
+            TableRollbackRefusedError: if some of the run's files are no longer in the table
+                (rewritten by compaction, say): removing only part of a run is refused, and
+                nothing was changed.
         """
         table = self._load(self._catalog())
-        if table is None or not self._done(table.metadata):
+        if table is None or not self._done(table):
             return
         ours = {f.path for f in self.files}
         found = [t.file for t in table.scan().plan_files() if t.file.file_path in ours]
         if len(found) != len(ours):
-            raise StepConflictError(
+            raise TableRollbackRefusedError(
                 f"table {self._name} holds {len(found)} of the {len(ours)} files of run "
-                f"{self.run_id}; not rolling back part of a run"
+                f"{self.run_id}: the others were rewritten (compaction, rewrite_data_files, an "
+                "overwrite), so the run's rows are still in the table. Not rolling back part "
+                "of a run, nothing was changed. Publish the commit as it stands with "
+                "`commitpub retry`, or drop the commit record keeping the table commit with "
+                "`commitpub discard --keep-table`"
             )
         tx = table.transaction()
         properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}
@@ -372,6 +382,17 @@ class IcebergAppendCommitStep(CommitStep):
             for data_file in found:
                 overwrite.delete_data_file(data_file)
         commit_once(tx)
+
+
+def _first_snapshot(metadata: TableMetadata, snapshot: Any) -> bool:
+    """Whether ``snapshot`` is provably the table's first: then an ancestry ending there is
+    its whole history. Expiry clears the parent id of the oldest snapshot it keeps (pyiceberg
+    does), so the parent id cannot tell; a format v2 table numbers its snapshots from 1."""
+    return bool(
+        snapshot.parent_snapshot_id is None
+        and metadata.format_version >= 2
+        and snapshot.sequence_number == 1
+    )
 
 
 def commit_once(tx: Transaction) -> None:

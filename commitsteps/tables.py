@@ -12,25 +12,132 @@ Nothing here imports pyiceberg or deltalake; pyarrow is imported where a footer 
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
+import logging
+import math
 import os
 import posixpath
+import random
 import stat
+import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
 import fsspec
 
-from commitsteps.errors import MissingSourceError, StepConflictError
+from commitsteps.errors import MissingSourceError, StepConflictError, StepError
 from commitsteps.fs import FsRenameCommitStep
 from store.errors import ConfigurationError
 from store.urls import require_no_credentials
 
+log = logging.getLogger("commitpub.steps")
+
 #: Footers read at once: on object stores each is a request or two.
 _FOOTER_CONCURRENCY = 16
+
+#: Seconds a table step keeps committing while other writers' commits beat it, by default.
+DEFAULT_COMMIT_BUDGET_S = 300.0
+#: The first wait after a lost commit, and the longest: short, since a busy writer commits
+#: again within a fraction of a second and waiting long only lets more of its commits in.
+_FIRST_WAIT_S = 0.05
+_MAX_WAIT_S = 2.0
+_BUDGET: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "commitpub_table_commit_budget_s", default=DEFAULT_COMMIT_BUDGET_S
+)
+#: Commits each table step lost to concurrent writers in this process (for the report).
+_CONFLICTS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def check_budget(seconds: float) -> float:
+    """``seconds`` as a commit budget, or a ConfigurationError naming it.
+
+    Raises:
+        ConfigurationError: unless it is a finite number of seconds > 0.
+    """
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(
+            f"table_commit_budget_s must be a number of seconds > 0, got {seconds!r}"
+        )
+    return float(seconds)
+
+
+@contextmanager
+def commit_budget(seconds: float) -> Iterator[None]:
+    """Within the block, a table step keeps committing against concurrent writers for up to
+    ``seconds`` (the job's ``publish.table_commit_budget_s``) before it fails.
+
+    Raises:
+        ConfigurationError: unless ``seconds`` is a number > 0.
+    """
+    token = _BUDGET.set(check_budget(seconds))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def conflicts(step: Any) -> int:
+    """How many of ``step``'s commits other writers' commits beat in this process."""
+    return _CONFLICTS.get(step, 0)
+
+
+def commit_within_budget(
+    step: Any,
+    what: str,
+    attempt: Callable[[], None],
+    lost: tuple[type[BaseException], ...],
+    verify: Callable[[], bool],
+) -> None:
+    """Run ``attempt`` until it returns, for up to the commit budget (:func:`commit_budget`).
+
+    ``attempt`` verifies first and returns if the run is already in the table, else commits
+    once on top of the table it verified; an error of ``lost`` means another commit came
+    first. What that commit was is never decided here: the next attempt verifies again, on
+    the table as it is then. Between attempts the wait grows exponentially, jittered (full
+    jitter: two writers that collided do not collide again in step).
+
+    Raises:
+        StepError: naming ``what``, the budget and the attempts, once the budget is spent
+            and the run is still not in the table.
+    """
+    budget = _BUDGET.get()
+    deadline = time.monotonic() + budget
+    wait = _FIRST_WAIT_S
+    attempts = 0
+    last: BaseException | None = None
+    while True:
+        attempts += 1
+        try:
+            attempt()
+            return
+        except lost as e:
+            last = e
+            _CONFLICTS[step] = _CONFLICTS.get(step, 0) + 1
+            log.warning("%s: %s; verifying before the next attempt", what, e)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(remaining, random.uniform(0, wait)))
+        wait = min(wait * 2, _MAX_WAIT_S)
+    if verify():
+        return
+    raise StepError(
+        f"{what}: other writers' commits came first in each of {attempts} attempts within the "
+        f"table commit budget of {budget:g} s (each attempt verified first, so nothing was "
+        f"added twice); last: {last}. The sequence stays pending and the next recovery tries "
+        "again; raise publish.table_commit_budget_s or pause the other writer if it keeps "
+        "failing"
+    )
 
 
 def check_location(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:

@@ -111,6 +111,8 @@ class Batch:
         lock: where the job lock lives; default: the store's URL.
         lock_ttl_s: the lock's lease, renewed every third of it (default 120).
         max_attempts: failed commits of a dataset before it is quarantined (default 3).
+        table_commit_budget_s: seconds a table commit keeps trying while other writers'
+            commits to the table come first, each attempt verified first (default 300).
         allow_volatile: run on stores that can forget what they acknowledged (a warning
             instead of an error).
         durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
@@ -148,6 +150,7 @@ class Batch:
         lock: str | None = None,
         lock_ttl_s: float | None = None,
         max_attempts: int | None = None,
+        table_commit_budget_s: float | None = None,
         allow_volatile: bool | None = None,
         durability_unknown: str | None = None,
         metrics_textfile: str | None = None,
@@ -171,6 +174,7 @@ class Batch:
             lock=lock,
             lock_ttl_s=lock_ttl_s,
             max_attempts=max_attempts,
+            table_commit_budget_s=table_commit_budget_s,
             allow_volatile=allow_volatile,
             durability_unknown=durability_unknown,
             metrics_textfile=metrics_textfile,

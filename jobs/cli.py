@@ -200,6 +200,8 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
     a pending sequence that is neither quarantined nor being discarded."""
     if doc["discarding"]:
         return "DISCARDING (unfinished: run discard again)"
+    if doc["quarantined"] and doc.get("discard_refused"):
+        return "QUARANTINED (discard refused by the table: retry publishes the commit as it stands)"
     if doc["quarantined"]:
         return "QUARANTINED"
     if otherwise is not None:
@@ -320,12 +322,19 @@ def retry(job_file: str, dataset: str) -> None:
     epilog="""\b
 Examples:
   commitpub discard jobs/orders.toml orders
-  commitpub discard jobs/orders.toml orders --yes   # no question (scripts)"""
+  commitpub discard jobs/orders.toml orders --yes   # no question (scripts)
+  commitpub discard jobs/orders.toml orders --keep-table   # after a table refused it"""
 )
 @_JOB
 @click.argument("dataset")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def discard(job_file: str, dataset: str, yes: bool) -> None:
+@click.option(
+    "--keep-table",
+    is_flag=True,
+    help="Roll nothing back: keep the table commit (its data steps must be done), move the "
+    "watermarks, skip the other unfinished steps, drop the commit record.",
+)
+def discard(job_file: str, dataset: str, yes: bool, keep_table: bool) -> None:
     """Throw a pending commit away; its data is extracted again by the next run.
 
     Steps already done are rolled back (watermarks set back, files it published deleted),
@@ -336,11 +345,26 @@ def discard(job_file: str, dataset: str, yes: bool) -> None:
     config = _load(job_file)
     if not yes:
         click.confirm(
-            f"Discard the pending commit of {dataset!r} in job {config.name!r}? Its data will "
-            "be extracted again",
+            f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
+            "published in the table and moving its watermarks? Its unfinished steps are skipped"
+            if keep_table
+            else f"Discard the pending commit of {dataset!r} in job {config.name!r}? Its data "
+            "will be extracted again",
             abort=True,
         )
-    report = _store_call(lambda: ops.discard(config, dataset))
+    report = _store_call(lambda: ops.discard(config, dataset, keep_table=keep_table))
+    if keep_table:
+        if report.outcome != "discarded":
+            _fail(
+                f"{dataset}: the commit record stays ({report.outcome}): {report.error}",
+                ExitCode.FAILURE,
+            )
+        click.echo(
+            f"{dataset}: commit record dropped, the table commit kept ({report.outcome}, "
+            f"{report.executed} watermark steps executed)"
+            + (f": {report.error}" if report.error else "")
+        )
+        return
     click.echo(
         f"{dataset}: discarded ({report.outcome}, {report.steps} steps)"
         + (f": {report.error}" if report.error else "")

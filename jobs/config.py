@@ -34,6 +34,7 @@
     conf = { "spark.executor.memory" = "2g" }   # optional
     [publish]
     max_attempts = 3            # optional
+    table_commit_budget_s = 300 # optional: seconds a table commit tries against other writers
     [lock]                      # optional: one writer per job (lease + fencing token)
     url = "state/steps"         # default: the store's URL; or redis://host:port/db
     ttl_s = 120                 # lease length; renewed every ttl_s / 3 while the run lives
@@ -70,6 +71,7 @@ import cattrs
 from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn
 
+from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
 from jobs.sources import BAD_RECORDS
@@ -221,6 +223,12 @@ class _Spark:
 @attrs.frozen(kw_only=True)
 class _Publish:
     max_attempts: int = attrs.field(default=3, validator=_at_least(1))
+    table_commit_budget_s: float = attrs.field(
+        default=DEFAULT_COMMIT_BUDGET_S,
+        validator=_check(
+            lambda v: 0 < v <= 86_400, lambda v: f"must be between 0 and 86400 seconds, got {v}"
+        ),
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -370,6 +378,7 @@ BATCH_ARGUMENTS = {
     "store.durability_unknown": "durability_unknown",
     "watermarks.url": "watermarks",
     "publish.max_attempts": "max_attempts",
+    "publish.table_commit_budget_s": "table_commit_budget_s",
     "lock.url": "lock",
     "lock.ttl_s": "lock_ttl_s",
     "metrics.textfile": "metrics_textfile",
@@ -454,6 +463,7 @@ class BatchConfig:
     max_records_per_file: int | None = None
     compression: str | None = None
     max_attempts: int = 3
+    table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S
     lock_url: str = ""  # empty: the store's URL
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
@@ -623,6 +633,7 @@ def _batch_settings(
         "max_records_per_file": doc.output.max_records_per_file,
         "compression": doc.output.compression,
         "max_attempts": doc.publish.max_attempts,
+        "table_commit_budget_s": doc.publish.table_commit_budget_s,
         "lock_url": _resolve(doc.lock.url, base, "lock.url", naming) if doc.lock.url else "",
         "lock_ttl_s": doc.lock.ttl_s,
         "metrics_textfile": (

@@ -115,6 +115,7 @@ def open_publisher(
         config.store_url,
         config.name,
         max_attempts=config.max_attempts,
+        table_commit_budget_s=config.table_commit_budget_s,
         staging_roots=[config.staging],
         output_roots=[config.output],
         runner=runner,

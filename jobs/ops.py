@@ -105,6 +105,7 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
             "token": st.discarding.token,
             "rolled_back": st.discarding.rolled_back,
         },
+        "discard_refused": st.discard_refused,
     }
 
 
@@ -259,8 +260,9 @@ def retry(config: JobConfig, dataset: str) -> bool:
     return _on_dataset(config, dataset, lambda pub: pub.retry(dataset))
 
 
-def discard(config: JobConfig, dataset: str) -> DatasetReport:
-    """Throw a pending sequence away under the job lock (see ``Publisher.discard``).
+def discard(config: JobConfig, dataset: str, *, keep_table: bool = False) -> DatasetReport:
+    """Throw a pending sequence away under the job lock (see ``Publisher.discard``; with
+    ``keep_table``, keep what its data steps published and move its watermarks).
 
     Raises:
         NothingPendingError: if the dataset has neither a pending sequence nor a status.
@@ -268,7 +270,7 @@ def discard(config: JobConfig, dataset: str) -> DatasetReport:
             ``staging.path`` or ``output.path``; nothing was changed.
         LockHeldError: if a run holds the job lock.
     """
-    return _on_dataset(config, dataset, lambda pub: pub.discard(dataset))
+    return _on_dataset(config, dataset, lambda pub: pub.discard(dataset, keep_table=keep_table))
 
 
 def unlock(

@@ -25,7 +25,13 @@ from publisher.confinement import Roots, check_connections
 from publisher.context import Context
 from publisher.converter import converter, from_json, to_json
 from publisher.core import Publisher
-from publisher.errors import CorruptStatusError, DiscardInProgressError, DiscardRefusedError
+from publisher.errors import (
+    CorruptStatusError,
+    DiscardInProgressError,
+    DiscardRefusedError,
+    KeepTableRefusedError,
+    TableDiscardRefusedError,
+)
 from publisher.execution import verify_all
 from publisher.pending import PendingSequence
 from publisher.reports import (
@@ -50,6 +56,7 @@ __all__ = [
     "DiscardRefusedError",
     "Discarding",
     "InProcessRunner",
+    "KeepTableRefusedError",
     "Outcome",
     "Outcomes",
     "PendingSequence",
@@ -59,6 +66,7 @@ __all__ = [
     "RetryPolicy",
     "Roots",
     "Runner",
+    "TableDiscardRefusedError",
     "check_connections",
     "converter",
     "current_attempt",

@@ -37,7 +37,13 @@ from contextlib import contextmanager
 
 import attrs
 
-from commitsteps import CommitStep, StagedLinkError, loads
+from commitsteps import (
+    DEFAULT_COMMIT_BUDGET_S,
+    CommitStep,
+    StagedLinkError,
+    commit_budget,
+    loads,
+)
 from publisher import status as status_record
 from publisher.confinement import Roots, check_connections
 from publisher.errors import CorruptStatusError
@@ -73,6 +79,9 @@ class Context:
     #: publisher's own process may it return first: the publisher waits for them before it
     #: sweeps, finishes a run directory or closes.
     waits_for_cleanup: bool = True
+    #: Seconds a table step keeps committing while other writers' commits beat it
+    #: (:func:`commitsteps.commit_budget`).
+    table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S
 
     def confine(self, steps: Sequence[CommitStep], *, staged_links: bool = False) -> None:
         """Raise unless every step stays in the job's roots and connects only to its stores.
@@ -93,8 +102,12 @@ class Context:
     @contextmanager
     def working(self) -> Iterator[None]:
         """The block in which steps of this job execute: its fencing token, its name (the
-        namespace of its watermarks) and its stores."""
-        with fencing(self.token, job=self.job), connecting_only(self.connections):
+        namespace of its watermarks), its stores and its table commit budget."""
+        with (
+            fencing(self.token, job=self.job),
+            connecting_only(self.connections),
+            commit_budget(self.table_commit_budget_s),
+        ):
             yield
 
     def fence(self) -> None:

@@ -14,13 +14,14 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from commitsteps import CommitStep
+from commitsteps import DEFAULT_COMMIT_BUDGET_S, CommitStep, check_budget
 from publisher import staging
 from publisher import status as status_record
 from publisher.commit import PublishItem, StepsBuilder, publish_group
 from publisher.confinement import Roots
 from publisher.context import Context
 from publisher.discard import discard_one
+from publisher.discard import keep_table as keep_table_of
 from publisher.pending import PendingSequence, list_pending
 from publisher.quarantine import lift, record_failure
 from publisher.recovery import recover_group
@@ -61,6 +62,9 @@ class Publisher:
         catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
             the only ones table steps may reach; a step records a catalog's name, never where
             it is (see :class:`store.Connections`).
+        table_commit_budget_s: seconds a table step keeps committing while concurrent
+            writers' commits beat it (each attempt verified first) before the dataset's
+            attempt fails (default 300).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -81,6 +85,7 @@ class Publisher:
         stores: Sequence[str] = (),
         lease: LeaseKeeper | None = None,
         catalogs: Mapping[str, Mapping[str, str]] | None = None,
+        table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -109,6 +114,7 @@ class Publisher:
             chunk_records=chunk_records,
             connections=Connections([*stores, self.store.url], catalogs or {}),
             waits_for_cleanup=_waits_for_cleanup(self._runner),
+            table_commit_budget_s=check_budget(table_commit_budget_s),
         )
 
     @property
@@ -313,7 +319,7 @@ class Publisher:
         """
         return lift(self.context, dataset)
 
-    def discard(self, dataset: str) -> DatasetReport:
+    def discard(self, dataset: str, *, keep_table: bool = False) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
 
         Steps already done are rolled back (watermarks set back, files this sequence
@@ -323,11 +329,23 @@ class Publisher:
         the next recovery) finishes it, and nothing is rolled back twice. A status without a
         sequence (a quarantine, an unreadable status) is removed.
 
+        With ``keep_table``, nothing is rolled back: a sequence whose data steps (table
+        commit, renames) are all done keeps what they published, its watermark steps are
+        executed (the data is not read again), its other unfinished steps are skipped and it
+        is removed (for a commit a table refused to roll back, when ``retry`` cannot finish
+        it either).
+
         Raises:
             DiscardRefusedError: if the sequence names paths outside the job's current
                 staging or output roots; nothing was changed.
+            TableDiscardRefusedError: if a table step cannot take its run out of the table
+                whole: the steps after it were rolled back, the dataset is quarantined.
+            KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
+                was changed.
         """
         with self.context.working():
+            if keep_table:
+                return keep_table_of(self.context, dataset)
             return discard_one(self.context, dataset)
 
     def fence(self) -> None:

@@ -18,12 +18,22 @@ import time
 
 import attrs
 
-from commitsteps import CommitStep, PathConfinementError
+from commitsteps import (
+    CommitStep,
+    PathConfinementError,
+    TableRollbackRefusedError,
+    WatermarkCommitStep,
+)
 from publisher import barriers
 from publisher import status as status_record
 from publisher.context import Context
-from publisher.errors import DiscardRefusedError
-from publisher.execution import abort, clean_up, undo, verify_all
+from publisher.errors import (
+    DiscardInProgressError,
+    DiscardRefusedError,
+    KeepTableRefusedError,
+    TableDiscardRefusedError,
+)
+from publisher.execution import abort, clean_up, finish, undo, verify_all
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus, Discarding
@@ -55,6 +65,10 @@ def resume_discard(
         report = _discard(ctx, dataset, status, started, resuming=True)
     except FencedError:
         raise
+    except TableDiscardRefusedError as e:  # recorded as a quarantine: skipped from now on
+        return dataset_report(
+            dataset, Outcome.QUARANTINED, started, error=describe(e), keeps_staging=None
+        )
     except Exception as e:  # reported; the discard stays recorded, so it is never executed
         log.error("could not finish the discard of %s: %s", dataset, describe(e))
         return dataset_report(
@@ -115,7 +129,10 @@ def _discard(
             step.rollback()
             failpoint("discard.rollback_step")
 
-        undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        try:
+            undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
+        except TableRollbackRefusedError as e:
+            _refused(ctx, dataset, status, e)
         # The rollback lasts before the record that says it is done (publisher.barriers).
         barriers.after_phase(steps)
         marker = attrs.evolve(marker, rolled_back=True)
@@ -123,3 +140,106 @@ def _discard(
         failpoint("discard.rolled_back")
     # Staged files, then the sequence (and the status with it), last.
     return attrs.evolve(abort(ctx, dataset, steps, started), outcome=Outcome.DISCARDED)
+
+
+def _refused(
+    ctx: Context, dataset: str, status: DatasetStatus, error: TableRollbackRefusedError
+) -> None:
+    """A table step cannot take its run out of the table (its files were rewritten): the
+    discard stops there. The steps after it were rolled back, it and the ones before it were
+    not. Left as a discard in progress, every later recovery would try the same rollback and
+    fail the same way; instead the dataset is quarantined with the refusal, which ``status``
+    shows, and the operator chooses: ``retry`` publishes the commit as it stands (the table
+    commit verifies, so it is not appended again; the steps rolled back run again), or
+    ``discard --keep-table`` (:func:`keep_table`).
+
+    Raises:
+        TableDiscardRefusedError: always, saying what was done and what the operator can do.
+    """
+    ctx.write_status(
+        dataset,
+        attrs.evolve(
+            status,
+            discarding=None,
+            quarantined=True,
+            last_error=describe(error),
+            discard_refused=status_record.now(),
+            updated=status_record.now(),
+        ),
+    )
+    log.error("discard of %s refused by a table step: %s", dataset, error)
+    raise TableDiscardRefusedError(
+        f"discard of {dataset!r} refused: {error}. The steps after the table commit were rolled "
+        "back (its watermarks are where they were before the commit), the table commit and the "
+        "files it added stay. The dataset is quarantined: `commitpub retry` publishes the "
+        "commit as it stands (the table commit is recognised, not appended again); if it "
+        "cannot finish, `commitpub discard --keep-table` drops the record and keeps the table "
+        "commit. See 'Table maintenance while a commit is pending' in docs/operations.md"
+    ) from error
+
+
+def keep_table(ctx: Context, dataset: str) -> DatasetReport:
+    """An operator's ``discard --keep-table``: give up on the rest of a sequence whose data
+    steps (its table commit, its renames) are all done, keeping what they published. A
+    rename counts as done when a done step (its table commit) publishes its file: the table
+    holds the rows, wherever its maintenance moved them.
+
+    Since the rows stay in the table, the sequence's watermark steps are executed (so the
+    data is not read again); its other steps not done (a user step that keeps failing) are
+    skipped and named in the log; then the sequence and its status are removed. For a
+    commit whose discard a table refused (its files were compacted or rewritten), when
+    ``retry`` cannot finish it either.
+
+    Raises:
+        KeepTableRefusedError: if a data step is not done; nothing was changed.
+        DiscardInProgressError: if a discard of the sequence is not finished.
+        PathConfinementError: if the sequence lies outside the job's roots.
+    """
+    started = time.monotonic()
+    status = ctx.status_or_default(dataset, "discard --keep-table")
+    if status.discarding is not None:
+        raise DiscardInProgressError(
+            f"discard --keep-table of {dataset!r} refused: {status.discarding.unfinished(dataset)}"
+        )
+    steps = ctx.load(dataset)
+    if not steps:
+        ctx.remove(dataset)
+        return dataset_report(dataset, Outcome.DISCARDED, started)
+    ctx.confine(steps)
+    done = verify_all(steps)
+    # A data step not done is one whose effect would be lost, except a rename whose file a
+    # done step (its table commit) publishes: the table owns that file now, and maintenance
+    # (a compaction, then a vacuum) may have deleted it, its rows safe in the table.
+    owned = {p for s, d in zip(steps, done, strict=True) if d for p in s.published_paths()}
+    missing = [
+        i
+        for i, (s, d) in enumerate(zip(steps, done, strict=True))
+        if not d
+        and s.phase == 0
+        and not (s.published_paths() and set(s.published_paths()) <= owned)
+    ]
+    if missing:
+        raise KeepTableRefusedError(
+            f"discard --keep-table of {dataset!r} refused, nothing was changed: data steps "
+            f"{missing[:10]} of its commit are not done, so there is no table commit to keep. "
+            "Use discard (without --keep-table) or retry"
+        )
+    skipped = {
+        id(s)
+        for s, d in zip(steps, done, strict=True)
+        if not d and not isinstance(s, WatermarkCommitStep)
+    }
+    for step in steps:
+        if id(step) in skipped:
+            log.warning("discard --keep-table of %s: skipping %s, never executed", dataset, step)
+    kept = [s for s in steps if id(s) not in skipped]
+    return finish(
+        ctx,
+        dataset,
+        kept,
+        [d for s, d in zip(steps, done, strict=True) if id(s) not in skipped],
+        status,
+        started,
+        outcome=Outcome.DISCARDED,
+        verify_after=True,
+    )

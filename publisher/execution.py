@@ -156,6 +156,7 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
             steps_total=len(steps),
             already_done=sum(done),
             executed=executed,
+            conflicts=_conflicts(steps),
         )
     clean_up(ctx, dataset, steps, staging_dir)
     return dataset_report(
@@ -166,7 +167,15 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         already_done=sum(done),
         executed=executed,
         attempts=status.attempts,
+        conflicts=_conflicts(steps),
     )
+
+
+def _conflicts(steps: Sequence[CommitStep]) -> int:
+    conflicts = sum(step.conflicts() for step in steps)
+    if conflicts:
+        log.info("%d table commits lost to concurrent writers, each verified again", conflicts)
+    return conflicts
 
 
 def abort(ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float) -> DatasetReport:

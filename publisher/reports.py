@@ -54,6 +54,9 @@ class DatasetReport:
     #: Top-level staging directories the dataset's pending sequence still refers to; None
     #: when they could not be read (an unreadable sequence), which disables the orphan sweep.
     keeps_staging: tuple[str, ...] | None = ()
+    #: Table commits of the dataset that concurrent writers' commits beat before its own
+    #: landed (or the budget ran out); each was verified again before the next attempt.
+    conflicts: int = 0
 
 
 def dataset_report(dataset: str, outcome: Outcome, started: float, **fields: Any) -> DatasetReport:

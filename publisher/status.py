@@ -82,6 +82,10 @@ class DatasetStatus:
     retried: bool = False
     #: A discard in progress; see :class:`Discarding`.
     discarding: Discarding | None = None
+    #: When a discard was refused by a table step that could not take its run out of the
+    #: table whole (UTC, ISO 8601); the refusal is :attr:`last_error` and the dataset is
+    #: quarantined. ``retry`` publishes the commit as it stands.
+    discard_refused: str | None = None
 
     @classmethod
     def unreadable(cls, error: CorruptStatusError) -> DatasetStatus:

@@ -47,6 +47,7 @@ dataset_reports = st.builds(
     host=st.text(),
     pid=counts,
     keeps_staging=st.none() | st.lists(st.text()).map(tuple),
+    conflicts=counts,
 )
 statuses = st.builds(
     DatasetStatus,
@@ -58,6 +59,7 @@ statuses = st.builds(
     retried=st.booleans(),
     discarding=st.none()
     | st.builds(Discarding, token=st.none() | counts, started=st.text(), rolled_back=st.booleans()),
+    discard_refused=st.none() | st.text(),
 )
 records = st.one_of(
     dataset_reports,
@@ -120,6 +122,7 @@ def test_a_recovery_report_as_json() -> None:
         "host": "",
         "pid": 0,
         "keeps_staging": [],
+        "conflicts": 0,
     }
     assert to_json(report) == {
         "datasets": [

@@ -143,7 +143,7 @@ def check_tables(fmt: str, base: Path, backend: Backend) -> None:
         for commit in commits:
             assert commit["commitpub.job"] == driver.JOB
             assert commit["commitpub.run-id"] in ("r1", "r2", "r3")
-        wm = open_watermarks(backend.watermarks_url)
+        wm = open_watermarks(backend.watermarks_url, job=driver.JOB)
         assert [wm.get(dataset, p) for p in driver.PARTITIONS] == [driver.RECORDS] * 2
     assert open_store(backend.store_url).datasets(driver.JOB) == []
     staging = base / "staging"

@@ -56,6 +56,7 @@ def test_defaults_of_optional_keys(tmp_path: Path) -> None:
     assert config.source.time_field is None
     assert config.output_format == "parquet"
     assert config.max_attempts == 3
+    assert config.table_commit_budget_s == 300
     assert config.spark_master is None
     assert config.spark_conf == {}
 
@@ -132,6 +133,11 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
     [
         ({"publish": {"max_attempts": "3"}}, "'publish.max_attempts' must be an integer"),
         ({"publish": {"max_attempts": 0}}, "'publish.max_attempts' must be >= 1"),
+        (
+            {"publish": {"table_commit_budget_s": 0}},
+            "'publish.table_commit_budget_s' must be between 0 and 86400 seconds, got 0",
+        ),
+        ({"publish": {"table_commit_budget_s": "5m"}}, "'publish.table_commit_budget_s'"),
         ({"output": {"path": "output", "format": "csv"}}, "'output.format' must be one of"),
         ({"staging": {"path": "output/staging"}}, "overlap"),
         ({"watermarks": {"url": "redis://:secret@host:6379/0"}}, "carries a password"),
@@ -478,3 +484,23 @@ def test_lineage_table_is_checked_and_kept(tmp_path: Path) -> None:
     assert config.lineage.timeout == 2.0
     with pytest.raises(ConfigurationError, match=r"'lineage\.transport' must be a table"):
         load_config(write_job(tmp_path, lineage={"namespace": "x"}))
+
+
+def test_the_table_commit_budget_reaches_the_publisher_from_the_file_and_from_batch(
+    tmp_path: Path,
+) -> None:
+    from jobs.config import batch_config
+    from jobs.locking import open_publisher
+
+    config = load_config(write_job(tmp_path, publish={"table_commit_budget_s": 42.5}))
+    assert config.table_commit_budget_s == 42.5
+    assert open_publisher(config).context.table_commit_budget_s == 42.5
+    places = {
+        "store": str(tmp_path / "b" / "state" / "steps"),
+        "watermarks": str(tmp_path / "b" / "state" / "wm"),
+        "staging": str(tmp_path / "b" / "staging"),
+        "output": str(tmp_path / "b" / "output"),
+    }
+    assert batch_config("j", table_commit_budget_s=7, **places).table_commit_budget_s == 7
+    with pytest.raises(ConfigurationError, match="argument 'table_commit_budget_s' must be"):
+        batch_config("j", table_commit_budget_s=-1, **places)

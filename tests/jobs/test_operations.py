@@ -169,6 +169,46 @@ def test_discard_asks_first_then_rolls_back(job: Job) -> None:
     )
 
 
+def test_discard_keep_table_refuses_without_its_data_then_keeps_it_and_moves_watermarks(
+    job: Job,
+) -> None:
+    staged = [p for s in job.orders_steps for p in s.staged_paths()]
+    refused = job.cli("discard", "orders", "--yes", "--keep-table")
+    assert refused.exit_code == 1, refused.output
+    assert "data steps [0, 1] of its commit are not done" in refused.output
+    assert "nothing was changed" in refused.output
+    assert len(job.records("orders")) == 3
+    assert all(Path(p).exists() for p in staged)
+
+    for step in job.orders_steps[:2]:  # the data published, the watermark step not
+        step.execute()
+    done = job.cli("discard", "orders", "--yes", "--keep-table")
+    assert done.exit_code == 0, done.output
+    assert "orders: commit record dropped, the table commit kept" in done.output
+    assert job.store.datasets(job.config.name) == ["clicks"]
+    assert sorted(os.listdir(job.base / "output" / "orders")) == [
+        "r1-part-0.parquet",
+        "r1-part-1.parquet",
+    ]
+    # The data stays published, so it is not read again: the watermark moved to the commit's.
+    assert open_watermarks(job.config.watermarks_url, job=job.config.name).get("orders", "0") == 50
+
+
+def test_status_explains_a_discard_a_table_refused(job: Job) -> None:
+    refusal = "TableRollbackRefusedError: Delta table t holds 0 of the 1 data files run r1 added"
+    refused = DatasetStatus(
+        attempts=1, quarantined=True, last_error=refusal, discard_refused="2026-11-26T10:00:00"
+    )
+    status_record.write(job.store, job.config.name, "orders", refused, token=None)
+    text = job.cli("status").output
+    assert "orders: QUARANTINED (discard refused by the table: retry publishes" in text
+    assert refusal in text
+    orders = next(
+        p for p in _json(job.cli("status", "--json"))["pending"] if p["dataset"] == "orders"
+    )
+    assert orders["discard_refused"] == "2026-11-26T10:00:00"
+
+
 def _publisher(job: Job, **kw: Any) -> Publisher:
     return Publisher(
         job.store,
@@ -247,6 +287,7 @@ def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job
             "last_error": "ValueError: events/0/1.jsonl line 3: not JSON",
             "first_failed": doc["without_pending"][0]["first_failed"],
             "discarding": None,
+            "discard_refused": None,
         }
     ]
     pub.record_failure("events", ValueError("events/0/1.jsonl line 3: not JSON"))
