@@ -111,6 +111,11 @@ class Batch:
         lock: where the job lock lives; default: the store's URL.
         lock_ttl_s: the lock's lease, renewed every third of it (default 120).
         max_attempts: failed commits of a dataset before it is quarantined (default 3).
+        step_timeout_s: seconds a group of steps executed together (renames, a table
+            commit, your steps) may take before it is abandoned: the dataset's attempt is
+            counted and the run fails (default 3600).
+        run_timeout_s: seconds recovery and publish may take, counted from taking the lock,
+            before they are abandoned and the run fails (default 21600).
         allow_volatile: run on stores that can forget what they acknowledged (a warning
             instead of an error).
         durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
@@ -148,6 +153,8 @@ class Batch:
         lock: str | None = None,
         lock_ttl_s: float | None = None,
         max_attempts: int | None = None,
+        step_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
         allow_volatile: bool | None = None,
         durability_unknown: str | None = None,
         metrics_textfile: str | None = None,
@@ -171,6 +178,8 @@ class Batch:
             lock=lock,
             lock_ttl_s=lock_ttl_s,
             max_attempts=max_attempts,
+            step_timeout_s=step_timeout_s,
+            run_timeout_s=run_timeout_s,
             allow_volatile=allow_volatile,
             durability_unknown=durability_unknown,
             metrics_textfile=metrics_textfile,

@@ -34,6 +34,8 @@
     conf = { "spark.executor.memory" = "2g" }   # optional
     [publish]
     max_attempts = 3            # optional
+    step_timeout_s = 3600       # optional: a group of steps (a table commit) may take this long
+    run_timeout_s = 21600       # optional: recovery and publish of one run, from the lock
     [lock]                      # optional: one writer per job (lease + fencing token)
     url = "state/steps"         # default: the store's URL; or redis://host:port/db
     ttl_s = 120                 # lease length; renewed every ttl_s / 3 while the run lives
@@ -218,9 +220,20 @@ class _Spark:
     conf: dict[str, Any] = attrs.field(factory=dict)
 
 
+_POSITIVE_SECONDS = _check(
+    lambda v: v > 0, lambda v: f"must be a positive number of seconds, got {v}"
+)
+
+#: Generous: a deadline is there to end a hang, not to cut a slow but live publish short.
+STEP_TIMEOUT_S = 3600.0
+RUN_TIMEOUT_S = 6 * 3600.0
+
+
 @attrs.frozen(kw_only=True)
 class _Publish:
     max_attempts: int = attrs.field(default=3, validator=_at_least(1))
+    step_timeout_s: float = attrs.field(default=STEP_TIMEOUT_S, validator=_POSITIVE_SECONDS)
+    run_timeout_s: float = attrs.field(default=RUN_TIMEOUT_S, validator=_POSITIVE_SECONDS)
 
 
 @attrs.frozen(kw_only=True)
@@ -370,6 +383,8 @@ BATCH_ARGUMENTS = {
     "store.durability_unknown": "durability_unknown",
     "watermarks.url": "watermarks",
     "publish.max_attempts": "max_attempts",
+    "publish.step_timeout_s": "step_timeout_s",
+    "publish.run_timeout_s": "run_timeout_s",
     "lock.url": "lock",
     "lock.ttl_s": "lock_ttl_s",
     "metrics.textfile": "metrics_textfile",
@@ -454,6 +469,10 @@ class BatchConfig:
     max_records_per_file: int | None = None
     compression: str | None = None
     max_attempts: int = 3
+    #: ``publish.step_timeout_s``: seconds a group of steps may run before it is abandoned.
+    step_timeout_s: float = STEP_TIMEOUT_S
+    #: ``publish.run_timeout_s``: seconds recovery and publish may take, from the lock.
+    run_timeout_s: float = RUN_TIMEOUT_S
     lock_url: str = ""  # empty: the store's URL
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
@@ -623,6 +642,8 @@ def _batch_settings(
         "max_records_per_file": doc.output.max_records_per_file,
         "compression": doc.output.compression,
         "max_attempts": doc.publish.max_attempts,
+        "step_timeout_s": doc.publish.step_timeout_s,
+        "run_timeout_s": doc.publish.run_timeout_s,
         "lock_url": _resolve(doc.lock.url, base, "lock.url", naming) if doc.lock.url else "",
         "lock_ttl_s": doc.lock.ttl_s,
         "metrics_textfile": (

@@ -25,6 +25,7 @@ from publisher.confinement import Roots, check_connections
 from publisher.context import Context
 from publisher.converter import converter, from_json, to_json
 from publisher.core import Publisher
+from publisher.deadlines import DeadlineError, RunDeadlineError, StepDeadlineError, call_within
 from publisher.errors import CorruptStatusError, DiscardInProgressError, DiscardRefusedError
 from publisher.execution import verify_all
 from publisher.pending import PendingSequence
@@ -37,7 +38,7 @@ from publisher.reports import (
     RecoveryReport,
 )
 from publisher.retry import RetryPolicy
-from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt
+from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt, work_name
 from publisher.status import DatasetStatus, Discarding
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "CorruptStatusError",
     "DatasetReport",
     "DatasetStatus",
+    "DeadlineError",
     "DiscardInProgressError",
     "DiscardRefusedError",
     "Discarding",
@@ -58,7 +60,10 @@ __all__ = [
     "RecoveryReport",
     "RetryPolicy",
     "Roots",
+    "RunDeadlineError",
     "Runner",
+    "StepDeadlineError",
+    "call_within",
     "check_connections",
     "converter",
     "current_attempt",
@@ -68,4 +73,5 @@ __all__ = [
     "task_attempt",
     "to_json",
     "verify_all",
+    "work_name",
 ]

@@ -73,6 +73,9 @@ class Context:
     #: publisher's own process may it return first: the publisher waits for them before it
     #: sweeps, finishes a run directory or closes.
     waits_for_cleanup: bool = True
+    #: Seconds one group of steps (one ``execute_many``, retries included) may take before
+    #: it is abandoned (:mod:`publisher.deadlines`); None: no deadline.
+    step_timeout_s: float | None = None
 
     def confine(self, steps: Sequence[CommitStep], *, staged_links: bool = False) -> None:
         """Raise unless every step stays in the job's roots and connects only to its stores.

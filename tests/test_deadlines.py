@@ -1,0 +1,131 @@
+"""Nothing holds the job lock without making progress: a step that hangs in the publisher's
+own process is abandoned at its deadline, the run exits 1 naming it, its attempt is counted,
+its lease is left to expire (never renewed again, never released), and the next run takes
+over and, once the step is unblocked, publishes exactly once.
+
+Each run is a real ``hangdriver.py`` process holding the real job lock (tests/hangdriver.py);
+every wait is bounded, so a run that hangs fails the test instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import hangdriver
+import pytest
+
+from store import open_lock, open_store
+
+DRIVER = Path(__file__).with_name("hangdriver.py")
+TTL = 3.0
+STEP_TIMEOUT = 2.0
+#: Any wait of the test: far beyond what a run that does not hang takes.
+WAIT_S = 60.0
+
+
+def _start(base: Path, *, step_timeout: float, linger: float = 0.0) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(DRIVER),
+            "--base",
+            str(base),
+            "--ttl",
+            str(TTL),
+            "--step-timeout",
+            str(step_timeout),
+            "--linger",
+            str(linger),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> float:
+    """Wait until ``path`` exists while ``proc`` runs; the time it took."""
+    started = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            _out, err = proc.communicate()
+            raise AssertionError(f"the driver ended ({proc.returncode}) first:\n{err[-3000:]}")
+        assert time.monotonic() - started < WAIT_S, f"{path.name} never appeared"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """Drivers a test started; killed if it ends with them running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_hung_step_is_abandoned_its_lease_expires_and_the_next_run_publishes_once(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    store_url = str(tmp_path / "steps")
+    hung = _start(tmp_path, step_timeout=STEP_TIMEOUT, linger=20.0)
+    procs.append(hung)
+    # Abandoned at its deadline: a hang would never write this.
+    _wait_for(tmp_path / "abandoned", hung)
+
+    # The attempt is counted, and the sealed sequence waits for the next recovery.
+    with open_store(store_url) as st:
+        status = st.statuses(hangdriver.JOB)[hangdriver.DATASET]
+        assert st.datasets(hangdriver.JOB) == [hangdriver.DATASET]
+    assert status["attempts"] == 1, status
+    assert not status["quarantined"], status
+    assert "step 0 (GateStep 'tests.gate') of dataset 'hung'" in status["last_error"], status
+
+    # Alive, but its lease is not renewed any more (a renewal comes every TTL / 3).
+    lock = open_lock(store_url)
+    try:
+        abandoned = lock.current(hangdriver.JOB)
+        assert abandoned is not None
+        assert not abandoned.released
+        time.sleep(TTL)
+        assert hung.poll() is None, "the abandoning run should still be alive (--linger)"
+        assert lock.current(hangdriver.JOB) == abandoned
+    finally:
+        lock.close()
+
+    # The next run takes over once the lease is seen unchanged for a TTL, while the
+    # abandoning process still lives.
+    fixed = _start(tmp_path, step_timeout=WAIT_S)
+    procs.append(fixed)
+    waited = _wait_for(tmp_path / f"took-{abandoned.token + 1}", fixed)
+    assert hung.poll() is None, "the takeover must not wait for the holder to exit"
+    assert waited >= TTL * 0.9
+
+    out, err = hung.communicate(timeout=WAIT_S)
+    assert hung.returncode == 1, err[-3000:]
+    assert "hangdriver: abandoned: step 0 (GateStep 'tests.gate') of dataset 'hung'" in err, err
+    assert "did not finish within its deadline of 2s (step_timeout_s)" in err, err
+
+    # Unblocked, the new run recovers the sequence: the step's effect lands exactly once.
+    (tmp_path / "gate").touch()
+    out, err = fixed.communicate(timeout=WAIT_S)
+    assert fixed.returncode == 0, err[-3000:]
+    assert '"hung": "recovered"' in out, out
+    assert (tmp_path / "output" / "hung" / "lines").read_text() == "once\n"
+    with open_store(store_url) as st:
+        assert st.datasets(hangdriver.JOB) == []
+        assert st.statuses(hangdriver.JOB) == {}
+    lock = open_lock(store_url)
+    try:
+        final = lock.current(hangdriver.JOB)
+        assert final is not None
+        assert final.released
+        assert final.token == abandoned.token + 1
+    finally:
+        lock.close()
