@@ -1,7 +1,8 @@
 """Nothing holds the job lock without making progress: a step that hangs in the publisher's
 own process is abandoned at its deadline, the run exits 1 naming it, its attempt is counted,
 its lease is left to expire (never renewed again, never released), and the next run takes
-over and, once the step is unblocked, publishes exactly once.
+over and, once the step is unblocked, publishes exactly once. Before its deadline such a
+run shows in ``commitpub status`` as holding the lock without progress.
 
 Each run is a real ``hangdriver.py`` process holding the real job lock (tests/hangdriver.py);
 every wait is bounded, so a run that hangs fails the test instead of stalling it.
@@ -9,15 +10,19 @@ every wait is bounded, so a run that hangs fails the test instead of stalling it
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import hangdriver
 import pytest
+from click.testing import CliRunner
 
+from jobs.cli import main
 from store import open_lock, open_store
 
 DRIVER = Path(__file__).with_name("hangdriver.py")
@@ -27,7 +32,9 @@ STEP_TIMEOUT = 2.0
 WAIT_S = 60.0
 
 
-def _start(base: Path, *, step_timeout: float, linger: float = 0.0) -> subprocess.Popen[str]:
+def _start(
+    base: Path, *, step_timeout: float, linger: float = 0.0, ttl: float = TTL
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -35,7 +42,7 @@ def _start(base: Path, *, step_timeout: float, linger: float = 0.0) -> subproces
             "--base",
             str(base),
             "--ttl",
-            str(TTL),
+            str(ttl),
             "--step-timeout",
             str(step_timeout),
             "--linger",
@@ -129,3 +136,44 @@ def test_a_hung_step_is_abandoned_its_lease_expires_and_the_next_run_publishes_o
         assert final.token == abandoned.token + 1
     finally:
         lock.close()
+
+
+def _status(job_file: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["status", str(job_file), "--json"])
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.output)
+    return doc
+
+
+def test_status_shows_a_run_that_holds_the_lock_without_progress(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    job_file = tmp_path / "job.toml"
+    job_file.write_text(
+        f'[job]\nname = "{hangdriver.JOB}"\n'
+        '[source]\npath = "landing"\n[staging]\npath = "staging"\n[output]\npath = "output"\n'
+        '[store]\nurl = "steps"\n[watermarks]\nurl = "watermarks"\n'
+    )
+    # Renewed every 0.2 s while its step hangs (its deadline is far off).
+    hung = _start(tmp_path, step_timeout=WAIT_S, ttl=0.6)
+    procs.append(hung)
+    started = time.monotonic()
+    while not (lock := _status(job_file)["lock"]).get("stalled"):
+        assert hung.poll() is None, hung.communicate()[1][-3000:]
+        assert time.monotonic() - started < WAIT_S, lock
+        time.sleep(0.2)
+    assert lock["state"] == "held"
+    assert lock["stalled_renewals"] >= 6
+    assert lock["stalled_about_s"] == round(lock["stalled_renewals"] * 0.2, 1)
+    assert lock["renewals"] - lock["progress_renewal"] == lock["stalled_renewals"]
+    text = CliRunner().invoke(main, ["status", str(job_file)]).output
+    assert "  stalled: no progress for " in text, text
+    assert "renewals of the lease (about " in text, text
+
+    (tmp_path / "gate").touch()
+    out, err = hung.communicate(timeout=WAIT_S)
+    assert hung.returncode == 0, err[-3000:]
+    assert json.loads(out) == {"hung": "published"}
+    lock = _status(job_file)["lock"]
+    assert lock["state"] == "released"
+    assert not lock["stalled"]
