@@ -659,6 +659,12 @@ class Batch:
         if keeper is not None and keeper.lost is not None and report.error is None:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
+        if keeper is not None and keeper.abandoned is not None:
+            report.warnings.append(
+                f"the job lock is not released but left to expire within {keeper.ttl_s:g}s "
+                "(lock.ttl_s), as abandoned work may still be running: the next run takes "
+                "over then"
+            )
         report.finished = now()
         self._end_lineage()
         try:

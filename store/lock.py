@@ -471,7 +471,9 @@ class LeaseKeeper:
         """Stop renewing, and do not release the lease on exit: it expires after its TTL.
 
         For a run that gives up on work still running that it cannot stop (see the class
-        docstring). Returns once no renewal is in flight, so none follows this call.
+        docstring). Waits, up to a TTL, for a renewal in flight: none begins after this call,
+        but one stuck on an unreachable lock store is not waited for (it could at most
+        extend the lease once more).
         """
         if self.abandoned is None:
             self.abandoned = why
@@ -482,8 +484,8 @@ class LeaseKeeper:
                 why,
             )
         self._stop.set()
-        with self._renewing:
-            pass
+        if self._renewing.acquire(timeout=self.ttl_s):
+            self._renewing.release()
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -532,6 +534,8 @@ class LeaseKeeper:
         with _KEEPERS_LOCK:
             _KEEPERS.discard(self)
         self._stop.set()
-        self._thread.join()
-        if self.lost is None and self.abandoned is None:
-            self.lock.release(self.lease)
+        if self.abandoned is None:
+            self._thread.join()
+            if self.lost is None:
+                self.lock.release(self.lease)
+        # Abandoned: the thread may be stuck in a renewal (see abandon); it is a daemon.

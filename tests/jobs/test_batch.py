@@ -413,6 +413,7 @@ def test_a_step_past_its_deadline_fails_the_batch_and_leaves_the_lease_to_expire
         assert report.error is not None
         assert "step 0 (GateStep 'tests.gate') of dataset 'hung'" in report.error
         assert "deadline of 2s (step_timeout_s)" in report.error
+        assert any("not released but left to expire within 30s" in w for w in report.warnings)
         written = json.loads(next((tmp_path / "state" / "reports").glob("*.json")).read_text())
         assert written["exit_code"] == 1
         with open_store(_places(tmp_path)["store"]) as st:
