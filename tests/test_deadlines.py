@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import hangdriver
+import hangsteps
 import pytest
 from click.testing import CliRunner
 
 from jobs.cli import main
-from store import open_lock, open_store
+from publisher import Publisher, RunDeadlineError
+from store import LeaseKeeper, open_lock, open_store
 
 DRIVER = Path(__file__).with_name("hangdriver.py")
 TTL = 3.0
@@ -177,3 +179,64 @@ def test_status_shows_a_run_that_holds_the_lock_without_progress(
     lock = _status(job_file)["lock"]
     assert lock["state"] == "released"
     assert not lock["stalled"]
+
+
+@pytest.fixture
+def kept(tmp_path: Path) -> Iterator[LeaseKeeper]:
+    """The job lock held by this process, renewed every 0.5 s."""
+    lock = open_lock(str(tmp_path / "steps"))
+    with LeaseKeeper(lock, lock.acquire(hangdriver.JOB, ttl_s=1.5), ttl_s=1.5) as keeper:
+        yield keeper
+    lock.close()
+
+
+def _publisher(base: Path, keeper: LeaseKeeper, **deadlines: float) -> Publisher:
+    return Publisher(
+        str(base / "steps"),
+        hangdriver.JOB,
+        staging_roots=[str(base / "staging")],
+        output_roots=[str(base / "output")],
+        fencing_token=keeper.lease.token,
+        lease=keeper,
+        **deadlines,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_publish_past_the_run_deadline_is_abandoned_naming_the_step_it_was_at(
+    tmp_path: Path, kept: LeaseKeeper
+) -> None:
+    pub = _publisher(tmp_path, kept, run_timeout_s=2.0)
+    step = hangsteps.GateStep(str(tmp_path / "gate"), str(tmp_path / "output" / "x"), "x")
+    try:
+        started = time.monotonic()
+        with pytest.raises(RunDeadlineError) as raised:
+            pub.publish({hangdriver.DATASET: [step]})
+        assert 1.5 <= time.monotonic() - started < WAIT_S
+        message = str(raised.value)
+        assert "publish_group of 1 datasets did not finish within the run's deadline" in message
+        assert "at step 0 (GateStep 'tests.gate') of dataset 'hung'" in message
+        assert not raised.value.stopped
+        # Still running in its thread: the lease is left to expire, never renewed again.
+        assert kept.abandoned == message
+        seen = kept.lock.current(hangdriver.JOB)
+        time.sleep(1.0)  # two renewal periods
+        assert kept.lock.current(hangdriver.JOB) == seen
+    finally:
+        (tmp_path / "gate").touch()  # let the abandoned thread of this process end
+        pub.close()
+
+
+def test_a_run_found_past_its_deadline_begins_nothing_and_keeps_renewing(
+    tmp_path: Path, kept: LeaseKeeper
+) -> None:
+    pub = _publisher(tmp_path, kept, run_timeout_s=0.2)
+    time.sleep(0.3)
+    try:
+        with pytest.raises(RunDeadlineError, match=r"past its run deadline of 0\.2s") as raised:
+            pub.recover()
+        # Nothing was running: the lock is released as usual when the run ends.
+        assert raised.value.stopped
+        assert kept.abandoned is None
+    finally:
+        pub.close()
