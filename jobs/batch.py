@@ -113,6 +113,11 @@ class Batch:
         max_attempts: failed commits of a dataset before it is quarantined (default 3).
         table_commit_budget_s: seconds a table commit keeps trying while other writers'
             commits to the table come first, each attempt verified first (default 300).
+        step_timeout_s: seconds a group of steps executed together (renames, a table
+            commit, your steps) may take before it is abandoned: the dataset's attempt is
+            counted and the run fails (default 3600).
+        run_timeout_s: seconds recovery and publish may take, counted from taking the lock,
+            before they are abandoned and the run fails (default 21600).
         allow_volatile: run on stores that can forget what they acknowledged (a warning
             instead of an error).
         durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
@@ -151,6 +156,8 @@ class Batch:
         lock_ttl_s: float | None = None,
         max_attempts: int | None = None,
         table_commit_budget_s: float | None = None,
+        step_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
         allow_volatile: bool | None = None,
         durability_unknown: str | None = None,
         metrics_textfile: str | None = None,
@@ -175,6 +182,8 @@ class Batch:
             lock_ttl_s=lock_ttl_s,
             max_attempts=max_attempts,
             table_commit_budget_s=table_commit_budget_s,
+            step_timeout_s=step_timeout_s,
+            run_timeout_s=run_timeout_s,
             allow_volatile=allow_volatile,
             durability_unknown=durability_unknown,
             metrics_textfile=metrics_textfile,
@@ -655,6 +664,12 @@ class Batch:
         if keeper is not None and keeper.lost is not None and report.error is None:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
+        if keeper is not None and keeper.abandoned is not None:
+            report.warnings.append(
+                f"the job lock is not released but left to expire within {keeper.ttl_s:g}s "
+                "(lock.ttl_s), as abandoned work may still be running: the next run takes "
+                "over then"
+            )
         report.finished = now()
         self._end_lineage()
         try:

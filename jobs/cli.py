@@ -240,6 +240,14 @@ def status(job_file: str, as_json: bool) -> None:
         f", token {lock['token']}, pid {lock['pid']} on {lock['host']}" if "token" in lock else ""
     )
     click.echo(f"lock: {lock['state']}{held}")
+    if lock.get("stalled"):
+        about = lock["stalled_about_s"]
+        click.echo(
+            f"  stalled: no progress for {lock['stalled_renewals']} renewals of the lease"
+            + (f" (about {about:.0f}s)" if about is not None else "")
+            + "; its run is alive but has not advanced (a hung step?). It ends at "
+            "publish.step_timeout_s; see docs/operations.md"
+        )
     if not doc["pending"]:
         click.echo("pending: none")
     for p in doc["pending"]:

@@ -35,6 +35,8 @@
     [publish]
     max_attempts = 3            # optional
     table_commit_budget_s = 300 # optional: seconds a table commit tries against other writers
+    step_timeout_s = 3600       # optional: a group of steps (a table commit) may take this long
+    run_timeout_s = 21600       # optional: recovery and publish of one run, from the lock
     [lock]                      # optional: one writer per job (lease + fencing token)
     url = "state/steps"         # default: the store's URL; or redis://host:port/db
     ttl_s = 120                 # lease length; renewed every ttl_s / 3 while the run lives
@@ -220,6 +222,15 @@ class _Spark:
     conf: dict[str, Any] = attrs.field(factory=dict)
 
 
+_POSITIVE_SECONDS = _check(
+    lambda v: v > 0, lambda v: f"must be a positive number of seconds, got {v}"
+)
+
+#: Generous: a deadline is there to end a hang, not to cut a slow but live publish short.
+STEP_TIMEOUT_S = 3600.0
+RUN_TIMEOUT_S = 6 * 3600.0
+
+
 @attrs.frozen(kw_only=True)
 class _Publish:
     max_attempts: int = attrs.field(default=3, validator=_at_least(1))
@@ -229,6 +240,8 @@ class _Publish:
             lambda v: 0 < v <= 86_400, lambda v: f"must be between 0 and 86400 seconds, got {v}"
         ),
     )
+    step_timeout_s: float = attrs.field(default=STEP_TIMEOUT_S, validator=_POSITIVE_SECONDS)
+    run_timeout_s: float = attrs.field(default=RUN_TIMEOUT_S, validator=_POSITIVE_SECONDS)
 
 
 @attrs.frozen(kw_only=True)
@@ -379,6 +392,8 @@ BATCH_ARGUMENTS = {
     "watermarks.url": "watermarks",
     "publish.max_attempts": "max_attempts",
     "publish.table_commit_budget_s": "table_commit_budget_s",
+    "publish.step_timeout_s": "step_timeout_s",
+    "publish.run_timeout_s": "run_timeout_s",
     "lock.url": "lock",
     "lock.ttl_s": "lock_ttl_s",
     "metrics.textfile": "metrics_textfile",
@@ -464,6 +479,10 @@ class BatchConfig:
     compression: str | None = None
     max_attempts: int = 3
     table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S
+    #: ``publish.step_timeout_s``: seconds a group of steps may run before it is abandoned.
+    step_timeout_s: float = STEP_TIMEOUT_S
+    #: ``publish.run_timeout_s``: seconds recovery and publish may take, from the lock.
+    run_timeout_s: float = RUN_TIMEOUT_S
     lock_url: str = ""  # empty: the store's URL
     lock_ttl_s: float = 120.0
     metrics_textfile: str | None = None
@@ -634,6 +653,8 @@ def _batch_settings(
         "compression": doc.output.compression,
         "max_attempts": doc.publish.max_attempts,
         "table_commit_budget_s": doc.publish.table_commit_budget_s,
+        "step_timeout_s": doc.publish.step_timeout_s,
+        "run_timeout_s": doc.publish.run_timeout_s,
         "lock_url": _resolve(doc.lock.url, base, "lock.url", naming) if doc.lock.url else "",
         "lock_ttl_s": doc.lock.ttl_s,
         "metrics_textfile": (

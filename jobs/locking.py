@@ -123,6 +123,8 @@ def open_publisher(
         stores=[config.watermarks_url],
         catalogs={CATALOG_NAME: config.catalog} if config.catalog else None,
         lease=keeper,
+        step_timeout_s=config.step_timeout_s,
+        run_timeout_s=config.run_timeout_s,
     )
 
 

@@ -63,6 +63,12 @@ def _nothing_pending(
     )
 
 
+#: Renewals without progress after which ``status`` calls a held lease's run stalled: two
+#: TTLs (a renewal comes every third of one). A live step may take that long (a big table
+#: commit); the step deadline (``publish.step_timeout_s``) is what ends a hung one.
+STALLED_RENEWALS = 6
+
+
 def _lease_state(lease: Lease | None) -> dict[str, Any]:
     if lease is None:
         return {"state": "free"}
@@ -71,7 +77,17 @@ def _lease_state(lease: Lease | None) -> dict[str, Any]:
     state = "released" if lease.released else "held"
     if state == "held" and lease.holder_dead():
         state = "held by a dead process"
-    return {"state": state, **lease.to_dict()}
+    # Both counters are the holder's: no clock of another host is compared. The seconds are
+    # an estimate from the renewal period, for people.
+    stalled = lease.stalled_renewals
+    period = None if lease.ttl_s is None else lease.ttl_s / 3
+    return {
+        "state": state,
+        **lease.to_dict(),
+        "stalled_renewals": stalled,
+        "stalled_about_s": None if period is None else round(stalled * period, 1),
+        "stalled": state == "held" and stalled >= STALLED_RENEWALS,
+    }
 
 
 def last_report(config: JobConfig) -> dict[str, Any] | None:

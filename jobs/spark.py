@@ -16,13 +16,21 @@ import os
 import re
 import socket
 import sys
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 import commitsteps
-from publisher import task_attempt
+from publisher import (
+    DeadlineError,
+    RunDeadlineError,
+    StepDeadlineError,
+    call_within,
+    task_attempt,
+    work_name,
+)
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
@@ -118,6 +126,8 @@ class TaskInfo:
     import_errors: tuple[str, ...] = ()
     #: Set when a store refused this task's writes: the run lost its job lock.
     fenced: str | None = None
+    #: Set when a step of this task exceeded its deadline and was abandoned (counted).
+    abandoned: str | None = None
 
 
 def step_modules() -> tuple[str, ...]:
@@ -155,7 +165,7 @@ def _run_task(
     for error in import_errors:
         log.warning("could not import step module %s", error)
     group = list(items)
-    fenced = None
+    fenced = abandoned = None
     tc = TaskContext.get()
     try:
         # Spark runs a task again when its Python worker died: the work must know.
@@ -165,6 +175,10 @@ def _run_task(
         # Carried back as data: the driver re-raises it as itself, not as a Spark job failure
         # (which Spark would retry and wrap in a JVM stack trace).
         results, fenced = [], str(e)
+    except DeadlineError as e:
+        # Carried back as data too: a retried task would run the dataset again beside the
+        # step it abandoned, which still runs in a thread of this Python worker.
+        results, abandoned = [], str(e)
     info = TaskInfo(
         host=socket.gethostname(),
         pid=os.getpid(),
@@ -175,6 +189,7 @@ def _run_task(
         items=len(group),
         import_errors=import_errors,
         fenced=fenced,
+        abandoned=abandoned,
     )
     yield info, results
 
@@ -210,11 +225,29 @@ class SparkRunner:
         #: Where the groups of the latest :meth:`map_groups` call ran.
         self.last_tasks: tuple[TaskInfo, ...] = ()
 
-    def map_groups(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
+    def map_groups(
+        self,
+        fn: Callable[[Sequence[T]], list[R]],
+        items: Sequence[T],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[R]:
         """Split ``items`` into at most ``tasks`` groups, run ``fn`` on each in a Spark task.
+
+        With ``timeout_s``, the Spark job runs under a job tag of its own, from a daemon
+        thread of the driver; past the deadline the job is cancelled (its tasks are
+        interrupted, and Spark kills a Python worker that does not stop) and
+        :class:`~publisher.RunDeadlineError` is raised. ``SparkSession.interruptTag`` would
+        not do: in Spark Classic it interrupts SQL executions only, and this work is an RDD
+        job; the runner needs a ``sparkContext`` anyway (Spark Connect has none).
 
         Returns:
             The concatenated results; :attr:`last_tasks` tells where each group ran.
+
+        Raises:
+            FencedError: if a task's writes were refused: another run took the job over.
+            StepDeadlineError: if a task abandoned a step past its deadline (counted there).
+            RunDeadlineError: if the job did not finish within ``timeout_s``; cancelled.
         """
         items = list(items)
         if not items:
@@ -222,19 +255,44 @@ class SparkRunner:
             return []
         sc = self.spark.sparkContext
         n = min(len(items), self.tasks or sc.defaultParallelism)
-        name = getattr(getattr(fn, "func", fn), "__name__", "work")
-        sc.setJobDescription(f"commitpub {name}: {len(items)} datasets in {n} tasks")
-        try:
-            task = functools.partial(_run_task, fn, step_modules())
-            gathered: list[tuple[TaskInfo, list[R]]] = (
-                sc.parallelize(items, n).mapPartitions(task).collect()
+        name = work_name(fn)
+        tag = f"commitpub-{name}-{uuid.uuid4().hex}"
+        task = functools.partial(_run_task, fn, step_modules())
+
+        def collect() -> list[tuple[TaskInfo, list[R]]]:
+            # Job description and tags are local to the thread that starts the job.
+            sc.setJobDescription(f"commitpub {name}: {len(items)} datasets in {n} tasks")
+            sc.addJobTag(tag)
+            sc.setInterruptOnCancel(True)
+            try:
+                gathered: list[tuple[TaskInfo, list[R]]] = (
+                    sc.parallelize(items, n).mapPartitions(task).collect()
+                )
+                return gathered
+            finally:
+                sc.removeJobTag(tag)
+                sc.setJobDescription(None)  # type: ignore[arg-type]
+
+        def cancel() -> list[tuple[TaskInfo, list[R]]]:
+            log.error("cancelling the Spark jobs of %s (tag %s): past the run deadline", name, tag)
+            sc.cancelJobsWithTag(tag)
+            raise RunDeadlineError(
+                f"{name} of {len(items)} datasets in {n} Spark tasks did not finish within "
+                f"the run's deadline ({timeout_s:g}s left of run_timeout_s): its Spark job "
+                "was cancelled, abandoned"
             )
-        finally:
-            sc.setJobDescription(None)  # type: ignore[arg-type]
+
+        gathered = call_within(collect, timeout_s, cancel)
         self.last_tasks = tuple(info for info, _ in gathered)
         fenced = [info.fenced for info in self.last_tasks if info.fenced]
         if fenced:
             raise FencedError(fenced[0])
+        abandoned = [info.abandoned for info in self.last_tasks if info.abandoned]
+        if abandoned:
+            raise StepDeadlineError(
+                f"{abandoned[0]} (in a Spark task on "
+                f"{', '.join(sorted({i.host for i in self.last_tasks if i.abandoned}))})"
+            )
         for info in self.last_tasks:
             for error in info.import_errors:
                 log.warning("executor %s pid %d could not import %s", info.host, info.pid, error)

@@ -25,6 +25,7 @@ from publisher.confinement import Roots, check_connections
 from publisher.context import Context
 from publisher.converter import converter, from_json, to_json
 from publisher.core import Publisher
+from publisher.deadlines import DeadlineError, RunDeadlineError, StepDeadlineError, call_within
 from publisher.errors import (
     CorruptStatusError,
     DiscardInProgressError,
@@ -43,7 +44,7 @@ from publisher.reports import (
     RecoveryReport,
 )
 from publisher.retry import RetryPolicy
-from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt
+from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt, work_name
 from publisher.status import DatasetStatus, Discarding
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "CorruptStatusError",
     "DatasetReport",
     "DatasetStatus",
+    "DeadlineError",
     "DiscardInProgressError",
     "DiscardRefusedError",
     "Discarding",
@@ -65,8 +67,11 @@ __all__ = [
     "RecoveryReport",
     "RetryPolicy",
     "Roots",
+    "RunDeadlineError",
     "Runner",
+    "StepDeadlineError",
     "TableDiscardRefusedError",
+    "call_within",
     "check_connections",
     "converter",
     "current_attempt",
@@ -76,4 +81,5 @@ __all__ = [
     "task_attempt",
     "to_json",
     "verify_all",
+    "work_name",
 ]

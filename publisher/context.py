@@ -82,6 +82,9 @@ class Context:
     #: Seconds a table step keeps committing while other writers' commits beat it
     #: (:func:`commitsteps.commit_budget`).
     table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S
+    #: Seconds one group of steps (one ``execute_many``, retries included) may take before
+    #: it is abandoned (:mod:`publisher.deadlines`); None: no deadline.
+    step_timeout_s: float | None = None
 
     def confine(self, steps: Sequence[CommitStep], *, staged_links: bool = False) -> None:
         """Raise unless every step stays in the job's roots and connects only to its stores.

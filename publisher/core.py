@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -20,6 +21,7 @@ from publisher import status as status_record
 from publisher.commit import PublishItem, StepsBuilder, publish_group
 from publisher.confinement import Roots
 from publisher.context import Context
+from publisher.deadlines import DeadlineError, RunDeadlineError
 from publisher.discard import discard_one
 from publisher.discard import keep_table as keep_table_of
 from publisher.pending import PendingSequence, list_pending
@@ -29,9 +31,12 @@ from publisher.reports import DatasetReport, PublishReport, RecoveryReport
 from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner
 from publisher.status import DatasetStatus
-from store import CommitStepStore, Connections, LeaseKeeper, open_store
+from store import CommitStepStore, Connections, LeaseKeeper, note_progress, open_store
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Publisher:
@@ -65,6 +70,18 @@ class Publisher:
         table_commit_budget_s: seconds a table step keeps committing while concurrent
             writers' commits beat it (each attempt verified first) before the dataset's
             attempt fails (default 300).
+        step_timeout_s: seconds a group of steps executed together (one ``execute_many``:
+            renames, a table commit, a user's steps) may take, retries included; None: no
+            deadline. One that takes longer is abandoned (:mod:`publisher.deadlines`): its
+            dataset's attempt is counted and :class:`~publisher.deadlines.StepDeadlineError`
+            stops the run.
+        run_timeout_s: seconds from the making of this publisher within which
+            :meth:`recover` and :meth:`publish` must be done; None: no deadline. Past it,
+            :class:`~publisher.deadlines.RunDeadlineError` stops the run.
+
+    When work is abandoned that may still be running (a thread cannot be killed), the
+    ``lease`` is no longer renewed, nor released: it expires after its TTL (see
+    :meth:`store.LeaseKeeper.abandon`).
 
     Raises:
         ConfigurationError: if a root or the job name is unusable.
@@ -86,6 +103,8 @@ class Publisher:
         lease: LeaseKeeper | None = None,
         catalogs: Mapping[str, Mapping[str, str]] | None = None,
         table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S,
+        step_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
     ) -> None:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
@@ -99,6 +118,13 @@ class Publisher:
         ):
             if isinstance(roots, str):
                 raise ConfigurationError(f"{name} is a sequence of paths, not one string")
+        for name, seconds in (("step_timeout_s", step_timeout_s), ("run_timeout_s", run_timeout_s)):
+            if seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+            ):
+                raise ConfigurationError(f"{name} must be a positive number, got {seconds!r}")
+        self._run_deadline = None if run_timeout_s is None else time.monotonic() + run_timeout_s
+        self.run_timeout_s = run_timeout_s
         self.store = open_store(commit_store) if isinstance(commit_store, str) else commit_store
         self.job_name = job_name
         self.roots = Roots(staging_roots, output_roots)
@@ -115,6 +141,7 @@ class Publisher:
             connections=Connections([*stores, self.store.url], catalogs or {}),
             waits_for_cleanup=_waits_for_cleanup(self._runner),
             table_commit_budget_s=check_budget(table_commit_budget_s),
+            step_timeout_s=step_timeout_s,
         )
 
     @property
@@ -166,7 +193,7 @@ class Publisher:
             PublishItem(dataset, steps if callable(steps) else tuple(steps), dirs.get(dataset))
             for dataset, steps in sequences.items()
         ]
-        reports = self.runner.map_groups(functools.partial(publish_group, self.context), items)
+        reports = self._map_groups(functools.partial(publish_group, self.context), items)
         return PublishReport(_sorted(reports), round(time.monotonic() - started, 6))
 
     def recover(self) -> RecoveryReport:
@@ -186,7 +213,7 @@ class Publisher:
         self.require_lock("recovering")
         datasets = self.context.retry.call(lambda: self.store.datasets(self.job_name))
         reports = _sorted(
-            self.runner.map_groups(functools.partial(recover_group, self.context), datasets)
+            self._map_groups(functools.partial(recover_group, self.context), datasets)
         )
         failpoint("recover.before_sweep")
         staging.drain()  # leftovers this process is still deleting are not the sweep's
@@ -198,6 +225,33 @@ class Publisher:
             sweep_skipped=skipped,
             staging_warnings=swept.warnings,
         )
+
+    def _map_groups(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
+        """The runner's ``map_groups``, within what is left of the run deadline.
+
+        Work abandoned at a deadline that may still be running stops the lease keeper's
+        renewals (:meth:`store.LeaseKeeper.abandon`), and the error goes on.
+
+        Raises:
+            DeadlineError: a step or the run exceeded its deadline.
+        """
+        try:
+            if self._run_deadline is None:
+                return self.runner.map_groups(fn, items)
+            left = self._run_deadline - time.monotonic()
+            if left <= 0:
+                raise RunDeadlineError(
+                    f"job {self.job_name!r} is past its run deadline of "
+                    f"{self.run_timeout_s:g}s (run_timeout_s); nothing more is begun",
+                    stopped=True,
+                )
+            return self.runner.map_groups(fn, items, timeout_s=left)
+        except DeadlineError as e:
+            if not e.stopped and self.lease is not None:
+                self.lease.abandon(str(e))
+            raise
+        finally:
+            note_progress()
 
     def _sweep(self, reports: Sequence[DatasetReport]) -> tuple[staging.SweepResult, str | None]:
         keep: set[str] = set()

@@ -17,10 +17,18 @@ from collections.abc import Callable, Iterator, Sequence
 from commitsteps import CommitStep, StepError
 from publisher import barriers
 from publisher.context import Context
+from publisher.deadlines import (
+    DeadlineError,
+    StepDeadlineError,
+    call_within,
+    describe_step,
+    set_doing,
+)
 from publisher.quarantine import fail
 from publisher.reports import DatasetReport, Outcome, dataset_report
 from publisher.staging import Later, cleanup
 from publisher.status import DatasetStatus
+from store import note_progress
 from store.errors import FencedError
 from store.failpoints import failpoint
 
@@ -126,12 +134,13 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
     executed = 0
     try:
         todo = {id(s) for s, d in zip(steps, done, strict=True) if not d}
+        index = {id(s): i for i, s in enumerate(steps)}
         for phase in barriers.phases(steps):
             for group in groups([s for s in phase if id(s) in todo]):
                 ctx.guard(f"executing the steps of {dataset!r}")
-                cls = type(group[0])
-                ctx.retry.call(lambda g=group, c=cls: c.execute_many(g))  # type: ignore[misc]
+                _execute_group(ctx, dataset, group, index[id(group[0])])
                 executed += len(group)
+                note_progress()
             # What this phase did lasts before the next phase (or the removal) relies on it.
             barriers.after_phase(phase)
         if verify_after:
@@ -145,6 +154,11 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         failpoint("publish.after_remove")
     except FencedError:
         raise  # another run owns the job now; its recovery finishes this sequence
+    except DeadlineError as e:
+        # Counted like any failure, then the run stops: the abandoned step may still be
+        # running, and nothing more of this run should start beside it.
+        fail(ctx, dataset, status, e, started, steps=steps, steps_total=len(steps))
+        raise
     except Exception as e:  # a user step may raise anything; it is counted
         return fail(
             ctx,
@@ -176,6 +190,31 @@ def _conflicts(steps: Sequence[CommitStep]) -> int:
     if conflicts:
         log.info("%d table commits lost to concurrent writers, each verified again", conflicts)
     return conflicts
+
+
+def _execute_group(ctx: Context, dataset: str, group: list[CommitStep], index: int) -> None:
+    """``execute_many`` of one group of steps of one class (retried on transient errors),
+    within the step deadline.
+
+    Raises:
+        StepDeadlineError: if it did not finish within ``ctx.step_timeout_s``; it may still
+            be running in its thread.
+    """
+    cls = type(group[0])
+    what = describe_step(dataset, index, cls, len(group))
+    set_doing(what)
+    timeout = ctx.step_timeout_s
+
+    def abandoned() -> None:
+        raise StepDeadlineError(
+            f"{what} did not finish within its deadline of {timeout:g}s "
+            "(step_timeout_s): abandoned, still running in a thread of this process"
+        )
+
+    try:
+        call_within(lambda: ctx.retry.call(lambda: cls.execute_many(group)), timeout, abandoned)
+    finally:
+        set_doing(None)
 
 
 def abort(ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float) -> DatasetReport:

@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Protocol, TypeVar
 
+from publisher.deadlines import RunDeadlineError, call_within, doing
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -41,13 +43,56 @@ class Runner(Protocol):
     processes: ``jobs.SparkRunner`` runs each group in a Spark task.
     """
 
-    def map_groups(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
-        """Apply ``fn`` to groups of ``items``; concatenate the results."""
+    def map_groups(
+        self,
+        fn: Callable[[Sequence[T]], list[R]],
+        items: Sequence[T],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[R]:
+        """Apply ``fn`` to groups of ``items``; concatenate the results.
+
+        Args:
+            fn: the work of one group.
+            items: all items.
+            timeout_s: the run's deadline, seconds from now; None: no deadline.
+
+        Raises:
+            RunDeadlineError: if the work did not finish within ``timeout_s``: abandoned,
+                and stopped (cancelled) where the runner can.
+        """
         ...
 
 
 class InProcessRunner:
-    """The default runner: everything in the calling process, one group at a time."""
+    """The default runner: everything in the calling process, one group at a time.
 
-    def map_groups(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
-        return fn(items) if items else []
+    With a deadline the work runs in a daemon thread (:func:`publisher.deadlines.call_within`):
+    past it, the thread is abandoned, still running.
+    """
+
+    def map_groups(
+        self,
+        fn: Callable[[Sequence[T]], list[R]],
+        items: Sequence[T],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[R]:
+        if not items:
+            return []
+
+        def abandoned() -> list[R]:
+            at = doing()
+            raise RunDeadlineError(
+                f"{work_name(fn)} of {len(items)} datasets did not finish within the run's "
+                f"deadline ({timeout_s:g}s left of run_timeout_s)"
+                + (f", at {at}" if at else "")
+                + ": abandoned, still running in a thread of this process"
+            )
+
+        return call_within(lambda: fn(items), timeout_s, abandoned)
+
+
+def work_name(fn: Callable[..., object]) -> str:
+    """``publish_group`` for ``functools.partial(publish_group, ctx)``: for messages."""
+    return str(getattr(getattr(fn, "func", fn), "__name__", "work"))

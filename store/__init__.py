@@ -18,7 +18,15 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.lock import JobLock, Lease, LeaseKeeper, current_job, current_token, fencing
+from store.lock import (
+    JobLock,
+    Lease,
+    LeaseKeeper,
+    current_job,
+    current_token,
+    fencing,
+    note_progress,
+)
 from store.registry import open_lock, open_store, open_watermarks, register_backend
 
 __all__ = [
@@ -49,6 +57,7 @@ __all__ = [
     "current_job",
     "current_token",
     "fencing",
+    "note_progress",
     "open_lock",
     "open_store",
     "open_watermarks",

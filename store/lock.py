@@ -141,6 +141,11 @@ def _number(_instance: object, attribute: attrs.Attribute[Any], value: object) -
         raise TypeError(f"{attribute.name} must be a number, got {value!r}")
 
 
+def _number_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _number(instance, attribute, value)
+
+
 def _ttl(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -186,6 +191,21 @@ class Lease:
     ttl_s: float | None = attrs.field(default=None, validator=_ttl)
     #: Grows with every renewal, so that a renewed lease differs from the one before.
     renewals: int = attrs.field(default=0, validator=_count)
+    #: Grows when the holder's work advances (a group of steps executed, a dataset done):
+    #: written by the holder with its renewals, see :meth:`stalled_renewals`.
+    progress: int = attrs.field(default=0, validator=_count)
+    #: ``renewals`` of the renewal that first carried the current ``progress``.
+    progress_renewal: int = attrs.field(default=0, validator=_count)
+    #: The holder's wall clock when ``progress`` last grew: for display only.
+    progress_at: float | None = attrs.field(default=None, validator=_number_or_none)
+
+    @property
+    def stalled_renewals(self) -> int:
+        """Renewals since the holder last made progress: a holder that renews its lease but
+        does not advance (a hung step) shows a growing count. Both counters are the
+        holder's own, so no two hosts' clocks are compared; a renewal comes every third of
+        ``ttl_s``."""
+        return max(0, self.renewals - self.progress_renewal)
 
     @classmethod
     def new(cls, job: str, token: int, ttl_s: float) -> Lease:
@@ -201,6 +221,7 @@ class Lease:
             boot_id=_boot_id(),
             pid_ns=_pid_namespace(),
             ttl_s=ttl_s,
+            progress_at=clock.wall(),
         )
 
     def renewed(self, ttl_s: float) -> Lease:
@@ -404,43 +425,117 @@ class JobLock(abc.ABC):
         """Release connections."""
 
 
+#: The keepers renewing a lease in this process, told of progress by :func:`note_progress`.
+_KEEPERS: set[LeaseKeeper] = set()
+_KEEPERS_LOCK = threading.Lock()
+
+
+def note_progress() -> None:
+    """Tell every lease kept in this process that its run advanced (see
+    :attr:`Lease.progress`); the next renewal carries it. A no-op where no lease is kept (a
+    Spark executor: progress there is noted by the driver per phase)."""
+    with _KEEPERS_LOCK:
+        keepers = list(_KEEPERS)
+    for keeper in keepers:
+        keeper.progressed()
+
+
 class LeaseKeeper:
-    """Renews a lease in a background thread until stopped; records a lost lease."""
+    """Renews a lease in a background thread until stopped; records a lost lease.
+
+    A run that abandons work it cannot stop (a step that hangs in a thread of this process,
+    see :mod:`publisher.deadlines`) calls :meth:`abandon`: the keeper stops renewing and
+    does not release the lease on exit, so it expires and the next run takes over after the
+    TTL. Releasing it would let a new run start at once while the hung step may still wake
+    and act; by the time the lease has expired, the new run's fencing token makes the
+    stores refuse whatever such a zombie still tries.
+    """
 
     def __init__(self, lock: JobLock, lease: Lease, *, ttl_s: float) -> None:
         self.lock = lock
         self.lease = lease
         self.ttl_s = ttl_s
         self.lost: BaseException | None = None
+        #: Why the lease was abandoned (:meth:`abandon`), or None.
+        self.abandoned: str | None = None
+        self._progress = lease.progress
         self._stop = threading.Event()
+        self._renewing = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="commitpub-lease", daemon=True)
+
+    def progressed(self) -> None:
+        """The run advanced: the next renewal records it in the lease."""
+        self._progress += 1
+
+    def abandon(self, why: str) -> None:
+        """Stop renewing, and do not release the lease on exit: it expires after its TTL.
+
+        For a run that gives up on work still running that it cannot stop (see the class
+        docstring). Waits, up to a TTL, for a renewal in flight: none begins after this call,
+        but one stuck on an unreachable lock store is not waited for (it could at most
+        extend the lease once more).
+        """
+        if self.abandoned is None:
+            self.abandoned = why
+            log.error(
+                "job lock of %r abandoned, no longer renewed (expires within %.0fs): %s",
+                self.lease.job,
+                self.ttl_s,
+                why,
+            )
+        self._stop.set()
+        if self._renewing.acquire(timeout=self.ttl_s):
+            self._renewing.release()
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
-            try:
-                self.lease = self.lock.renew(self.lease, ttl_s=self.ttl_s)
-            except (StoreUnavailableError, ConnectionError, TimeoutError) as e:
-                # The lock's store is out of reach: the lease is still ours until it
-                # expires, and the next tick tries again.
-                if not self.lease.expired():
-                    log.warning("could not renew the job lock (will retry): %s", e)
-                    continue
-                self._lose(e)
-                return
-            except Exception as e:  # a lost lease is reported, never raised in the thread
-                self._lose(e)
-                return
+            with self._renewing:
+                if self._stop.is_set():
+                    return
+                if not self._renew():
+                    return
+
+    def _renew(self) -> bool:
+        """One renewal; False once the lease is lost."""
+        lease = self.lease
+        if self._progress != lease.progress:
+            lease = attrs.evolve(
+                lease,
+                progress=self._progress,
+                progress_renewal=lease.renewals + 1,
+                progress_at=clock.wall(),
+            )
+        try:
+            self.lease = self.lock.renew(lease, ttl_s=self.ttl_s)
+        except (StoreUnavailableError, ConnectionError, TimeoutError) as e:
+            # The lock's store is out of reach: the lease is still ours until it
+            # expires, and the next tick tries again.
+            if not self.lease.expired():
+                log.warning("could not renew the job lock (will retry): %s", e)
+                return True
+            self._lose(e)
+            return False
+        except Exception as e:  # a lost lease is reported, never raised in the thread
+            self._lose(e)
+            return False
+        return True
 
     def _lose(self, error: BaseException) -> None:
         self.lost = error
         log.error("job lock lost: %s", error)
 
     def __enter__(self) -> LeaseKeeper:
+        with _KEEPERS_LOCK:
+            _KEEPERS.add(self)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        with _KEEPERS_LOCK:
+            _KEEPERS.discard(self)
         self._stop.set()
-        self._thread.join()
-        if self.lost is None:
-            self.lock.release(self.lease)
+        if self.abandoned is None:
+            self._thread.join()
+            if self.lost is None:
+                self.lock.release(self.lease)
+        # Abandoned: the thread may be stuck in a renewal (see abandon); it is a daemon.

@@ -211,6 +211,9 @@ def test_a_holder_that_died_but_was_not_reaped_is_dead() -> None:
         ("boot_id", ["x"]),
         ("pid_ns", 4026531836),
         ("released", "no"),
+        ("progress", -1),
+        ("progress_renewal", "3"),
+        ("progress_at", "now"),
     ],
     ids=repr,
 )
@@ -225,3 +228,57 @@ def test_a_stored_lease_with_a_wrong_typed_field_is_corrupt(field_value: tuple[s
 def test_a_stored_lease_that_is_not_one_is_corrupt(raw: bytes) -> None:
     with pytest.raises(CorruptRecordError, match="unreadable lease"):
         Lease.from_json(raw, "lock of 'job'")
+
+
+def _renewals_seen(lock: JobLock, until: Callable[[Lease], bool]) -> Lease:
+    deadline = time.monotonic() + 30
+    while not until(lease := lock.current(JOB)):  # type: ignore[arg-type]
+        assert time.monotonic() < deadline, lease
+        time.sleep(0.02)
+    assert lease is not None
+    return lease
+
+
+def test_a_kept_lease_records_progress_and_how_long_its_holder_made_none(
+    backend: _Backend,
+) -> None:
+    # Renewed every 0.1 s; the holder's own counters, never a clock, say it stalls.
+    keeper = store.LeaseKeeper(backend.lock, backend.lock.acquire(JOB, ttl_s=0.3), ttl_s=0.3)
+    with keeper:
+        stalled = _renewals_seen(backend.lock, lambda le: le.renewals >= 3)
+        assert stalled.progress == 0
+        assert stalled.stalled_renewals == stalled.renewals
+        store.note_progress()  # what the publisher calls after each group of steps
+        advanced = _renewals_seen(backend.lock, lambda le: le.progress == 1)
+        assert advanced.stalled_renewals == 0
+        assert advanced.progress_renewal == advanced.renewals
+        assert advanced.progress_at is not None
+        later = _renewals_seen(backend.lock, lambda le: le.renewals >= advanced.renewals + 2)
+        assert later.progress == 1
+        assert later.stalled_renewals >= 2
+    released = backend.lock.current(JOB)
+    # Released: Redis drops the key, the filesystem lock marks the lease.
+    assert released is None if backend.url.startswith("redis") else released.released  # type: ignore[union-attr]
+
+
+def test_an_abandoned_lease_is_neither_renewed_nor_released(backend: _Backend) -> None:
+    keeper = store.LeaseKeeper(backend.lock, backend.lock.acquire(JOB, ttl_s=1.5), ttl_s=1.5)
+    with keeper:
+        _renewals_seen(backend.lock, lambda le: le.renewals >= 1)
+        keeper.abandon("a step hung")
+        abandoned = backend.lock.current(JOB)
+        # One and a half renewal periods: a renewal would have come; Redis has not yet
+        # expired the lease (a second at least after the abandon).
+        time.sleep(0.75)
+        assert backend.lock.current(JOB) == abandoned
+    assert keeper.abandoned == "a step hung"
+    if backend.url.startswith("redis"):
+        # Never released: the server expires it, then a next run takes it.
+        time.sleep(1.5)
+        assert backend.lock.current(JOB) is None
+    else:
+        left = backend.lock.current(JOB)
+        assert left == abandoned
+        assert left is not None
+        assert not left.released
+    assert backend.lock.acquire(JOB, ttl_s=60).token == abandoned.token + 1  # type: ignore[union-attr]

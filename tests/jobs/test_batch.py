@@ -394,3 +394,37 @@ def test_a_session_factory_is_called_only_once_the_lock_is_held(
     with Batch(session, JOB, **_places(tmp_path)) as batch:
         assert batch.spark is spark
     assert calls == ["spark"]
+
+
+@pytest.mark.timeout(240)
+def test_a_step_past_its_deadline_fails_the_batch_and_leaves_the_lease_to_expire(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    spark.sparkContext.addPyFile(str(HERE.parent / "hangsteps.py"))
+    import hangsteps
+
+    gate = tmp_path / "gate"
+    step = hangsteps.GateStep(str(gate), str(tmp_path / "output" / "hung" / "lines"), "x")
+    try:
+        with _batch(spark, tmp_path, step_timeout_s=2, lock_ttl_s=30) as batch:
+            batch.add_steps("hung", [step])
+        report = batch.report
+        assert report.exit_code == 1
+        assert report.error is not None
+        assert "step 0 (GateStep 'tests.gate') of dataset 'hung'" in report.error
+        assert "deadline of 2s (step_timeout_s)" in report.error
+        assert any("not released but left to expire within 30s" in w for w in report.warnings)
+        written = json.loads(next((tmp_path / "state" / "reports").glob("*.json")).read_text())
+        assert written["exit_code"] == 1
+        with open_store(_places(tmp_path)["store"]) as st:
+            assert st.statuses(JOB)["hung"]["attempts"] == 1
+        # Not released: abandoned, it expires; the next batch is refused until then.
+        lock = open_lock(_places(tmp_path)["store"])
+        try:
+            lease = lock.current(JOB)
+            assert lease is not None
+            assert not lease.released
+        finally:
+            lock.close()
+    finally:
+        gate.touch()  # the abandoned step waits in a Python worker of the shared session

@@ -11,7 +11,8 @@ from jobhelpers import commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.config import JobConfig, apply_s3, load_config
+from jobs.config import JobConfig, apply_s3, batch_config, load_config
+from jobs.errors import BatchArgumentError
 from jobs.locking import open_publisher
 from jobs.sources import LandingSource
 from store import open_store
@@ -57,6 +58,8 @@ def test_defaults_of_optional_keys(tmp_path: Path) -> None:
     assert config.output_format == "parquet"
     assert config.max_attempts == 3
     assert config.table_commit_budget_s == 300
+    assert config.step_timeout_s == 3600
+    assert config.run_timeout_s == 6 * 3600
     assert config.spark_master is None
     assert config.spark_conf == {}
 
@@ -175,6 +178,9 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
         ({"source": {"path": "l", "transform": "nosuch:f"}}, "'source.transform': cannot import"),
         ({"source": {"path": "l", "transform": "f"}}, "'source.transform' must be a dotted name"),
         ({"spark": {"conf": {"spark.x": [1]}}}, "'spark.conf.spark.x' must be a string, number"),
+        ({"publish": {"step_timeout_s": 0}}, "'publish.step_timeout_s' must be a positive number"),
+        ({"publish": {"run_timeout_s": -1}}, "'publish.run_timeout_s' must be a positive number"),
+        ({"publish": {"step_timeout_s": "1h"}}, "'publish.step_timeout_s' must be a number"),
     ],
 )
 def test_bad_values_are_errors_naming_the_key(
@@ -504,3 +510,34 @@ def test_the_table_commit_budget_reaches_the_publisher_from_the_file_and_from_ba
     assert batch_config("j", table_commit_budget_s=7, **places).table_commit_budget_s == 7
     with pytest.raises(ConfigurationError, match="argument 'table_commit_budget_s' must be"):
         batch_config("j", table_commit_budget_s=-1, **places)
+
+
+def test_deadlines_reach_the_publisher_from_the_job_file_and_from_batch(tmp_path: Path) -> None:
+    path = write_job(tmp_path, publish={"step_timeout_s": 90, "run_timeout_s": 600.5})
+    config = load_config(path)
+    assert (config.step_timeout_s, config.run_timeout_s) == (90.0, 600.5)
+    pub = open_publisher(config)
+    try:
+        assert pub.context.step_timeout_s == 90.0
+        assert pub.run_timeout_s == 600.5
+    finally:
+        pub.close()
+    batch = batch_config(
+        "j",
+        store=str(tmp_path / "s"),
+        watermarks=str(tmp_path / "w"),
+        staging=str(tmp_path / "st"),
+        output=str(tmp_path / "o"),
+        step_timeout_s=5,
+        run_timeout_s=None,
+    )
+    assert (batch.step_timeout_s, batch.run_timeout_s) == (5.0, 6 * 3600)
+    with pytest.raises(BatchArgumentError, match="argument 'step_timeout_s' must be a positive"):
+        batch_config(
+            "j",
+            store=str(tmp_path / "s"),
+            watermarks=str(tmp_path / "w"),
+            staging=str(tmp_path / "st"),
+            output=str(tmp_path / "o"),
+            step_timeout_s=0,
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from pyspark.sql import SparkSession
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.spark import SparkRunner, ensure_python, executor_env
-from publisher import Outcome, Publisher
+from publisher import Outcome, Publisher, RunDeadlineError, StepDeadlineError
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
 
@@ -150,3 +151,89 @@ def test_executors_get_s3_settings_but_never_credentials() -> None:
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
         "FSSPEC_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
     }
+
+
+def _hung_publisher(
+    base: Path, spark: SparkSession, **deadlines: float
+) -> tuple[Publisher, SparkRunner, CommitStep]:
+    """A publisher in Spark tasks and a step that hangs until ``<base>/gate`` exists."""
+    spark.sparkContext.addPyFile(str(HERE.parent / "hangsteps.py"))
+    import hangsteps
+
+    runner = SparkRunner(spark)
+    pub = Publisher(
+        str(base / "steps"),
+        "job",
+        staging_roots=[str(base / "staging")],
+        output_roots=[str(base / "output")],
+        runner=runner,
+        **deadlines,  # type: ignore[arg-type]
+    )
+    step = hangsteps.GateStep(str(base / "gate"), str(base / "output" / "hung" / "lines"), "x")
+    return pub, runner, step
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_a_step_hung_in_a_spark_task_is_abandoned_at_its_deadline_and_counted(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    pub, runner, step = _hung_publisher(tmp_path, spark, step_timeout_s=2.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StepDeadlineError) as raised:
+            pub.publish({"hung": [step]})
+        assert time.monotonic() - started < 60
+        message = str(raised.value)
+        assert "step 0 (GateStep 'tests.gate') of dataset 'hung'" in message
+        assert "deadline of 2s (step_timeout_s)" in message
+        assert "in a Spark task on" in message
+        # Counted by the task, in the store; the sealed sequence waits for a recovery.
+        status = pub.status("hung")
+        assert status is not None
+        assert status.attempts == 1
+        assert pub.sealed() == ["hung"]
+        assert [t.abandoned for t in runner.last_tasks if t.abandoned] == [
+            message.split(" (in a Spark task", maxsplit=1)[0]
+        ]
+    finally:
+        # The abandoned step still waits in a thread of a Python worker of the shared
+        # session: let it end.
+        (tmp_path / "gate").touch()
+        pub.close()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_past_the_run_deadline_the_spark_job_is_cancelled(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    pub, _runner, step = _hung_publisher(tmp_path, spark, run_timeout_s=4.0)
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    try:
+        started = time.monotonic()
+        with pytest.raises(RunDeadlineError) as raised:
+            pub.publish({"hung": [step]})
+        assert 3.5 <= time.monotonic() - started < 60
+        assert "publish_group of 1 datasets in 1 Spark tasks" in str(raised.value)
+        assert "its Spark job was cancelled" in str(raised.value)
+        jobs = set(tracker.getJobIdsForGroup()) - before
+        assert len(jobs) == 1
+        (job,) = jobs
+        deadline = time.monotonic() + 60
+        while (info := tracker.getJobInfo(job)) is not None and info.status == "RUNNING":
+            assert time.monotonic() < deadline, "the cancelled Spark job never ended"
+            time.sleep(0.1)
+        assert info is not None
+        assert info.status == "FAILED"
+        # Spark kills the Python worker of a killed task that does not stop within
+        # spark.python.task.killTimeout (2 s), after the job is reported failed: the step
+        # is gone with it, and the gate opened then lets nothing through.
+        time.sleep(5)
+        (tmp_path / "gate").touch()
+        time.sleep(2)
+        assert not (tmp_path / "output" / "hung" / "lines").exists()
+    finally:
+        (tmp_path / "gate").touch()
+        pub.close()
