@@ -329,7 +329,7 @@ class JobLock(abc.ABC):
         *,
         ttl_s: float,
         watching: Callable[[Lease, float], None] | None = None,
-    ) -> Lease | None:
+    ) -> Lease:
         """Decide whether the lease ``seen`` (just read) may be taken over, without comparing
         this host's clock with the holder's.
 
@@ -347,11 +347,11 @@ class JobLock(abc.ABC):
             watching: called with the lease and how long it will be watched, when it is.
 
         Returns:
-            The lease to take over (``seen``, or a newer one found released), or None if the
-            lease is gone.
+            The lease to take over: ``seen``.
 
         Raises:
-            LockHeldError: if the lease changed while watched; names the holder.
+            LockHeldError: if the lease changed while watched (renewed, released, taken or
+                removed): its holder was alive; names the holder.
         """
         if seen.released or seen.holder_dead():
             return seen
@@ -367,7 +367,13 @@ class JobLock(abc.ABC):
             time.sleep(min(poll, left))
             now = self.current(job)
             if now is None or now.released:
-                return now
+                # Its holder was alive when this contender came, and finished meanwhile: the
+                # lock was held, so a run exits 75 and changes nothing (the next one runs).
+                raise LockHeldError(
+                    f"job {job!r} was locked by another run ({seen.describe()}), which "
+                    "released it while it was watched",
+                    holder=seen,
+                )
             if now != seen:
                 raise LockHeldError(
                     f"job {job!r} is locked by another run ({now.describe()}); its holder "
@@ -403,11 +409,14 @@ class JobLock(abc.ABC):
         try:
             outlived = self.watch(job, lease, ttl_s=ttl_s, watching=watching)
         except LockHeldError as e:
+            now = self.current(job)
+            if now is None or now.released:
+                return None  # its holder finished meanwhile: nothing to free
             raise LockHeldError(
                 f"job {job!r} is held by a live run ({e.holder.describe() if e.holder else e})",
                 holder=e.holder,
             ) from e
-        if outlived is None or outlived.released:
+        if outlived.released:
             return None
         self.release(outlived)
         log.warning("freed the job lock of %r by hand: %s", job, outlived.describe())
