@@ -18,7 +18,20 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.lock import JobLock, Lease, LeaseKeeper, current_job, current_token, fencing
+from store.lock import (
+    FenceCheck,
+    JobLock,
+    Lease,
+    LeaseKeeper,
+    check_fence_now,
+    check_lease,
+    checking_fence,
+    current_job,
+    current_token,
+    fence_check,
+    fencing,
+    holding,
+)
 from store.registry import open_lock, open_store, open_watermarks, register_backend
 
 __all__ = [
@@ -30,6 +43,7 @@ __all__ = [
     "CorruptRecordError",
     "CredentialsInUrlError",
     "Durability",
+    "FenceCheck",
     "FencedError",
     "ForeignStoreError",
     "HasDurability",
@@ -45,10 +59,15 @@ __all__ = [
     "StoreUnavailableError",
     "VolatileStoreError",
     "WatermarkStore",
+    "check_fence_now",
+    "check_lease",
+    "checking_fence",
     "connecting_only",
     "current_job",
     "current_token",
+    "fence_check",
     "fencing",
+    "holding",
     "open_lock",
     "open_store",
     "open_watermarks",
