@@ -112,20 +112,21 @@ def holding(keeper: LeaseKeeper | None) -> Iterator[None]:
 
 def _lease_gone(keeper: LeaseKeeper | None) -> str | None:
     """Why ``keeper``'s lease is no longer this run's, or None while it is (as far as the
-    keeper knows). Two attribute reads and a clock read: cheap enough for every step."""
+    keeper knows). Attribute reads and a monotonic clock read: cheap enough for every step
+    (a wall-clock read here costs ten times more, see store/clock.py)."""
     if keeper is None:
         return None
     lost = keeper.lost
     if lost is not None:
         return f"this run lost the job lock ({type(lost).__name__}: {lost})"
-    lease = keeper.lease
-    if lease.expired():
-        # The holder's own clock against the expiry it wrote itself: one host, one clock.
-        # Expired means a contender may own the job already; nothing is done on it.
-        late = clock.wall() - lease.expires_at
+    late = time.monotonic() - keeper.valid_until
+    if late >= 0:
+        # Measured on this process's monotonic clock from the start of the last renewal
+        # that succeeded: a contender may own the job already; nothing is done on it.
         return (
-            f"the lease of this run (token {lease.token}) ran out {late:.1f}s ago by its own "
-            "clock, without being renewed (the process was stopped or starved)"
+            f"the lease of this run (token {keeper.lease.token}) ran out {late:.1f}s ago "
+            "without being renewed (the process was stopped or starved, or the lock's "
+            "store out of reach)"
         )
     return None
 
@@ -178,10 +179,15 @@ class FenceCheck:
         """
         if self._refused is not None:
             raise self._refused
-        if self._keeper is not None and _lease_gone(self._keeper) is not None:
-            self.now()
         self._left -= 1
-        if self._left <= 0 or time.monotonic() >= self._due:
+        # Written out rather than through _lease_gone: this runs once per rename.
+        t = time.monotonic()
+        keeper = self._keeper
+        if (
+            self._left <= 0
+            or t >= self._due
+            or (keeper is not None and (keeper.lost is not None or t >= keeper.valid_until))
+        ):
             self.now()
 
     def now(self) -> None:
@@ -578,20 +584,29 @@ class JobLock(abc.ABC):
 
 
 class LeaseKeeper:
-    """Renews a lease in a background thread until stopped; records a lost lease."""
+    """Renews a lease in a background thread until stopped; records a lost lease.
+
+    ``valid_until`` is when the lease runs out unless renewed, on this process's monotonic
+    clock: the TTL from the start of the last renewal that succeeded (from the keeper's
+    making, for the lease just acquired). Work of the run refuses to go on past it
+    (:func:`check_lease`, :class:`FenceCheck`), as a contender may then take the lease.
+    """
 
     def __init__(self, lock: JobLock, lease: Lease, *, ttl_s: float) -> None:
         self.lock = lock
         self.lease = lease
         self.ttl_s = ttl_s
         self.lost: BaseException | None = None
+        self.valid_until = time.monotonic() + ttl_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="commitpub-lease", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
+            asked = time.monotonic()
             try:
                 self.lease = self.lock.renew(self.lease, ttl_s=self.ttl_s)
+                self.valid_until = asked + self.ttl_s
             except (StoreUnavailableError, ConnectionError, TimeoutError) as e:
                 # The lock's store is out of reach: the lease is still ours until it
                 # expires, and the next tick tries again.
