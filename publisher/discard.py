@@ -13,9 +13,10 @@ order:
 2. The steps are rolled back in reverse order (watermarks set back, published files of the
    sequence deleted).
 3. Everything is verified undone (``undone()``: every rename's source and destination gone,
-   every watermark at its previous value). A step whose effect came back (a zombie's last
-   step, begun before step 1 took its source and finished after step 2) is undone again,
-   with a warning; a discard never ends while an effect of the sequence is found in place.
+   no watermark at this sequence's value any more: set back to its previous one). A step
+   whose effect came back (a zombie's last step, begun before step 1 took its source and
+   finished after step 2) is undone again, with a warning; a discard never ends while an
+   effect of the sequence is found in place.
 
 Then the sequence is removed, so the data is extracted again.
 
