@@ -200,12 +200,12 @@ class FenceCheck:
             if self._refused is not None:
                 raise self._refused
             try:
-                self._check()
-                # A check that does not look at the keeper itself must not pass a lease
-                # the keeper knows gone.
+                # The keeper first, and this one: the check may run in a thread that does
+                # not see the block's keeper (the concurrent copies of a remote batch).
                 gone = _lease_gone(self._keeper)
                 if gone is not None:
                     raise FencedError(f"a batch of steps stopped: {gone}")
+                self._check()
             except FencedError as e:
                 self._refused = e
                 raise

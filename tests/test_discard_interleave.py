@@ -24,10 +24,12 @@ reports ``discarded``.
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import crashdriver
+import fsspec
 import pytest
 from zombies import DriverJob, Finished, Parked
 
@@ -52,11 +54,46 @@ POINTS = [
 ]
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("s3", marks=pytest.mark.s3),
+    ]
+)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> DriverJob:
     if request.param == "fs":
         return DriverJob.local(tmp_path)
-    return DriverJob.on_redis(tmp_path, request.getfixturevalue("redis_url"))
+    if request.param == "redis":
+        return DriverJob.on_redis(tmp_path, request.getfixturevalue("redis_url"))
+    # Staging and output on S3 (renames are copies, then a bulk delete); the stores and
+    # the lock on the local filesystem.
+    bucket = request.getfixturevalue("s3_bucket")
+    local = DriverJob.local(tmp_path)
+    return DriverJob(
+        f"s3://{bucket}/job",  # type: ignore[arg-type]  # crashdriver takes any base URL
+        local.store_url,
+        local.watermarks_url,
+        local.lock_url,
+        local.marks,
+    )
+
+
+def files(job: DriverJob, under: str, pattern: str = "*.dat") -> list[str]:
+    """Files under ``base/under`` whose names match ``pattern``, as fsspec sees them now."""
+    fs, root = fsspec.core.url_to_fs(f"{job.base}/{under}")
+    fs.invalidate_cache()
+    return sorted(fs.glob(f"{root}/**/{pattern}"))
+
+
+def read(job: DriverJob, path: str) -> bytes:
+    fs, _ = fsspec.core.url_to_fs(str(job.base))
+    return bytes(fs.cat_file(path))
+
+
+def write(job: DriverJob, path: str, data: bytes) -> None:
+    fs, _ = fsspec.core.url_to_fs(str(job.base))
+    fs.pipe_file(path, data)
 
 
 @pytest.fixture
@@ -76,20 +113,22 @@ def park_zombie(job: DriverJob, parked: list[Parked], renames: int) -> tuple[Par
         ttl=ZOMBIE_TTL,
     )  # fmt: skip
     parked.append(zombie)
-    started = [
-        d
-        for d in crashdriver.DATASETS
-        if list((job.base / "output" / crashdriver.safe(d)).rglob("*.dat"))
-    ]
+    started = [d for d in crashdriver.DATASETS if files(job, f"output/{crashdriver.safe(d)}")]
     assert len(started) == 1, started
     dataset = started[0]
-    assert len(published_by(job, dataset, "r1")) == renames
+    published = len(published_by(job, dataset, "r1"))
+    # On S3 the copies run concurrently, ahead of the step they are counted at.
+    assert published == renames if is_local(job) else renames <= published <= renames + 32
     job.wait_lease_expired()
     return zombie, dataset
 
 
-def published_by(job: DriverJob, dataset: str, run_id: str) -> list[Path]:
-    return sorted((job.base / "output" / crashdriver.safe(dataset)).rglob(f"*-{run_id}.dat"))
+def is_local(job: DriverJob) -> bool:
+    return "://" not in str(job.base)
+
+
+def published_by(job: DriverJob, dataset: str, run_id: str) -> list[str]:
+    return files(job, f"output/{crashdriver.safe(dataset)}", f"*-{run_id}.dat")
 
 
 def assert_zombie_stopped(zombie: Finished) -> None:
@@ -112,8 +151,8 @@ def assert_exactly_once(job: DriverJob) -> None:
     empty."""
     seen: collections.Counter[str] = collections.Counter()
     published: dict[tuple[str, str], int] = collections.defaultdict(int)
-    for path in (job.base / "output").rglob("*.dat"):
-        for line in path.read_text().splitlines():
+    for path in files(job, "output"):
+        for line in read(job, path).decode().splitlines():
             seen[line] += 1
             dataset, partition, offset = line.rsplit(",", 2)
             published[dataset, partition] = max(published[dataset, partition], int(offset) + 1)
@@ -136,7 +175,9 @@ def assert_exactly_once(job: DriverJob) -> None:
     with open_store(job.store_url) as st:
         assert st.datasets(JOB) == []
         assert st.statuses(JOB) == {}
-    assert [p.name for p in (job.base / "staging").iterdir()] == [ROOT_MARKER]
+    fs, staging = fsspec.core.url_to_fs(f"{job.base}/staging")
+    fs.invalidate_cache()
+    assert [p.rstrip("/").rsplit("/", 1)[1] for p in fs.ls(staging, detail=False)] == [ROOT_MARKER]
 
 
 def final_run(job: DriverJob) -> None:
@@ -199,14 +240,14 @@ def test_a_file_landing_after_the_rollback_is_found_and_undone_before_discarded(
     everything undone after its rollback and deletes what came back."""
     zombie, dataset = park_zombie(job, parked, 3)
     first = published_by(job, dataset, "r1")[0]
-    content = first.read_bytes()
+    content = read(job, first)
     steps = RENAMES + len(crashdriver.PARTITIONS)
     # Stopped after its last rollback step: every file of the commit is gone.
     discard = job.park("discard", f"discard.rollback_step@{steps}", "--dataset", dataset)
     parked.append(discard)
     assert published_by(job, dataset, "r1") == []
     # The zombie's late copy lands, whole, where the rollback had deleted it.
-    first.write_bytes(content)
+    write(job, first, content)
 
     discard.resume()
     report = discard.finish().report()
@@ -225,6 +266,7 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
     fenced the store), the zombie renames nothing more: its lease ran out by its own clock,
     which it looks at before every step. The new run's recovery then finishes the commit."""
     zombie, dataset = park_zombie(job, parked, 3)
+    before = len(published_by(job, dataset, "r1"))
     new_run = job.park(
         "run", "recover.dataset_started@1", "--run-id", "r2", "--records", str(RECORDS)
     )
@@ -233,10 +275,17 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
     zombie.resume()
     woken = zombie.finish()
     assert_zombie_stopped(woken)
-    assert len(published_by(job, dataset, "r1")) == 3
-    # Refused inside the batch, on its own clock; not at the next batch (the watermarks).
-    assert "going on with a batch of steps of job 'crash-job' refused: the lease of this run" in (
-        woken.stderr
+    # Local renames: not one more. S3: a copy each thread had begun (its tick passed) before
+    # the stop may still land, no more (publisher/execution.py).
+    allowed = 0 if is_local(job) else 16
+    assert before <= len(published_by(job, dataset, "r1")) <= before + allowed
+    # Refused inside the batch by what its lease keeper knows (the lease ran out on its
+    # clock, or a renewal on waking found it taken over, whichever came first), not at the
+    # next batch (the watermarks) by the store's fence.
+    assert re.search(
+        r"a batch of steps stopped: (the lease of this run \(token 1\) ran out|this run lost "
+        r"the job lock \(FencedError: renewing the job lock)",
+        woken.stderr,
     ), woken.stderr[-3000:]
     new_run.resume()
     report = new_run.finish().report()
