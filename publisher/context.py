@@ -59,6 +59,9 @@ from store.errors import ConfigurationError
 
 log = logging.getLogger("commitpub.publisher")
 
+#: What a run refused inside a batch of steps was doing (see :meth:`Context.working`).
+_BATCH = "going on with a batch of steps"
+
 
 @attrs.frozen
 class Context:
@@ -110,7 +113,7 @@ class Context:
         with (
             fencing(self.token, job=self.job),
             connecting_only(self.connections),
-            checking_fence(lambda: self.guard("going on with a batch of steps")),
+            checking_fence(lambda: self.guard(_BATCH), doing=_BATCH, job=self.job),
         ):
             yield
 

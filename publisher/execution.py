@@ -106,7 +106,7 @@ def undo(
     Raises:
         FencedError: if a newer run took the job over; the step was not begun.
     """
-    fence = FenceCheck(lambda: ctx.guard(doing))
+    fence = FenceCheck(lambda: ctx.guard(doing), doing=doing, job=ctx.job)
     for group in groups(steps):
         for start in range(0, len(group), UNDO_BATCH):
             fence.now()

@@ -159,10 +159,14 @@ class FenceCheck:
         self,
         check: Callable[[], None],
         *,
+        doing: str = "a batch of steps",
+        job: str | None = None,
         steps: int = FENCE_CHECK_STEPS,
         seconds: float = FENCE_CHECK_S,
     ) -> None:
         self._check = check
+        # Said when the keeper refuses, as check_lease (and the store's fence) say it.
+        self._refusal = f"{doing} of job {job!r} refused" if job is not None else f"{doing} stopped"
         self._keeper = _KEEPER.get()
         self._steps = steps
         self._seconds = seconds
@@ -204,7 +208,7 @@ class FenceCheck:
                 # not see the block's keeper (the concurrent copies of a remote batch).
                 gone = _lease_gone(self._keeper)
                 if gone is not None:
-                    raise FencedError(f"a batch of steps stopped: {gone}")
+                    raise FencedError(f"{self._refusal}: {gone}")
                 self._check()
             except FencedError as e:
                 self._refused = e
@@ -231,7 +235,9 @@ _NO_CHECK = _NoCheck()
 
 
 @contextmanager
-def checking_fence(check: Callable[[], None]) -> Iterator[FenceCheck]:
+def checking_fence(
+    check: Callable[[], None], *, doing: str = "a batch of steps", job: str | None = None
+) -> Iterator[FenceCheck]:
     """Make ``check`` (raising :class:`FencedError` when the job is no longer this run's,
     e.g. ``Context.guard``) the check that batches of steps in this block ask within a
     bounded number of steps and a bounded time (:func:`fence_check`), together with the
@@ -240,7 +246,7 @@ def checking_fence(check: Callable[[], None]) -> Iterator[FenceCheck]:
     ``CommitStep.execute_many(steps)`` has no argument for it (nor should a record carry
     one), so the publisher sets it here around execution, as :func:`fencing` sets the token.
     """
-    found = FenceCheck(check)
+    found = FenceCheck(check, doing=doing, job=job)
     reset = _CHECK.set(found)
     try:
         yield found

@@ -283,8 +283,8 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
     # clock, or a renewal on waking found it taken over, whichever came first), not at the
     # next batch (the watermarks) by the store's fence.
     assert re.search(
-        r"a batch of steps stopped: (the lease of this run \(token 1\) ran out|this run lost "
-        r"the job lock \(FencedError: renewing the job lock)",
+        r"going on with a batch of steps of job 'crash-job' refused: (the lease of this run "
+        r"\(token 1\) ran out|this run lost the job lock \(FencedError: renewing the job lock)",
         woken.stderr,
     ), woken.stderr[-3000:]
     new_run.resume()
