@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -293,4 +294,35 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
     outcomes = {d["dataset"]: d["outcome"] for d in report["recovery"]["datasets"]}
     assert outcomes[dataset] == "recovered"
     assert len(published_by(job, dataset, "r1")) == RENAMES
+    final_run(job)
+
+
+def test_a_run_whose_store_was_fenced_stops_inside_its_batch_without_its_keeper_knowing(
+    job: DriverJob, parked: list[Parked]
+) -> None:
+    """What a Spark task relies on (it has no lease keeper): a run whose lease still looks
+    good to it, but whose store a newer token fenced, reads the fence within a second of
+    steps. Stopped more than that, it reads it before its next rename."""
+    zombie = job.park(
+        "run", "step.executed@3", "--run-id", "r1", "--records", str(RECORDS), ttl=60.0
+    )
+    parked.append(zombie)
+    [dataset] = [d for d in crashdriver.DATASETS if files(job, f"output/{crashdriver.safe(d)}")]
+    before = len(published_by(job, dataset, "r1"))
+    with open_store(job.store_url) as st:
+        token = st.fence_token(JOB)
+        assert token is not None
+        st.fence(JOB, token + 1)
+    time.sleep(1.1)  # longer than store.lock.FENCE_CHECK_S: the next tick reads the fence
+
+    zombie.resume()
+    woken = zombie.finish()
+
+    assert_zombie_stopped(woken)
+    allowed = 0 if is_local(job) else 16
+    assert before <= len(published_by(job, dataset, "r1")) <= before + allowed
+    assert (
+        "going on with a batch of steps of job 'crash-job' refused: it carries fencing token "
+        f"{token}, but token {token + 1} has taken the job over"
+    ) in woken.stderr, woken.stderr[-3000:]
     final_run(job)
