@@ -15,10 +15,12 @@ Before the fix, the zombie renamed the rest of its batch (the fence was checked 
 batch), the rollback walking backward had already passed those steps, and the files stayed
 published with the watermarks set back: read again by the next run, duplicates.
 
-Two more: a zombie waking while a new run holds the job stops before its next rename; and
-a file of the discarded commit that lands after the rollback (a late copy, put back by the
-test where the zombie's in-flight copy would land) is found and deleted before the discard
-reports ``discarded``.
+Three more: a zombie waking while a new run holds the job stops before its next rename; one
+whose lease still looks good to it but whose store a newer token fenced stops within a
+second of steps (the store's fence, all a Spark task has); and a file of the discarded
+commit that lands after the rollback (a late copy, put back by the test where the zombie's
+in-flight copy would land) is found and deleted before the discard reports ``discarded``.
+Staging and output on the local filesystem (store on it, or on Redis) and on S3.
 """
 
 from __future__ import annotations
