@@ -13,6 +13,7 @@ import fsspec
 from commitsteps.errors import DuplicateStepTypeError, StepError, UnknownStepTypeError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
+from store.lock import fence_check
 
 
 @attrs.frozen
@@ -108,6 +109,26 @@ class CommitStep(abc.ABC):
         process (a table step; others have none). Reported per dataset."""
         return 0
 
+    def undone(self) -> bool:
+        """True when nothing of this step's effect is left: what a discard checks after its
+        :meth:`abort` and :meth:`rollback` of every step, to catch an effect that came back
+        meanwhile (a paused run finishing a step it had begun). No side effects.
+
+        The default: no path of :meth:`published_paths` exists; override it with
+        :meth:`rollback` for effects that are not files.
+        """
+        for url in self.published_paths():
+            fs, path = fsspec.core.url_to_fs(url)
+            fs.invalidate_cache(path)
+            if fs.exists(path):
+                return False
+        return True
+
+    @classmethod
+    def undone_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
+        """:meth:`undone` for many steps of this class; override to batch I/O."""
+        return [step.undone() for step in steps]
+
     def staged_paths(self) -> Sequence[str]:
         """Paths this step reads from staging; each must lie under a staging root."""
         return ()
@@ -129,8 +150,14 @@ class CommitStep(abc.ABC):
 
     @classmethod
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
-        """:meth:`execute` for consecutive steps of this class, in order; override to batch."""
+        """:meth:`execute` for consecutive steps of this class, in order; override to batch.
+
+        An override must tick :func:`store.fence_check` before each step, as this does: the
+        publisher stops a batch there once the job is known to be another run's.
+        """
+        fence = fence_check()
         for step in steps:
+            fence.tick()
             step.execute()
             failpoint("step.executed")
 

@@ -365,6 +365,10 @@ class DeltaAppendCommitStep(CommitStep):
             for f, footer, value in zip(self.files, footers, proof.values, strict=True)
         ]
 
+    def undone(self) -> bool:
+        """The app's version in the table is below this commit's (never made, or set back)."""
+        return self._txn(open_table(self.table_uri)) < self.version
+
     def rollback(self) -> None:
         """Remove this run's files from the table, setting the app's version back, if its
         commit is the app's latest; the renames' rollback then deletes the files.

@@ -60,6 +60,7 @@ from commitsteps.errors import MissingSourceError, StepConflictError, StepValueE
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.files import PUBLIC_FILE_MODE, remove_leftovers, write_stream
+from store.lock import FenceCheck, fence_check
 from store.urls import is_local, local_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
@@ -321,18 +322,21 @@ class _LocalRenames:
         self._fds[directory] = fd
         return fd
 
-    def run(self, steps: Sequence[_Rename]) -> list[_Rename]:
+    def run(self, steps: Sequence[_Rename], fence: FenceCheck) -> list[_Rename]:
         """Rename every step whose both sides are local, in order; the others are returned.
 
         The loop of a publish, once per file: the common case (a regular source of the
         recorded size, both directories open already) is written out here without a call
-        per file but the two system calls and the crash point; anything else goes to
-        :meth:`rename`.
+        per file but the fence's tick, the two system calls and the crash point; anything
+        else goes to :meth:`rename`. The tick comes before each rename, so a run that lost
+        the job stops within the fence's bounds (see publisher/execution.py), not at the
+        end of the batch.
         """
         remote = []
         fds = self._fds
         prefix = "file://"
         cut = len(prefix)
+        tick = fence.tick
         for step in steps:
             src, dst = step.src, step.dst
             if "://" in src:
@@ -349,6 +353,7 @@ class _LocalRenames:
             ddir, _, dname = dst.rpartition("/")
             sfd, dfd = fds.get(sdir), fds.get(ddir)
             expected = step._expected()
+            tick()
             if not (_AT_CALLS and sfd is not None and dfd is not None and sname and dname):
                 self.rename(step, src, dst)
             else:
@@ -414,29 +419,51 @@ class _Rename(CommitStep):
         """Verify by listing each source and destination directory once, not per file."""
         return [step._done(src, dst) for step, src, dst in _found(steps)]
 
+    @classmethod
+    def undone_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
+        """Undone when neither the staged file nor the published one is there (one listing
+        per directory): a discard deletes the source first, so none can be moved again."""
+        return [src is None and dst is None for _step, src, dst in _found(steps)]
+
+    def undone(self) -> bool:
+        return self.undone_many([self])[0]
+
     def execute(self) -> None:
         self._execute(set())
 
     @classmethod
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
+        fence = fence_check()
         with _LocalRenames() as local:
             # Steps of this class only (see CommitStep.execute_many): an isinstance check of
             # each would cost more than its fstatat.
-            remote = local.run(cast("Sequence[_Rename]", steps))
+            remote = local.run(cast("Sequence[_Rename]", steps), fence)
         if remote:
             # The state of every rename comes from one listing per directory (no HEAD per
             # object); the copies run many at once, then the sources go in bulk deletes (one
             # request per 1,000 objects on S3). A crash in between leaves renames with both
             # sides present, which verify() and execute() finish by deleting the source once
             # the copy is proven; so the crash point after a step is here after its copy.
+            # Each copy ticks the fence before it starts (once refused, every later tick is
+            # refused at once, so the copies still queued do nothing), and the fence is
+            # checked again before the bulk delete.
+            def copy(step: _Rename, src: _File | None, dst: _File | None) -> tuple[Any, str] | None:
+                fence.tick()
+                return step._copy(src, dst)
+
             with ThreadPoolExecutor(_REMOTE_CONCURRENCY) as pool:
-                futures = [pool.submit(s._copy, src, dst) for s, src, dst in _found(remote)]
-                sources = []
-                for future in futures:
-                    source = future.result()
-                    if source is not None:
-                        sources.append(source)
-                    failpoint("step.executed")
+                futures = [pool.submit(copy, s, src, dst) for s, src, dst in _found(remote)]
+                try:
+                    sources = []
+                    for future in futures:
+                        source = future.result()
+                        if source is not None:
+                            sources.append(source)
+                        failpoint("step.executed")
+                finally:
+                    for future in futures:
+                        future.cancel()
+            fence.now()
             _delete_all(sources)
 
     def _execute(self, made_dirs: set[str]) -> None:

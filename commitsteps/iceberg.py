@@ -353,6 +353,11 @@ class IcebergAppendCommitStep(CommitStep):
             commit_once(tx)
         failpoint("table.after_commit")
 
+    def undone(self) -> bool:
+        """The table holds no append of this run (never made, or rolled back)."""
+        table = self._load(self._catalog())
+        return table is None or not self._done(table)
+
     def rollback(self) -> None:
         """Remove this run's files from the table in a new snapshot (``commitpub.rollback-of``),
         if its append is there; the renames' rollback then deletes the files.

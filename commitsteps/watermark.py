@@ -128,6 +128,14 @@ class WatermarkCommitStep(CommitStep):
             self.dataset, self.partition, self.value, self.previous, token=current_token()
         )
 
+    def undone(self) -> bool:
+        """The watermark is not at this step's ``value``: set back to ``previous`` (or never
+        moved). A third value is someone else's (a rollback leaves it alone), not this
+        step's effect."""
+        return _same(self.value, self.previous) or not _same(
+            self._store().get(self.dataset, self.partition), self.value
+        )
+
     def _conflict(self, found: JsonScalar) -> str:
         return (
             f"watermark of job {current_job()!r} {self.dataset}/{self.partition}: expected "

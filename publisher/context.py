@@ -10,9 +10,13 @@ Deletions of files are not store writes, so :meth:`Context.guard` checks the tok
 the store's fence right before each batch: each group of steps executed, each batch of at
 most :data:`~publisher.execution.UNDO_BATCH` steps aborted or rolled back, each staging
 clean-up (see :mod:`publisher.staging` for staging, and why a takeover between that check
-and the deletion cannot reach the new owner's run directories). A run that lost its lock
-therefore stops at its next step boundary, in Spark tasks as on the driver. The check is a
-read; what a takeover right after it leaves possible:
+and the deletion cannot reach the new owner's run directories). Inside a batch the same
+check is asked at least every 256 steps or second, and the lease keeper before every step
+(:func:`store.checking_fence`, set up by :meth:`Context.working`; the bounds are argued in
+:mod:`publisher.execution`). A run that lost its lock therefore stops within about a second
+of steps, in Spark tasks as on the driver, and at once on the driver when its lease keeper
+knows the lease lost or run out. The check is a read; what a takeover right after it leaves
+possible:
 
 * Abort deletes the staged files of an unsealed sequence it read *before* the check. A new
   owner fences the store before it reads or writes anything, so a sequence read before a
@@ -49,10 +53,20 @@ from publisher.confinement import Roots, check_connections
 from publisher.errors import CorruptStatusError
 from publisher.retry import RetryPolicy
 from publisher.status import DatasetStatus
-from store import CommitStepStore, Connections, connecting_only, fencing
+from store import (
+    CommitStepStore,
+    Connections,
+    check_lease,
+    checking_fence,
+    connecting_only,
+    fencing,
+)
 from store.errors import ConfigurationError
 
 log = logging.getLogger("commitpub.publisher")
+
+#: What a run refused inside a batch of steps was doing (see :meth:`Context.working`).
+_BATCH = "going on with a batch of steps"
 
 
 @attrs.frozen
@@ -105,11 +119,15 @@ class Context:
     @contextmanager
     def working(self) -> Iterator[None]:
         """The block in which steps of this job execute: its fencing token, its name (the
-        namespace of its watermarks), its stores and its table commit budget."""
+        namespace of its watermarks), its stores, its table commit budget, and the check
+        that batches of steps ask within a bounded number of steps and time
+        (:func:`store.checking_fence`: this context's :meth:`guard`, with the lease keeper the
+        publisher set, if any)."""
         with (
             fencing(self.token, job=self.job),
             connecting_only(self.connections),
             commit_budget(self.table_commit_budget_s),
+            checking_fence(lambda: self.guard(_BATCH), doing=_BATCH, job=self.job),
         ):
             yield
 
@@ -131,11 +149,15 @@ class Context:
         """Refuse ``doing`` if a newer run has taken the job over (the store's fence).
 
         Called right before each batch of steps and each batch of deletions, here and in
-        Spark tasks alike, so a run that lost its lock stops at its next step boundary.
+        Spark tasks alike, and within each batch of steps executed (see
+        :func:`store.checking_fence`). Where the publisher's lease keeper is known (work run
+        in its process, :func:`store.holding`), a lease it knows lost or run out refuses
+        too, without asking the store.
 
         Raises:
             FencedError: naming ``doing``, this run's token and the newer one.
         """
+        check_lease(doing, self.job)
         if self.token is not None:
             self.retry.call(lambda: self.store.check_fence(self.job, self.token, doing))
 

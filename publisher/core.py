@@ -31,7 +31,7 @@ from publisher.reports import DatasetReport, PublishReport, RecoveryReport
 from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner
 from publisher.status import DatasetStatus
-from store import CommitStepStore, Connections, LeaseKeeper, note_progress, open_store
+from store import CommitStepStore, Connections, LeaseKeeper, holding, note_progress, open_store
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
 
@@ -62,8 +62,10 @@ class Publisher:
             :class:`~commitsteps.WatermarkCommitStep`); the commit store is one of them. A
             sequence with a step naming any other store is refused (publish) or quarantined
             (recover) before anything of it runs, and nothing connects there.
-        lease: the keeper renewing the job lock; once it has seen the lease lost, every
-            phase refuses to start (see :meth:`require_lock`).
+        lease: the keeper renewing the job lock; once it has seen the lease lost (or the
+            lease ran out by this process's clock without being renewed), every phase
+            refuses to start (see :meth:`require_lock`) and every batch of steps running in
+            this process stops before its next step.
         catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
             the only ones table steps may reach; a step records a catalog's name, never where
             it is (see :class:`store.Connections`).
@@ -193,7 +195,8 @@ class Publisher:
             PublishItem(dataset, steps if callable(steps) else tuple(steps), dirs.get(dataset))
             for dataset, steps in sequences.items()
         ]
-        reports = self._map_groups(functools.partial(publish_group, self.context), items)
+        with holding(self.lease):
+            reports = self._map_groups(functools.partial(publish_group, self.context), items)
         return PublishReport(_sorted(reports), round(time.monotonic() - started, 6))
 
     def recover(self) -> RecoveryReport:
@@ -212,9 +215,10 @@ class Publisher:
         started = time.monotonic()
         self.require_lock("recovering")
         datasets = self.context.retry.call(lambda: self.store.datasets(self.job_name))
-        reports = _sorted(
-            self._map_groups(functools.partial(recover_group, self.context), datasets)
-        )
+        with holding(self.lease):
+            reports = _sorted(
+                self._map_groups(functools.partial(recover_group, self.context), datasets)
+            )
         failpoint("recover.before_sweep")
         staging.drain()  # leftovers this process is still deleting are not the sweep's
         swept, skipped = self._sweep(reports)
@@ -281,7 +285,8 @@ class Publisher:
                 f"{doing} of job {self.job_name!r} refused: this run lost the job lock "
                 f"({type(lost).__name__}: {lost})"
             )
-        self.context.guard(doing)
+        with holding(self.lease):
+            self.context.guard(doing)
 
     def create_run_dir(self, run_id: str, *, root: str | None = None) -> str:
         """Create this run's directory in a staging root, its marker (job, run id, fencing
@@ -354,7 +359,7 @@ class Publisher:
         Returns:
             The dataset's report: ``failed``, or ``quarantined``, with the attempts counted.
         """
-        with self.context.working():
+        with holding(self.lease), self.context.working():
             return record_failure(self.context, dataset, error)
 
     def retry(self, dataset: str) -> bool:
@@ -397,7 +402,7 @@ class Publisher:
             KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
                 was changed.
         """
-        with self.context.working():
+        with holding(self.lease), self.context.working():
             if keep_table:
                 return keep_table_of(self.context, dataset)
             return discard_one(self.context, dataset)

@@ -1,26 +1,44 @@
 """An operator's discard: throw a pending sequence away, as if it had never been written.
 
-A sequence whose every step verifies was complete: it is only removed. Otherwise the steps
-already done are rolled back in reverse order (watermarks set back, published files of this
-sequence deleted), the staged files are deleted and the sequence removed, so the data is
-extracted again.
+A sequence whose every step verifies was complete: it is only removed. Otherwise, in this
+order:
+
+1. Every staged file of the sequence is deleted, in execution order (each step's
+   ``abort()``): from then on no step can be executed any more, by anyone. A run that lost
+   the job while it was executing this very sequence (a paused "zombie", see
+   :mod:`publisher.execution`) may still be moving files forward; without their sources it
+   cannot move another one, whereas rolling back first would race it, the rollback walking
+   the steps backward while the zombie walks them forward, and leave published whatever the
+   zombie moved after the rollback passed it.
+2. The steps are rolled back in reverse order (watermarks set back, published files of the
+   sequence deleted).
+3. Everything is verified undone (``undone()``: every rename's source and destination gone,
+   no watermark at this sequence's value any more: set back to its previous one). A step
+   whose effect came back (a zombie's last step, begun before step 1 took its source and
+   finished after step 2) is undone again, with a warning; a discard never ends while an
+   effect of the sequence is found in place.
+
+Then the sequence is removed, so the data is extracted again.
 
 The discard is durable: its in-progress record (:class:`~publisher.status.Discarding`) is
 written to the dataset's status before anything is deleted, noted again once every step is
-rolled back, and goes with the sequence, last. Killed anywhere, discard again (or the next
-recovery, :func:`resume_discard`) finishes it, and nothing is rolled back twice.
+rolled back and verified undone, and goes with the sequence, last. Killed anywhere, discard
+again (or the next recovery, :func:`resume_discard`) finishes it, and nothing is rolled back
+twice once the record says it is done.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 import attrs
 
 from commitsteps import (
     CommitStep,
     PathConfinementError,
+    StepError,
     TableRollbackRefusedError,
     WatermarkCommitStep,
 )
@@ -33,7 +51,15 @@ from publisher.errors import (
     KeepTableRefusedError,
     TableDiscardRefusedError,
 )
-from publisher.execution import abort, clean_up, finish, undo, verify_all
+from publisher.execution import (
+    abort,
+    clean_up,
+    delete_staged,
+    finish,
+    undo,
+    undone_all,
+    verify_all,
+)
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus, Discarding
@@ -41,6 +67,11 @@ from store.errors import FencedError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
+
+#: Rounds of "verify undone, undo what came back" before a discard gives up (and stays
+#: recorded, for the next discard or recovery). An effect comes back only from a step a
+#: paused run had begun before the staged files went; one round more is the normal worst.
+VERIFY_ROUNDS = 5
 
 
 def discard_one(ctx: Context, dataset: str) -> DatasetReport:
@@ -125,6 +156,9 @@ def _discard(
             clean_up(ctx, dataset, steps)
             return dataset_report(dataset, Outcome.RECOVERED, started, steps=len(steps))
 
+        # First nothing can go forward any more, then back (the module docstring says why).
+        delete_staged(ctx, dataset, steps)
+
         def roll_back(step: CommitStep) -> None:
             step.rollback()
             failpoint("discard.rollback_step")
@@ -133,6 +167,7 @@ def _discard(
             undo(ctx, steps[::-1], f"discarding {dataset!r} (rolling back its steps)", roll_back)
         except TableRollbackRefusedError as e:
             _refused(ctx, dataset, status, e)
+        _verify_undone(ctx, dataset, steps)
         # The rollback lasts before the record that says it is done (publisher.barriers).
         barriers.after_phase(steps)
         marker = attrs.evolve(marker, rolled_back=True)
@@ -243,3 +278,42 @@ def keep_table(ctx: Context, dataset: str) -> DatasetReport:
         outcome=Outcome.DISCARDED,
         verify_after=True,
     )
+
+
+def _verify_undone(ctx: Context, dataset: str, steps: Sequence[CommitStep]) -> None:
+    """Check that nothing of the sequence is in place any more; undo what came back.
+
+    Raises:
+        StepError: if effects are still found after :data:`VERIFY_ROUNDS` rounds; the
+            discard stays recorded, not done.
+        FencedError: if a newer run took the job over.
+    """
+    for _ in range(VERIFY_ROUNDS):
+        back = [s for s, gone in zip(steps, undone_all(steps), strict=True) if not gone]
+        if not back:
+            return
+        log.warning(
+            "discarding %r: %d step(s) found done again after the rollback (a run that lost "
+            "the job finished them meanwhile), undoing them again: %s",
+            dataset,
+            len(back),
+            ", ".join(str(s) for s in back[:5]),
+        )
+        undo(ctx, back, f"discarding {dataset!r} (deleting its staged files)", _abort)
+        undo(ctx, back[::-1], f"discarding {dataset!r} (rolling back its steps)", _roll_back)
+    back = [s for s, gone in zip(steps, undone_all(steps), strict=True) if not gone]
+    if back:
+        raise StepError(
+            f"discard of {dataset!r}: expected every step undone after {VERIFY_ROUNDS} "
+            f"rounds of rollback, found {len(back)} done again (first: {back[0]}); the "
+            "discard stays recorded: stop whatever still publishes the sequence, then "
+            "discard again"
+        )
+
+
+def _abort(step: CommitStep) -> None:
+    step.abort()
+
+
+def _roll_back(step: CommitStep) -> None:
+    step.rollback()

@@ -7,6 +7,29 @@ before the next phase runs (:mod:`publisher.barriers`). Undoing (an abort delete
 files, a discard rolls steps back) goes in batches of at most :data:`UNDO_BATCH` steps, each
 preceded by the same check. A sequence is removed from the store only once every step is
 done, and its staging is cleaned up after that (:func:`clean_up`).
+
+Inside a batch. A batch may be a million renames, longer than any lease, so the check is
+not only at its start: ``execute_many`` ticks :func:`store.fence_check` before every step
+(the publisher sets it up in :meth:`Context.working <publisher.context.Context.working>`),
+and so does :func:`undo`. A tick looks at the lease keeper of the publisher's process
+(:func:`store.holding`): a lease it knows lost, or one that ran out by the holder's own
+clock (not renewed in time: the process was stopped or starved), stops the batch at once,
+before the next step. Every :data:`~store.lock.FENCE_CHECK_STEPS` steps (256) or
+:data:`~store.lock.FENCE_CHECK_S` seconds (1), whichever comes first, the tick also reads
+the store's fence, which is what a Spark task (no keeper there) relies on. S3 renames tick
+before each concurrent copy and check again before the bulk delete of the sources.
+
+Why these bounds: a lease is renewed every third of its TTL, and a process that wakes
+from a stop longer than its TTL finds its lease ran out on its first tick. Without a
+keeper, or while it has not noticed yet, the fence is read at least once a second: a run
+goes on for at most about a second (plus the time it was stopped, when nothing happens) of
+steps after a newer run fenced the store. What remains: a process stopped *between* its
+tick and its step (after the check passed, before the ``rename``) does that one step when
+it wakes, whenever that is; with concurrent S3 copies, one copy per thread. A discard is
+made safe against it by its order (:mod:`publisher.discard`): it deletes every staged file
+before it rolls anything back, so a local rename that comes late finds no source, and it
+verifies everything undone afterwards, undoing again a copy that landed meanwhile. A
+forward recovery racing such a step is harmless: both move the same file the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +51,7 @@ from publisher.quarantine import fail
 from publisher.reports import DatasetReport, Outcome, dataset_report
 from publisher.staging import Later, cleanup
 from publisher.status import DatasetStatus
-from store import note_progress
+from store import FenceCheck, note_progress
 from store.errors import FencedError
 from store.failpoints import failpoint
 
@@ -67,19 +90,35 @@ def verify_all(steps: Sequence[CommitStep]) -> list[bool]:
     return done
 
 
+def undone_all(steps: Sequence[CommitStep]) -> list[bool]:
+    """``undone()`` of every step, batched per class (one listing per directory)."""
+    by_class: dict[type[CommitStep], list[int]] = {}
+    for i, step in enumerate(steps):
+        by_class.setdefault(type(step), []).append(i)
+    gone = [False] * len(steps)
+    for cls, indices in by_class.items():
+        for i, ok in zip(indices, cls.undone_many([steps[i] for i in indices]), strict=True):
+            gone[i] = ok
+    return gone
+
+
 def undo(
     ctx: Context, steps: Sequence[CommitStep], doing: str, step_undo: Callable[[CommitStep], None]
 ) -> None:
     """``step_undo`` of each step in order, in batches of at most :data:`UNDO_BATCH` steps
-    of one class, each preceded by a check of the fence naming ``doing``.
+    of one class, each preceded by a check of the fence naming ``doing``, and within them
+    as within a batch executed (:class:`store.FenceCheck`: the lease keeper before every
+    step, the fence every few hundred steps or second).
 
     Raises:
-        FencedError: if a newer run took the job over; the batch was not begun.
+        FencedError: if a newer run took the job over; the step was not begun.
     """
+    fence = FenceCheck(lambda: ctx.guard(doing), doing=doing, job=ctx.job)
     for group in groups(steps):
         for start in range(0, len(group), UNDO_BATCH):
-            ctx.guard(doing)
+            fence.now()
             for step in group[start : start + UNDO_BATCH]:
+                fence.tick()
                 step_undo(step)
 
 
@@ -217,6 +256,27 @@ def _execute_group(ctx: Context, dataset: str, group: list[CommitStep], index: i
         set_doing(None)
 
 
+def delete_staged(ctx: Context, dataset: str, steps: Sequence[CommitStep]) -> None:
+    """``abort()`` of each step, in execution order: its staged files deleted, so that no
+    step of the sequence can be executed any more. Staged paths outside the job's staging
+    roots are left alone with a warning.
+
+    Raises:
+        FencedError: if a newer run took the job over; the batch was not begun.
+    """
+    refusals = ctx.roots.refusals(steps, published=False)
+    for step, refused in zip(steps, refusals, strict=True):
+        if refused is not None:
+            log.warning("not deleting staged paths outside the staging roots: %s", step)
+    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
+
+    def delete(step: CommitStep) -> None:
+        step.abort()
+        failpoint("recover.abort_step")
+
+    undo(ctx, ordered(inside), f"aborting {dataset!r} (deleting its staged files)", delete)
+
+
 def abort(ctx: Context, dataset: str, steps: Sequence[CommitStep], started: float) -> DatasetReport:
     """Delete the staged files of an unsealed (or rolled back) sequence, then remove it.
 
@@ -228,17 +288,7 @@ def abort(ctx: Context, dataset: str, steps: Sequence[CommitStep], started: floa
     Raises:
         FencedError: if a newer run took the job over; the batch was not begun.
     """
-    refusals = ctx.roots.refusals(steps, published=False)
-    for step, refused in zip(steps, refusals, strict=True):
-        if refused is not None:
-            log.warning("not deleting staged paths outside the staging roots: %s", step)
-    inside = [s for s, refused in zip(steps, refusals, strict=True) if refused is None]
-
-    def delete_staged(step: CommitStep) -> None:
-        step.abort()
-        failpoint("recover.abort_step")
-
-    undo(ctx, inside, f"aborting {dataset!r} (deleting its staged files)", delete_staged)
+    delete_staged(ctx, dataset, steps)
     ctx.remove(dataset)
     clean_up(ctx, dataset, steps)
     return dataset_report(dataset, Outcome.ABORTED, started, steps=len(steps))

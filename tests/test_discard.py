@@ -36,7 +36,8 @@ FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
 @attrs.frozen
 class JournaledStep(CommitStep):
     """Publishes one file from one staged file; writes each rollback and abort to a journal,
-    and fails them while a trap file named after the operation exists."""
+    and fails them while a trap file named after the operation exists (only the n-th call,
+    when the trap holds n)."""
 
     staged: str
     path: str
@@ -58,8 +59,12 @@ class JournaledStep(CommitStep):
     def _log(self, what: str) -> None:
         with open(self.journal, "a") as f:
             f.write(f"{what}\n")
-        if Path(f"{self.journal}.{what}.trap").exists():
-            raise OSError(f"{what} interrupted")
+        trap = Path(f"{self.journal}.{what}.trap")
+        if trap.exists():
+            nth = trap.read_text().strip()
+            calls = Path(self.journal).read_text().splitlines().count(what)
+            if not nth or int(nth) == calls:
+                raise OSError(f"{what} interrupted")
 
     def rollback(self) -> None:
         self._log("rollback")
@@ -100,10 +105,10 @@ class Job:
     def store(self) -> CommitStepStore:
         return open_store(self.store_url)
 
-    def trap(self, what: str, armed: bool = True) -> None:
+    def trap(self, what: str, armed: bool = True, nth: int | None = None) -> None:
         trap = Path(f"{self.journal}.{what}.trap")
         if armed:
-            trap.touch()
+            trap.write_text("" if nth is None else str(nth))
         else:
             trap.unlink()
 
@@ -200,25 +205,49 @@ def test_an_interrupted_discard_is_finished_by_recovery_never_executed(job: Job)
 def test_a_discard_run_again_after_its_rollback_rolls_nothing_back_twice(job: Job) -> None:
     job.half_published("a")
     pub = job.publisher()
-    job.trap("abort")
+    # The staged files go first (nothing can be executed any more), then the rollback, then
+    # the staged files once more with the sequence: the second abort is interrupted.
+    job.trap("abort", nth=2)
     with pytest.raises(OSError, match="abort interrupted"):
         pub.discard("a")
     status = pub.status("a")
     assert status is not None
     assert status.discarding is not None
     assert status.discarding.rolled_back
-    assert job.journaled() == ["rollback", "abort"]
+    assert job.journaled() == ["abort", "rollback", "abort"]
     job.trap("abort", armed=False)
 
     report = pub.discard("a")
 
     assert report.outcome == Outcome.DISCARDED
-    assert job.journaled() == ["rollback", "abort", "abort"]
+    assert job.journaled() == ["abort", "rollback", "abort", "abort"]
     assert job.published() == []
     assert job.staged() == []
     assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
     assert job.store().datasets("job") == []
     assert pub.status("a") is None
+
+
+def test_a_discard_interrupted_before_its_rollback_deleted_every_staged_file_first(
+    job: Job,
+) -> None:
+    """Staged files go before anything is rolled back: interrupted in its rollback, the
+    discard has already made every step impossible to execute."""
+    job.half_published("a")
+    pub = job.publisher()
+    job.trap("rollback")
+    with pytest.raises(OSError, match="rollback interrupted"):
+        pub.discard("a")
+    assert job.journaled() == ["abort", "rollback"]
+    assert job.staged() == []
+    # Rolled back in reverse: the watermark (never moved) and the second rename went before
+    # the journaled step was interrupted; the first rename's file is still published.
+    assert job.published() == ["a/f0-r1", "a/j-r1"]
+    job.trap("rollback", armed=False)
+
+    assert pub.discard("a").outcome == Outcome.DISCARDED
+    assert job.journaled() == ["abort", "rollback", "abort", "rollback", "abort"]
+    assert job.published() == []
 
 
 @pytest.mark.redis
