@@ -331,7 +331,8 @@ def retry(job_file: str, dataset: str) -> None:
 Examples:
   commitpub discard jobs/orders.toml orders
   commitpub discard jobs/orders.toml orders --yes   # no question (scripts)
-  commitpub discard jobs/orders.toml orders --keep-table   # after a table refused it"""
+  commitpub discard jobs/orders.toml orders --keep-table   # after a table refused it
+  commitpub discard jobs/orders.toml orders --force   # a commit whose record is unreadable"""
 )
 @_JOB
 @click.argument("dataset")
@@ -342,7 +343,13 @@ Examples:
     help="Roll nothing back: keep the table commit (its data steps must be done), move the "
     "watermarks, skip the other unfinished steps, drop the commit record.",
 )
-def discard(job_file: str, dataset: str, yes: bool, keep_table: bool) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Drop a commit whose record cannot be read: nothing of it is rolled back, and what "
+    "it published stays (the next run reads that data again).",
+)
+def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: bool) -> None:
     """Throw a pending commit away; its data is extracted again by the next run.
 
     Steps already done are rolled back (watermarks set back, files it published deleted),
@@ -360,7 +367,7 @@ def discard(job_file: str, dataset: str, yes: bool, keep_table: bool) -> None:
             "will be extracted again",
             abort=True,
         )
-    report = _store_call(lambda: ops.discard(config, dataset, keep_table=keep_table))
+    report = _store_call(lambda: ops.discard(config, dataset, keep_table=keep_table, force=force))
     if keep_table:
         if report.outcome != "discarded":
             _fail(

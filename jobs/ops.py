@@ -276,7 +276,9 @@ def retry(config: JobConfig, dataset: str) -> bool:
     return _on_dataset(config, dataset, lambda pub: pub.retry(dataset))
 
 
-def discard(config: JobConfig, dataset: str, *, keep_table: bool = False) -> DatasetReport:
+def discard(
+    config: JobConfig, dataset: str, *, keep_table: bool = False, force: bool = False
+) -> DatasetReport:
     """Throw a pending sequence away under the job lock (see ``Publisher.discard``; with
     ``keep_table``, keep what its data steps published and move its watermarks).
 
@@ -286,7 +288,9 @@ def discard(config: JobConfig, dataset: str, *, keep_table: bool = False) -> Dat
             ``staging.path`` or ``output.path``; nothing was changed.
         LockHeldError: if a run holds the job lock.
     """
-    return _on_dataset(config, dataset, lambda pub: pub.discard(dataset, keep_table=keep_table))
+    return _on_dataset(
+        config, dataset, lambda pub: pub.discard(dataset, keep_table=keep_table, force=force)
+    )
 
 
 def unlock(

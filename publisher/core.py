@@ -378,7 +378,9 @@ class Publisher:
         """
         return lift(self.context, dataset)
 
-    def discard(self, dataset: str, *, keep_table: bool = False) -> DatasetReport:
+    def discard(
+        self, dataset: str, *, keep_table: bool = False, force: bool = False
+    ) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
 
         Steps already done are rolled back (watermarks set back, files this sequence
@@ -394,9 +396,13 @@ class Publisher:
         is removed (for a commit a table refused to roll back, when ``retry`` cannot finish
         it either).
 
+        A sequence that cannot be read is dropped only with ``force``: what it may have
+        published stays and would be read again by the next run.
+
         Raises:
             DiscardRefusedError: if the sequence names paths outside the job's current
-                staging or output roots; nothing was changed.
+                staging or output roots, or cannot be read and ``force`` is not given;
+                nothing was changed.
             TableDiscardRefusedError: if a table step cannot take its run out of the table
                 whole: the steps after it were rolled back, the dataset is quarantined.
             KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
@@ -405,7 +411,7 @@ class Publisher:
         with holding(self.lease), self.context.working():
             if keep_table:
                 return keep_table_of(self.context, dataset)
-            return discard_one(self.context, dataset)
+            return discard_one(self.context, dataset, force=force)
 
     def fence(self) -> None:
         """Fence the commit store with this publisher's token: from now on the store refuses

@@ -74,18 +74,29 @@ log = logging.getLogger("commitpub.publisher")
 VERIFY_ROUNDS = 5
 
 
-def discard_one(ctx: Context, dataset: str) -> DatasetReport:
+def discard_one(ctx: Context, dataset: str, *, force: bool = False) -> DatasetReport:
     """Throw a dataset's pending sequence away (see the module docstring).
 
-    A status without a sequence (a quarantine, an unreadable status) is removed.
+    A status without a sequence (a quarantine, an unreadable status) is removed. A sequence
+    that cannot be read is dropped only with ``force``: nothing of what it may have
+    published can be rolled back (see :data:`UNREADABLE`).
 
     Raises:
-        DiscardRefusedError: if the sequence names a path outside the job's current roots;
-            nothing was changed.
+        DiscardRefusedError: if the sequence names a path outside the job's current roots,
+            or cannot be read and ``force`` is not given; nothing was changed.
     """
     started = time.monotonic()
     status = ctx.status_or_default(dataset, "discarding")
-    return _discard(ctx, dataset, status, started, resuming=False)
+    return _discard(ctx, dataset, status, started, resuming=False, force=force)
+
+
+#: What dropping an unreadable sequence leaves, said before and after it is done.
+UNREADABLE = (
+    "its record cannot be read, so nothing it may already have published can be rolled "
+    "back: files it renamed into the output (and a table commit it made) stay, its "
+    "watermarks stay where they were, and the next run reads that data again, so whatever "
+    "it published would be there twice"
+)
 
 
 def resume_discard(
@@ -110,17 +121,33 @@ def resume_discard(
 
 
 def _discard(
-    ctx: Context, dataset: str, status: DatasetStatus, started: float, *, resuming: bool
+    ctx: Context,
+    dataset: str,
+    status: DatasetStatus,
+    started: float,
+    *,
+    resuming: bool,
+    force: bool = False,
 ) -> DatasetReport:
     try:
         steps = ctx.load(dataset)
     except PERMANENT as e:
+        if not (force or resuming):
+            raise DiscardRefusedError(
+                f"discard of {dataset!r} refused, nothing was changed: {UNREADABLE}. "
+                f"({describe(e)}) Look at what the output holds of this run first "
+                "(`commitpub inspect`); then either restore the record and `commitpub "
+                "retry`, or drop it with `commitpub discard --force` and delete what it "
+                "published by hand before the next run"
+            ) from e
+        log.warning("dropping the unreadable pending commit of %s: %s", dataset, UNREADABLE)
         ctx.remove(dataset)
         return dataset_report(
             dataset,
             Outcome.DISCARDED,
             started,
-            error=f"unreadable, dropped without rolling anything back: {describe(e)}",
+            error=f"unreadable, dropped without rolling anything back ({UNREADABLE}): "
+            f"{describe(e)}",
         )
     if not steps:
         # No sequence (or an empty one): only a status is left to go.

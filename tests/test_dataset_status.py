@@ -21,6 +21,7 @@ from publisher import (
     CorruptStatusError,
     DatasetStatus,
     Discarding,
+    DiscardRefusedError,
     Outcome,
     Publisher,
     RetryPolicy,
@@ -255,9 +256,13 @@ def test_a_sequence_with_an_unreadable_seal_is_listed_quarantined_and_discarded(
     assert report.recovered == ["good"]
     assert report["bad"].outcome == Outcome.QUARANTINED
     assert "CorruptRecordError" in (report["bad"].error or "")
-    report = pub.discard("bad")
+    with pytest.raises(DiscardRefusedError, match="its record cannot be read"):
+        pub.discard("bad")
+    assert job.store().datasets("job") == ["bad"]
+    report = pub.discard("bad", force=True)
     assert report.outcome == Outcome.DISCARDED
     assert "unreadable, dropped without rolling anything back" in (report.error or "")
+    assert "would be there twice" in (report.error or "")
     assert job.store().datasets("job") == []
 
 

@@ -329,9 +329,13 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
         assert pub.status("bad") == status
         assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
         return
-    # The operator can still throw it away: it is dropped without rollback (an unreadable
-    # sequence names no staged files: the next recovery sweeps them), the watermark stays.
-    report = pub.discard("bad")
+    # Refused unless the operator insists, saying what stays published. Then it is dropped
+    # without rollback (an unreadable sequence names no staged files: the next recovery
+    # sweeps them), the watermark stays.
+    with pytest.raises(DiscardRefusedError, match="the next run reads that data again"):
+        pub.discard("bad")
+    assert job.store().get("job", "bad") == records
+    report = pub.discard("bad", force=True)
     assert report.outcome == Outcome.DISCARDED
     assert "unreadable, dropped without rolling anything back" in (report.error or "")
     assert job.store().datasets("job") == []

@@ -268,9 +268,16 @@ def test_a_damaged_sequence_is_shown_by_status_and_inspect_and_discard_removes_i
     assert text.startswith("orders: UNREADABLE, 0 steps, 0 done")
     assert "unreadable: CorruptRecordError" in text
 
-    done = job.cli("discard", "orders", "--yes")
+    # Refused without --force, saying what would stay published; nothing changes.
+    refused = job.cli("discard", "orders", "--yes")
+    assert refused.exit_code == 1, refused.output
+    assert "whatever it published would be there twice" in refused.output
+    assert "commitpub discard --force" in refused.output
+    assert sorted(job.store.datasets(job.config.name)) == ["clicks", "orders"]
+    done = job.cli("discard", "orders", "--yes", "--force")
     assert done.exit_code == 0, done.output
     assert "orders: discarded (discarded, 0 steps)" in done.output
+    assert "would be there twice" in done.output
     assert job.store.datasets(job.config.name) == ["clicks"]
 
 
