@@ -428,6 +428,14 @@ class _Rename(CommitStep):
     def undone(self) -> bool:
         return self.undone_many([self])[0]
 
+    def rollback(self) -> None:
+        """Delete the published file, and what a copy killed before its rename left beside
+        it (a hidden file: readers skip it, but it is the discarded commit's)."""
+        super().rollback()
+        dfs, dpath = _fs(self.dst)
+        if dfs is None:
+            remove_leftovers(dpath)
+
     def execute(self) -> None:
         self._execute(set())
 

@@ -139,3 +139,17 @@ def test_remove_leftovers_removes_only_hidden_copies_of_that_file(tmp_path: Path
         "part-0.parquet",
     ]
     assert files.remove_leftovers(str(tmp_path / "missing" / "x")) == 0
+
+
+def test_a_discard_removes_what_a_copy_killed_before_its_rename_left(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    base = tmp_path / "job"
+    backend = Backend("fs", f"{base}/state/steps", f"{base}/state/watermarks")
+    with ext4_filesystem(tmp_path, mount=base / "output"):
+        expect_killed(drive("run", base, backend, crash_at="rename.copied@3"), "copied")
+        assert any(p.name.startswith(files.TEMP_PREFIX) for p in (base / "output").rglob("*"))
+        discarded = drive("discard", base, backend, extra=["--dataset", "orders"])
+        expect_ok(discarded)
+        left = [p for p in (base / "output").rglob("*") if p.is_file()]
+        assert left == []  # the two renamed files rolled back, the hidden copy removed
