@@ -5,6 +5,12 @@ use: they need the optional extras ``[iceberg]`` / ``[delta]``, which a Parquet-
 lacks. They stay out of ``__all__`` so that ``from commitsteps import *`` works there too.
 """
 
+# A store.py or jobs/ of the user's beside their script would be imported in place of our
+# packages: one clear error naming it, instead of "'store' is not a package".
+from commitpub import _names
+
+_names.check(("store",))
+
 from typing import TYPE_CHECKING, Any
 
 from commitsteps.base import CommitStep, class_for, register, registered, tag_of

@@ -1,4 +1,4 @@
-"""Your own PySpark job, published exactly once with ``jobs.Batch``.
+"""Your own PySpark job, published exactly once with ``commitpub.Batch``.
 
 A plain script: it reads new CSV files of orders and clicks, joins the orders with a CSV of
 customers, cleans both, and stages them as two datasets; a step of its own
@@ -45,7 +45,7 @@ import own_steps
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
-import jobs
+import commitpub
 
 JOB = "own-job"
 # Every column is read as text: the cleaning below decides what is valid, not the reader.
@@ -57,7 +57,7 @@ FILES = "files"
 
 
 def start_spark() -> SparkSession:
-    """The job's session; jobs.Batch calls this once it holds the job lock."""
+    """The job's session; commitpub.Batch calls this once it holds the job lock."""
     spark = (
         SparkSession.builder.appName(JOB)
         .config("spark.sql.session.timeZone", "UTC")  # an order's day is its UTC date
@@ -70,7 +70,7 @@ def start_spark() -> SparkSession:
     return spark
 
 
-def new_files(batch: jobs.Batch, dataset: str, directory: Path) -> list[str]:
+def new_files(batch: commitpub.Batch, dataset: str, directory: Path) -> list[str]:
     """The input files of ``dataset`` after its committed watermark, in order."""
     last = batch.committed(dataset, FILES)
     names = sorted(p.name for p in directory.glob("*.csv"))
@@ -119,7 +119,7 @@ def run(base: Path, output_format: str = "parquet") -> int:
     """One run of the job (``output_format``: parquet, iceberg or delta); returns its exit
     code."""
     inputs, output = base / "input", base / "output"
-    batch = jobs.Batch(
+    batch = commitpub.Batch(
         start_spark,
         JOB,
         store=str(base / "state" / "steps"),
@@ -161,7 +161,7 @@ def run(base: Path, output_format: str = "parquet") -> int:
                     watermarks={FILES: Path(files[-1]).name},
                 )
         # Leaving the block published both datasets, each in one sealed commit.
-    except jobs.LockHeldError as e:
+    except commitpub.LockHeldError as e:
         print(f"{JOB}: another run holds the job lock: {e}", file=sys.stderr)
     return int(batch.report.exit_code)
 

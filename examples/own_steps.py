@@ -2,7 +2,7 @@
 
 It lives in a module of its own, not in the job's script: Spark executors import it to
 verify and recover a commit that holds it (ship it with ``spark-submit --py-files``), and
-the job imports it before ``jobs.Batch`` recovers anything.
+the job imports it before ``commitpub.Batch`` recovers anything.
 """
 
 from __future__ import annotations

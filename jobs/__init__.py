@@ -1,6 +1,12 @@
 """The top layer: your own PySpark job (:class:`Batch`), sources, the TOML runner and the
 command line. The only layer importing pyspark."""
 
+# A store.py or jobs/ of the user's beside their script would be imported in place of our
+# packages: one clear error naming it, instead of "'store' is not a package".
+from commitpub import _names
+
+_names.check(("store", "commitsteps", "publisher"))
+
 from jobs.batch import Batch, BatchStateError
 from jobs.config import BatchConfig, JobConfig, SourceConfig, load_config
 from jobs.errors import (

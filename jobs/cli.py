@@ -133,6 +133,9 @@ Examples:
 
 {_EXIT_CODES}""",
 )
+@click.version_option(
+    package_name="commitpub", prog_name="commitpub", message="%(prog)s %(version)s"
+)
 @click.option("-v", "--verbose", count=True, help="More log lines (debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option(

@@ -20,6 +20,12 @@ What the layer above uses is exported here; its modules, one concern each:
 * :mod:`~publisher.errors`: the layer's errors.
 """
 
+# A store.py or jobs/ of the user's beside their script would be imported in place of our
+# packages: one clear error naming it, instead of "'store' is not a package".
+from commitpub import _names
+
+_names.check(("store", "commitsteps"))
+
 from publisher import staging, status
 from publisher.confinement import Roots, check_connections
 from publisher.context import Context

@@ -1,17 +1,20 @@
 """The examples and the README's code stay true: the job file loads, the cron line tells 75
-apart, and the README's custom CommitStep runs as printed. The Airflow DAG is run by a real
-Airflow in tests/test_airflow.py."""
+apart, the README's custom CommitStep runs as printed, and the README's ``Batch`` script, run
+as written while a live run holds the job lock, exits 75 without a traceback. The Airflow DAG
+is run by a real Airflow in tests/test_airflow.py."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import commitsteps.base
 from jobs.config import load_config
+from store import LeaseKeeper, open_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -55,3 +58,29 @@ def test_readme_custom_commit_step_example_runs(monkeypatch: pytest.MonkeyPatch)
     step_class = namespace["SuccessMarkerStep"]
     assert isinstance(step_class, type)
     assert commitsteps.tag_of(step_class) == "acme.success-marker"
+
+
+def test_readme_batch_example_exits_75_when_the_lock_is_held(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    [example] = [b for b in blocks if "Batch(" in b]
+    script = tmp_path / "orders_job.py"
+    script.write_text(example)
+    # A live run (this process, renewing its lease) holds the job lock where the script's
+    # Batch takes it: beside its commit store, state/steps under the directory it runs in.
+    lock = open_lock(str(tmp_path / "state" / "steps"))
+    with LeaseKeeper(lock, lock.acquire("orders-ingest", ttl_s=3), ttl_s=3):
+        done = subprocess.run(
+            [sys.executable, script.name],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 75, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "orders-ingest" in done.stderr  # the script printed the error naming the job
+    # Nothing was changed: the lock was refused before anything was staged or Spark started.
+    assert not (tmp_path / "staging").exists()
+    assert not (tmp_path / "warehouse").exists()
