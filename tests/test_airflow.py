@@ -29,7 +29,7 @@ import pytest
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
-from store import open_lock, open_store
+from store import LeaseKeeper, open_lock, open_store
 
 # A fresh machine installs Airflow first (minutes); the tests themselves take seconds each
 # plus a Spark start-up for the runs that read the landing zone.
@@ -209,11 +209,10 @@ def test_exit_75_is_skipped_while_another_run_holds_the_lock(
 ) -> None:
     job = _job(tmp_path, records=10)
     lock = open_lock(str(tmp_path / "state" / "steps"))
-    lease = lock.acquire("orders-ingest", ttl_s=600)  # held by this live process
-    try:
+    # Held by this live process, renewed as a run renews it (every third of its TTL): a
+    # contender exits 75 once it sees the holder renew.
+    with LeaseKeeper(lock, lock.acquire("orders-ingest", ttl_s=3), ttl_s=3):
         state, tries, out = airflow.dags_test("2025-01-02", job)
-    finally:
-        lock.release(lease)
     assert (state, tries) == ("skipped", 1), out
     assert "exit code 75" in out
     assert f"pid {os.getpid()}" in out  # commitpub named this process as the lock's holder
