@@ -109,11 +109,13 @@ class Writer:
         )
         # Busy before commitpub starts: a first commit of its is in.
         assert self.proc.stdout is not None
+        # Every line read here counts at the end too (a "lost" one may come first).
+        self.early: list[str] = []
         while True:
             line = self.proc.stdout.readline()
             assert line, self.proc.stderr.read() if self.proc.stderr else "writer exited"
+            self.early.append(line)
             if line.startswith("landed"):
-                self.early = [line]
                 break
 
     def stop(self) -> Foreign:
