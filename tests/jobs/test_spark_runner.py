@@ -40,7 +40,9 @@ def _pending(base: Path, dataset: str, wm_url: str, extra: list[CommitStep] = ()
     return targets
 
 
-def _publisher(base: Path, spark: SparkSession) -> tuple[Publisher, SparkRunner]:
+def _publisher(
+    base: Path, spark: SparkSession, **deadlines: float
+) -> tuple[Publisher, SparkRunner]:
     runner = SparkRunner(spark)
     pub = Publisher(
         str(base / "steps"),
@@ -49,6 +51,7 @@ def _publisher(base: Path, spark: SparkSession) -> tuple[Publisher, SparkRunner]
         output_roots=[str(base / "output")],
         runner=runner,
         stores=[str(base / "wm")],
+        **deadlines,  # type: ignore[arg-type]
     )
     return pub, runner
 
@@ -160,15 +163,7 @@ def _hung_publisher(
     spark.sparkContext.addPyFile(str(HERE.parent / "hangsteps.py"))
     import hangsteps
 
-    runner = SparkRunner(spark)
-    pub = Publisher(
-        str(base / "steps"),
-        "job",
-        staging_roots=[str(base / "staging")],
-        output_roots=[str(base / "output")],
-        runner=runner,
-        **deadlines,  # type: ignore[arg-type]
-    )
+    pub, runner = _publisher(base, spark, **deadlines)
     step = hangsteps.GateStep(str(base / "gate"), str(base / "output" / "hung" / "lines"), "x")
     return pub, runner, step
 
