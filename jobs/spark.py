@@ -52,7 +52,7 @@ _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD")
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.config import JobConfig
+    from jobs.config import OperatorConfig
 
 log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
@@ -152,7 +152,7 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def build_session(config: JobConfig) -> SparkSession:
+def build_session(config: OperatorConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
