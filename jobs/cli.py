@@ -1,7 +1,9 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
 ``discard``, ``unlock``, ``adopt-watermarks`` and ``demo``.
 
-Exit codes: see :mod:`jobs.exitcodes`. Logs go to stderr:
+The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
+--watermarks URL`` (see :func:`jobs.config.operator_config`). Exit codes: see
+:mod:`jobs.exitcodes`. Logs go to stderr:
 rich lines and progress bars on a terminal, plain lines otherwise (cron, Airflow), or JSON
 lines with ``--log-format json``.
 """

@@ -54,7 +54,9 @@ missing required one or a value of the wrong type is a
 URLs are resolved against the TOML file's directory.
 
 ``jobs.Batch`` takes the same settings as keyword arguments and goes through the same checks
-(:func:`batch_config`), with errors naming the argument instead of the key.
+(:func:`batch_config`), with errors naming the argument instead of the key. The operator
+commands name a Batch job by a file without ``[source]`` (:func:`load_operator_config`) or by
+options (:func:`operator_config`), with Batch's defaults and errors naming the option.
 """
 
 from __future__ import annotations
