@@ -3,7 +3,8 @@ path, the environment only ``PATH=/usr/bin:/bin`` and ``HOME``, no ``VIRTUAL_ENV
 directory a directory of its own. ``python3`` on that PATH is the system's Python, without
 commitpub: Spark's Python workers must not run it.
 
-Each test is a real process with its own Spark driver (local master).
+The script runs in a real process with its own Spark driver (local master); the check of a
+started session's workers is also called directly with interpreters of each kind.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
 
+from jobs.spark import check_python
 from store import open_store, open_watermarks
+from store.errors import ConfigurationError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -128,3 +133,39 @@ def test_a_started_session_whose_workers_lack_commitpub_is_refused_in_one_line(
         assert store.datasets(JOB) == []
     finally:
         store.close()
+
+
+def _session(master: str, python: str) -> Any:
+    """What check_python reads of a started classic session: its master and workers' Python."""
+    return SimpleNamespace(sparkContext=SimpleNamespace(master=master, pythonExec=python))
+
+
+def test_another_interpreter_that_imports_commitpub_passes(tmp_path: Path) -> None:
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+
+    check_python(_session("local[2]", str(wrapper)))
+
+
+@pytest.mark.parametrize(
+    ("python", "why"),
+    [
+        (SYSTEM_PYTHON, "No module named"),
+        ("/nonexistent/python3", "not found"),
+    ],
+)
+def test_local_workers_without_commitpub_are_refused(
+    python: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", python)
+    with pytest.raises(ConfigurationError) as refused:
+        check_python(_session("local-cluster[2,1,1024]", python))
+    message = str(refused.value)
+    assert f"Spark's Python workers run {python!r} (PYSPARK_PYTHON)" in message
+    assert why in message
+    assert "\n" not in message
+
+
+def test_a_clusters_executors_are_not_probed() -> None:
+    check_python(_session("spark://master:7077", SYSTEM_PYTHON))
