@@ -14,7 +14,9 @@ import importlib
 import logging
 import os
 import re
+import shutil
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,7 +52,7 @@ _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD")
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.config import JobConfig
+    from jobs.config import OperatorConfig
 
 log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
@@ -74,6 +76,68 @@ def ensure_python() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+#: What a Python worker imports to run commitpub's tasks; a probe imports the same.
+_WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.taskwriter"
+
+
+def check_python(spark: SparkSession) -> None:
+    """Refuse a session whose local Python workers cannot import commitpub.
+
+    A started classic session fixed its workers' interpreter when it started
+    (``PYSPARK_PYTHON``, else ``python3`` on the PATH): under cron, with a virtual
+    environment's interpreter run by path, that is the system's Python, and the first task
+    would fail after Spark's retries with a worker's ``No module named 'jobs'``. On a local
+    master (``local``, ``local[N]``, ``local-cluster``) the workers run on this host, in this
+    working directory and environment, so running that interpreter once to import what a
+    task imports tells in a fraction of a second. Executors of a cluster run the cluster's
+    Python, which only a Spark job could try: they are not checked.
+
+    Raises:
+        ConfigurationError: one line naming the interpreter, what it could not import, and
+            ``PYSPARK_PYTHON``.
+    """
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: the server's workers are the server's
+        return
+    if not (context.master or "").startswith("local"):
+        return
+    python = context.pythonExec
+    found = shutil.which(python)
+    if found is not None and os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    why = "not found"
+    if found is not None:
+        try:
+            probe = subprocess.run(
+                [found, "-c", _WORKER_IMPORTS],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"{type(e).__name__}: {e}"
+        else:
+            if probe.returncode == 0:
+                return
+            lines = probe.stderr.strip().splitlines()
+            why = lines[-1] if lines else f"exit {probe.returncode}"
+    given = os.environ.get("PYSPARK_PYTHON")
+    raise ConfigurationError(
+        f"Spark's Python workers run {python!r} "
+        + (
+            "(PYSPARK_PYTHON unset: Spark's default)"
+            if given is None
+            else "(PYSPARK_PYTHON)"
+            if given == python
+            else f"(fixed when the session started; PYSPARK_PYTHON is now {given!r})"
+        )
+        + f", which cannot import commitpub: {why}. Set PYSPARK_PYTHON={sys.executable} "
+        "before the SparkSession starts, or give Batch a function that builds the session"
+    )
+
+
 def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of the driver's environment that executors get as well.
 
@@ -88,7 +152,7 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def build_session(config: JobConfig) -> SparkSession:
+def build_session(config: OperatorConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
