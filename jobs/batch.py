@@ -54,6 +54,7 @@ from jobs.errors import (
 from jobs.exitcodes import ExitCode, for_error
 from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
 from jobs.locking import check_durable, fence, held_lock, open_publisher
+from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, now, write_report
@@ -727,10 +728,13 @@ class Batch:
             report.error = f"{type(error).__name__}: {error}"
         else:
             report.error = error_text(error)
+        if isinstance(error, Exception):
+            report.message = explain(error).line
+            log.debug("%s failed", report.command, exc_info=error)
         if isinstance(error, FencedError):
             log.error("another run took the job over; this run stops: %s", error)
         elif self._state != "entering" or self._writes_report:
-            log.error("%s failed: %s", report.command, report.error)
+            log.error("%s failed: %s", report.command, report.message or report.error)
 
     # -- checks ------------------------------------------------------------------------------
 

@@ -32,10 +32,11 @@ from jobs.config import (
     operator_config,
 )
 from jobs.exitcodes import ExitCode
+from jobs.messages import explain
 from jobs.progress import Progress, showing
 from jobs.report import RunReport
 from jobs.report import as_json as report_json
-from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
+from store.errors import CommitPubError, ConfigurationError
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -59,7 +60,13 @@ class _JsonFormatter(logging.Formatter):
 
 
 def _setup_logging(verbose: int, quiet: bool, log_format: str) -> None:
+    from jobs.spark import show_spark_logs
+
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    # Spark's own warnings, Java stack traces and py4j's connection chatter only with -v:
+    # what failed reaches the user as one line (jobs.messages).
+    show_spark_logs(bool(verbose))
+    logging.getLogger("py4j").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     root = logging.getLogger("commitpub")
     root.setLevel(level)
     root.handlers.clear()
@@ -219,7 +226,7 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
             f"{report.command} {report.run_id}: {report.status} ({counts or 'nothing to do'})"
         )
         if report.error:
-            click.echo(f"error: {report.error}")
+            click.echo(f"error: {report.message or report.error}")
         for dataset, error in sorted(report.errors.items()):
             click.echo(f"failed {dataset}: {error}")
         for dataset, error in sorted(report.extract_quarantined.items()):
@@ -233,7 +240,23 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
 _EXIT_CODES = exitcodes.HELP
 
 
+class _Commands(click.Group):
+    """The command group: a failure no command caught still ends in one line that says what
+    happened and what to do (:func:`jobs.messages.explain`); its traceback is logged at
+    debug level (``-v``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:
+            log.debug("%s failed", ctx.invoked_subcommand or "commitpub", exc_info=True)
+            _fail(explain(e).line, exitcodes.for_error(e))
+
+
 @click.group(
+    cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=f"""\b
 Examples:
@@ -247,7 +270,9 @@ Examples:
 @click.version_option(
     package_name="commitpub", prog_name="commitpub", message="%(prog)s %(version)s"
 )
-@click.option("-v", "--verbose", count=True, help="More log lines (debug).")
+@click.option(
+    "-v", "--verbose", count=True, help="More log lines (debug), and Spark's own warnings."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option(
     "--log-format",
@@ -645,14 +670,7 @@ def _store_call(fn: Callable[[], T]) -> T:
         return fn()
     except CommitPubError as e:
         code = exitcodes.for_error(e)
-        if isinstance(e, LockHeldError):
-            message = f"{e}; nothing was changed"
-        elif isinstance(e, FencedError):
-            message = f"{e}; another run has taken the job over"
-        elif isinstance(e, ConfigurationError | NothingPendingError):
-            message = str(e)
-        else:
-            message = f"{type(e).__name__}: {e}"
+        message = str(e) if isinstance(e, NothingPendingError) else explain(e).line
         _fail(message, code)
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
@@ -58,13 +59,28 @@ log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Defaults under the job's ``[spark] conf``: quiet logs, dates in UTC, no progress bar
+#: Defaults under the job's ``[spark] conf``: quiet logs (none at all in sessions
+#: :func:`build_session` makes, see :data:`QUIET_LOG4J`), dates in UTC, no progress bar
 #: mixed into our own output.
 SPARK_DEFAULTS = {
     "spark.log.level": "ERROR",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
+
+#: Log4j's configuration of a driver JVM that logs nothing, from its start on: what failed
+#: reaches the user as one line (:mod:`jobs.messages`), not as Spark's warnings and Java
+#: stack traces. ``spark.log.level`` is left unset with it (setting it prints a line).
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+#: Where log4j looks for its configuration file (the property ``log4j2.configurationFile``).
+_LOG4J_ENV = "LOG4J_CONFIGURATION_FILE"
+_SPARK_LOGS = {"verbose": False}
+
+
+def show_spark_logs(verbose: bool) -> None:
+    """Let Spark's own WARN lines and Java stack traces through (``commitpub -v``), or keep
+    them out (the default), in the sessions :func:`build_session` makes from now on."""
+    _SPARK_LOGS["verbose"] = verbose
 
 
 def ensure_python() -> None:
@@ -155,6 +171,10 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
 def build_session(config: OperatorConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
+    Spark logs nothing to the console unless :func:`show_spark_logs` asked for its WARN
+    lines (a ``spark.log.level`` in ``[spark] conf``, or a log4j configuration file of the
+    user's in ``LOG4J_CONFIGURATION_FILE``, wins).
+
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
     (``COMMITPUB_REDIS_PASSWORD``) and the S3 endpoint and region reach the executors too,
     whose environment otherwise comes from the cluster's workers (see :func:`executor_env`);
@@ -167,6 +187,12 @@ def build_session(config: OperatorConfig) -> SparkSession:
     if config.spark_master:
         builder = builder.master(config.spark_master)
     conf = dict(SPARK_DEFAULTS)
+    if _SPARK_LOGS["verbose"]:
+        conf["spark.log.level"] = "WARN"
+    elif os.environ.get(_LOG4J_ENV, str(QUIET_LOG4J)) == str(QUIET_LOG4J):
+        # The JVM this starts reads it; a log4j configuration of the user's own wins.
+        os.environ[_LOG4J_ENV] = str(QUIET_LOG4J)
+        del conf["spark.log.level"]
     for name, value in executor_env(os.environ).items():
         conf[f"spark.executorEnv.{name}"] = value
     conf.update(config.spark_conf)
