@@ -23,7 +23,7 @@ from jobs import exitcodes
 from jobs.config import JobConfig, apply_s3, load_config
 from jobs.exitcodes import ExitCode
 from jobs.progress import Progress, showing
-from jobs.report import RunReport
+from jobs.report import EMPTY_RUNS_WARNING, RunReport
 from jobs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
 
@@ -270,11 +270,27 @@ def status(job_file: str, as_json: bool) -> None:
     last = doc["last_run"]
     if last is None:
         click.echo("last run: none recorded")
-    else:
-        counts = ", ".join(f"{k} {v}" for k, v in (last.get("counts") or {}).items() if v)
+        return
+    if last["state"] != "finished":
         click.echo(
-            f"last run: {last['command']} {last['run_id']} {last['status']} "
-            f"(exit {last['exit_code']}) at {last['finished']}: {counts or 'nothing to do'}"
+            f"last run: {last['command']} {last['run_id']} started {last['started']}, "
+            + ("still running (it holds the job lock)" if last["state"] == "running" else "")
+            + ("did not finish (killed?)" if last["state"] == "did not finish" else "")
+        )
+    shown = doc["last_finished_run"]
+    if shown is None:
+        click.echo("last finished run: none recorded")
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in (shown.get("counts") or {}).items() if v)
+    click.echo(
+        f"{'last run' if last['state'] == 'finished' else 'last finished run'}: {shown['command']} "
+        f"{shown['run_id']} {shown['status']} (exit {shown['exit_code']}) at "
+        f"{shown['finished']}: {counts or 'nothing to do'}"
+    )
+    if shown.get("empty_runs", 0) >= EMPTY_RUNS_WARNING:
+        click.echo(
+            f"  {shown['empty_runs']} runs in a row staged no record: is the job reading the "
+            "right input?"
         )
 
 

@@ -9,20 +9,19 @@ dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import cattrs
-import fsspec
 
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import CATALOG_NAME, JobConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
+from jobs.report import newest_reports
 from jobs.watermarks import Adopted, adopt
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
@@ -91,20 +90,9 @@ def _lease_state(lease: Lease | None) -> dict[str, Any]:
 
 
 def last_report(config: JobConfig) -> dict[str, Any] | None:
-    """The newest run report of the job (by its file name: run ids sort by time), or None."""
-    fs, root = fsspec.core.url_to_fs(config.reports)
-    try:
-        names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
-    except FileNotFoundError:
-        return None
-    for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
-        try:
-            doc: dict[str, Any] = json.loads(fs.cat_file(path))
-        except (OSError, ValueError):
-            continue
-        doc["path"] = path
-        return doc
-    return None
+    """The newest run report of the job (the record of a run still going, or killed, too),
+    or None."""
+    return next(newest_reports(config.reports), None)
 
 
 def _status_fields(st: DatasetStatus) -> dict[str, Any]:
@@ -155,14 +143,11 @@ def status(config: JobConfig) -> dict[str, Any]:
         lease = lock.current(config.name)
     finally:
         lock.close()
-    report = last_report(config)
-    summary = None
-    if report is not None:
-        summary = {
-            k: report.get(k)
-            for k in ("run_id", "command", "status", "exit_code", "error", "finished", "counts")
-        }
-        summary["path"] = report["path"]
+    reports = newest_reports(config.reports)
+    report = next(reports, None)
+    finished = report
+    if report is not None and report.get("finished") is None:
+        finished = next((doc for doc in reports if doc.get("finished") is not None), None)
     return {
         "job": config.name,
         "store": redact(config.store_url),
@@ -175,8 +160,34 @@ def status(config: JobConfig) -> dict[str, Any]:
             for d, st in sorted(statuses.items())
             if d not in {p["dataset"] for p in pending}
         ],
-        "last_run": summary,
+        "last_run": _run_summary(report, lease),
+        # The last run that went to its end: the same as last_run unless that one did not.
+        "last_finished_run": _run_summary(finished, lease),
     }
+
+
+def _run_summary(report: dict[str, Any] | None, lease: Lease | None) -> dict[str, Any] | None:
+    """A run report as ``status`` shows it; ``state`` tells a finished run, a run still
+    holding the job lock and one that did not finish (killed) apart."""
+    if report is None:
+        return None
+    keys = ("run_id", "command", "status", "exit_code", "error", "started", "finished")
+    summary = {k: report.get(k) for k in keys}
+    summary["counts"] = report.get("counts")
+    summary["empty_runs"] = report.get("empty_runs", 0)
+    summary["path"] = report["path"]
+    if report.get("finished") is not None:
+        summary["state"] = "finished"
+    elif (
+        lease is not None
+        and not lease.released
+        and lease.token == report.get("lock_token")
+        and not lease.holder_dead()
+    ):
+        summary["state"] = "running"
+    else:
+        summary["state"] = "did not finish"
+    return summary
 
 
 def _describe_step(step: CommitStep) -> dict[str, Any]:
