@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -26,6 +26,9 @@ from jobs.progress import Progress, showing
 from jobs.report import EMPTY_RUNS_WARNING, RunReport
 from jobs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
+
+if TYPE_CHECKING:
+    from publisher import DatasetReport
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -311,19 +314,31 @@ def inspect(job_file: str, dataset: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         return
+    last_error = f", last error: {doc['last_error']}" if doc["last_error"] else ""
+    if not doc["pending"]:
+        click.echo(
+            f"{doc['dataset']}: {_state(doc, 'healthy')}, no pending commit, "
+            f"{doc['attempts']} attempts{last_error}"
+        )
+        return
     state = _state(doc)
     click.echo(
         f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
-        f"{doc['attempts']} attempts"
-        + (f", last error: {doc['last_error']}" if doc["last_error"] else "")
+        f"{doc['attempts']} attempts{last_error}"
     )
     if doc["unreadable"]:
         click.echo(f"  unreadable: {doc['unreadable']}")
     for step in doc["steps"]:
         mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
-        fields = {k: v for k, v in step.items() if k not in ("index", "type", "verified")}
+        if step["failing"]:
+            mark = "FAILED"
+        fields = {
+            k: v for k, v in step.items() if k not in ("index", "type", "verified", "failing")
+        }
         shown = " ".join(f"{k}={v}" for k, v in fields.items())
         click.echo(f"  [{step['index']:>4}] {mark:<4} {step['type']} {shown}")
+        if step["failing"]:
+            click.echo(f"         ^ the last attempt failed here: {doc['last_error']}")
 
 
 @main.command(
@@ -337,7 +352,16 @@ def retry(job_file: str, dataset: str) -> None:
     """Lift a dataset's quarantine; the next run tries its pending commit again."""
     from jobs import ops
 
-    was = _store_call(lambda: ops.retry(_load(job_file), dataset))
+    def go() -> bool | None:
+        try:
+            return ops.retry(_load(job_file), dataset)
+        except ops.NothingPendingError:
+            return None
+
+    was = _store_call(go)
+    if was is None:
+        click.echo(f"nothing to retry for {dataset}: no pending commit, not quarantined")
+        return
     click.echo(
         f"{dataset}: quarantine lifted; the next run retries it"
         if was
@@ -377,6 +401,13 @@ def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: boo
     from jobs import ops
 
     config = _load(job_file)
+
+    def nothing() -> NoReturn:
+        click.echo(f"nothing to discard for {dataset}: no pending commit, not quarantined")
+        sys.exit(ExitCode.OK)
+
+    if not _store_call(lambda: ops.has_work(config, dataset)):
+        nothing()
     if not yes:
         click.confirm(
             f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
@@ -386,7 +417,16 @@ def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: boo
             "will be extracted again",
             abort=True,
         )
-    report = _store_call(lambda: ops.discard(config, dataset, keep_table=keep_table, force=force))
+
+    def go() -> DatasetReport | None:
+        try:
+            return ops.discard(config, dataset, keep_table=keep_table, force=force)
+        except ops.NothingPendingError:
+            return None  # another command finished it meanwhile
+
+    report = _store_call(go)
+    if report is None:
+        nothing()
     if keep_table:
         if report.outcome != "discarded":
             _fail(
