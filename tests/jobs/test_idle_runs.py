@@ -10,21 +10,23 @@ Java: starting Spark there fails the run at once.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobhelpers import Landing, commitpub, write_job
+from jobhelpers import COMMITPUB, Landing, commitpub, write_job
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from jobs import Batch
 from jobs.config import load_config
 from jobs.run import run_job
-from store.failpoints import ENV_VAR
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 _STARTING_SPARK = "starting Spark"
 
@@ -109,8 +111,24 @@ def test_a_run_killed_midway_shows_in_status_beside_the_last_finished_one(
     ok = commitpub("run", str(job), "--run-id", "r1")
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
-    killed = commitpub("run", str(job), "--run-id", "r2", env={ENV_VAR: "recover.before_sweep"})
-    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    # Stopped mid-way (SIGSTOP at a fail point), holding the lock: still running.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, ENV_VAR: "recover.before_sweep:stop", MARKS_ENV_VAR: str(marks)}
+    run = subprocess.Popen([COMMITPUB, "run", str(job), "--run-id", "r2"], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(marks.iterdir()):
+            assert run.poll() is None, "the run ended before its fail point"
+            assert time.monotonic() < deadline, "the run did not reach its fail point"
+            time.sleep(0.05)
+        doc = json.loads(commitpub("status", str(job), "--json").stdout)
+        assert (doc["last_run"]["run_id"], doc["last_run"]["state"]) == ("r2", "running")
+        assert "still running (it holds the job lock)" in commitpub("status", str(job)).stdout
+    finally:
+        run.kill()  # SIGKILL, as the OOM killer or a node loss would
+        run.wait()
+    assert run.returncode == -signal.SIGKILL
 
     doc = json.loads(commitpub("status", str(job), "--json").stdout)
     last, finished = doc["last_run"], doc["last_finished_run"]
