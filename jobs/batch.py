@@ -314,9 +314,10 @@ class Batch:
         self._writes_report = True
         # Finished by _finish: a run killed before that is seen unfinished by `status`.
         write_report(self.report, self.config.reports)
-        if not callable(self._spark) or pub.pending():
-            # A session given is started already; a factory is called only for work: a run
-            # with nothing pending and nothing new never starts Spark.
+        if not callable(self._spark) or any(not p.status.quarantined for p in pub.pending()):
+            # A session given is started already; a factory is called only for work (recovery
+            # skips quarantined commits): a run with nothing to recover and nothing new never
+            # starts Spark.
             self._start_spark()
         self._recover(pub)
         self._hold(pub)

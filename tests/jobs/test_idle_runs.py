@@ -23,9 +23,14 @@ from jobhelpers import COMMITPUB, Landing, commitpub, write_job
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+import commitsteps
+from commitsteps import FsRenameCommitStep
 from jobs import Batch
 from jobs.config import load_config
 from jobs.run import run_job
+from publisher import Outcome, Publisher
+from publisher.recovery import recover_one
+from store import open_store
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 _STARTING_SPARK = "starting Spark"
@@ -101,6 +106,36 @@ def test_a_run_with_nothing_pending_and_nothing_new_does_not_start_spark(
     busy = commitpub("run", str(job), "--run-id", "r3", env=_no_java(tmp_path))
     assert busy.returncode == 1
     assert _STARTING_SPARK in busy.stderr
+
+
+def test_a_run_with_only_a_quarantined_commit_pending_does_not_start_spark(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "landing" / "orders" / "0").mkdir(parents=True)
+    job = write_job(tmp_path)
+    config = load_config(job)
+    # A sealed commit whose staged file is gone: quarantined at its first recovery.
+    gone = tmp_path / "old-staging" / "clicks" / "f.parquet"
+    gone.parent.mkdir(parents=True)
+    gone.write_bytes(b"y")
+    step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
+    gone.unlink()
+    with open_store(config.store_url) as st:
+        st.put_sequence(config.name, "clicks", [commitsteps.dumps(step)])
+        pub = Publisher(
+            st,
+            config.name,
+            max_attempts=1,
+            staging_roots=[str(gone.parent.parent)],
+            output_roots=[config.output],
+        )
+        assert recover_one(pub.context, "clicks").outcome == Outcome.QUARANTINED
+
+    run = commitpub("run", str(job), "--run-id", "r1", env=_no_java(tmp_path))
+
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "quarantined" in run.stdout
+    assert _STARTING_SPARK not in run.stderr
 
 
 def test_a_run_killed_midway_shows_in_status_beside_the_last_finished_one(
