@@ -57,7 +57,7 @@ from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
-from jobs.report import RunReport, StagedInfo, now, write_report
+from jobs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
 from jobs.spark import SparkRunner, check_python, ensure_python
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
@@ -88,12 +88,13 @@ class Batch:
     """One run of your own PySpark job: stage DataFrames, publish them exactly once.
 
     Args:
-        spark: the job's SparkSession, or a function returning it (called once the lock is
-            held, so a run that finds the lock held never starts Spark). Before calling the
-            function, ``PYSPARK_PYTHON`` is set to this interpreter unless it is set
-            already, so Spark's Python workers can import commitpub; a session whose local
-            workers cannot (started with another interpreter) is refused on entering with a
-            :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
+        spark: the job's SparkSession, or a function returning it (called once Spark is
+            needed: a pending commit to recover, :attr:`spark`, a publish; so a run that
+            finds the lock held, or nothing pending and nothing new, never starts Spark).
+            Before calling the function, ``PYSPARK_PYTHON`` is set to this interpreter
+            unless it is set already, so Spark's Python workers can import commitpub; a
+            session whose local workers cannot (started with another interpreter) is refused
+            with a :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
         job: the job's name; it names the job's lock, commits and staging.
         store: the commit store's URL or path (``"state/steps"``, ``"redis://..."``).
         watermarks: the watermark store's URL or path.
@@ -320,10 +321,14 @@ class Batch:
             self._require_adopted(dataset)
         # From here on this run may change things: it reports what it did, whatever happens.
         self._writes_report = True
-        spark = self._start_spark()
-        runner = self._runner = SparkRunner(spark)
-        pub.runner = runner
-        self._recover(pub, runner)
+        # Finished by _finish: a run killed before that is seen unfinished by `status`.
+        write_report(self.report, self.config.reports)
+        if not callable(self._spark) or any(not p.status.quarantined for p in pub.pending()):
+            # A session given is started already; a factory is called only for work (recovery
+            # skips quarantined commits): a run with nothing to recover and nothing new never
+            # starts Spark.
+            self._start_spark()
+        self._recover(pub)
         self._hold(pub)
 
     def _claim_staging(self, pub: Publisher) -> None:
@@ -334,24 +339,32 @@ class Batch:
             raise naming.error(f"{naming.the('staging.path')}: {e}") from e
 
     def _start_spark(self) -> SparkSession:
+        """The run's session, started (by its factory) at the first use; its runner then
+        runs the publisher's work in Spark tasks."""
+        if self._session is not None:
+            return self._session
         if callable(self._spark):
             ensure_python()  # the workers run this interpreter unless PYSPARK_PYTHON says
-            self._session = self._spark()
-            check_python(self._session)  # a session started elsewhere before, returned here
+            session = self._spark()
+            check_python(session)  # a session started elsewhere before, returned here
         else:
-            self._session = self._spark
-        self.report.spark_master = self._session.sparkContext.master
-        return self._session
+            session = self._spark
+        runner = SparkRunner(session)
+        self._session, self._runner = session, runner
+        self._publisher.runner = runner
+        self.report.spark_master = session.sparkContext.master
+        return session
 
-    def _recover(self, pub: Publisher, runner: SparkRunner) -> None:
+    def _recover(self, pub: Publisher) -> None:
         pending = len(pub.pending())
-        self._say("recovering pending commits in Spark tasks", 0, pending)
+        what = "recovering pending commits" + (" in Spark tasks" if self._runner else "")
+        self._say(what, 0, pending)
         started = time.monotonic()
         recovery = pub.recover()
-        self._say("recovering pending commits in Spark tasks", pending, pending)
+        self._say(what, pending, pending)
         self.report.recovery = recovery
         self.report.durations_s["recover"] = round(time.monotonic() - started, 3)
-        self.report.tasks["recover"] = list(runner.last_tasks)
+        self.report.tasks["recover"] = [] if self._runner is None else list(self._runner.last_tasks)
         for d in recovery.datasets:
             log.info(
                 "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
@@ -378,9 +391,9 @@ class Batch:
 
     @property
     def spark(self) -> SparkSession:
-        """The run's SparkSession (started on entering when a factory was given)."""
+        """The run's SparkSession (a factory given is called at the first use)."""
         self._require_open("spark")
-        return _opened(self._session)
+        return self._start_spark()
 
     @property
     def held(self) -> Mapping[str, str]:
@@ -586,7 +599,7 @@ class Batch:
         self._finish(error)  # an exception of the block goes on from here
 
     def _publish(self) -> None:
-        pub, runner = self._publisher, _opened(self._runner)
+        pub = self._publisher
         staged, steps = self.report.staged, self._steps
         if self.command != "run" and not staged and not steps:
             return  # recover only
@@ -595,6 +608,8 @@ class Batch:
             self._say("nothing new to publish")
             self._finish_run_dir()
             return
+        self._start_spark()  # commits are written ahead and executed in Spark tasks
+        runner = _opened(self._runner)
         failpoint("run.before_publish")
         datasets = sorted({*staged, *steps})
         self._say("writing ahead and publishing in Spark tasks", 0, len(datasets))
@@ -685,6 +700,8 @@ class Batch:
         self._end_lineage()
         try:
             if self._writes_report:
+                if self.command == "run":
+                    count_empty_runs(report, self.config.reports)
                 write_report(report, self.config.reports)
                 export_metrics(self.config, report)
         finally:

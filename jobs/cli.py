@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -34,9 +34,12 @@ from jobs.config import (
 from jobs.exitcodes import ExitCode
 from jobs.messages import explain
 from jobs.progress import Progress, showing
-from jobs.report import RunReport
+from jobs.report import EMPTY_RUNS_WARNING, RunReport
 from jobs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError
+
+if TYPE_CHECKING:
+    from publisher import DatasetReport
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -425,11 +428,27 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
     last = doc["last_run"]
     if last is None:
         click.echo("last run: none recorded")
-    else:
-        counts = ", ".join(f"{k} {v}" for k, v in (last.get("counts") or {}).items() if v)
+        return
+    if last["state"] != "finished":
         click.echo(
-            f"last run: {last['command']} {last['run_id']} {last['status']} "
-            f"(exit {last['exit_code']}) at {last['finished']}: {counts or 'nothing to do'}"
+            f"last run: {last['command']} {last['run_id']} started {last['started']}, "
+            + ("still running (it holds the job lock)" if last["state"] == "running" else "")
+            + ("did not finish (killed?)" if last["state"] == "did not finish" else "")
+        )
+    shown = doc["last_finished_run"]
+    if shown is None:
+        click.echo("last finished run: none recorded")
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in (shown.get("counts") or {}).items() if v)
+    click.echo(
+        f"{'last run' if last['state'] == 'finished' else 'last finished run'}: {shown['command']} "
+        f"{shown['run_id']} {shown['status']} (exit {shown['exit_code']}) at "
+        f"{shown['finished']}: {counts or 'nothing to do'}"
+    )
+    if shown.get("empty_runs", 0) >= EMPTY_RUNS_WARNING:
+        click.echo(
+            f"  {shown['empty_runs']} runs in a row staged no record: is the job reading the "
+            "right input?"
         )
 
 
@@ -453,19 +472,31 @@ def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         return
+    last_error = f", last error: {doc['last_error']}" if doc["last_error"] else ""
+    if not doc["pending"]:
+        click.echo(
+            f"{doc['dataset']}: {_state(doc, 'healthy')}, no pending commit, "
+            f"{doc['attempts']} attempts{last_error}"
+        )
+        return
     state = _state(doc)
     click.echo(
         f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
-        f"{doc['attempts']} attempts"
-        + (f", last error: {doc['last_error']}" if doc["last_error"] else "")
+        f"{doc['attempts']} attempts{last_error}"
     )
     if doc["unreadable"]:
         click.echo(f"  unreadable: {doc['unreadable']}")
     for step in doc["steps"]:
         mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
-        fields = {k: v for k, v in step.items() if k not in ("index", "type", "verified")}
+        if step["failing"]:
+            mark = "FAILED"
+        fields = {
+            k: v for k, v in step.items() if k not in ("index", "type", "verified", "failing")
+        }
         shown = " ".join(f"{k}={v}" for k, v in fields.items())
         click.echo(f"  [{step['index']:>4}] {mark:<4} {step['type']} {shown}")
+        if step["failing"]:
+            click.echo(f"         ^ the last attempt failed here: {doc['last_error']}")
 
 
 @main.command(
@@ -482,7 +513,17 @@ def retry(args: tuple[str, ...], **where: str | None) -> None:
 
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
-    was = _store_call(lambda: ops.retry(config, dataset))
+
+    def go() -> bool | None:
+        try:
+            return ops.retry(config, dataset)
+        except ops.NothingPendingError:
+            return None
+
+    was = _store_call(go)
+    if was is None:
+        click.echo(f"nothing to retry for {dataset}: no pending commit, not quarantined")
+        return
     click.echo(
         f"{dataset}: quarantine lifted; the next run retries it"
         if was
@@ -528,6 +569,13 @@ def discard(
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
     _require_places(config, "discard")
+
+    def nothing() -> NoReturn:
+        click.echo(f"nothing to discard for {dataset}: no pending commit, not quarantined")
+        sys.exit(ExitCode.OK)
+
+    if not _store_call(lambda: ops.has_work(config, dataset)):
+        nothing()
     if not yes:
         click.confirm(
             f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
@@ -537,7 +585,16 @@ def discard(
             "will be extracted again",
             abort=True,
         )
-    report = _store_call(lambda: ops.discard(config, dataset, keep_table=keep_table, force=force))
+
+    def go() -> DatasetReport | None:
+        try:
+            return ops.discard(config, dataset, keep_table=keep_table, force=force)
+        except ops.NothingPendingError:
+            return None  # another command finished it meanwhile
+
+    report = _store_call(go)
+    if report is None:
+        nothing()
     if keep_table:
         if report.outcome != "discarded":
             _fail(

@@ -96,6 +96,12 @@ def registry(
     )
     for phase, seconds in sorted(report.durations_s.items()):
         durations.labels(job, phase).set(seconds)
+    if report.command == "run":
+        one(
+            "commitpub_consecutive_empty_runs",
+            "Runs in a row, the last one included, that staged no record.",
+            report.empty_runs,
+        )
     if pending is not None:
         one("commitpub_pending_sequences", "Sequences pending in the store.", pending[0])
         one("commitpub_quarantined_datasets", "Datasets quarantined.", pending[1])

@@ -9,24 +9,25 @@ dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import cattrs
-import fsspec
 
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
+from jobs.report import newest_reports
 from jobs.watermarks import Adopted, adopt
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
 from store import (
+    CommitStepStore,
     Connections,
     Lease,
     SequenceInfo,
@@ -52,6 +53,58 @@ log = logging.getLogger("commitpub.jobs")
 
 class NothingPendingError(StoreError):
     """An operator command named a dataset that has no pending sequence."""
+
+
+class UnknownDatasetError(ConfigurationError):
+    """An operator command named a dataset the job has no trace of: no pending sequence, no
+    status, no watermark (a typo, or another job's dataset)."""
+
+
+def _known(config: BatchConfig, dataset: str, st: CommitStepStore) -> None:
+    """Refuse a dataset of which the job holds nothing (sequence, status or watermark).
+
+    Raises:
+        UnknownDatasetError: naming the dataset and the job's known ones.
+    """
+    known = set(st.datasets(config.name)) | set(st.statuses(config.name))
+    if dataset in known:
+        return
+    wm = open_watermarks(config.watermarks_url, job=config.name)
+    try:
+        known |= set(wm.datasets())
+    except ConfigurationError:
+        return  # a store that cannot list: the dataset may have watermarks there
+    finally:
+        wm.close()
+    if dataset not in known:
+        raise UnknownDatasetError(
+            f"dataset {dataset!r} is not a dataset of job {config.name!r}: no pending commit, "
+            f"status or watermark of it (known: {', '.join(sorted(known)) or 'none'})"
+        )
+
+
+def check_dataset(config: BatchConfig, dataset: str) -> None:
+    """Refuse a dataset of which the job holds nothing; read-only, no lock.
+
+    Raises:
+        UnknownDatasetError: naming the dataset and the job's known ones.
+    """
+    with open_store(config.store_url) as st:
+        _known(config, dataset, st)
+
+
+def has_work(config: BatchConfig, dataset: str) -> bool:
+    """Whether ``retry`` or ``discard`` has something to do for a dataset: a pending
+    sequence or a status; read-only, no lock (they look again under the lock).
+
+    Raises:
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
+    """
+    with open_store(config.store_url) as st:
+        if dataset in st.datasets(config.name) or dataset in st.statuses(config.name):
+            return True
+        _known(config, dataset, st)
+        return False
 
 
 def _nothing_pending(
@@ -91,20 +144,9 @@ def _lease_state(lease: Lease | None) -> dict[str, Any]:
 
 
 def last_report(config: BatchConfig) -> dict[str, Any] | None:
-    """The newest run report of the job (by its file name: run ids sort by time), or None."""
-    fs, root = fsspec.core.url_to_fs(config.reports)
-    try:
-        names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
-    except FileNotFoundError:
-        return None
-    for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
-        try:
-            doc: dict[str, Any] = json.loads(fs.cat_file(path))
-        except (OSError, ValueError):
-            continue
-        doc["path"] = path
-        return doc
-    return None
+    """The newest run report of the job (the record of a run still going, or killed, too),
+    or None."""
+    return next(newest_reports(config.reports), None)
 
 
 def _status_fields(st: DatasetStatus) -> dict[str, Any]:
@@ -155,14 +197,11 @@ def status(config: BatchConfig) -> dict[str, Any]:
         lease = lock.current(config.name)
     finally:
         lock.close()
-    report = last_report(config)
-    summary = None
-    if report is not None:
-        summary = {
-            k: report.get(k)
-            for k in ("run_id", "command", "status", "exit_code", "error", "finished", "counts")
-        }
-        summary["path"] = report["path"]
+    reports = newest_reports(config.reports)
+    report = next(reports, None)
+    finished = report
+    if report is not None and report.get("finished") is None:
+        finished = next((doc for doc in reports if doc.get("finished") is not None), None)
     return {
         "job": config.name,
         "store": redact(config.store_url),
@@ -175,8 +214,34 @@ def status(config: BatchConfig) -> dict[str, Any]:
             for d, st in sorted(statuses.items())
             if d not in {p["dataset"] for p in pending}
         ],
-        "last_run": summary,
+        "last_run": _run_summary(report, lease),
+        # The last run that went to its end: the same as last_run unless that one did not.
+        "last_finished_run": _run_summary(finished, lease),
     }
+
+
+def _run_summary(report: dict[str, Any] | None, lease: Lease | None) -> dict[str, Any] | None:
+    """A run report as ``status`` shows it; ``state`` tells a finished run, a run still
+    holding the job lock and one that did not finish (killed) apart."""
+    if report is None:
+        return None
+    keys = ("run_id", "command", "status", "exit_code", "error", "started", "finished")
+    summary = {k: report.get(k) for k in keys}
+    summary["counts"] = report.get("counts")
+    summary["empty_runs"] = report.get("empty_runs", 0)
+    summary["path"] = report["path"]
+    if report.get("finished") is not None:
+        summary["state"] = "finished"
+    elif (
+        lease is not None
+        and not lease.released
+        and lease.token == report.get("lock_token")
+        and not lease.holder_dead()
+    ):
+        summary["state"] = "running"
+    else:
+        summary["state"] = "did not finish"
+    return summary
 
 
 def _describe_step(step: CommitStep) -> dict[str, Any]:
@@ -190,10 +255,12 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     """The decoded steps of a pending sequence and whether each verifies; changes nothing.
 
     A sequence the store cannot read is shown with the error (and the steps read before
-    it), not raised: inspect is for finding out what is wrong.
+    it), not raised: inspect is for finding out what is wrong. The step a recorded failure
+    stopped at is marked ``failing`` (see :func:`_failing_step`). A dataset without a
+    pending sequence is shown with ``pending`` false and its status, if any.
 
     Raises:
-        NothingPendingError: if the dataset has no pending sequence.
+        UnknownDatasetError: if the job holds nothing of the dataset.
     """
     records: list[bytes] = []
     unreadable = None
@@ -202,11 +269,18 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
             info: SequenceInfo | None = st.info(config.name, dataset)
         except CorruptRecordError as e:
             info, unreadable = None, f"{type(e).__name__}: {e}"
+        status_doc = status_record.read_or_quarantined(st, config.name, dataset)
         if (info is None and dataset not in st.datasets(config.name)) or (
             info is not None and not info.exists
         ):
-            raise _nothing_pending(config, dataset)
-        status_doc = status_record.read_or_quarantined(st, config.name, dataset)
+            _known(config, dataset, st)
+            return {
+                "job": config.name,
+                "dataset": dataset,
+                "pending": False,
+                **_status_fields(status_doc or DatasetStatus()),
+                "steps": [],
+            }
         try:
             # Streamed, so the records before a damaged one are still shown.
             records.extend(st.iter_records(config.name, dataset))
@@ -241,18 +315,41 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         verified = [None] * len(decoded)  # type: ignore[list-item]
     for (index, _), ok in zip(decoded, verified, strict=True):
         steps[index]["verified"] = ok
+    failing = _failing_step(status_doc, steps)
+    for doc in steps:
+        doc["failing"] = doc["index"] == failing
     return {
         "job": config.name,
         "dataset": dataset,
+        "pending": True,
         "sealed": None if info is None else info.sealed,
         "token": None if info is None else info.token,
         "written_at": None if info is None else info.written_at,
         **_status_fields(status_doc or DatasetStatus()),
         "steps": steps,
         "done": sum(1 for s in steps if s.get("verified")),
+        "failing_step": failing,
         # Why the store could not read the sequence (or its rest, after the steps shown).
         "unreadable": unreadable,
     }
+
+
+_STEP_RE = re.compile(r"\bstep (\d+) \(")
+
+
+def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]]) -> int | None:
+    """The index of the step a recorded failure stopped at, or None without a failure.
+
+    The error names it when a step's deadline ended it (``step 3 (...)``); otherwise it is
+    the first step that does not verify, as steps are stored and executed in order (a
+    failure after every step verified, removing the sequence say, marks none).
+    """
+    if status is None or status.last_error is None:
+        return None
+    named = _STEP_RE.search(status.last_error)
+    if named is not None and int(named.group(1)) < len(steps):
+        return int(named.group(1))
+    return next((s["index"] for s in steps if s.get("verified") is False), None)
 
 
 def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
@@ -261,6 +358,7 @@ def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher],
     with locked_publisher(config) as pub:
         pending = {p.dataset for p in pub.pending()}
         if dataset not in pending and pub.status(dataset) is None:
+            check_dataset(config, dataset)
             raise _nothing_pending(config, dataset, nor_status=True)
         return action(pub)
 
@@ -270,6 +368,7 @@ def retry(config: BatchConfig, dataset: str) -> bool:
 
     Raises:
         NothingPendingError: if the dataset has neither a pending sequence nor a status.
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
         DiscardInProgressError: if a discard of the dataset is not finished.
         LockHeldError: if a run holds the job lock.
     """
@@ -284,6 +383,7 @@ def discard(
 
     Raises:
         NothingPendingError: if the dataset has neither a pending sequence nor a status.
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
         DiscardRefusedError: if the sequence names paths outside the job's current
             ``staging.path`` or ``output.path``; nothing was changed.
         LockHeldError: if a run holds the job lock.

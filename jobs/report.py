@@ -14,6 +14,7 @@ import logging
 import os
 import posixpath
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -29,6 +30,14 @@ from store import JsonScalar
 from store.urls import is_local, local_path, redact
 
 log = logging.getLogger("commitpub.jobs")
+
+#: The status of a run report written when the run started and not yet finished: the run
+#: is still going, or was killed.
+UNFINISHED = "unfinished"
+
+#: Runs in a row that staged no record after which a run's report and log warn: a job
+#: that reads a path that moved finds nothing new, and exits 0, every time.
+EMPTY_RUNS_WARNING = 3
 
 
 def now() -> str:
@@ -104,6 +113,9 @@ class RunReport:
     lineage_run_id: str | None = None
     lineage_emitted: int = 0
     lineage_failed: int = 0
+    #: Runs of the job in a row, this one included, that staged no record (0: this run
+    #: staged some); counted by ``run`` batches only. See :data:`EMPTY_RUNS_WARNING`.
+    empty_runs: int = 0
     #: Where the JSON report was written, once it was.
     path: str | None = None
 
@@ -206,9 +218,11 @@ _fields = make_dict_unstructure_fn(
 
 
 def _unstructure_report(report: RunReport) -> dict[str, Any]:
+    # The record a run writes when it starts (see write_report) has no outcome yet.
+    unfinished = report.finished is None
     derived = {
-        "status": report.status,
-        "exit_code": int(report.exit_code),
+        "status": UNFINISHED if unfinished else report.status,
+        "exit_code": None if unfinished else int(report.exit_code),
         "recovered": report.recovered,
         "aborted": report.aborted,
         "published": report.published,
@@ -234,7 +248,9 @@ def as_json(report: RunReport) -> dict[str, Any]:
 def write_report(report: RunReport, reports: str) -> str:
     """Write the report as ``<reports>/<run id>-<command>.json``; return its path.
 
-    A local file is written whole and never more open than ``0644`` (see
+    A run writes it twice: when it starts (``finished`` still None: status
+    :data:`UNFINISHED`, so a run killed mid-way leaves a trace) and when it ends, over the
+    first. A local file is written whole and never more open than ``0644`` (see
     :func:`jobs.files.write_whole`).
     """
     name = f"{report.run_id}-{report.command}.json"
@@ -247,5 +263,58 @@ def write_report(report: RunReport, reports: str) -> str:
         fs, p = fsspec.core.url_to_fs(path)
         fs.pipe_file(p, data)
     report.path = path
-    log.info("report: %s", redact(path))
+    if report.finished is not None:
+        log.info("report: %s", redact(path))
     return path
+
+
+def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
+    """The job's readable run reports, newest (last written) first, each with its
+    ``"path"``; nothing if the reports directory does not exist."""
+    fs, root = fsspec.core.url_to_fs(reports)
+    try:
+        names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
+    except FileNotFoundError:
+        return
+    for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
+        try:
+            doc: dict[str, Any] = json.loads(fs.cat_file(path))
+        except (OSError, ValueError):
+            continue
+        doc["path"] = path
+        yield doc
+
+
+def count_empty_runs(report: RunReport, reports: str) -> None:
+    """Set ``report.empty_runs`` from the last finished ``run`` before it; warn (in the
+    report and the log) from :data:`EMPTY_RUNS_WARNING` empty runs in a row on.
+
+    A run stopped by an error (exit 2 for a ``source.path`` that does not exist, say) says
+    so loudly itself: it keeps the count as it was, neither adding to it nor ending it.
+    """
+    if report.counts["staged_rows"]:
+        report.empty_runs = 0
+        return
+    before = 0
+    try:
+        for doc in newest_reports(reports):
+            if (
+                doc.get("command") == "run"
+                and doc.get("finished")
+                and doc.get("run_id") != (report.run_id)
+            ):
+                before = int(doc.get("empty_runs") or 0)
+                break
+    except Exception as e:  # the count restarts; the run goes on
+        log.warning("could not read the previous run reports in %s: %s", redact(reports), e)
+    if report.error is not None:
+        report.empty_runs = before
+        return
+    report.empty_runs = before + 1
+    if report.empty_runs >= EMPTY_RUNS_WARNING:
+        text = (
+            f"{report.empty_runs} runs in a row staged no record: if new input was expected, "
+            "check where the job reads it (a path that moved or is mistyped reads nothing)"
+        )
+        report.warnings.append(text)
+        log.warning("%s", text)

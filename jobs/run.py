@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import fsspec
+
 from jobs.batch import Batch
 from jobs.commits import join
 from jobs.config import (
@@ -40,6 +42,7 @@ from jobs.sources import Source
 from jobs.spark import build_session
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
+from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,7 +133,7 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
     source: Source = source_class(config.source.type)(config.source.path, config.source.options)
     source.bad_records = config.source.bad_records
     transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source)
+    plan = _plan(batch, source, _datasets(source, config))
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -167,10 +170,28 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
             batch.bad_records(dataset, skipped.count, skipped.first)
 
 
-def _plan(batch: Batch, source: Source) -> dict[str, Ranges]:
+def _datasets(source: Source, config: JobConfig) -> list[str]:
+    """The source's datasets.
+
+    Raises:
+        ConfigurationError: naming ``source.path`` if it does not exist or holds no dataset:
+            a typo there would otherwise be a run with nothing new, forever.
+    """
+    datasets = source.datasets()
+    if datasets or source.path is None:
+        return datasets
+    fs, where = fsspec.core.url_to_fs(source.path)
+    found = "does not exist" if not fs.exists(where) else "holds no dataset"
+    raise ConfigurationError(
+        f"{config.file}: key 'source.path': {redact(source.path)} {found} (the "
+        f"{config.source.type} source found no dataset there); check the path"
+    )
+
+
+def _plan(batch: Batch, source: Source, datasets: list[str]) -> dict[str, Ranges]:
     """Per dataset, the partitions with new records: (committed, high) watermarks."""
     plan: dict[str, Ranges] = {}
-    for dataset in source.datasets():
+    for dataset in datasets:
         if dataset in batch.held:
             continue
         ranges = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from jobhelpers import write_job
+from jobhelpers import commitpub, write_job
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
@@ -134,9 +134,68 @@ def test_inspect_decodes_steps_and_verifies_without_changing_anything(job: Job) 
     assert "todo watermark.cas" in text.output
 
     missing = job.cli("inspect", "nope")
-    assert missing.exit_code == 1
-    assert "'nope'" in missing.output
-    assert "no pending sequence" in missing.output
+    assert missing.exit_code == 2
+    assert (
+        "dataset 'nope' is not a dataset of job 'test-job': no pending commit, status or "
+        "watermark of it (known: clicks, orders)"
+    ) in missing.output
+
+
+def test_inspect_marks_the_step_the_recorded_failure_stopped_at(job: Job) -> None:
+    first = job.orders_steps[0]
+    assert isinstance(first, FsRenameCommitStep)
+    Path(first.dst).parent.mkdir(parents=True)
+    os.rename(first.src, first.dst)
+    assert [s["failing"] for s in _json(job.cli("inspect", "orders", "--json"))["steps"]] == [
+        False,
+        False,
+        False,
+    ]
+
+    # A failure that names no step: the first step that does not verify is where it stopped.
+    _publisher(job, max_attempts=3).record_failure("orders", OSError("disk full"))
+    doc = _json(job.cli("inspect", "orders", "--json"))
+    assert [s["failing"] for s in doc["steps"]] == [False, True, False]
+    assert doc["failing_step"] == 1
+    text = job.cli("inspect", "orders")
+    assert "[   1] FAILED fs.rename" in text.output
+    assert "the last attempt failed here: OSError: disk full" in text.output
+
+    # A step's deadline names the step.
+    _publisher(job, max_attempts=3).record_failure(
+        "orders", TimeoutError("step 2 (WatermarkCommitStep 'watermark.cas') of dataset 'orders'")
+    )
+    assert _json(job.cli("inspect", "orders", "--json"))["failing_step"] == 2
+
+
+def test_a_healthy_dataset_has_nothing_to_inspect_retry_or_discard(job: Job) -> None:
+    """In a child process, as the operator runs them: exit 0 and one line each."""
+    wm = open_watermarks(job.config.watermarks_url, job=job.config.name)
+    assert wm.compare_and_set("events", "0", None, 10)
+    file = str(job.file)
+
+    inspected = commitpub("inspect", file, "events")
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stdout == "events: healthy, no pending commit, 0 attempts\n"
+    doc = json.loads(commitpub("inspect", file, "events", "--json").stdout)
+    assert (doc["pending"], doc["steps"], doc["quarantined"]) == (False, [], False)
+
+    retried = commitpub("retry", file, "events")
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout == "nothing to retry for events: no pending commit, not quarantined\n"
+    # No question asked: there is nothing to confirm.
+    discarded = commitpub("discard", file, "events")
+    assert discarded.returncode == 0, discarded.stderr
+    assert discarded.stdout == (
+        "nothing to discard for events: no pending commit, not quarantined\n"
+    )
+    assert wm.get("events", "0") == 10
+
+    for command, *extra in (("inspect",), ("retry",), ("discard", "--yes")):
+        unknown = commitpub(command, file, "evnets", *extra)
+        assert unknown.returncode == 2, (command, unknown.stdout, unknown.stderr)
+        assert "dataset 'evnets' is not a dataset of job 'test-job'" in unknown.stderr
+        assert "(known: clicks, events, orders)" in unknown.stderr
 
 
 def test_retry_lifts_the_quarantine(job: Job) -> None:
@@ -147,8 +206,8 @@ def test_retry_lifts_the_quarantine(job: Job) -> None:
     assert doc["quarantined"] == []
     assert {p["dataset"]: p["attempts"] for p in doc["pending"]} == {"clicks": 0, "orders": 0}
     missing = job.cli("retry", "nope")
-    assert missing.exit_code == 1
-    assert "no pending sequence" in missing.output
+    assert missing.exit_code == 2
+    assert "dataset 'nope' is not a dataset of job 'test-job'" in missing.output
 
 
 def test_discard_asks_first_then_rolls_back(job: Job) -> None:
@@ -317,9 +376,11 @@ def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job
     assert discarded.exit_code == 0, discarded.output
     assert "events: discarded (discarded, 0 steps)" in discarded.output
     assert _json(job.cli("status", "--json"))["quarantined"] == ["clicks"]
-    nothing = job.cli("discard", "events", "--yes")
-    assert nothing.exit_code == 1
-    assert "'events' of job 'test-job' has no pending sequence and no status" in nothing.output
+    # Nothing of it is left: not a dataset of the job any more.
+    gone = job.cli("discard", "events", "--yes")
+    assert gone.exit_code == 2
+    assert "dataset 'events' is not a dataset of job 'test-job'" in gone.output
+    assert "(known: clicks, orders)" in gone.output
 
 
 def test_an_unfinished_discard_is_shown_retry_refuses_it_and_discard_finishes_it(
