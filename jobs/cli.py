@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from jobs import exitcodes
-from jobs.config import JobConfig, apply_s3, load_config
+from jobs.config import JobConfig, apply_object_stores, load_config
 from jobs.exitcodes import ExitCode
 from jobs.progress import Progress, showing
 from jobs.report import RunReport
@@ -90,7 +90,7 @@ def _load(job_file: str) -> JobConfig:
         config = load_config(job_file)
     except ConfigurationError as e:
         _fail(str(e), ExitCode.CONFIG)
-    apply_s3(config)
+    apply_object_stores(config)
     return config
 
 

@@ -271,6 +271,20 @@ class _S3:
 
 
 @attrs.frozen(kw_only=True)
+class _Gcs:
+    # As [s3]: where GCS is, never the credentials (GOOGLE_APPLICATION_CREDENTIALS, the
+    # metadata server, gcloud's login stay the cluster's).
+    endpoint_url: str | None = attrs.field(default=None, validator=_http_url(str))
+    project: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Azure:
+    # The account only: keys, SAS tokens and connection strings stay in the environment.
+    account_name: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class _BatchTables:
     """The tables that jobs.Batch takes as keyword arguments too."""
 
@@ -291,6 +305,8 @@ class _JobFile(_BatchTables):
     source: _Source
     spark: _Spark = attrs.field(factory=_Spark)
     s3: _S3 = attrs.field(factory=_S3)
+    gcs: _Gcs = attrs.field(factory=_Gcs)
+    azure: _Azure = attrs.field(factory=_Azure)
 
 
 # -- the converter: TOML's types exactly, errors naming the key -------------------------------
@@ -527,6 +543,9 @@ class JobConfig(BatchConfig):
     spark_conf: Mapping[str, str] = attrs.field(factory=dict)
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    gcs_endpoint_url: str | None = None
+    gcs_project: str | None = None
+    azure_account_name: str | None = None
 
 
 def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
@@ -557,7 +576,7 @@ def _spark_conf(conf: Mapping[str, Any], naming: Naming) -> dict[str, str]:
 #: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
 _NOT_PATHS = ("redis", "rediss", "unix")
 #: Schemes that name the same object store.
-_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
+_SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
 
 
 def _place(url: str) -> tuple[str, str] | None:
@@ -827,17 +846,25 @@ def date_column(time_field: str) -> str:
     return f"{time_field}_date"
 
 
-#: Where botocore (under s3fs) reads what the ``[s3]`` table sets.
-S3_ENVIRONMENT = {"s3_endpoint_url": "AWS_ENDPOINT_URL", "s3_region": "AWS_DEFAULT_REGION"}
+#: Where each object store's client reads what the ``[s3]``, ``[gcs]`` and ``[azure]``
+#: tables set: botocore (under s3fs), gcsfs and google-auth, adlfs. None is a credential.
+OBJECT_STORE_ENVIRONMENT = {
+    "s3_endpoint_url": "AWS_ENDPOINT_URL",
+    "s3_region": "AWS_DEFAULT_REGION",
+    "gcs_endpoint_url": "STORAGE_EMULATOR_HOST",
+    "gcs_project": "GOOGLE_CLOUD_PROJECT",
+    "azure_account_name": "AZURE_STORAGE_ACCOUNT_NAME",
+}
 
 
-def apply_s3(config: JobConfig) -> None:
-    """Put the ``[s3]`` table into this process's environment, over what was there.
+def apply_object_stores(config: JobConfig) -> None:
+    """Put the ``[s3]``, ``[gcs]`` and ``[azure]`` tables into this process's environment,
+    over what was there.
 
-    Called before any S3 filesystem is opened; ``jobs.spark.build_session`` passes the same
+    Called before any object store is opened; ``jobs.spark.build_session`` passes the same
     variables on to the executors.
     """
-    for field, variable in S3_ENVIRONMENT.items():
+    for field, variable in OBJECT_STORE_ENVIRONMENT.items():
         value = getattr(config, field)
         if value is not None:
             os.environ[variable] = value
@@ -866,11 +893,15 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
     naming = Naming(str(file))
     doc: _JobFile = _structure(raw, _JobFile, naming)
     base = file.resolve().parent
-    if doc.s3.endpoint_url is not None:
-        try:
-            require_no_credentials(doc.s3.endpoint_url, "s3.endpoint_url")
-        except ConfigurationError as e:
-            raise naming.error(str(e)) from e
+    for key, url in (
+        ("s3.endpoint_url", doc.s3.endpoint_url),
+        ("gcs.endpoint_url", doc.gcs.endpoint_url),
+    ):
+        if url is not None:
+            try:
+                require_no_credentials(url, key)
+            except ConfigurationError as e:
+                raise naming.error(str(e)) from e
     settings = _batch_settings(doc, base, naming, default_reports=str(base / "reports"))
     source = _source(doc.source, base, naming)
     _check_apart(settings, source.path, naming)
@@ -883,6 +914,9 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         spark_conf=_spark_conf(doc.spark.conf, naming),
         s3_endpoint_url=doc.s3.endpoint_url,
         s3_region=doc.s3.region,
+        gcs_endpoint_url=doc.gcs.endpoint_url,
+        gcs_project=doc.gcs.project,
+        azure_account_name=doc.azure.account_name,
     )
     try:  # an unusable class or function is a configuration error too
         source_class(config.source.type)
