@@ -107,6 +107,8 @@ class AzuriteProcess:
             "--blobHost", "127.0.0.1",
             "--blobPort", str(self.port),
             "--inMemoryPersistence",
+            # Else up to half the machine's memory: the tests' blobs are small.
+            "--extentMemoryLimit", "512",
             # Current azure-storage-blob speaks a newer API version than Azurite knows of.
             "--skipApiVersionCheck",
             "--disableTelemetry",
