@@ -3,10 +3,13 @@ reached through gcsfs from the environment)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import fsspec
 import pytest
 
 import store
+from store.files import FileIO
 from store.fs import FsCommitStepStore, FsWatermarkStore
 from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
@@ -52,3 +55,23 @@ def test_listings_see_what_other_clients_wrote(gcs_bucket: str) -> None:
     writer.put_sequence("job", "b", [b"x"])
     assert steps.datasets("job") == ["a", "b"]
     assert steps.get("job", "a") == [b"one", b"two"]
+
+
+def test_exclusive_create_is_a_conditional_upload(
+    gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io = FileIO(f"gs://{gcs_bucket}/root")
+    calls: list[tuple[str, str | None]] = []
+    call = io.fs._call
+
+    async def record(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append((method, kwargs.get("ifGenerationMatch")))
+        return await call(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(io.fs, "_call", record)
+    path = io.join("x", "obj")
+    assert io.create_exclusive(path, b"first")
+    assert not io.create_exclusive(path, b"second")
+    # One upload per create, on condition that no object exists: nothing to race with.
+    assert calls == [("POST", "0"), ("POST", "0")]
+    assert io.read(path) == b"first"
