@@ -3,10 +3,13 @@ endpoint, reached through adlfs from the environment), under both of adlfs's sch
 
 from __future__ import annotations
 
+from typing import Any
+
 import fsspec
 import pytest
 
 import store
+from store.files import FileIO
 from store.fs import FsCommitStepStore, FsWatermarkStore
 from store.testing import CommitStepStoreContract, JobLockContract, WatermarkStoreContract
 
@@ -58,3 +61,28 @@ def test_listings_see_what_other_clients_wrote(azure_container: str) -> None:
     writer.put_sequence("job", "b", [b"x"])
     assert steps.datasets("job") == ["a", "b"]
     assert steps.get("job", "a") == [b"one", b"two"]
+
+
+def test_exclusive_create_is_a_conditional_upload(
+    azure_container: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from azure.storage.blob.aio import BlobClient
+
+    sent: list[tuple[str, str | None]] = []
+    upload = BlobClient.upload_blob
+
+    def record(request: Any) -> None:
+        http = request.http_request
+        sent.append((http.method, http.headers.get("If-None-Match")))
+
+    async def recorded_upload(self: BlobClient, *args: Any, **kwargs: Any) -> Any:
+        return await upload(self, *args, raw_request_hook=record, **kwargs)
+
+    monkeypatch.setattr(BlobClient, "upload_blob", recorded_upload)
+    io = FileIO(f"az://{azure_container}/root")
+    path = io.join("x", "obj")
+    assert io.create_exclusive(path, b"first")
+    assert not io.create_exclusive(path, b"second")
+    # One upload per create, on condition that no blob exists: nothing to race with.
+    assert sent == [("PUT", "*"), ("PUT", "*")]
+    assert io.read(path) == b"first"
