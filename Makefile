@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 
-.PHONY: demo test lint typecheck pytest redis-server npm bench clean constraints
+.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server npm bench clean constraints
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -63,11 +63,17 @@ $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 pytest: $(STAMP) redis-server npm $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The Spark-dependent core again on pyspark 3.5, in a second virtual environment made once
+# under ~/.cache/commitpub and reused (tests/spark35.py says which tests and why).
+pytest-spark35: $(STAMP) redis-server
+	$(BIN)/python tests/spark35.py $(PYTEST_ARGS)
+
 # Lint, type checks, redis-server and the Spark class archive are independent: made side by
-# side (the archive's JVM and mypy each keep a core busy), then the tests.
+# side (the archive's JVM and mypy each keep a core busy), then the tests, then pyspark 3.5.
 test:
 	$(MAKE) --no-print-directory -j 4 lint typecheck redis-server npm $(SPARK_ARCHIVE)
 	$(MAKE) --no-print-directory pytest
+	$(MAKE) --no-print-directory pytest-spark35
 
 demo: $(STAMP)
 	$(BIN)/commitpub demo --dir demo

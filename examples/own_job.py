@@ -84,7 +84,8 @@ def clean_orders(orders: DataFrame, customers: DataFrame) -> DataFrame:
         F.trim("order_id").alias("order_id"),
         F.upper(F.trim("customer_id")).alias("customer_id"),
         # try_: what does not parse is null, then dropped (Spark's ANSI mode would raise).
-        F.round(F.trim("amount").try_cast("double"), 2).alias("amount"),
+        # The SQL form of try_cast: Column.try_cast is Spark 4's, this runs on 3.5 too.
+        F.round(F.expr("try_cast(trim(amount) AS double)"), 2).alias("amount"),
         F.try_to_timestamp(F.trim("ordered_at")).alias("ordered_at"),
     ).where(
         (F.col("order_id") != "") & F.col("amount").isNotNull() & F.col("ordered_at").isNotNull()

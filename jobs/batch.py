@@ -54,10 +54,11 @@ from jobs.errors import (
 from jobs.exitcodes import ExitCode, for_error
 from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
 from jobs.locking import check_durable, fence, held_lock, open_publisher
+from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, now, write_report
-from jobs.spark import SparkRunner
+from jobs.spark import SparkRunner, check_python, ensure_python
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
@@ -88,7 +89,11 @@ class Batch:
 
     Args:
         spark: the job's SparkSession, or a function returning it (called once the lock is
-            held, so a run that finds the lock held never starts Spark).
+            held, so a run that finds the lock held never starts Spark). Before calling the
+            function, ``PYSPARK_PYTHON`` is set to this interpreter unless it is set
+            already, so Spark's Python workers can import commitpub; a session whose local
+            workers cannot (started with another interpreter) is refused on entering with a
+            :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
         job: the job's name; it names the job's lock, commits and staging.
         store: the commit store's URL or path (``"state/steps"``, ``"redis://..."``).
         watermarks: the watermark store's URL or path.
@@ -279,6 +284,10 @@ class Batch:
 
     def _enter(self) -> None:
         stack = self._stack
+        if not callable(self._spark):
+            # Started already: workers that cannot import commitpub are refused before the
+            # lock, not found out by the first task after Spark's retries.
+            check_python(self._spark)
         if self._progress is None:
             self._say = stack.enter_context(showing(on_terminal()))
         self.report.warnings.extend(check_durable(self.config))
@@ -326,7 +335,9 @@ class Batch:
 
     def _start_spark(self) -> SparkSession:
         if callable(self._spark):
+            ensure_python()  # the workers run this interpreter unless PYSPARK_PYTHON says
             self._session = self._spark()
+            check_python(self._session)  # a session started elsewhere before, returned here
         else:
             self._session = self._spark
         self.report.spark_master = self._session.sparkContext.master
@@ -717,10 +728,13 @@ class Batch:
             report.error = f"{type(error).__name__}: {error}"
         else:
             report.error = error_text(error)
+        if isinstance(error, Exception):
+            report.message = explain(error).line
+            log.debug("%s failed", report.command, exc_info=error)
         if isinstance(error, FencedError):
             log.error("another run took the job over; this run stops: %s", error)
         elif self._state != "entering" or self._writes_report:
-            log.error("%s failed: %s", report.command, report.error)
+            log.error("%s failed: %s", report.command, report.message or report.error)
 
     # -- checks ------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
 ``discard``, ``unlock``, ``adopt-watermarks`` and ``demo``.
 
-Exit codes: see :mod:`jobs.exitcodes`. Logs go to stderr:
+The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
+--watermarks URL`` (see :func:`jobs.config.operator_config`). Exit codes: see
+:mod:`jobs.exitcodes`. Logs go to stderr:
 rich lines and progress bars on a terminal, plain lines otherwise (cron, Airflow), or JSON
 lines with ``--log-format json``.
 """
@@ -20,12 +22,21 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from jobs import exitcodes
-from jobs.config import JobConfig, apply_object_stores, load_config
+from jobs.config import (
+    FORMATS,
+    JobConfig,
+    OperatorConfig,
+    apply_object_stores,
+    load_config,
+    load_operator_config,
+    operator_config,
+)
 from jobs.exitcodes import ExitCode
+from jobs.messages import explain
 from jobs.progress import Progress, showing
 from jobs.report import RunReport
 from jobs.report import as_json as report_json
-from store.errors import CommitPubError, ConfigurationError, FencedError, LockHeldError
+from store.errors import CommitPubError, ConfigurationError
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -49,7 +60,13 @@ class _JsonFormatter(logging.Formatter):
 
 
 def _setup_logging(verbose: int, quiet: bool, log_format: str) -> None:
+    from jobs.spark import show_spark_logs
+
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    # Spark's own warnings, Java stack traces and py4j's connection chatter only with -v:
+    # what failed reaches the user as one line (jobs.messages).
+    show_spark_logs(bool(verbose))
+    logging.getLogger("py4j").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     root = logging.getLogger("commitpub")
     root.setLevel(level)
     root.handlers.clear()
@@ -94,6 +111,107 @@ def _load(job_file: str) -> JobConfig:
     return config
 
 
+#: The options naming a ``jobs.Batch`` job, by their parameter's name.
+_BATCH_OPTIONS = {
+    "job_name": "--job",
+    "store": "--store",
+    "watermarks": "--watermarks",
+    "lock": "--lock",
+    "staging": "--staging",
+    "output": "--output",
+    "output_format": "--format",
+    "reports": "--reports",
+}
+_BATCH_JOB_USAGE = "--job NAME --store URL --watermarks URL"
+
+
+def _batch_job(f: Callable[..., None]) -> Callable[..., None]:
+    """The options naming a ``jobs.Batch`` job instead of a JOB.toml: what its script gives
+    Batch, with Batch's defaults."""
+    options = [
+        click.option(
+            "--job",
+            "job_name",
+            metavar="NAME",
+            help="Instead of JOB.toml: a jobs.Batch job's name (with --store and --watermarks).",
+        ),
+        click.option("--store", metavar="URL", help="Its commit store (Batch's store=)."),
+        click.option("--watermarks", metavar="URL", help="Its watermark store (watermarks=)."),
+        click.option("--lock", metavar="URL", help="Its job lock (lock=; default: the store)."),
+        click.option("--staging", metavar="PATH", help="Its staging (discard, recover)."),
+        click.option("--output", metavar="PATH", help="Its output (discard, recover)."),
+        click.option(
+            "--format",
+            "output_format",
+            type=click.Choice(FORMATS),
+            help="Its output format (format=; default parquet).",
+        ),
+        click.option(
+            "--reports", metavar="PATH", help="Its run reports (default: beside a local store)."
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _by_options(where: dict[str, str | None]) -> bool:
+    return any(where.get(name) is not None for name in _BATCH_OPTIONS)
+
+
+def _operator_config(job_file: str | None, where: dict[str, str | None]) -> OperatorConfig:
+    """The job an operator command is about: JOB.toml (with or without ``[source]``), or a
+    ``jobs.Batch`` job's name and store URLs given as options; exactly one of the two."""
+    given = [flag for name, flag in _BATCH_OPTIONS.items() if where.get(name) is not None]
+    if job_file is not None and given:
+        raise click.UsageError(
+            f"give JOB.toml or {', '.join(given)}, not both: a job file, or a jobs.Batch job's "
+            f"{_BATCH_JOB_USAGE}"
+        )
+    if job_file is None and not given:
+        raise click.UsageError(f"give JOB.toml, or a jobs.Batch job's {_BATCH_JOB_USAGE}")
+    missing = [f for f in ("--job", "--store", "--watermarks") if given and f not in given]
+    if missing:
+        raise click.UsageError(
+            f"{_BATCH_JOB_USAGE} name a jobs.Batch job together: missing {', '.join(missing)}"
+        )
+    try:
+        if job_file is not None:
+            config = load_operator_config(job_file)
+        else:
+            config = operator_config(
+                str(where["job_name"]),
+                store=str(where["store"]),
+                watermarks=str(where["watermarks"]),
+                lock=where.get("lock"),
+                staging=where.get("staging"),
+                output=where.get("output"),
+                format=where.get("output_format"),
+                reports=where.get("reports"),
+            )
+    except ConfigurationError as e:
+        _fail(str(e), ExitCode.CONFIG)
+    apply_object_stores(config)
+    return config
+
+
+def _job_and_dataset(args: tuple[str, ...], where: dict[str, str | None]) -> tuple[str | None, str]:
+    """``[JOB.toml] DATASET``: the job file (None when the job is named by options) and the
+    dataset."""
+    if len(args) == 2:
+        return args[0], args[1]
+    if len(args) == 1 and _by_options(where):
+        return None, args[0]
+    raise click.UsageError(f"expected JOB.toml DATASET, or {_BATCH_JOB_USAGE} DATASET")
+
+
+def _require_places(config: OperatorConfig, command: str) -> None:
+    try:
+        config.require_places(command)
+    except ConfigurationError as e:
+        _fail(str(e), ExitCode.CONFIG)
+
+
 def _progress() -> AbstractContextManager[Progress]:
     """Progress bars per phase on a terminal; plain log lines otherwise (cron, Airflow)."""
     return showing(_fancy(_log_format()))
@@ -108,7 +226,7 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
             f"{report.command} {report.run_id}: {report.status} ({counts or 'nothing to do'})"
         )
         if report.error:
-            click.echo(f"error: {report.error}")
+            click.echo(f"error: {report.message or report.error}")
         for dataset, error in sorted(report.errors.items()):
             click.echo(f"failed {dataset}: {error}")
         for dataset, error in sorted(report.extract_quarantined.items()):
@@ -122,7 +240,23 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
 _EXIT_CODES = exitcodes.HELP
 
 
+class _Commands(click.Group):
+    """The command group: a failure no command caught still ends in one line that says what
+    happened and what to do (:func:`jobs.messages.explain`); its traceback is logged at
+    debug level (``-v``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:
+            log.debug("%s failed", ctx.invoked_subcommand or "commitpub", exc_info=True)
+            _fail(explain(e).line, exitcodes.for_error(e))
+
+
 @click.group(
+    cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=f"""\b
 Examples:
@@ -136,7 +270,9 @@ Examples:
 @click.version_option(
     package_name="commitpub", prog_name="commitpub", message="%(prog)s %(version)s"
 )
-@click.option("-v", "--verbose", count=True, help="More log lines (debug).")
+@click.option(
+    "-v", "--verbose", count=True, help="More log lines (debug), and Spark's own warnings."
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option(
     "--log-format",
@@ -151,6 +287,12 @@ def main(verbose: int, quiet: bool, log_format: str) -> None:
 
 
 _JOB = click.argument("job_file", metavar="JOB.toml", type=click.Path(dir_okay=False))
+#: An operator command's job file, unless the options name a jobs.Batch job.
+_JOB_OR_OPTIONS = click.argument(
+    "job_file", metavar="[JOB.toml]", required=False, type=click.Path(dir_okay=False)
+)
+#: ``[JOB.toml] DATASET``, split by :func:`_job_and_dataset`.
+_JOB_AND_DATASET = click.argument("args", metavar="[JOB.toml] DATASET", nargs=-1)
 _AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
@@ -182,14 +324,24 @@ def run(job_file: str, run_id: str | None, as_json: bool) -> None:
     _finish(_store_call(go), as_json)
 
 
-@main.command(epilog=f"\b\nExample:\n  commitpub recover jobs/orders.toml\n\n{_EXIT_CODES}")
-@_JOB
+@main.command(
+    epilog=f"""\b
+Examples:
+  commitpub recover jobs/orders.toml
+  commitpub recover --job orders-ingest --store state/steps --watermarks state/wm \\
+      --staging staging --output warehouse
+
+{_EXIT_CODES}"""
+)
+@_JOB_OR_OPTIONS
+@_batch_job
 @_AS_JSON
-def recover(job_file: str, as_json: bool) -> None:
+def recover(job_file: str | None, as_json: bool, **where: str | None) -> None:
     """Finish commits a crashed run left pending, in Spark tasks; ingest nothing new."""
     from jobs.run import recover_job
 
-    config = _load(job_file)
+    config = _operator_config(job_file, where)
+    _require_places(config, "recover")
 
     def go() -> RunReport:
         with _progress() as progress:
@@ -225,15 +377,18 @@ def _age(seconds: float | None) -> str:
     epilog="""\b
 Examples:
   commitpub status jobs/orders.toml
-  commitpub status jobs/orders.toml --json | jq '.quarantined'"""
+  commitpub status jobs/orders.toml --json | jq '.quarantined'
+  commitpub status --job orders-ingest --store state/steps --watermarks state/wm"""
 )
-@_JOB
+@_JOB_OR_OPTIONS
+@_batch_job
 @_AS_JSON
-def status(job_file: str, as_json: bool) -> None:
+def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
     """Pending and quarantined sequences per dataset, the job lock, the last run. Read-only."""
     from jobs import ops
 
-    doc = _store_call(lambda: ops.status(_load(job_file)))
+    config = _operator_config(job_file, where)
+    doc = _store_call(lambda: ops.status(config))
     if as_json:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
@@ -282,16 +437,19 @@ def status(job_file: str, as_json: bool) -> None:
     epilog="""\b
 Examples:
   commitpub inspect jobs/orders.toml orders
-  commitpub inspect jobs/orders.toml orders --json | jq '.steps[] | select(.verified == false)'"""
+  commitpub inspect jobs/orders.toml orders --json | jq '.steps[] | select(.verified == false)'
+  commitpub inspect --job orders-ingest --store state/steps --watermarks state/wm orders"""
 )
-@_JOB
-@click.argument("dataset")
+@_JOB_AND_DATASET
+@_batch_job
 @_AS_JSON
-def inspect(job_file: str, dataset: str, as_json: bool) -> None:
+def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
     """Show a pending sequence's decoded steps and whether each verifies. Changes nothing."""
     from jobs import ops
 
-    doc = _store_call(lambda: ops.inspect(_load(job_file), dataset))
+    job_file, dataset = _job_and_dataset(args, where)
+    config = _operator_config(job_file, where)
+    doc = _store_call(lambda: ops.inspect(config, dataset))
     if as_json:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         return
@@ -313,15 +471,18 @@ def inspect(job_file: str, dataset: str, as_json: bool) -> None:
 @main.command(
     epilog="""\b
 Example:
-  commitpub retry jobs/orders.toml orders   # after fixing what made it fail"""
+  commitpub retry jobs/orders.toml orders   # after fixing what made it fail
+  commitpub retry --job orders-ingest --store state/steps --watermarks state/wm orders"""
 )
-@_JOB
-@click.argument("dataset")
-def retry(job_file: str, dataset: str) -> None:
+@_JOB_AND_DATASET
+@_batch_job
+def retry(args: tuple[str, ...], **where: str | None) -> None:
     """Lift a dataset's quarantine; the next run tries its pending commit again."""
     from jobs import ops
 
-    was = _store_call(lambda: ops.retry(_load(job_file), dataset))
+    job_file, dataset = _job_and_dataset(args, where)
+    config = _operator_config(job_file, where)
+    was = _store_call(lambda: ops.retry(config, dataset))
     click.echo(
         f"{dataset}: quarantine lifted; the next run retries it"
         if was
@@ -335,10 +496,12 @@ Examples:
   commitpub discard jobs/orders.toml orders
   commitpub discard jobs/orders.toml orders --yes   # no question (scripts)
   commitpub discard jobs/orders.toml orders --keep-table   # after a table refused it
-  commitpub discard jobs/orders.toml orders --force   # a commit whose record is unreadable"""
+  commitpub discard jobs/orders.toml orders --force   # a commit whose record is unreadable
+  commitpub discard --job orders-ingest --store state/steps --watermarks state/wm \\
+      --staging staging --output warehouse orders"""
 )
-@_JOB
-@click.argument("dataset")
+@_JOB_AND_DATASET
+@_batch_job
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option(
     "--keep-table",
@@ -352,7 +515,9 @@ Examples:
     help="Drop a commit whose record cannot be read: nothing of it is rolled back, and what "
     "it published stays (the next run reads that data again).",
 )
-def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: bool) -> None:
+def discard(
+    args: tuple[str, ...], yes: bool, keep_table: bool, force: bool, **where: str | None
+) -> None:
     """Throw a pending commit away; its data is extracted again by the next run.
 
     Steps already done are rolled back (watermarks set back, files it published deleted),
@@ -360,7 +525,9 @@ def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: boo
     """
     from jobs import ops
 
-    config = _load(job_file)
+    job_file, dataset = _job_and_dataset(args, where)
+    config = _operator_config(job_file, where)
+    _require_places(config, "discard")
     if not yes:
         click.confirm(
             f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
@@ -392,11 +559,13 @@ def discard(job_file: str, dataset: str, yes: bool, keep_table: bool, force: boo
 @main.command(
     epilog="""\b
 Example:
-  commitpub unlock jobs/orders.toml --force   # a lease whose run died on another host"""
+  commitpub unlock jobs/orders.toml --force   # a lease whose run died on another host
+  commitpub unlock --job orders-ingest --store state/steps --watermarks state/wm --force"""
 )
-@_JOB
+@_JOB_OR_OPTIONS
+@_batch_job
 @click.option("--force", is_flag=True, help="Required: confirms this is about a dead run.")
-def unlock(job_file: str, force: bool) -> None:
+def unlock(job_file: str | None, force: bool, **where: str | None) -> None:
     """Free the job lock of a run that died: only a lease whose holder is proven dead, or
     that is not renewed for its whole TTL (watched on this host's clock; Redis: expired by
     the server)."""
@@ -413,7 +582,8 @@ def unlock(job_file: str, force: bool) -> None:
             err=True,
         )
 
-    freed = _store_call(lambda: ops.unlock(_load(job_file), watching=watching))
+    config = _operator_config(job_file, where)
+    freed = _store_call(lambda: ops.unlock(config, watching=watching))
     click.echo("lock was free" if freed is None else f"freed the lease ({freed.describe()})")
 
 
@@ -424,11 +594,13 @@ Examples:
   commitpub adopt-watermarks jobs/clicks-eu.toml --from-legacy events
   commitpub adopt-watermarks jobs/orders.toml --all
   commitpub adopt-watermarks jobs/a.toml --from-legacy events --keep-legacy
+  commitpub adopt-watermarks --job orders-ingest --store state/steps --watermarks state/wm \\
+      --from-legacy orders
 
 {_EXIT_CODES}""",
 )
-@_JOB
-@click.argument("datasets", nargs=-1, metavar="[DATASET]...")
+@click.argument("args", nargs=-1, metavar="[JOB.toml] [DATASET]...")
+@_batch_job
 @click.option(
     "--from-legacy",
     "from_legacy",
@@ -441,13 +613,13 @@ Examples:
 )
 @_AS_JSON
 def adopt_watermarks(
-    job_file: str,
-    datasets: tuple[str, ...],
+    args: tuple[str, ...],
     *,
     from_legacy: bool,
     all_legacy: bool,
     keep_legacy: bool,
     as_json: bool,
+    **where: str | None,
 ) -> None:
     """Make legacy (un-scoped) watermarks of earlier versions this job's own.
 
@@ -457,9 +629,14 @@ def adopt_watermarks(
     """
     from jobs import ops
 
+    # A job file first, unless the options name a jobs.Batch job: then all are datasets.
+    job_file: str | None = None
+    datasets = args
+    if args and not _by_options(where):
+        job_file, datasets = args[0], args[1:]
     if all_legacy == (from_legacy and bool(datasets)) or bool(datasets) != from_legacy:
         raise click.UsageError("give --from-legacy DATASET [DATASET...], or --all")
-    config = _load(job_file)
+    config = _operator_config(job_file, where)
     done = _store_call(
         lambda: ops.adopt_watermarks(
             config, datasets, all_legacy=all_legacy, keep_legacy=keep_legacy
@@ -493,14 +670,7 @@ def _store_call(fn: Callable[[], T]) -> T:
         return fn()
     except CommitPubError as e:
         code = exitcodes.for_error(e)
-        if isinstance(e, LockHeldError):
-            message = f"{e}; nothing was changed"
-        elif isinstance(e, FencedError):
-            message = f"{e}; another run has taken the job over"
-        elif isinstance(e, ConfigurationError | NothingPendingError):
-            message = str(e)
-        else:
-            message = f"{type(e).__name__}: {e}"
+        message = str(e) if isinstance(e, NothingPendingError) else explain(e).line
         _fail(message, code)
 
 

@@ -54,7 +54,9 @@ missing required one or a value of the wrong type is a
 URLs are resolved against the TOML file's directory.
 
 ``jobs.Batch`` takes the same settings as keyword arguments and goes through the same checks
-(:func:`batch_config`), with errors naming the argument instead of the key.
+(:func:`batch_config`), with errors naming the argument instead of the key. The operator
+commands name a Batch job by a file without ``[source]`` (:func:`load_operator_config`) or by
+options (:func:`operator_config`), with Batch's defaults and errors naming the option.
 """
 
 from __future__ import annotations
@@ -309,6 +311,30 @@ class _JobFile(_BatchTables):
     azure: _Azure = attrs.field(factory=_Azure)
 
 
+@attrs.frozen(kw_only=True)
+class _OperatorFile:
+    """A job file for the operator commands only: a ``jobs.Batch`` job's name and stores.
+
+    ``[job]``, ``[store]`` and ``[watermarks]`` are required, as Batch's ``job``, ``store``
+    and ``watermarks``; ``[staging]`` and ``[output]`` are for the commands that roll back or
+    publish files (``discard``, ``recover``); no ``[source]``.
+    """
+
+    job: _Job
+    store: _Store
+    watermarks: _Watermarks
+    staging: _Staging | None = None
+    output: _Output | None = None
+    publish: _Publish = attrs.field(factory=_Publish)
+    lock: _Lock = attrs.field(factory=_Lock)
+    metrics: _Metrics = attrs.field(factory=_Metrics)
+    lineage: dict[str, Any] | None = None
+    spark: _Spark = attrs.field(factory=_Spark)
+    s3: _S3 = attrs.field(factory=_S3)
+    gcs: _Gcs = attrs.field(factory=_Gcs)
+    azure: _Azure = attrs.field(factory=_Azure)
+
+
 # -- the converter: TOML's types exactly, errors naming the key -------------------------------
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
@@ -373,10 +399,13 @@ class Naming:
 
     origin: str
     arguments: Mapping[str, str] | None = None
+    #: What the arguments are called: Batch's ``"argument"``s, or the command line's
+    #: ``"option"``s.
+    argument_kind: str = "argument"
 
     @property
     def kind(self) -> str:
-        return "key" if self.arguments is None else "argument"
+        return "key" if self.arguments is None else self.argument_kind
 
     def name(self, key: str) -> str:
         return key if self.arguments is None else self.arguments.get(key, key)
@@ -387,7 +416,7 @@ class Naming:
 
     def error(self, message: str) -> ConfigurationError:
         """The error to raise, its message prefixed with where the settings come from."""
-        cls = ConfigurationError if self.arguments is None else BatchArgumentError
+        cls = BatchArgumentError if self.kind == "argument" else ConfigurationError
         return cls(f"{self.origin}: {message}")
 
 
@@ -415,6 +444,19 @@ BATCH_ARGUMENTS = {
     "metrics.textfile": "metrics_textfile",
     "metrics.pushgateway": "metrics_pushgateway",
     "lineage": "lineage",
+}
+
+
+#: The options of the operator commands naming a ``jobs.Batch`` job, by job-file key.
+OPERATOR_OPTIONS = {
+    "job.name": "--job",
+    "job.reports": "--reports",
+    "store.url": "--store",
+    "watermarks.url": "--watermarks",
+    "lock.url": "--lock",
+    "staging.path": "--staging",
+    "output.path": "--output",
+    "output.format": "--format",
 }
 
 
@@ -529,7 +571,45 @@ class BatchConfig:
 
 
 @attrs.frozen(kw_only=True)
-class JobConfig(BatchConfig):
+class OperatorConfig(BatchConfig):
+    """What the operator commands know of a job: a job file (with or without ``[source]``),
+    or a ``jobs.Batch`` job's name and store URLs given as options.
+
+    ``staging`` and ``output`` are empty when not given: only the commands that roll back or
+    publish files need them (:meth:`require_places`). Build one with
+    :func:`load_operator_config` or :func:`operator_config`.
+    """
+
+    #: The job file, or None for options.
+    file: str | None = None
+    spark_master: str | None = None
+    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    gcs_endpoint_url: str | None = None
+    gcs_project: str | None = None
+    azure_account_name: str | None = None
+
+    def require_places(self, command: str) -> None:
+        """Refuse ``command`` unless the job's staging and output paths are known.
+
+        Raises:
+            ConfigurationError: naming the keys (or options) to give.
+        """
+        missing = [
+            self.naming.the(key)
+            for key, value in (("staging.path", self.staging), ("output.path", self.output))
+            if not value
+        ]
+        if missing:
+            raise self.naming.error(
+                f"commitpub {command} rolls back or publishes files, which must lie under the "
+                f"job's staging and output paths: give {' and '.join(missing)}"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class JobConfig(OperatorConfig):
     """A checked job file: a Batch's settings plus its source and Spark.
 
     Build one with :func:`load_config`.
@@ -539,13 +619,6 @@ class JobConfig(BatchConfig):
     source: SourceConfig
     #: Partition columns after the time field's date column (``output.partition_by``).
     partition_by: tuple[str, ...] = ()
-    spark_master: str | None = None
-    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
-    s3_endpoint_url: str | None = None
-    s3_region: str | None = None
-    gcs_endpoint_url: str | None = None
-    gcs_project: str | None = None
-    azure_account_name: str | None = None
 
 
 def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
@@ -634,9 +707,12 @@ def check_staging_apart(staging: str, others: Mapping[str, str | None], naming: 
 
 
 def _batch_settings(
-    doc: _BatchTables, base: Path, naming: Naming, default_reports: str | None
+    doc: _BatchTables | _OperatorFile, base: Path, naming: Naming, default_reports: str | None
 ) -> dict[str, Any]:
-    """BatchConfig's keyword arguments from the structured tables; checks across keys."""
+    """BatchConfig's keyword arguments from the structured tables; checks across keys.
+
+    An operator file without ``[staging]`` or ``[output]`` leaves those paths empty.
+    """
     try:
         encode_name(doc.job.name, naming.name("job.name"))
     except ConfigurationError as e:
@@ -659,17 +735,22 @@ def _batch_settings(
             f"{naming.the('job.reports')} is required when {naming.the('store.url')} is not "
             "a local path: say where run reports go"
         )
-    output = _resolve(doc.output.path, base, "output.path", naming)
+    out = doc.output
+    output = "" if out is None else _resolve(out.path, base, "output.path", naming)
+    if out is None:
+        out = _Output(path=output)
     return {
         "name": doc.job.name,
-        "staging": _resolve(doc.staging.path, base, "staging.path", naming),
+        "staging": ""
+        if doc.staging is None
+        else _resolve(doc.staging.path, base, "staging.path", naming),
         "output": output,
         "store_url": store_url,
         "watermarks_url": watermarks_url,
         "reports": reports,
-        "output_format": doc.output.format,
-        "max_records_per_file": doc.output.max_records_per_file,
-        "compression": doc.output.compression,
+        "output_format": out.format,
+        "max_records_per_file": out.max_records_per_file,
+        "compression": out.compression,
         "max_attempts": doc.publish.max_attempts,
         "table_commit_budget_s": doc.publish.table_commit_budget_s,
         "step_timeout_s": doc.publish.step_timeout_s,
@@ -684,8 +765,8 @@ def _batch_settings(
         "metrics_pushgateway": doc.metrics.pushgateway,
         "allow_volatile": doc.store.allow_volatile,
         "durability_unknown": doc.store.durability_unknown,
-        "namespace": doc.output.namespace or doc.job.name,
-        "catalog": _catalog(doc.output, output, naming),
+        "namespace": out.namespace or doc.job.name,
+        "catalog": _catalog(out, output, naming) if output else {},
         "lineage": _lineage(doc, naming),
         "naming": naming,
     }
@@ -731,7 +812,7 @@ def _catalog(output: _Output, path: str, naming: Naming) -> dict[str, str]:
     return properties
 
 
-def _lineage(doc: _BatchTables, naming: Naming) -> LineageConfig | None:
+def _lineage(doc: _BatchTables | _OperatorFile, naming: Naming) -> LineageConfig | None:
     if doc.lineage is None:
         return None
     try:
@@ -749,7 +830,7 @@ def _check_apart(settings: Mapping[str, Any], source_path: str | None, naming: N
             "lock.url": settings["lock_url"] or None,  # unset: the store's URL, checked
             "job.reports": settings["reports"],
             "source.path": source_path,
-            "output.path": settings["output"],
+            "output.path": settings["output"] or None,  # empty: an operator's, not given
         },
         naming,
     )
@@ -857,7 +938,7 @@ OBJECT_STORE_ENVIRONMENT = {
 }
 
 
-def apply_object_stores(config: JobConfig) -> None:
+def apply_object_stores(config: OperatorConfig) -> None:
     """Put the ``[s3]``, ``[gcs]`` and ``[azure]`` tables into this process's environment,
     over what was there.
 
@@ -883,16 +964,20 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         ConfigurationError: naming the file and the offending key.
     """
     file = Path(path)
+    return _job_config(_read(file), file)
+
+
+def _read(file: Path) -> dict[str, Any]:
     try:
         with file.open("rb") as f:
-            raw = tomllib.load(f)
+            return tomllib.load(f)
     except FileNotFoundError as e:
         raise ConfigurationError(f"job file {file} does not exist") from e
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigurationError(f"{file}: not a readable TOML file: {e}") from e
-    naming = Naming(str(file))
-    doc: _JobFile = _structure(raw, _JobFile, naming)
-    base = file.resolve().parent
+
+
+def _check_object_stores(doc: _JobFile | _OperatorFile, naming: Naming) -> None:
     for key, url in (
         ("s3.endpoint_url", doc.s3.endpoint_url),
         ("gcs.endpoint_url", doc.gcs.endpoint_url),
@@ -902,6 +987,98 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
                 require_no_credentials(url, key)
             except ConfigurationError as e:
                 raise naming.error(str(e)) from e
+
+
+def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
+    """Read and check a job file for the operator commands.
+
+    A file with ``[source]`` is a whole job file, checked as :func:`load_config` does. One
+    without is a ``jobs.Batch`` job's: ``[job]``, ``[store]``, ``[watermarks]``, and where
+    the job has them ``[lock]``, ``[staging]``, ``[output]``, ``[publish]``, ``[s3]``,
+    ``[gcs]``, ``[azure]``; every default is Batch's (the lock beside the commit store,
+    reports beside a local one).
+
+    Raises:
+        ConfigurationError: naming the file and the offending key.
+    """
+    file = Path(path)
+    raw = _read(file)
+    if "source" in raw:
+        return _job_config(raw, file)
+    naming = Naming(str(file))
+    doc: _OperatorFile = _structure(raw, _OperatorFile, naming)
+    _check_object_stores(doc, naming)
+    base = file.resolve().parent
+    return _operator(
+        _batch_settings(doc, base, naming, default_reports=str(base / "reports")),
+        naming,
+        file=str(file.resolve()),
+        spark_master=doc.spark.master,
+        spark_conf=_spark_conf(doc.spark.conf, naming),
+        s3_endpoint_url=doc.s3.endpoint_url,
+        s3_region=doc.s3.region,
+        gcs_endpoint_url=doc.gcs.endpoint_url,
+        gcs_project=doc.gcs.project,
+        azure_account_name=doc.azure.account_name,
+    )
+
+
+def operator_config(
+    job: str,
+    *,
+    store: str,
+    watermarks: str,
+    lock: str | None = None,
+    staging: str | None = None,
+    output: str | None = None,
+    format: str | None = None,
+    reports: str | None = None,
+) -> OperatorConfig:
+    """A ``jobs.Batch`` job for the operator commands, from the values its script gives
+    ``Batch`` (the options ``--job``, ``--store``, ``--watermarks``, ...), with Batch's
+    defaults: the lock at the store's URL, reports beside a local store (required beside
+    another). Relative paths are resolved against the working directory.
+
+    Raises:
+        ConfigurationError: naming the option.
+    """
+    naming = Naming(f"--job {job}", OPERATOR_OPTIONS, "option")
+    if format is not None and output is None:
+        raise naming.error("option '--format' goes with '--output'")
+    doc: dict[str, dict[str, Any]] = {
+        "job": {"name": job},
+        "store": {"url": store},
+        "watermarks": {"url": watermarks},
+    }
+    if reports is not None:
+        doc["job"]["reports"] = reports
+    if lock is not None:
+        doc["lock"] = {"url": lock}
+    if staging is not None:
+        doc["staging"] = {"path": staging}
+    if output is not None:
+        doc["output"] = {"path": output, **({} if format is None else {"format": format})}
+    tables: _OperatorFile = _structure(doc, _OperatorFile, naming)
+    return _operator(_batch_settings(tables, Path.cwd(), naming, None), naming)
+
+
+def _operator(settings: dict[str, Any], naming: Naming, **more: Any) -> OperatorConfig:
+    if settings["staging"]:
+        _check_apart(settings, None, naming)
+    return OperatorConfig(**settings, **more)
+
+
+def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
+    naming = Naming(str(file))
+    if "source" not in raw:
+        raise naming.error(
+            "missing required table [source]: a run reads a source. A file without one names "
+            "a jobs.Batch job for the operator commands (status, inspect, retry, discard, "
+            "unlock, recover), not for run"
+        )
+    doc: _JobFile = _structure(raw, _JobFile, naming)
+    base = file.resolve().parent
+    _check_object_stores(doc, naming)
     settings = _batch_settings(doc, base, naming, default_reports=str(base / "reports"))
     source = _source(doc.source, base, naming)
     _check_apart(settings, source.path, naming)

@@ -2,18 +2,25 @@
 
 In a directory of its own, the demo generates a landing zone (three datasets x three
 partitions x thousands of records), runs the job, appends more data (leaving one line
-half-written), runs the job again in a child process that is SIGKILLed in the middle of
-publishing (the fail point ``step.executed@N``: the process executing the commit steps kills
-itself there), recovers, finishes the half-written line, runs once more, and then *counts*:
+half-written), runs the job again in a child process whose *driver* is SIGKILLed in the middle
+of publishing, recovers, finishes the half-written line, runs once more, and then *counts*:
 every landing record against every published Parquet row, by (dataset, partition, offset).
+
+Sealing and executing both happen in Spark tasks, so no point of the driver lies between
+them. The crashing run's publish task therefore pauses itself (SIGSTOP) at the crash point
+``publish.after_seal``, sealed with no step executed, and the demo then SIGKILLs the driver,
+and after it what the driver started (its JVM, Spark's Python workers), as a cluster stops
+the executors of a driver that died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,12 +35,15 @@ from jobs.verify import Tally, tally
 from publisher import Publisher
 from store.errors import ConfigurationError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
+from store.failpoints import MARKS_ENV_VAR
 
 DATASETS = ("clicks", "orders", "payments")
 PARTITIONS = ("0", "1", "2")
 SEGMENT_RECORDS = 700
-#: The commit step at which the crashing run's publisher process kills itself.
-CRASH_AT = "step.executed@4"
+#: Where the crashing run's publish task pauses, sealed, for the demo to kill the driver.
+PAUSE_AT = "publish.after_seal"
+#: How long the demo waits for the crashing run to get there (Spark starts in 10-40 s).
+PAUSE_WAIT_S = 600.0
 _MARKER = ".commitpub-demo"
 
 JOB_TOML = """\
@@ -173,42 +183,96 @@ def _summary(report: RunReport) -> str:
 
 
 def _crash_run(config: JobConfig, directory: Path, echo: Echo) -> int:
-    """Run the job in a child process armed to SIGKILL itself mid-publish.
+    """Run the job in a child process and SIGKILL its driver mid-publish.
 
     Returns:
         How many sealed commits the crash left pending in the store.
 
     Raises:
-        RuntimeError: if the child did not crash in the middle of publishing.
+        RuntimeError: if the child did not reach the crash point, or the crash left nothing
+            sealed.
     """
     log = directory / "crashed-run.log"
-    env = {**os.environ, FAILPOINTS_ENV: CRASH_AT}
+    marks = directory / "crash-marks"
+    marks.mkdir()
+    env = {**os.environ, FAILPOINTS_ENV: f"{PAUSE_AT}@1:stop", MARKS_ENV_VAR: str(marks)}
     with log.open("wb") as out:
-        child = subprocess.run(
+        # A session of its own: what the driver starts can be found, and killed, after it.
+        child = subprocess.Popen(
             [sys.executable, "-m", "jobs", "run", config.file],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
-            check=False,
+            start_new_session=True,
         )
+        try:
+            reached = _wait_for_pause(child, marks)
+        finally:
+            child.kill()
+            child.wait()
+            others = _kill_session(child.pid)
     pub = Publisher(config.store_url, config.name)
     try:
         pending = pub.sealed()
     finally:
         pub.close()
-    killed = "Python worker exited unexpectedly" in log.read_text(errors="replace")
-    if child.returncode == 0 or not pending or not killed:
+    if not reached or not pending:
         raise RuntimeError(
-            f"the run armed with {CRASH_AT} did not crash mid-publish (exit "
-            f"{child.returncode}, {len(pending)} sealed commits pending, Spark worker "
-            f"{'killed' if killed else 'not killed'}); see {log}"
+            f"the run did not crash mid-publish ({'a' if reached else 'no'} publish task "
+            f"paused at {PAUSE_AT}, exit {child.returncode}, {len(pending)} sealed commits "
+            f"pending); see {log}"
         )
     echo(
-        f"run 2    CRASHED: the process executing commit steps was SIGKILLed at {CRASH_AT}; "
-        f"the run exited {child.returncode}, leaving {len(pending)} sealed commits "
-        f"unfinished ({', '.join(pending)}); log: {log.name}"
+        f"run 2    CRASHED: the driver (pid {child.pid}) was SIGKILLed while its publish task "
+        f"waited at {PAUSE_AT} (sealed, no step executed), then its JVM and Spark workers "
+        f"({others} processes); {len(pending)} sealed commits left unfinished "
+        f"({', '.join(pending)}); log: {log.name}"
     )
     return len(pending)
+
+
+def _wait_for_pause(child: subprocess.Popen[bytes], marks: Path) -> bool:
+    """Wait until a publish task of ``child`` paused at :data:`PAUSE_AT` (it leaves a file in
+    ``marks`` first); False if the child ended, or took longer than :data:`PAUSE_WAIT_S`."""
+    deadline = time.monotonic() + PAUSE_WAIT_S
+    while not any(marks.iterdir()):
+        if child.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _kill_session(session: int) -> int:
+    """SIGKILL every live process of ``session`` until none is left; how many there were.
+
+    A paused task would otherwise stay stopped forever, and one still running might pause
+    after a single pass. Without ``/proc`` (not Linux), nothing is found.
+    """
+    killed: set[int] = set()
+    while left := _live_in_session(session):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed.update(left)
+        time.sleep(0.05)
+    return len(killed)
+
+
+def _live_in_session(session: int) -> list[int]:
+    pids = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    # The state and the session follow the command's closing parenthesis.
+                    fields = f.read().rpartition(b")")[2].split()
+            except OSError:
+                continue  # gone meanwhile
+            if fields[0] != b"Z" and int(fields[3]) == session:
+                pids.append(int(entry))
+    return pids
 
 
 def run_demo(

@@ -116,8 +116,9 @@ def open_publisher(
         config.name,
         max_attempts=config.max_attempts,
         table_commit_budget_s=config.table_commit_budget_s,
-        staging_roots=[config.staging],
-        output_roots=[config.output],
+        # Empty for an operator command not given them: no rename is within reach then.
+        staging_roots=[config.staging] if config.staging else [],
+        output_roots=[config.output] if config.output else [],
         runner=runner,
         fencing_token=None if keeper is None else keeper.lease.token,
         stores=[config.watermarks_url],

@@ -21,7 +21,7 @@ import fsspec
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
-from jobs.config import CATALOG_NAME, JobConfig
+from jobs.config import CATALOG_NAME, BatchConfig
 from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.watermarks import Adopted, adopt
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
@@ -55,7 +55,7 @@ class NothingPendingError(StoreError):
 
 
 def _nothing_pending(
-    config: JobConfig, dataset: str, *, nor_status: bool = False
+    config: BatchConfig, dataset: str, *, nor_status: bool = False
 ) -> NothingPendingError:
     return NothingPendingError(
         f"dataset {dataset!r} of job {config.name!r} has no pending sequence"
@@ -90,7 +90,7 @@ def _lease_state(lease: Lease | None) -> dict[str, Any]:
     }
 
 
-def last_report(config: JobConfig) -> dict[str, Any] | None:
+def last_report(config: BatchConfig) -> dict[str, Any] | None:
     """The newest run report of the job (by its file name: run ids sort by time), or None."""
     fs, root = fsspec.core.url_to_fs(config.reports)
     try:
@@ -125,7 +125,7 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
     }
 
 
-def status(config: JobConfig) -> dict[str, Any]:
+def status(config: BatchConfig) -> dict[str, Any]:
     """Pending and quarantined sequences, the job lock, the last run's summary.
 
     ``quarantined`` also lists datasets quarantined without a pending sequence (their
@@ -186,7 +186,7 @@ def _describe_step(step: CommitStep) -> dict[str, Any]:
     return {"type": commitsteps.tag_of(type(step)), **fields}
 
 
-def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
+def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     """The decoded steps of a pending sequence and whether each verifies; changes nothing.
 
     A sequence the store cannot read is shown with the error (and the steps read before
@@ -255,7 +255,7 @@ def inspect(config: JobConfig, dataset: str) -> dict[str, Any]:
     }
 
 
-def _on_dataset(config: JobConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
+def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
     check_durable(config)  # its warnings are logged: these commands write no report
     with locked_publisher(config) as pub:
@@ -265,7 +265,7 @@ def _on_dataset(config: JobConfig, dataset: str, action: Callable[[Publisher], T
         return action(pub)
 
 
-def retry(config: JobConfig, dataset: str) -> bool:
+def retry(config: BatchConfig, dataset: str) -> bool:
     """Lift a dataset's quarantine under the job lock; True if it was quarantined.
 
     Raises:
@@ -277,7 +277,7 @@ def retry(config: JobConfig, dataset: str) -> bool:
 
 
 def discard(
-    config: JobConfig, dataset: str, *, keep_table: bool = False, force: bool = False
+    config: BatchConfig, dataset: str, *, keep_table: bool = False, force: bool = False
 ) -> DatasetReport:
     """Throw a pending sequence away under the job lock (see ``Publisher.discard``; with
     ``keep_table``, keep what its data steps published and move its watermarks).
@@ -294,7 +294,7 @@ def discard(
 
 
 def unlock(
-    config: JobConfig, *, watching: Callable[[Lease, float], None] | None = None
+    config: BatchConfig, *, watching: Callable[[Lease, float], None] | None = None
 ) -> Lease | None:
     """Release a lease whose holder is dead or stopped renewing; the lease freed, or None.
 
@@ -313,7 +313,7 @@ def unlock(
 
 
 def adopt_watermarks(
-    config: JobConfig,
+    config: BatchConfig,
     datasets: Sequence[str],
     *,
     all_legacy: bool = False,

@@ -80,6 +80,9 @@ class RunReport:
     error: str | None = None
     #: The exit code that ``error`` stands for (see :func:`jobs.exitcodes.for_error`).
     error_exit_code: ExitCode = ExitCode.FAILURE
+    #: What stopped the run and what to do, in one line (:mod:`jobs.messages`): what
+    #: ``commitpub run`` prints; ``error`` is the exact error.
+    message: str | None = None
     #: What the operator must know though nothing failed: a volatile store allowed by
     #: ``store.allow_volatile``, a store whose durability could not be told.
     warnings: list[str] = attrs.field(factory=list)

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.batch import Batch
 from jobs.commits import join
-from jobs.config import JobConfig, date_column, source_class, transform_function
+from jobs.config import (
+    JobConfig,
+    OperatorConfig,
+    date_column,
+    source_class,
+    transform_function,
+)
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source
@@ -72,17 +78,26 @@ def run_job(
 
 
 def recover_job(
-    config: JobConfig,
+    config: OperatorConfig,
     *,
     spark: SparkSession | None = None,
     progress: Progress | None = None,
 ) -> RunReport:
-    """Only recover a job (in Spark tasks): finish sealed sequences, abort unsealed ones."""
+    """Only recover a job (in Spark tasks): finish sealed sequences, abort unsealed ones.
+
+    Args:
+        config: a job file's, or a ``jobs.Batch`` job's with its staging and output paths
+            (see :meth:`~jobs.config.OperatorConfig.require_places`).
+
+    Raises:
+        ConfigurationError: if the staging or output path is not given.
+    """
+    config.require_places("recover")
     return _drive(config, spark, progress or log_progress, "recover", None, lambda _batch: None)
 
 
 def _drive(  # noqa: PLR0917 -- internal; the two commands above
-    config: JobConfig,
+    config: OperatorConfig,
     spark: SparkSession | None,
     say: Progress,
     command: str,

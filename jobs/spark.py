@@ -14,10 +14,13 @@ import importlib
 import logging
 import os
 import re
+import shutil
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
@@ -64,19 +67,34 @@ _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRIN
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.config import JobConfig
+    from jobs.config import OperatorConfig
 
 log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: Defaults under the job's ``[spark] conf``: quiet logs, dates in UTC, no progress bar
+#: Defaults under the job's ``[spark] conf``: quiet logs (none at all in sessions
+#: :func:`build_session` makes, see :data:`QUIET_LOG4J`), dates in UTC, no progress bar
 #: mixed into our own output.
 SPARK_DEFAULTS = {
     "spark.log.level": "ERROR",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
+
+#: Log4j's configuration of a driver JVM that logs nothing, from its start on: what failed
+#: reaches the user as one line (:mod:`jobs.messages`), not as Spark's warnings and Java
+#: stack traces. ``spark.log.level`` is left unset with it (setting it prints a line).
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+#: Where log4j looks for its configuration file (the property ``log4j2.configurationFile``).
+_LOG4J_ENV = "LOG4J_CONFIGURATION_FILE"
+_SPARK_LOGS = {"verbose": False}
+
+
+def show_spark_logs(verbose: bool) -> None:
+    """Let Spark's own WARN lines and Java stack traces through (``commitpub -v``), or keep
+    them out (the default), in the sessions :func:`build_session` makes from now on."""
+    _SPARK_LOGS["verbose"] = verbose
 
 
 def ensure_python() -> None:
@@ -86,6 +104,68 @@ def ensure_python() -> None:
     installed, and executors would fail to import it.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+#: What a Python worker imports to run commitpub's tasks; a probe imports the same.
+_WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.taskwriter"
+
+
+def check_python(spark: SparkSession) -> None:
+    """Refuse a session whose local Python workers cannot import commitpub.
+
+    A started classic session fixed its workers' interpreter when it started
+    (``PYSPARK_PYTHON``, else ``python3`` on the PATH): under cron, with a virtual
+    environment's interpreter run by path, that is the system's Python, and the first task
+    would fail after Spark's retries with a worker's ``No module named 'jobs'``. On a local
+    master (``local``, ``local[N]``, ``local-cluster``) the workers run on this host, in this
+    working directory and environment, so running that interpreter once to import what a
+    task imports tells in a fraction of a second. Executors of a cluster run the cluster's
+    Python, which only a Spark job could try: they are not checked.
+
+    Raises:
+        ConfigurationError: one line naming the interpreter, what it could not import, and
+            ``PYSPARK_PYTHON``.
+    """
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: the server's workers are the server's
+        return
+    if not (context.master or "").startswith("local"):
+        return
+    python = context.pythonExec
+    found = shutil.which(python)
+    if found is not None and os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    why = "not found"
+    if found is not None:
+        try:
+            probe = subprocess.run(
+                [found, "-c", _WORKER_IMPORTS],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"{type(e).__name__}: {e}"
+        else:
+            if probe.returncode == 0:
+                return
+            lines = probe.stderr.strip().splitlines()
+            why = lines[-1] if lines else f"exit {probe.returncode}"
+    given = os.environ.get("PYSPARK_PYTHON")
+    raise ConfigurationError(
+        f"Spark's Python workers run {python!r} "
+        + (
+            "(PYSPARK_PYTHON unset: Spark's default)"
+            if given is None
+            else "(PYSPARK_PYTHON)"
+            if given == python
+            else f"(fixed when the session started; PYSPARK_PYTHON is now {given!r})"
+        )
+        + f", which cannot import commitpub: {why}. Set PYSPARK_PYTHON={sys.executable} "
+        "before the SparkSession starts, or give Batch a function that builds the session"
+    )
 
 
 def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -104,8 +184,12 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def build_session(config: JobConfig) -> SparkSession:
+def build_session(config: OperatorConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
+
+    Spark logs nothing to the console unless :func:`show_spark_logs` asked for its WARN
+    lines (a ``spark.log.level`` in ``[spark] conf``, or a log4j configuration file of the
+    user's in ``LOG4J_CONFIGURATION_FILE``, wins).
 
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
     (``COMMITPUB_REDIS_PASSWORD``) and where the object stores are reach the executors too,
@@ -119,6 +203,12 @@ def build_session(config: JobConfig) -> SparkSession:
     if config.spark_master:
         builder = builder.master(config.spark_master)
     conf = dict(SPARK_DEFAULTS)
+    if _SPARK_LOGS["verbose"]:
+        conf["spark.log.level"] = "WARN"
+    elif os.environ.get(_LOG4J_ENV, str(QUIET_LOG4J)) == str(QUIET_LOG4J):
+        # The JVM this starts reads it; a log4j configuration of the user's own wins.
+        os.environ[_LOG4J_ENV] = str(QUIET_LOG4J)
+        del conf["spark.log.level"]
     for name, value in executor_env(os.environ).items():
         conf[f"spark.executorEnv.{name}"] = value
     conf.update(config.spark_conf)

@@ -9,13 +9,23 @@ the crash happens in the real code path, so no test double can drift from it.
 ``name@N:stop`` stops the process with SIGSTOP instead (a driver paused by a long GC or a
 frozen VM, for zombie tests); if ``COMMITPUB_FAILPOINT_MARKS`` names a directory, a file
 ``<name>.<pid>`` is created there first, so a test learns the point was reached.
+
+Every point is registered in :data:`CRASH_POINTS` with where it fires and what a crash there
+means; :func:`failpoint` refuses a name that is not, so the list (and the table of crash
+points in ``docs/operations.md``, which a test compares with it) cannot drift from the code.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 from collections import Counter
+from collections.abc import Mapping
+
+import attrs
+
+from store.errors import CommitPubError
 
 ENV_VAR = "COMMITPUB_FAILPOINTS"
 MARKS_ENV_VAR = "COMMITPUB_FAILPOINT_MARKS"
@@ -34,12 +44,244 @@ def _parse(spec: str) -> dict[str, tuple[int, signal.Signals]]:
     return points
 
 
+class UnknownCrashPointError(CommitPubError, LookupError):
+    """:func:`failpoint` was called with a name that :data:`CRASH_POINTS` does not list."""
+
+
+class Where(enum.Enum):
+    """Which process reaches a crash point when a job runs on Spark."""
+
+    #: The process that runs ``commitpub`` (or the user's ``Batch`` script).
+    DRIVER = "driver"
+    #: A Spark task's Python worker (the calling process with the in-process runner).
+    TASK = "task"
+    #: Either, depending on the command: a publish or recovery runs it in a task, an
+    #: operator command (``retry``, ``discard``) in the driver.
+    EITHER = "driver or task"
+
+
+@attrs.frozen
+class CrashPoint:
+    """A named instant where a crash matters: where it fires, in which phase, and what a
+    crash there leaves behind."""
+
+    name: str
+    where: Where
+    phase: str
+    meaning: str
+
+
+def _by_name(*points: CrashPoint) -> dict[str, CrashPoint]:
+    registry: dict[str, CrashPoint] = {}
+    for point in points:
+        if point.name in registry:
+            raise ValueError(f"crash point {point.name!r} is registered twice")
+        registry[point.name] = point
+    return registry
+
+
+_DRIVER, _TASK, _EITHER = Where.DRIVER, Where.TASK, Where.EITHER
+
+#: Every crash point of commitpub, by name.
+CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
+    CrashPoint(
+        "stage.first_attempt_moved",
+        _TASK,
+        "stage",
+        "a task's first attempt moved its files into staging; Spark retries the task",
+    ),
+    CrashPoint(
+        "run.dataset_staged",
+        _DRIVER,
+        "stage",
+        "one dataset is staged, the others not yet; nothing is written ahead",
+    ),
+    CrashPoint(
+        "run.before_publish",
+        _DRIVER,
+        "stage",
+        "every dataset is staged, nothing is written ahead; the staging is swept as orphans",
+    ),
+    CrashPoint(
+        "publish.before_write_ahead",
+        _TASK,
+        "write-ahead",
+        "steps are built and checked, nothing is written ahead",
+    ),
+    CrashPoint(
+        "store.write_ahead.temp_written",
+        _TASK,
+        "write-ahead",
+        "a file or S3 store wrote a sequence's records, not yet visible under their name",
+    ),
+    CrashPoint(
+        "store.append.listed",
+        _TASK,
+        "write-ahead",
+        "a file or S3 store checked a sequence before adding its next chunk",
+    ),
+    CrashPoint(
+        "publish.write_ahead.chunk_written",
+        _TASK,
+        "write-ahead",
+        "a long sequence is partly written ahead, not sealed; recovery aborts it",
+    ),
+    CrashPoint(
+        "publish.after_seal",
+        _TASK,
+        "execute",
+        "the sequence is sealed, no step has run; recovery executes it",
+    ),
+    CrashPoint(
+        "step.executed",
+        _TASK,
+        "execute",
+        "some steps of a sealed sequence ran, others not; recovery finishes it",
+    ),
+    CrashPoint(
+        "rename.copied",
+        _TASK,
+        "execute",
+        "a rename that copies (across filesystems or on S3) copied, the source not deleted",
+    ),
+    CrashPoint(
+        "table.before_commit",
+        _TASK,
+        "execute",
+        "an Iceberg or Delta step is about to commit to its table",
+    ),
+    CrashPoint(
+        "table.after_commit",
+        _TASK,
+        "execute",
+        "an Iceberg or Delta step committed to its table; recovery finds the commit there",
+    ),
+    CrashPoint(
+        "publish.after_last_step",
+        _TASK,
+        "remove",
+        "every step ran, the sequence is still in the store; recovery verifies it, done",
+    ),
+    CrashPoint(
+        "store.remove.chunk_deleted",
+        _EITHER,
+        "remove",
+        "a file or S3 store deleted some chunks of a sequence, not all",
+    ),
+    CrashPoint(
+        "publish.after_remove",
+        _TASK,
+        "clean up",
+        "the sequence is removed, its staging directory not yet deleted",
+    ),
+    CrashPoint(
+        "publish.leftovers_set_aside",
+        _TASK,
+        "clean up",
+        "staging leftovers were set aside for deletion in the background",
+    ),
+    CrashPoint(
+        "status.before_write",
+        _EITHER,
+        "failure",
+        "a dataset failed; its attempt count (or quarantine) is not yet written",
+    ),
+    CrashPoint(
+        "recover.dataset_started",
+        _TASK,
+        "recover",
+        "recovery of one dataset started, nothing read yet",
+    ),
+    CrashPoint(
+        "recover.after_verify",
+        _TASK,
+        "recover",
+        "recovery verified a sealed sequence, executed nothing yet",
+    ),
+    CrashPoint(
+        "recover.abort_step",
+        _EITHER,
+        "recover",
+        "an unsealed (or discarded) sequence is partly aborted: some staged files deleted",
+    ),
+    CrashPoint(
+        "recover.before_sweep",
+        _DRIVER,
+        "recover",
+        "recovery finished every dataset; orphaned staging is not yet swept",
+    ),
+    CrashPoint(
+        "recover.orphan_deleted",
+        _DRIVER,
+        "recover",
+        "the orphan sweep deleted some staging directories, not all",
+    ),
+    CrashPoint(
+        "retry.before_write",
+        _DRIVER,
+        "retry",
+        "`commitpub retry` checked the dataset, changed nothing yet",
+    ),
+    CrashPoint(
+        "retry.written",
+        _DRIVER,
+        "retry",
+        "`commitpub retry` cleared the quarantine (marked the pending sequence as retried)",
+    ),
+    CrashPoint(
+        "discard.marked",
+        _DRIVER,
+        "discard",
+        "`commitpub discard` marked the dataset as being discarded, undid nothing yet",
+    ),
+    CrashPoint(
+        "discard.rollback_step",
+        _DRIVER,
+        "discard",
+        "`commitpub discard` rolled back some steps, not all; the next run finishes it",
+    ),
+    CrashPoint(
+        "discard.rolled_back",
+        _DRIVER,
+        "discard",
+        "`commitpub discard` rolled back every step; staging and the sequence remain",
+    ),
+    CrashPoint(
+        "adopt.copied",
+        _DRIVER,
+        "adopt",
+        "`commitpub adopt-watermarks` copied the watermarks, the old ones not yet cleared",
+    ),
+)
+
+_EXTRA: dict[str, CrashPoint] = {}
+
+
+def register(point: CrashPoint) -> None:
+    """Register a crash point of code outside commitpub (a test's own driver).
+
+    Raises:
+        ValueError: if the name is already registered.
+    """
+    if point.name in CRASH_POINTS or point.name in _EXTRA:
+        raise ValueError(f"crash point {point.name!r} is registered already")
+    _EXTRA[point.name] = point
+
+
 _ARMED: dict[str, tuple[int, signal.Signals]] = _parse(os.environ.get(ENV_VAR, ""))
 _HITS: Counter[str] = Counter()
 
 
 def failpoint(name: str) -> None:
-    """Kill (or stop) this process if ``name`` is armed and reached for the armed time."""
+    """Kill (or stop) this process if ``name`` is armed and reached for the armed time.
+
+    Raises:
+        UnknownCrashPointError: if ``name`` is not registered (:data:`CRASH_POINTS`).
+    """
+    if name not in CRASH_POINTS and name not in _EXTRA:
+        raise UnknownCrashPointError(
+            f"crash point {name!r} is not registered in store.failpoints.CRASH_POINTS"
+        )
     if not _ARMED or name not in _ARMED:
         return
     _HITS[name] += 1

@@ -45,7 +45,16 @@ from jobs.locking import fence, held_lock
 from publisher import Publisher, RetryPolicy, to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError
-from store.failpoints import failpoint
+from store.failpoints import CrashPoint, Where, failpoint, register
+
+register(
+    CrashPoint(
+        "extract.file_written",
+        Where.DRIVER,
+        "stage",
+        "this driver wrote one staged file of a dataset, not the others",
+    )
+)
 
 JOB = "crash-job"
 DATASETS = ("orders", "clients/ünïcødé", "events")

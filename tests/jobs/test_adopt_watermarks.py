@@ -168,3 +168,21 @@ def test_a_pending_sequence_of_a_dataset_with_legacy_watermarks_is_not_recovered
     with open_store(config.store_url) as st:
         assert st.is_sealed(config.name, "orders")  # left for after the adoption
     assert _marks(config, "orders", job=config.name) == {}
+
+
+def test_a_batch_job_adopts_from_options(tmp_path: Path) -> None:
+    _, config = _config(tmp_path)
+    _legacy(config, "orders", {"0": 40})
+    options = ("--job", "batch-job", "--store", "state/steps", "--watermarks", "state/watermarks")
+
+    done = commitpub("adopt-watermarks", *options, "--from-legacy", "orders", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "orders: 1 partition(s) copied, 0 adopted before, legacy copy cleared for 1" in (
+        done.stdout
+    )
+    assert _marks(config, "orders", job="batch-job") == {"0": 40}
+    assert _marks(config, "orders", job=None) == {"0": None}
+    refused = commitpub("adopt-watermarks", *options, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "give --from-legacy DATASET [DATASET...], or --all" in refused.stderr

@@ -13,7 +13,14 @@ from jobhelpers import commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.config import JobConfig, apply_object_stores, batch_config, load_config
+from jobs.config import (
+    JobConfig,
+    apply_object_stores,
+    batch_config,
+    load_config,
+    load_operator_config,
+    operator_config,
+)
 from jobs.errors import BatchArgumentError
 from jobs.locking import open_publisher
 from jobs.sources import LandingSource
@@ -585,3 +592,85 @@ def test_deadlines_reach_the_publisher_from_the_job_file_and_from_batch(tmp_path
             output=str(tmp_path / "o"),
             step_timeout_s=0,
         )
+
+
+# -- a jobs.Batch job for the operator commands ------------------------------------------------
+
+
+def test_operator_options_take_batchs_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = operator_config("orders-ingest", store="state/steps", watermarks="state/wm")
+
+    assert config.name == "orders-ingest"
+    assert config.store_url == str(tmp_path / "state" / "steps")
+    assert config.watermarks_url == str(tmp_path / "state" / "wm")
+    assert config.lock_at == config.store_url
+    assert config.reports == str(tmp_path / "state" / "reports")
+    assert (config.staging, config.output, config.file) == ("", "", None)
+    with pytest.raises(ConfigurationError, match="give option '--staging' and option '--output'"):
+        config.require_places("discard")
+    placed = operator_config(
+        "orders-ingest",
+        store="state/steps",
+        watermarks="state/wm",
+        lock="state/locks",
+        staging="staging",
+        output="warehouse",
+    )
+    placed.require_places("discard")
+    assert placed.lock_at == str(tmp_path / "state" / "locks")
+    assert (placed.staging, placed.output) == (
+        str(tmp_path / "staging"),
+        str(tmp_path / "warehouse"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"store": "redis://localhost:6379/0"},
+            "option '--reports' is required when option '--store'",
+        ),
+        ({"staging": "state/steps/staging"}, "options '--staging' .* and '--store' .* overlap"),
+        ({"format": "delta"}, "option '--format' goes with '--output'"),
+        ({"watermarks": "redis://:secret@localhost/0"}, "--watermarks"),
+    ],
+)
+def test_bad_operator_options_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    given = {"store": "state/steps", "watermarks": "state/wm", **options}
+    with pytest.raises(ConfigurationError, match=message):
+        operator_config("orders-ingest", **given)
+
+
+def test_a_minimal_operator_file_resolves_against_its_directory(tmp_path: Path) -> None:
+    path = tmp_path / "jobs" / "orders.toml"
+    path.parent.mkdir()
+    path.write_text(
+        '[job]\nname = "orders-ingest"\n[store]\nurl = "state/steps"\n'
+        '[watermarks]\nurl = "state/wm"\n[lock]\nurl = "state/locks"\n'
+    )
+    config = load_operator_config(path)
+
+    base = tmp_path / "jobs"
+    assert not isinstance(config, JobConfig)
+    assert config.file == str(path)
+    assert config.lock_at == str(base / "state" / "locks")
+    assert config.reports == str(base / "state" / "reports")
+    with pytest.raises(ConfigurationError, match=r"key 'staging\.path' and key 'output\.path'"):
+        config.require_places("recover")
+    with pytest.raises(ConfigurationError, match=r"missing required table \[source\]: a run"):
+        load_config(path)
+    path.write_text('[job]\nname = "x"\n[store]\nurl = "s"\n[watermarks]\nurl = "w"\n[spurce]\n')
+    with pytest.raises(ConfigurationError, match=r"unknown table \[spurce\]"):
+        load_operator_config(path)
+
+
+def test_a_whole_job_file_serves_the_operator_commands_as_it_is(tmp_path: Path) -> None:
+    path = write_job(tmp_path)
+    assert load_operator_config(path) == load_config(path)

@@ -1,0 +1,137 @@
+"""What a user is told when a run or command fails: one line, what happened and what to do.
+
+Spark reports a failed task as a ``Py4JJavaError`` whose text runs to pages of JVM frames;
+commitpub's own errors are typed. :func:`explain` turns either into one :class:`Message`,
+which the command line prints (``commitpub: error: ...``, or ``error: ...`` after a run) and
+a run report keeps (``message``, beside the exact ``error``). The full error stays in the
+log at debug level (``-v``) and, as ``error``, in the report file. ``docs/operations.md``
+lists every message of :data:`CATALOGUE` with what to do.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jobs.errors import error_text
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    FencedError,
+    LockHeldError,
+    StoreUnavailableError,
+)
+
+#: The advice for a run that stopped mid-way: what it sealed is finished by the next one.
+RERUN = "rerun; the next run finishes the commit"
+
+
+@attrs.frozen
+class Message:
+    """One failure, told in one line: ``<what happened>: <what to do>`` (commitpub's own
+    errors say what to do in their message: ``todo`` is empty)."""
+
+    #: A stable name, for the runbook and for tests.
+    key: str
+    what: str
+    todo: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.what}: {self.todo}" if self.todo else self.what
+
+
+@attrs.frozen
+class _Known:
+    """A failure recognised in an error's text (a Spark failure arrives as text only)."""
+
+    key: str
+    needles: tuple[str, ...]
+    what: str
+    todo: str
+
+
+#: Spark failures, most specific first: an executor that ran out of memory is also lost.
+CATALOGUE: tuple[_Known, ...] = (
+    _Known(
+        "out-of-memory",
+        (
+            "java.lang.OutOfMemoryError",
+            "MemoryError",
+            "exceeding memory limits",
+            "Container killed on request. Exit code is 137",
+        ),
+        "Spark ran out of memory",
+        "give it more ([spark] conf: spark.driver.memory, spark.executor.memory or "
+        f"spark.executor.memoryOverhead) and {RERUN}",
+    ),
+    _Known(
+        "worker-crashed",
+        ("Python worker exited unexpectedly",),
+        'a Spark Python worker crashed ("Python worker exited unexpectedly": killed, or '
+        "out of memory)",
+        RERUN,
+    ),
+    _Known(
+        "executor-lost",
+        ("ExecutorLostFailure", "Executor lost", "executor lost", "Executor heartbeat timed out"),
+        "a Spark executor was lost (its host, container or JVM went away)",
+        f"{RERUN}; if it recurs, read the executor's log on the cluster",
+    ),
+    _Known(
+        "spark-not-started",
+        ("Java gateway process exited", "JAVA_HOME is not set"),
+        "Spark could not start (no usable Java found)",
+        "install Java 17 and set JAVA_HOME, then rerun; `commitpub -v` shows Spark's output",
+    ),
+)
+
+
+def explain(error: BaseException) -> Message:
+    """The one line that tells ``error`` to a user: what happened and what to do.
+
+    Args:
+        error: what stopped a run or a command.
+
+    Returns:
+        The message; its ``line`` is what the command line prints.
+    """
+    told = _typed(error)
+    if told is not None:
+        return told
+    text = str(error)
+    for known in CATALOGUE:
+        if any(needle in text for needle in known.needles):
+            return Message(known.key, known.what, known.todo)
+    if isinstance(error, CommitPubError):
+        # commitpub's own errors name the dataset, step or key, and what to do.
+        return Message("commitpub", f"{type(error).__name__}: {error}", "")
+    return Message(
+        "unexpected",
+        error_text(error),
+        "`commitpub -v` shows the whole error; the next run finishes or aborts what this one left",
+    )
+
+
+def _typed(error: BaseException) -> Message | None:
+    if isinstance(error, LockHeldError):
+        return Message(
+            "lock-held",
+            f"{error}; nothing was changed",
+            "nothing to do: the next scheduled run goes on (`commitpub status` shows the holder)",
+        )
+    if isinstance(error, FencedError):
+        return Message(
+            "fenced",
+            f"{error}; another run has taken the job over",
+            "nothing to do: that run finishes what this one sealed",
+        )
+    if isinstance(error, StoreUnavailableError):
+        return Message(
+            "store-unreachable",
+            f"a store could not be reached ({error})",
+            f"check that it is up and reachable from here, then {RERUN}",
+        )
+    if isinstance(error, ConfigurationError):
+        # Its message names the key or argument and says what to change.
+        return Message("configuration", str(error), "fix it and rerun")
+    return None

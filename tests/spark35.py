@@ -1,0 +1,106 @@
+"""The Spark-dependent core of the suite again, on pyspark 3.5 (``make test`` runs this last).
+
+Most EMR, Dataproc and Databricks LTS runtimes still run Spark 3.5, so CI proves it: a
+second virtual environment with the newest pyspark 3.5 (:data:`PYSPARK`) and the same pins
+as ``.venv`` for everything else (constraints.txt without pyspark and py4j) is made once
+under ``~/.cache/commitpub/`` and reused, like the Airflow one (tests/test_airflow.py). The
+checkout itself is installed into it again on every call (editable, no dependencies: a
+second or two), so the environment follows whichever clone runs it.
+
+Then :data:`TESTS` run in it, in one pytest process: a ``Batch`` and the runner, the
+end-to-end runs with their SIGKILLed drivers (the crash points a Spark run meets), Spark
+task retries, the demo and the standalone cluster. The process exits with pytest's code.
+
+    .venv/bin/python tests/spark35.py [PYTEST ARGS...]
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+#: The newest pyspark 3.5 release; `make test` proves it beside constraints.txt's 4.x.
+PYSPARK = "3.5.9"
+
+ROOT = Path(__file__).resolve().parent.parent
+CONSTRAINTS = ROOT / "constraints.txt"
+
+#: The Spark-dependent core: what a user of Spark 3.5 meets on every run.
+TESTS = [
+    "tests/jobs/test_batch.py",
+    "tests/jobs/test_spark_runner.py",
+    "tests/jobs/test_run.py",
+    "tests/jobs/test_end_to_end.py",
+    "tests/jobs/test_task_retry.py",
+    "tests/jobs/test_own_job.py",
+    "tests/jobs/test_demo.py",
+    "tests/jobs/test_cluster.py",
+]
+
+#: Pins that differ under pyspark 3.5: pyspark itself, and the py4j it ships with.
+_REPINNED = ("pyspark==", "py4j==")
+
+
+def _constraints() -> str:
+    kept = [
+        line
+        for line in CONSTRAINTS.read_text().splitlines()
+        if not line.lower().startswith(_REPINNED)
+    ]
+    return "\n".join([*kept, f"pyspark=={PYSPARK}", ""])
+
+
+def environment() -> Path:
+    """``bin/`` of the cached pyspark 3.5 environment, made here if missing or stale.
+
+    Keyed by the pyspark version and Python; a stamp holding the constraints' hash is
+    written last, so a half-made environment (an interrupted install, edited pins) is made
+    again. A file lock keeps two runs on one machine from making it at once.
+    """
+    constraints = _constraints()
+    digest = hashlib.sha256(constraints.encode() + (ROOT / "setup.cfg").read_bytes()).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "commitpub"
+    venv = cache / f"pyspark-{PYSPARK}-py{sys.version_info.major}{sys.version_info.minor}"
+    stamp = venv / ".commitpub-constraints-sha256"
+    python = str(venv / "bin" / "python")
+    # uv, installed beside this interpreter by make, takes seconds where pip takes minutes.
+    uv = [str(Path(sys.executable).with_name("uv")), "pip", "install", "--python", python]
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        pins = venv / "constraints.txt"
+        if not (stamp.exists() and stamp.read_text() == digest):
+            print(f"making {venv} (pyspark {PYSPARK}; once, then reused)", flush=True)
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            pins.write_text(constraints)
+            # Bytecode at install, as .venv's (the Makefile says why).
+            subprocess.run(
+                [*uv, "--quiet", "--compile-bytecode", "-c", str(pins), "-e", f"{ROOT}[test]"],
+                check=True,
+            )
+            stamp.write_text(digest)
+        # This checkout, over whatever clone installed it last.
+        subprocess.run([*uv, "--quiet", "--no-deps", "-c", str(pins), "-e", str(ROOT)], check=True)
+    return venv / "bin"
+
+
+def main(args: list[str]) -> int:
+    bin_dir = environment()
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    # The commitpub console script and Spark's Python workers: the 3.5 environment's.
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["PYSPARK_PYTHON"] = str(bin_dir / "python")
+    command = [str(bin_dir / "python"), "-m", "pytest", *TESTS, *args]
+    print(f"pyspark {PYSPARK}: {' '.join(command[1:])}", flush=True)
+    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
