@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server bench clean constraints
+.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server npm bench clean constraints
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -39,6 +39,13 @@ redis-server:
 	  echo "installing redis-server from Debian's package"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
+# npm installs Azurite, the Azure Blob emulator of the tests, on first use (tests/azure_helpers.py);
+# after redis-server, so that two apt-get runs never wait on each other's lock.
+npm: redis-server
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing npm from Debian's package"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -53,7 +60,7 @@ SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 	$(BIN)/python tests/jvm.py
 
-pytest: $(STAMP) redis-server $(SPARK_ARCHIVE)
+pytest: $(STAMP) redis-server npm $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Spark-dependent core again on pyspark 3.5, in a second virtual environment made once
@@ -64,7 +71,7 @@ pytest-spark35: $(STAMP) redis-server
 # Lint, type checks, redis-server and the Spark class archive are independent: made side by
 # side (the archive's JVM and mypy each keep a core busy), then the tests, then pyspark 3.5.
 test:
-	$(MAKE) --no-print-directory -j 4 lint typecheck redis-server $(SPARK_ARCHIVE)
+	$(MAKE) --no-print-directory -j 4 lint typecheck redis-server npm $(SPARK_ARCHIVE)
 	$(MAKE) --no-print-directory pytest
 	$(MAKE) --no-print-directory pytest-spark35
 

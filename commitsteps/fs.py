@@ -20,14 +20,24 @@ a local link      missing or wrong size   False     raise StepConflictError (nev
 has the right size (a copy of the same length with other bytes would otherwise be published
 and the only good copy deleted):
 
-* S3: both objects carry the same ETag in the listing that found them (no request more per
-  file). A CopyObject of an object written in one request keeps its ETag (the MD5 of the
-  bytes); an object uploaded in parts has an ETag of another form that its copy does not
-  keep, so such a rename is copied again: slower, never wrong.
+* Object stores: both objects carry the same checksum of their bytes, computed by the store
+  and given in the listing that found them (no request more per file), on one store
+  (:data:`_CHECKSUMS`):
+
+  - S3: the ETag. A CopyObject of an object written in one request keeps it (the MD5 of
+    the bytes); an object uploaded in parts has an ETag of another form that its copy does
+    not keep, so such a rename is copied again.
+  - GCS: the MD5 (``md5Hash``), or for a composed object, which has none, the CRC32C; a
+    copy keeps both.
+  - Azure Blob Storage (``az://``, ``abfs://``): the ``Content-MD5`` the service keeps for a
+    blob uploaded in one request, which a copy keeps; a blob uploaded in blocks has none
+    unless its writer set one, so such a rename is copied again.
+
+  Without a checksum on both sides the file is copied again: slower, never wrong.
 * Both local: the bytes are compared. This state needs staging and output on two local
   filesystems, where a rename is a copy and a delete; on one filesystem ``os.rename`` moves
   the source over the destination in one step, which needs no proof.
-* Anything else (other object stores, local to remote and back): copied again.
+* Anything else (another object store, local to remote and back): copied again.
 
 Local paths are looked at without following symbolic links: a link is neither a staged nor
 a published file. A staged link is never published nor read through: a local rename refuses
@@ -47,7 +57,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, NamedTuple, cast
 
@@ -59,7 +69,7 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.files import PUBLIC_FILE_MODE, remove_leftovers, write_stream
+from store.files import PUBLIC_FILE_MODE, protocols, remove_leftovers, write_stream
 from store.lock import FenceCheck, fence_check
 from store.urls import is_local, local_path, require_no_credentials
 
@@ -72,10 +82,11 @@ _BLOCK = 1 << 22
 
 
 class _File(NamedTuple):
-    """A regular file as found: its size, and its ETag where S3 gives one (else None)."""
+    """A regular file as found: its size, and the checksum of its bytes where its store
+    gives one in listings (see :data:`_CHECKSUMS`; else None)."""
 
     size: int
-    etag: str | None
+    checksum: str | None
 
 
 def _check_url(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -127,12 +138,48 @@ def _fs(url: str) -> tuple[Any, str]:
 
 
 def _is_s3(fs: Any) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
-    return "s3" in protocols
+    return "s3" in protocols(fs)
 
 
-def _file(info: dict[str, Any], s3: bool) -> _File:
-    return _File(int(info.get("size") or 0), (info.get("ETag") or None) if s3 else None)
+def _s3_checksum(info: dict[str, Any]) -> str | None:
+    etag = info.get("ETag")
+    return str(etag) if etag else None
+
+
+def _gcs_checksum(info: dict[str, Any]) -> str | None:
+    if md5 := info.get("md5Hash"):
+        return f"md5:{md5}"
+    crc = info.get("crc32c")
+    return f"crc32c:{crc}" if crc else None
+
+
+def _azure_checksum(info: dict[str, Any]) -> str | None:
+    settings = info.get("content_settings") or {}
+    md5 = settings.get("content_md5")
+    return f"md5:{bytes(md5).hex()}" if md5 else None
+
+
+_Checksum = Callable[[dict[str, Any]], "str | None"]
+
+#: The checksum of an object's bytes each object store gives in its listings, by fsspec
+#: protocol: equal on two objects of one store, they hold the same bytes (module doc).
+_CHECKSUMS: dict[str, _Checksum] = {
+    "s3": _s3_checksum,
+    "gs": _gcs_checksum,
+    "abfs": _azure_checksum,
+}
+
+
+def _checksum_of(fs: Any) -> _Checksum | None:
+    """How to read the checksum of an object on ``fs`` from its listing, if it has one."""
+    for protocol in protocols(fs):
+        if protocol in _CHECKSUMS:
+            return _CHECKSUMS[protocol]
+    return None
+
+
+def _file(info: dict[str, Any], checksum: _Checksum | None) -> _File:
+    return _File(int(info.get("size") or 0), checksum(info) if checksum is not None else None)
 
 
 def _lstat(path: str) -> os.stat_result | None:
@@ -153,7 +200,7 @@ def _stat(fs: Any, path: str) -> _File | None:
         info = fs.info(path)
     except FileNotFoundError:
         return None
-    return None if info.get("type") == "directory" else _file(info, _is_s3(fs))
+    return None if info.get("type") == "directory" else _file(info, _checksum_of(fs))
 
 
 def _listing(fs: Any, directory: str) -> dict[str, _File]:
@@ -170,9 +217,9 @@ def _listing(fs: Any, directory: str) -> dict[str, _File]:
         entries = fs.ls(directory, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return {}
-    s3 = _is_s3(fs)
+    checksum = _checksum_of(fs)
     return {
-        posixpath.basename(e["name"].rstrip("/")): _file(e, s3)
+        posixpath.basename(e["name"].rstrip("/")): _file(e, checksum)
         for e in entries
         if e.get("type") == "file"
     }
@@ -507,7 +554,7 @@ class _Rename(CommitStep):
             return False
         if sfs is None and dfs is None:
             return _same_bytes(spath, dpath)
-        return src.etag is not None and src.etag == dst.etag
+        return src.checksum is not None and src.checksum == dst.checksum
 
     def _execute_local(self, spath: str, dpath: str, made_dirs: set[str]) -> None:
         st = _lstat(spath)

@@ -26,7 +26,7 @@ from jobs.config import (
     FORMATS,
     JobConfig,
     OperatorConfig,
-    apply_s3,
+    apply_object_stores,
     load_config,
     load_operator_config,
     operator_config,
@@ -110,7 +110,7 @@ def _load(job_file: str) -> JobConfig:
         config = load_config(job_file)
     except ConfigurationError as e:
         _fail(str(e), ExitCode.CONFIG)
-    apply_s3(config)
+    apply_object_stores(config)
     return config
 
 
@@ -194,7 +194,7 @@ def _operator_config(job_file: str | None, where: dict[str, str | None]) -> Oper
             )
     except ConfigurationError as e:
         _fail(str(e), ExitCode.CONFIG)
-    apply_s3(config)
+    apply_object_stores(config)
     return config
 
 

@@ -273,6 +273,20 @@ class _S3:
 
 
 @attrs.frozen(kw_only=True)
+class _Gcs:
+    # As [s3]: where GCS is, never the credentials (GOOGLE_APPLICATION_CREDENTIALS, the
+    # metadata server, gcloud's login stay the cluster's).
+    endpoint_url: str | None = attrs.field(default=None, validator=_http_url(str))
+    project: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _Azure:
+    # The account only: keys, SAS tokens and connection strings stay in the environment.
+    account_name: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class _BatchTables:
     """The tables that jobs.Batch takes as keyword arguments too."""
 
@@ -293,6 +307,8 @@ class _JobFile(_BatchTables):
     source: _Source
     spark: _Spark = attrs.field(factory=_Spark)
     s3: _S3 = attrs.field(factory=_S3)
+    gcs: _Gcs = attrs.field(factory=_Gcs)
+    azure: _Azure = attrs.field(factory=_Azure)
 
 
 @attrs.frozen(kw_only=True)
@@ -315,6 +331,8 @@ class _OperatorFile:
     lineage: dict[str, Any] | None = None
     spark: _Spark = attrs.field(factory=_Spark)
     s3: _S3 = attrs.field(factory=_S3)
+    gcs: _Gcs = attrs.field(factory=_Gcs)
+    azure: _Azure = attrs.field(factory=_Azure)
 
 
 # -- the converter: TOML's types exactly, errors naming the key -------------------------------
@@ -568,6 +586,9 @@ class OperatorConfig(BatchConfig):
     spark_conf: Mapping[str, str] = attrs.field(factory=dict)
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    gcs_endpoint_url: str | None = None
+    gcs_project: str | None = None
+    azure_account_name: str | None = None
 
     def require_places(self, command: str) -> None:
         """Refuse ``command`` unless the job's staging and output paths are known.
@@ -628,7 +649,7 @@ def _spark_conf(conf: Mapping[str, Any], naming: Naming) -> dict[str, str]:
 #: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
 _NOT_PATHS = ("redis", "rediss", "unix")
 #: Schemes that name the same object store.
-_SAME_STORE = {"s3a": "s3", "s3n": "s3"}
+_SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
 
 
 def _place(url: str) -> tuple[str, str] | None:
@@ -906,17 +927,25 @@ def date_column(time_field: str) -> str:
     return f"{time_field}_date"
 
 
-#: Where botocore (under s3fs) reads what the ``[s3]`` table sets.
-S3_ENVIRONMENT = {"s3_endpoint_url": "AWS_ENDPOINT_URL", "s3_region": "AWS_DEFAULT_REGION"}
+#: Where each object store's client reads what the ``[s3]``, ``[gcs]`` and ``[azure]``
+#: tables set: botocore (under s3fs), gcsfs and google-auth, adlfs. None is a credential.
+OBJECT_STORE_ENVIRONMENT = {
+    "s3_endpoint_url": "AWS_ENDPOINT_URL",
+    "s3_region": "AWS_DEFAULT_REGION",
+    "gcs_endpoint_url": "STORAGE_EMULATOR_HOST",
+    "gcs_project": "GOOGLE_CLOUD_PROJECT",
+    "azure_account_name": "AZURE_STORAGE_ACCOUNT_NAME",
+}
 
 
-def apply_s3(config: OperatorConfig) -> None:
-    """Put the ``[s3]`` table into this process's environment, over what was there.
+def apply_object_stores(config: OperatorConfig) -> None:
+    """Put the ``[s3]``, ``[gcs]`` and ``[azure]`` tables into this process's environment,
+    over what was there.
 
-    Called before any S3 filesystem is opened; ``jobs.spark.build_session`` passes the same
+    Called before any object store is opened; ``jobs.spark.build_session`` passes the same
     variables on to the executors.
     """
-    for field, variable in S3_ENVIRONMENT.items():
+    for field, variable in OBJECT_STORE_ENVIRONMENT.items():
         value = getattr(config, field)
         if value is not None:
             os.environ[variable] = value
@@ -948,12 +977,16 @@ def _read(file: Path) -> dict[str, Any]:
         raise ConfigurationError(f"{file}: not a readable TOML file: {e}") from e
 
 
-def _check_s3(doc: _JobFile | _OperatorFile, naming: Naming) -> None:
-    if doc.s3.endpoint_url is not None:
-        try:
-            require_no_credentials(doc.s3.endpoint_url, "s3.endpoint_url")
-        except ConfigurationError as e:
-            raise naming.error(str(e)) from e
+def _check_object_stores(doc: _JobFile | _OperatorFile, naming: Naming) -> None:
+    for key, url in (
+        ("s3.endpoint_url", doc.s3.endpoint_url),
+        ("gcs.endpoint_url", doc.gcs.endpoint_url),
+    ):
+        if url is not None:
+            try:
+                require_no_credentials(url, key)
+            except ConfigurationError as e:
+                raise naming.error(str(e)) from e
 
 
 def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
@@ -961,8 +994,9 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
 
     A file with ``[source]`` is a whole job file, checked as :func:`load_config` does. One
     without is a ``jobs.Batch`` job's: ``[job]``, ``[store]``, ``[watermarks]``, and where
-    the job has them ``[lock]``, ``[staging]``, ``[output]``, ``[publish]``, ``[s3]``; every
-    default is Batch's (the lock beside the commit store, reports beside a local one).
+    the job has them ``[lock]``, ``[staging]``, ``[output]``, ``[publish]``, ``[s3]``,
+    ``[gcs]``, ``[azure]``; every default is Batch's (the lock beside the commit store,
+    reports beside a local one).
 
     Raises:
         ConfigurationError: naming the file and the offending key.
@@ -973,7 +1007,7 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
         return _job_config(raw, file)
     naming = Naming(str(file))
     doc: _OperatorFile = _structure(raw, _OperatorFile, naming)
-    _check_s3(doc, naming)
+    _check_object_stores(doc, naming)
     base = file.resolve().parent
     return _operator(
         _batch_settings(doc, base, naming, default_reports=str(base / "reports")),
@@ -983,6 +1017,9 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
         spark_conf=_spark_conf(doc.spark.conf, naming),
         s3_endpoint_url=doc.s3.endpoint_url,
         s3_region=doc.s3.region,
+        gcs_endpoint_url=doc.gcs.endpoint_url,
+        gcs_project=doc.gcs.project,
+        azure_account_name=doc.azure.account_name,
     )
 
 
@@ -1041,7 +1078,7 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
         )
     doc: _JobFile = _structure(raw, _JobFile, naming)
     base = file.resolve().parent
-    _check_s3(doc, naming)
+    _check_object_stores(doc, naming)
     settings = _batch_settings(doc, base, naming, default_reports=str(base / "reports"))
     source = _source(doc.source, base, naming)
     _check_apart(settings, source.path, naming)
@@ -1054,6 +1091,9 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
         spark_conf=_spark_conf(doc.spark.conf, naming),
         s3_endpoint_url=doc.s3.endpoint_url,
         s3_region=doc.s3.region,
+        gcs_endpoint_url=doc.gcs.endpoint_url,
+        gcs_project=doc.gcs.project,
+        azure_account_name=doc.azure.account_name,
     )
     try:  # an unusable class or function is a configuration error too
         source_class(config.source.type)

@@ -43,12 +43,26 @@ _EXECUTOR_ENV = (
     FAILPOINTS_ENV,
     MARKS_ENV_VAR,
     "COMMITPUB_REDIS_PASSWORD",
-    # Where S3 is ([s3] table or the driver's environment); credentials are the cluster's.
+    # Where the object stores are ([s3], [gcs], [azure] tables or the driver's environment,
+    # jobs.config.OBJECT_STORE_ENVIRONMENT); credentials are the cluster's.
     "AWS_ENDPOINT_URL",
     "AWS_DEFAULT_REGION",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_CLOUD_PROJECT",
+    "AZURE_STORAGE_ACCOUNT_NAME",
 )
 
-_CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD")
+#: Prefixes of the object stores' own settings: fsspec's per protocol, and gcsfs's.
+_SETTINGS_PREFIXES = (
+    "FSSPEC_S3_",
+    "FSSPEC_GS_",
+    "FSSPEC_GCS_",
+    "FSSPEC_ABFS_",
+    "FSSPEC_AZ_",
+    "GCSFS_",
+)
+
+_CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRING|SAS")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -157,13 +171,15 @@ def check_python(spark: SparkSession) -> None:
 def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of the driver's environment that executors get as well.
 
-    Besides :data:`_EXECUTOR_ENV`, fsspec's S3 configuration (``FSSPEC_S3_*``, such as
-    ``FSSPEC_S3_ENDPOINT_URL``) goes along, but for credentials (names holding KEY, SECRET,
-    TOKEN or PASSWORD): those are the cluster's own, never copied into Spark's conf.
+    Besides :data:`_EXECUTOR_ENV`, the object stores' own settings go along
+    (:data:`_SETTINGS_PREFIXES`: fsspec's for S3, GCS and Azure such as
+    ``FSSPEC_S3_ENDPOINT_URL``, and gcsfs's), but for credentials (names holding KEY,
+    SECRET, TOKEN, PASSWORD, CREDENTIAL, CONNECTION_STRING or SAS): those are the cluster's
+    own, never copied into Spark's conf.
     """
     out = {name: environ[name] for name in _EXECUTOR_ENV if environ.get(name)}
     for name, value in environ.items():
-        if name.startswith("FSSPEC_S3_") and value and not _CREDENTIAL.search(name):
+        if name.startswith(_SETTINGS_PREFIXES) and value and not _CREDENTIAL.search(name):
             out[name] = value
     return out
 
@@ -176,7 +192,7 @@ def build_session(config: OperatorConfig) -> SparkSession:
     user's in ``LOG4J_CONFIGURATION_FILE``, wins).
 
     Fail points armed in this process (``COMMITPUB_FAILPOINTS``), the Redis password
-    (``COMMITPUB_REDIS_PASSWORD``) and the S3 endpoint and region reach the executors too,
+    (``COMMITPUB_REDIS_PASSWORD``) and where the object stores are reach the executors too,
     whose environment otherwise comes from the cluster's workers (see :func:`executor_env`);
     Spark redacts the password in its UI and logs.
     """

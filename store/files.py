@@ -43,6 +43,7 @@ from fsspec.implementations.local import LocalFileSystem
 from store.durability import Durability, local_durability
 from store.errors import ConfigurationError, StoreError, StoreUnavailableError
 from store.failpoints import failpoint
+from store.registry import install_hint
 from store.urls import is_local, local_path, redact
 
 #: What a store keeps on a local disk is its owner's only (less the umask).
@@ -387,7 +388,10 @@ class FileIO:
         try:
             fs, root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as e:
-            raise ConfigurationError(f"cannot open store URL {redact(url)!r}: {e}") from e
+            hint = install_hint(url) if isinstance(e, ImportError) else None
+            raise ConfigurationError(
+                f"cannot open store URL {redact(url)!r}: {e}" + (f" ({hint})" if hint else "")
+            ) from e
         self.fs = fs
         self.local = isinstance(fs, LocalFileSystem)
         self.root = root.rstrip("/") or "/"

@@ -53,13 +53,27 @@ _DEFAULT: dict[Kind, _Backend] = {
     "watermark_stores": _Backend("store.fs:FsWatermarkStore"),
     "job_locks": _Backend("store.fslock:FsJobLock"),
 }
-_HINTS = {"s3": "pip install 'commitpub[s3]'", "s3a": "pip install 'commitpub[s3]'"}
+_HINTS = {
+    "s3": "pip install 'commitpub[s3]'",
+    "s3a": "pip install 'commitpub[s3]'",
+    "gs": "pip install 'commitpub[gcs]'",
+    "gcs": "pip install 'commitpub[gcs]'",
+    "az": "pip install 'commitpub[azure]'",
+    "abfs": "pip install 'commitpub[azure]'",
+    "abfss": "pip install 'commitpub[azure]'",
+}
 _entry_points_loaded = False
 _WHAT: dict[Kind, str] = {
     "commit_stores": "commit-step store",
     "watermark_stores": "watermark store",
     "job_locks": "job lock",
 }
+
+
+def install_hint(url: str) -> str | None:
+    """What to install for the fsspec filesystem of ``url``'s scheme, if commitpub has an
+    extra for it (``pip install 'commitpub[gcs]'`` for ``gs://``)."""
+    return _HINTS.get(url.split("://", 1)[0].lower()) if "://" in url else None
 
 
 def register_backend(

@@ -10,6 +10,8 @@ own (tests/redis_helpers.py) that they stop and start again.
 ``s3_endpoint`` starts moto's S3 server the same way (tests/s3_helpers.py) and puts its
 endpoint and dummy credentials into the environment, where s3fs finds them as it would on a
 real deployment, and subprocesses inherit them; ``s3_bucket`` gives each test a fresh bucket.
+``gcs_bucket`` and ``azure_container`` do the same on fake-gcs-server (tests/gcs_helpers.py)
+and Azurite (tests/azure_helpers.py), each started on the first test that asks for it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 import forkrun  # noqa: F401  (first: it sets what the fork server preloads)
 import jvm
 import pytest
+from azure_helpers import AzuriteProcess
+from gcs_helpers import FakeGcsProcess
 from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
 from s3_helpers import MotoS3Process
 
@@ -144,3 +148,53 @@ def s3_requests(s3_bucket: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
     fs.s3.meta.events.register("provide-client-params.s3.*", record)
     yield seen
     fs.s3.meta.events.unregister("provide-client-params.s3.*", record)
+
+
+@pytest.fixture(scope="session")
+def gcs_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsProcess]:
+    """The session's :class:`FakeGcsProcess`, its endpoint set in this process's environment."""
+    with (
+        FakeGcsProcess(tmp_path_factory.mktemp("fake-gcs")) as server,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        for name, value in server.env().items():
+            mp.setenv(name, value)
+        _STARTED.append(f"fake-gcs-server (HTTP) on {server.endpoint_url} (pid {server.pid})")
+        yield server
+        import gcsfs
+
+        # Cached filesystems hold sessions bound to this endpoint, which is going away.
+        gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_process: FakeGcsProcess) -> Iterator[str]:
+    """A new, empty bucket on the session's GCS endpoint, deleted with its contents afterwards."""
+    name = gcs_process.new_bucket()
+    yield name
+    gcs_process.delete_bucket(name)
+
+
+@pytest.fixture(scope="session")
+def azure_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
+    """The session's :class:`AzuriteProcess`, its connection string set in this process's
+    environment (where adlfs looks for it)."""
+    with (
+        AzuriteProcess(tmp_path_factory.mktemp("azurite")) as server,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        for name, value in server.env().items():
+            mp.setenv(name, value)
+        _STARTED.append(f"Azurite (HTTP) on {server.endpoint_url} (pid {server.pid})")
+        yield server
+        import adlfs
+
+        adlfs.AzureBlobFileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def azure_container(azure_process: AzuriteProcess) -> Iterator[str]:
+    """A new, empty container on the session's Azurite, deleted with its contents afterwards."""
+    name = azure_process.new_container()
+    yield name
+    azure_process.delete_container(name)

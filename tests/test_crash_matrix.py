@@ -1,4 +1,4 @@
-"""The crash points x {filesystem, Redis, S3}, with real SIGKILLed subprocesses.
+"""The crash points x {filesystem, Redis, S3, GCS, Azure}, with real SIGKILLed subprocesses.
 
 Each cell runs the job of ``crashdriver.py`` in a subprocess armed to SIGKILL itself at one
 crash point, checks it really died there, runs recovery and then the job again (each in a
@@ -6,9 +6,11 @@ fresh subprocess), and compares the result with a clean run: the same published 
 the same bytes (file names carry the run id, which is stripped for the comparison), every
 source record exactly once, the same watermarks, nothing left in the store or in staging.
 
-The S3 backend keeps everything on moto's S3 server (tests/s3_helpers.py): store, watermarks,
-staging and output, so renames are copies and deletes killed half-way. Its after-step cells
-are a sample (see S3_STEP_CELLS): each S3 cell costs several seconds of requests.
+The object store backends keep everything on one emulated store: moto's S3 server
+(tests/s3_helpers.py), fake-gcs-server (tests/gcs_helpers.py) or Azurite
+(tests/azure_helpers.py): store, watermarks, staging and output, so renames are copies and
+deletes killed half-way. Their after-step cells are a sample (see S3_STEP_CELLS): each
+object store cell costs several seconds of requests.
 """
 
 from __future__ import annotations
@@ -144,17 +146,34 @@ class Backend:
 BackendFactory = Callable[[Path], Backend]
 
 
-@pytest.fixture(params=["fs", "redis", pytest.param("s3", marks=pytest.mark.s3)])
+#: Object stores: (the fixture naming a fresh bucket or container, the URL scheme).
+_OBJECT_STORES = {
+    "s3": ("s3_bucket", "s3"),
+    "gcs": ("gcs_bucket", "gs"),
+    "azure": ("azure_container", "az"),
+}
+
+
+@pytest.fixture(
+    params=[
+        "fs",
+        "redis",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
     if request.param == "fs":
         yield lambda base: Backend("fs", f"{base}/state/steps", f"{base}/state/watermarks")
-    elif request.param == "s3":
-        bucket = request.getfixturevalue("s3_bucket")
+    elif request.param in _OBJECT_STORES:
+        fixture, scheme = _OBJECT_STORES[request.param]
+        root = f"{scheme}://{request.getfixturevalue(fixture)}"
         yield lambda base: Backend(
-            "s3",
-            f"s3://{bucket}/{base.name}/state/steps",
-            f"s3://{bucket}/{base.name}/state/watermarks",
-            data_url=f"s3://{bucket}/{base.name}",
+            request.param,
+            f"{root}/{base.name}/state/steps",
+            f"{root}/{base.name}/state/watermarks",
+            data_url=f"{root}/{base.name}",
         )
     else:
         url = request.getfixturevalue("redis_url")
@@ -368,10 +387,17 @@ def test_crash_after_each_step(
 
 
 @pytest.mark.slow
-@pytest.mark.s3
-@pytest.mark.parametrize("backend", ["s3"], indirect=True)
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ],
+    indirect=True,
+)
 @pytest.mark.parametrize("cell", S3_STEP_CELLS, ids=lambda c: c.name)
-def test_s3_crash_after_sampled_steps(
+def test_object_store_crash_after_sampled_steps(
     cell: Cell,
     tmp_path: Path,
     backend: BackendFactory,

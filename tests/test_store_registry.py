@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import pickle
+import re
+import sys
 import time
 import zlib
 from typing import Any
@@ -291,3 +294,24 @@ def test_password_in_a_query_parameter_counts_as_credentials() -> None:
     assert has_credentials("redis://h:6379/0?password=pw")
     with pytest.raises(CredentialsInUrlError, match=r"password=\*\*\*"):
         require_no_credentials("redis://h:6379/0?password=pw", "watermarks.url")
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("gs://bucket/steps", "gcsfs", "gcs"),
+        ("az://container/steps", "adlfs", "azure"),
+        ("abfs://container/steps", "adlfs", "azure"),
+        ("s3://bucket/steps", "s3fs", "s3"),
+    ],
+)
+def test_object_store_without_its_client_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, url: str, module: str, extra: str
+) -> None:
+    # As if the client were not installed: fsspec imports it on first use of the scheme
+    # (the module, which fsspec's package shadows with its mapping of the same name).
+    loaded = importlib.import_module("fsspec.registry")._registry
+    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.delitem(loaded, url.split("://", 1)[0], raising=False)
+    with pytest.raises(ConfigurationError, match=re.escape(f"pip install 'commitpub[{extra}]'")):
+        store.open_store(url)

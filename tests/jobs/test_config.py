@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +15,7 @@ import jobs.run
 from jobs.cli import main
 from jobs.config import (
     JobConfig,
-    apply_s3,
+    apply_object_stores,
     batch_config,
     load_config,
     load_operator_config,
@@ -289,9 +291,51 @@ def test_s3_table_sets_the_endpoint_for_this_process(
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     config = load_config(write_job(tmp_path, s3={"endpoint_url": "http://127.0.0.1:9000"}))
     assert (config.s3_endpoint_url, config.s3_region) == ("http://127.0.0.1:9000", None)
-    apply_s3(config)
+    apply_object_stores(config)
     assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"  # the job file wins
     assert "AWS_DEFAULT_REGION" not in os.environ  # unset keys leave the environment alone
+
+
+def test_gcs_and_azure_tables_set_where_the_stores_are_for_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://from-the-environment:1")
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME", raising=False)
+    path = write_job(
+        tmp_path,
+        gcs={"endpoint_url": "http://127.0.0.1:4443", "project": "analytics"},
+        azure={"account_name": "lake"},
+    )
+    config = load_config(path)
+    assert (config.gcs_endpoint_url, config.gcs_project, config.azure_account_name) == (
+        "http://127.0.0.1:4443",
+        "analytics",
+        "lake",
+    )
+    apply_object_stores(config)
+    assert (
+        os.environ["STORAGE_EMULATOR_HOST"],
+        os.environ["GOOGLE_CLOUD_PROJECT"],
+        os.environ["AZURE_STORAGE_ACCOUNT_NAME"],
+    ) == ("http://127.0.0.1:4443", "analytics", "lake")
+
+
+@pytest.mark.parametrize(
+    ("table", "refused"),
+    [
+        ({"gcs": {"endpoint_url": "http://u:secret@127.0.0.1:4443"}}, "gcs.endpoint_url"),
+        ({"gcs": {"endpoint_url": "ftp://127.0.0.1"}}, "gcs.endpoint_url"),
+        ({"azure": {"account_key": "k"}}, "azure.account_key"),
+        ({"azure": {"connection_string": "AccountKey=k"}}, "azure.connection_string"),
+    ],
+)
+def test_gcs_and_azure_tables_refuse_credentials(
+    tmp_path: Path, table: dict[str, Any], refused: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(refused)) as info:
+        load_config(write_job(tmp_path, **table))
+    assert "secret" not in str(info.value)
 
 
 def test_not_toml_is_a_configuration_error(tmp_path: Path) -> None:

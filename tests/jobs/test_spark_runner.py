@@ -153,7 +153,34 @@ def test_executors_get_s3_settings_but_never_credentials() -> None:
     assert executor_env(env) == {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
         "FSSPEC_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "FSSPEC_GCS_PROJECT": "p",
     }
+
+
+def test_executors_get_gcs_and_azure_settings_but_never_credentials() -> None:
+    settings = {
+        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:4443",
+        "GOOGLE_CLOUD_PROJECT": "analytics",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "FSSPEC_GS_REQUESTER_PAYS": "true",
+        "AZURE_STORAGE_ACCOUNT_NAME": "lake",
+        "FSSPEC_ABFS_ACCOUNT_HOST": "lake.blob.core.windows.net",
+        "FSSPEC_AZ_ANON": "false",
+    }
+    credentials = {
+        "GOOGLE_APPLICATION_CREDENTIALS": "/keys/sa.json",
+        "FSSPEC_GCS_TOKEN": "/keys/sa.json",
+        "GCSFS_CREDENTIALS": "x",
+        "AZURE_STORAGE_CONNECTION_STRING": "AccountName=lake;AccountKey=k",
+        "AZURE_STORAGE_ACCOUNT_KEY": "k",
+        "AZURE_STORAGE_SAS_TOKEN": "sv=x",
+        "AZURE_STORAGE_CLIENT_SECRET": "s",
+        "FSSPEC_ABFS_CONNECTION_STRING": "AccountKey=k",
+        "FSSPEC_ABFS_ACCOUNT_KEY": "k",
+        "FSSPEC_AZ_SAS_TOKEN": "sv=x",
+        "FSSPEC_ABFS_CREDENTIAL": "c",
+    }
+    assert executor_env({**settings, **credentials}) == settings
 
 
 def _hung_publisher(
