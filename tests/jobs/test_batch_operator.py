@@ -205,7 +205,9 @@ def test_an_operator_deals_with_a_quarantined_batch_commit(work: Path) -> None:
     assert _json(work, "status", "discard.toml")["pending"] == []
     assert not any(path.exists() for path in staged)
     assert not (work / "warehouse" / "clicks").exists()
-    _run(work, "inspect", "discard.toml", "clicks", code=1)
+    # Never published and now discarded: the job has no trace of it left.
+    gone = _run(work, "inspect", "discard.toml", "clicks", code=2)
+    assert "'clicks' is not a dataset of job" in gone.stderr
 
 
 @pytest.mark.parametrize(
