@@ -171,8 +171,8 @@ def delete_path(url: str) -> None:
     fs, path = fsspec.core.url_to_fs(url)
     try:
         fs.rm_file(path)
-    except FileNotFoundError:
-        pass
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a file under a path that is a file (not a directory) cannot be there either
     except OSError as e:
         raise StepError(f"could not delete {url}: {e}") from e
 

@@ -227,8 +227,8 @@ def remove_leftovers(path: str) -> int:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
                         removed += 1
-    except FileNotFoundError:
-        return 0
+    except (FileNotFoundError, NotADirectoryError):
+        return 0  # no directory there (or a file in its place): nothing left beside it
     return removed
 
 

@@ -221,6 +221,25 @@ def test_destination_directories_are_created(tmp_path: Path) -> None:
     assert dst.read_bytes() == DATA
 
 
+def test_a_rename_blocked_by_a_file_in_place_of_its_output_directory_can_be_discarded(
+    tmp_path: Path,
+) -> None:
+    """A file where the dataset's output directory belongs fails the commit (quarantined);
+    the operator's discard deletes the staged file, then rolls the step back: nothing of
+    it can be under a file, so the rollback is done, and the blocking file is left alone."""
+    src = tmp_path / "staging" / "part-0.bin"
+    _put(src, DATA)
+    blocker = tmp_path / "out" / "orders"
+    _put(blocker, b"not a directory")
+    step = FsRenameCommitStep(str(src), str(blocker / "part-0.bin"), len(DATA))
+    with pytest.raises(NotADirectoryError):
+        step.execute()
+    src.unlink()  # a discard deletes the staged files first
+    step.rollback()
+    assert step.undone()
+    assert blocker.read_bytes() == b"not a directory"
+
+
 def test_file_urls(rename: Rename) -> None:
     _put(rename.src, DATA)
     step = FsRenameCommitStep(f"file://{rename.src}", f"file://{rename.dst}", len(DATA))
