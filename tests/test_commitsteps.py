@@ -232,7 +232,7 @@ def test_a_rename_blocked_by_a_file_in_place_of_its_output_directory_can_be_disc
     blocker = tmp_path / "out" / "orders"
     _put(blocker, b"not a directory")
     step = FsRenameCommitStep(str(src), str(blocker / "part-0.bin"), len(DATA))
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(FileExistsError):  # makedirs of the output directory
         step.execute()
     src.unlink()  # a discard deletes the staged files first
     step.rollback()
