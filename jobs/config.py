@@ -428,7 +428,11 @@ def _problems(
     error: BaseException, path: tuple[str, ...], cl: type[Any], naming: Naming
 ) -> list[tuple[int, str]]:
     """(rank, message) of every problem in a cattrs error; the lowest rank is told first:
-    unknown tables, missing tables, unknown keys, bad values, missing keys."""
+    unknown tables, missing tables, unknown keys, bad values, missing keys.
+
+    Not :func:`store.records.error_messages` (``cattrs.transform_error``): its flat ``"<what>
+    @ $.a.b"`` strings lose the kind of a problem, which ranks it, and the parts of its path,
+    which name a ``[table]``, a key with the keys it could have been, or Batch's argument."""
     if isinstance(error, ForbiddenExtraKeysError):
         extra = sorted(error.extra_fields)
         known = ", ".join(f.name for f in attrs.fields(error.cl))
