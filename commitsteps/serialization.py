@@ -3,7 +3,8 @@
 A record is ``b"cs1 " + crc32 of the payload (8 hex digits) + b" " + payload``, the payload
 being compact UTF-8 JSON ``{"t": <type tag>, "d": <the step's fields>}``. The tag selects the
 class from the registry (:func:`commitsteps.register`); cattrs builds the instance from the
-fields with strict hooks (a string field given a number is an error, not a conversion).
+fields with a strict converter (:func:`store.records.strict_converter`: a string field given
+a number is an error, not a conversion, and a key the class does not know is an error too).
 
 Records of older versions: an ``fs.rename`` record whose ``size`` is null or missing (size
 was optional before) loads as :class:`~commitsteps.fs.LegacyFsRenameCommitStep`, which is
@@ -14,15 +15,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Any
 
 import cattrs
-from cattrs.cols import (
-    homogenous_tuple_structure_factory,
-    is_mutable_sequence,
-    is_sequence,
-    list_structure_factory,
-)
 from cattrs.strategies import configure_union_passthrough
 
 from commitsteps.base import CommitStep, class_for, tag_of
@@ -30,51 +24,11 @@ from commitsteps.errors import StepValueError
 from commitsteps.fs import FsRenameCommitStep, LegacyFsRenameCommitStep
 from store.base import JsonScalar
 from store.errors import CorruptRecordError
+from store.records import error_messages, strict_converter
 
 FORMAT = b"cs1"
-_converter = cattrs.Converter(forbid_extra_keys=True)
+_converter = strict_converter(forbid_extra_keys=True, arrays_only=True)
 configure_union_passthrough(JsonScalar, _converter)
-
-
-def _strict(expected: type) -> Any:
-    def structure(value: Any, _type: Any) -> Any:
-        # bool is an int subclass; a JSON true must not pass for a count.
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            raise TypeError(f"expected {expected.__name__}, got {type(value).__name__}")
-        return value
-
-    return structure
-
-
-for _t in (str, int, bool):
-    _converter.register_structure_hook(_t, _strict(_t))
-_converter.register_structure_hook(
-    float,
-    lambda v, _t: (
-        float(v)
-        if isinstance(v, int | float) and not isinstance(v, bool)
-        else _strict(float)(v, _t)
-    ),
-)
-
-
-def _array_only(type_: Any) -> Any:
-    make = (
-        list_structure_factory if is_mutable_sequence(type_) else homogenous_tuple_structure_factory
-    )
-    inner = make(type_, _converter)
-
-    def structure(value: Any, t: Any) -> Any:
-        # cattrs takes any iterable: a string given for a list would become its characters.
-        if not isinstance(value, list):
-            raise TypeError(f"expected a JSON array, got {type(value).__name__}")
-        return inner(value, t)
-
-    return structure
-
-
-_converter.register_structure_hook_factory(is_sequence, _array_only)
-
 
 # One encoder for every record: json.dumps with options builds a new one on each call, which
 # was a third of the cost of serializing a rename step.
@@ -160,10 +114,6 @@ def loads(data: bytes) -> CommitStep:
     try:
         step: CommitStep = _converter.structure(fields, cls)
     except (cattrs.BaseValidationError, TypeError, ValueError) as e:
-        details = (
-            "; ".join(cattrs.transform_error(e))
-            if isinstance(e, cattrs.BaseValidationError)
-            else str(e)
-        )
+        details = "; ".join(error_messages(e))
         raise CorruptRecordError(f"record of step type {tag!r} does not fit: {details}") from e
     return step

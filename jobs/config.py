@@ -72,14 +72,18 @@ from urllib.parse import urlsplit
 
 import attrs
 import cattrs
-from cattrs.errors import ForbiddenExtraKeysError
-from cattrs.gen import make_dict_structure_fn
+from cattrs.errors import (
+    AttributeValidationNote,
+    ForbiddenExtraKeysError,
+    IterableValidationNote,
+)
 
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
 from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
+from store.records import TOML, strict_converter
 from store.urls import (
     encode_name,
     is_local,
@@ -337,56 +341,8 @@ class _OperatorFile:
 
 # -- the converter: TOML's types exactly, errors naming the key -------------------------------
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
-
-
-def _strict(expected: type) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _type: Any) -> Any:
-        # TOML's 120 is an int where a number is asked; a boolean is never a number.
-        accepted = (int, float) if expected is float else expected
-        if not isinstance(value, accepted) or (
-            expected in (int, float) and isinstance(value, bool)
-        ):
-            raise TypeError(
-                f"must be {_TYPE_NAMES[expected]}, got {value!r} ({type(value).__name__})"
-            )
-        return float(value) if expected is float else value  # type: ignore[arg-type]
-
-    return structure
-
-
-def _table(value: Any, _type: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"must be a table, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def _strings(value: Any, _type: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"must be an array of strings, got {value!r}")
-    return list(value)
-
-
-_converter = cattrs.Converter(forbid_extra_keys=True)
-for _t in _TYPE_NAMES:
-    _converter.register_structure_hook(_t, _strict(_t))
-# Generic aliases are matched by predicate: singledispatch takes classes only.
-_converter.register_structure_hook_func(lambda t: t == dict[str, Any], _table)
-_converter.register_structure_hook_func(lambda t: t == list[str], _strings)
-
-
-def _table_hook(cl: type) -> Callable[[Any, Any], Any]:
-    inner: Callable[[Any, Any], Any] = make_dict_structure_fn(
-        cl, _converter, _cattrs_forbid_extra_keys=True
-    )
-
-    def structure(value: Any, t: Any) -> Any:
-        return inner(_table(value, t), t)
-
-    return structure
-
-
-_converter.register_structure_hook_factory(attrs.has, _table_hook)
+# Arrays only: cattrs would take a string for list[str] and split it into characters.
+_converter = strict_converter(TOML, forbid_extra_keys=True, arrays_only=True)
 
 
 @attrs.frozen
@@ -472,7 +428,11 @@ def _problems(
     error: BaseException, path: tuple[str, ...], cl: type[Any], naming: Naming
 ) -> list[tuple[int, str]]:
     """(rank, message) of every problem in a cattrs error; the lowest rank is told first:
-    unknown tables, missing tables, unknown keys, bad values, missing keys."""
+    unknown tables, missing tables, unknown keys, bad values, missing keys.
+
+    Not :func:`store.records.error_messages` (``cattrs.transform_error``): its flat ``"<what>
+    @ $.a.b"`` strings lose the kind of a problem, which ranks it, and the parts of its path,
+    which name a ``[table]``, a key with the keys it could have been, or Batch's argument."""
     if isinstance(error, ForbiddenExtraKeysError):
         extra = sorted(error.extra_fields)
         known = ", ".join(f.name for f in attrs.fields(error.cl))
@@ -483,11 +443,20 @@ def _problems(
     if isinstance(error, cattrs.BaseValidationError):
         out = []
         for sub in error.exceptions:
-            notes = [n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")]
-            inner = (*path, notes[0].name) if notes else path
-            out.extend(_problems(sub, inner, cl, naming))
+            out.extend(_problems(sub, _within(path, sub), cl, naming))
         return out
     return [_problem(error, path, naming)]
+
+
+def _within(path: tuple[str, ...], error: BaseException) -> tuple[str, ...]:
+    """The path of the key whose problem ``error`` is: a key of a table, an item of an array
+    (``output.partition_by[1]``), or ``path`` itself."""
+    for note in getattr(error, "__notes__", []):
+        if isinstance(note, AttributeValidationNote):
+            return (*path, note.name)
+        if isinstance(note, IterableValidationNote) and path:
+            return (*path[:-1], f"{path[-1]}[{note.index}]")
+    return path
 
 
 def _problem(error: BaseException, path: tuple[str, ...], naming: Naming) -> tuple[int, str]:

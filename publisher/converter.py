@@ -9,10 +9,9 @@ operator lists (:class:`~publisher.pending.PendingSequence`). The jobs layer tur
 report into JSON with it too, so there is no hand-written ``to_dict``.
 
 Structuring reads what others wrote (a status from a shared store, a marker from a shared
-directory), so its hooks are strict: ``"attempts": "3"`` or ``"quarantined": "no"`` is an
-error, never a conversion (cattrs would otherwise turn ``5`` into ``"5"`` for a string and
-``true`` into ``1`` for a count). Keys a record does not know are ignored, so a record
-written by a newer version still reads.
+directory), so the converter is a strict one (:func:`store.records.strict_converter`):
+``"attempts": "3"`` or ``"quarantined": "no"`` is an error, never a conversion. Keys a
+record does not know are ignored, so a record written by a newer version still reads.
 
 Unstructuring gives what :func:`json.dumps` takes as it is: enums as their values, tuples
 as lists, and a report's ``counts`` (datasets per outcome) beside its fields.
@@ -21,49 +20,18 @@ as lists, and a report's ``counts`` (datasets per outcome) beside its fields.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+from cattrs.gen import make_dict_unstructure_fn
 
 from publisher.reports import Outcomes
+from store.records import error_messages, strict_converter
 
 T = TypeVar("T")
 
-converter = cattrs.Converter(unstruct_collection_overrides={Sequence: list})
-
-
-def _strict(expected: type) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _type: Any) -> Any:
-        # bool is an int subclass: a JSON true must not pass for a count.
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            raise TypeError(
-                f"expected {expected.__name__}, found {type(value).__name__} {value!r:.60}"
-            )
-        return value
-
-    return structure
-
-
-def _number(value: Any, _type: Any) -> float:
-    # JSON has one number type: a whole float may come back as an int.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected float, found {type(value).__name__} {value!r:.60}")
-    return float(value)
-
-
-def _object_only(cls: type) -> Callable[[Any, Any], Any]:
-    inner: Callable[[Mapping[str, Any], Any], Any] = make_dict_structure_fn(cls, converter)
-
-    def structure(value: Any, t: Any) -> Any:
-        # cattrs would index whatever it is given: a list would fail with an IndexError.
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a JSON object, found {type(value).__name__}")
-        return inner(value, t)
-
-    return structure
+converter = strict_converter(unstruct_collection_overrides={Sequence: list})
 
 
 def _with_counts(cls: type[Outcomes]) -> Callable[[Outcomes], dict[str, Any]]:
@@ -77,12 +45,6 @@ def _with_counts(cls: type[Outcomes]) -> Callable[[Outcomes], dict[str, Any]]:
     return unstructure
 
 
-for _type in (str, int, bool):
-    converter.register_structure_hook(_type, _strict(_type))
-converter.register_structure_hook(float, _number)
-# A StrEnum is a str: without its own hook the strict str hook would return the bare string.
-converter.register_structure_hook(enum.StrEnum, lambda value, t: t(_strict(str)(value, t)))
-converter.register_structure_hook_factory(attrs.has, _object_only)
 converter.register_unstructure_hook_func(
     lambda t: isinstance(t, type) and issubclass(t, enum.Enum), lambda e: e.value
 )
@@ -111,20 +73,9 @@ def from_json(doc: Any, cls: type[T], *, path: str = "$") -> T:
     """
     try:
         record: T = converter.structure(doc, cls)
-    except cattrs.BaseValidationError as e:
-        raise ValueError(
-            "; ".join(cattrs.transform_error(e, path=path, format_exception=_say))
-        ) from e
-    except TypeError as e:
-        raise ValueError(str(e)) from e
+    except (cattrs.BaseValidationError, TypeError) as e:
+        raise ValueError("; ".join(error_messages(e, path=path))) from e
     return record
-
-
-def _say(error: BaseException, _type: Any) -> str:
-    """The message of a hook or validator error; they name what was expected and found."""
-    if isinstance(error, KeyError):
-        return "required field missing"
-    return str(error)
 
 
 __all__ = ["converter", "from_json", "to_json"]

@@ -392,6 +392,21 @@ def test_fields_that_do_not_fit_are_corrupt(tag: Any, fields: Any) -> None:
         commitsteps.loads(forge(tag, fields))
 
 
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({**RENAME, "size": "3"}, "expected int, found str '3' @ $.size"),
+        ({**RENAME, "src": None}, "expected str, found NoneType None @ $.src"),
+        ({**RENAME, "mode": 1}, "unknown field 'mode' @ $"),
+        ({"dst": "/d", "size": 3}, "required field missing @ $.src"),
+    ],
+)
+def test_a_record_that_does_not_fit_names_the_field(fields: dict[str, Any], said: str) -> None:
+    with pytest.raises(CorruptRecordError) as caught:
+        commitsteps.loads(forge("fs.rename", fields))
+    assert f"record of step type 'fs.rename' does not fit: {said}" == str(caught.value)
+
+
 # -- records of older versions ------------------------------------------------------------------
 # The payload every version before sizes were required wrote for a rename built without one.
 OLD_RENAME = b'{"t":"fs.rename","d":{"src":"/s/a","dst":"s3://b/out/a","size":null}}'

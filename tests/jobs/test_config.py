@@ -165,6 +165,10 @@ def test_missing_table_is_named(tmp_path: Path) -> None:
             "'output.partition_by' must be an array of strings",
         ),
         (
+            {"output": {"path": "output", "partition_by": ["a", 1]}},
+            "'output.partition_by[1]' must be a string, got 1",
+        ),
+        (
             {"output": {"path": "output", "partition_by": ["ts_date"]}},
             "'output.partition_by' names 'ts_date', the date column",
         ),
