@@ -14,18 +14,14 @@ import http.client
 import os
 import shutil
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from redis_helpers import _free_port, stop_process
+from http_servers import HttpServerProcess
 
 VERSION = "3.35.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "commitpub" / "azurite"
-_STARTUP_TIMEOUT = 60.0
-_POLL_INTERVAL = 0.05
 
 #: Azurite's well-known development account (public, the same in every Azurite).
 ACCOUNT = "devstoreaccount1"
@@ -70,22 +66,16 @@ def installed_binary() -> Path:
     return binary
 
 
-class AzuriteProcess:
+class AzuriteProcess(HttpServerProcess):
     """Azurite's blob service over HTTP on a loopback port, blobs in memory, until stopped."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        self.workdir = workdir
-        self.port = port or _free_port()
-        self.log = workdir / "azurite.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+    NAME = "Azurite"
+    LOG = "azurite.log"
+    STARTUP_TIMEOUT = 60.0
 
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     @property
     def connection_string(self) -> str:
@@ -98,11 +88,9 @@ class AzuriteProcess:
         """What a process needs in its environment to reach this endpoint through adlfs."""
         return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string}
 
-    def start(self) -> None:
-        """Start the server (installing it first if need be); return once it serves HTTP."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        command = [
+    def command(self) -> list[str]:
+        """Azurite's blob service, installed first if need be (see :func:`installed_binary`)."""
+        return [
             str(installed_binary()),
             "--blobHost", "127.0.0.1",
             "--blobPort", str(self.port),
@@ -114,47 +102,12 @@ class AzuriteProcess:
             "--disableTelemetry",
             "--silent",
         ]  # fmt: skip
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as log:
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-            )
-        try:
-            self._wait_until_serving(self._proc)
-        except BaseException:
-            self.stop()
-            raise
-        print(f"Azurite on {self.endpoint_url} pid {self._proc.pid}", file=sys.stderr)
 
-    def _wait_until_serving(self, proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + _STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"Azurite exited with code {proc.returncode} before serving; its log:\n"
-                    + self.log.read_text(errors="replace")
-                )
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-            try:
-                # Any HTTP answer (an authentication error here) means it is serving.
-                conn.request("GET", f"/{ACCOUNT}?comp=list")
-                conn.getresponse().read()
-                return
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            time.sleep(_POLL_INTERVAL)
-        raise RuntimeError(f"Azurite on port {self.port} did not serve within {_STARTUP_TIMEOUT}s")
-
-    def stop(self) -> None:
-        """Terminate the server by its PID and wait for it to exit."""
-        proc, self._proc = self._proc, None
-        stop_process(proc)
+    def probe(self, conn: http.client.HTTPConnection) -> bool:
+        # Any HTTP answer (an authentication error here) means it is serving.
+        conn.request("GET", f"/{ACCOUNT}?comp=list")
+        conn.getresponse().read()
+        return True
 
     def filesystem(self) -> Any:
         """An adlfs filesystem of its own for this endpoint (to arrange and inspect)."""
@@ -173,10 +126,3 @@ class AzuriteProcess:
     def delete_container(self, name: str) -> None:
         """Delete ``name`` and everything in it."""
         self.filesystem().rm(name, recursive=True)
-
-    def __enter__(self) -> AzuriteProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

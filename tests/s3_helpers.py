@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from redis_helpers import _free_port, stop_process
+from http_servers import HttpServerProcess
 
-_STARTUP_TIMEOUT = 30.0
-_POLL_INTERVAL = 0.05
 INSTALL_HINT = "moto's server is not installed: pip install 'moto[server]' (part of .[test])"
 
 #: Dummy credentials: moto accepts any, botocore insists on some.
@@ -39,75 +35,28 @@ def moto_installed() -> bool:
     )
 
 
-class MotoS3Process:
+class MotoS3Process(HttpServerProcess):
     """moto's S3 server (tests/s3_server.py) on a loopback port, serving HTTP until stopped."""
+
+    NAME = "moto S3 server"
+    LOG = "moto.log"
 
     def __init__(self, workdir: Path, port: int | None = None) -> None:
         if not moto_installed():
             raise RuntimeError(INSTALL_HINT)
-        self.workdir = workdir
-        self.port = port or _free_port()
-        self.log = workdir / "moto.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        super().__init__(workdir, port)
 
     def env(self) -> dict[str, str]:
         """What a process needs in its environment to reach this endpoint through s3fs."""
         return {"AWS_ENDPOINT_URL": self.endpoint_url, **CREDENTIALS}
 
-    def start(self) -> None:
-        """Start the server and return once it answers HTTP requests."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log.open("wb") as log:
-            self._proc = subprocess.Popen(
-                [sys.executable, str(SERVER), "--port", str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            self._wait_until_serving(self._proc)
-        except BaseException:
-            self.stop()
-            raise
-        print(f"moto S3 server on {self.endpoint_url} pid {self._proc.pid}", file=sys.stderr)
+    def command(self) -> list[str]:
+        return [sys.executable, str(SERVER), "--port", str(self.port)]
 
-    def _wait_until_serving(self, proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + _STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"the moto S3 server exited with code {proc.returncode} before serving; "
-                    "its log:\n" + self.log.read_text(errors="replace")
-                )
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-            try:
-                # moto's dashboard API answers without credentials once the app is up.
-                conn.request("GET", "/moto-api/data.json")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            time.sleep(_POLL_INTERVAL)
-        raise RuntimeError(
-            f"the moto S3 server on port {self.port} did not serve within {_STARTUP_TIMEOUT}s"
-        )
-
-    def stop(self) -> None:
-        """Terminate the server by its PID and wait for it to exit."""
-        proc, self._proc = self._proc, None
-        stop_process(proc)
+    def probe(self, conn: http.client.HTTPConnection) -> bool:
+        # moto's dashboard API answers without credentials once the app is up.
+        conn.request("GET", "/moto-api/data.json")
+        return conn.getresponse().status == 200
 
     def client(self) -> Any:
         """A plain boto3 S3 client for this endpoint (to arrange and inspect buckets)."""
@@ -135,10 +84,3 @@ class MotoS3Process:
             if keys:
                 client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
         client.delete_bucket(Bucket=name)
-
-    def __enter__(self) -> MotoS3Process:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
