@@ -982,13 +982,7 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
         _batch_settings(doc, base, naming, default_reports=str(base / "reports")),
         naming,
         file=str(file.resolve()),
-        spark_master=doc.spark.master,
-        spark_conf=_spark_conf(doc.spark.conf, naming),
-        s3_endpoint_url=doc.s3.endpoint_url,
-        s3_region=doc.s3.region,
-        gcs_endpoint_url=doc.gcs.endpoint_url,
-        gcs_project=doc.gcs.project,
-        azure_account_name=doc.azure.account_name,
+        **_runtime(doc, naming),
     )
 
 
@@ -1031,6 +1025,20 @@ def operator_config(
     return _operator(_batch_settings(tables, Path.cwd(), naming, None), naming)
 
 
+def _runtime(doc: _JobFile | _OperatorFile, naming: Naming) -> dict[str, Any]:
+    """What a job file says beyond ``Batch``'s settings: its Spark, and where its object
+    stores are (``[spark]``, ``[s3]``, ``[gcs]``, ``[azure]``)."""
+    return {
+        "spark_master": doc.spark.master,
+        "spark_conf": _spark_conf(doc.spark.conf, naming),
+        "s3_endpoint_url": doc.s3.endpoint_url,
+        "s3_region": doc.s3.region,
+        "gcs_endpoint_url": doc.gcs.endpoint_url,
+        "gcs_project": doc.gcs.project,
+        "azure_account_name": doc.azure.account_name,
+    }
+
+
 def _operator(settings: dict[str, Any], naming: Naming, **more: Any) -> OperatorConfig:
     if settings["staging"]:
         _check_apart(settings, None, naming)
@@ -1056,13 +1064,7 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
         file=str(file.resolve()),
         source=source,
         partition_by=_partition_by(doc.output, source.time_field, naming),
-        spark_master=doc.spark.master,
-        spark_conf=_spark_conf(doc.spark.conf, naming),
-        s3_endpoint_url=doc.s3.endpoint_url,
-        s3_region=doc.s3.region,
-        gcs_endpoint_url=doc.gcs.endpoint_url,
-        gcs_project=doc.gcs.project,
-        azure_account_name=doc.azure.account_name,
+        **_runtime(doc, naming),
     )
     try:  # an unusable class or function is a configuration error too
         source_class(config.source.type)
