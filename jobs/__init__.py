@@ -18,6 +18,7 @@ from jobs.errors import (
     UnadoptedWatermarksError,
 )
 from jobs.exitcodes import ExitCode
+from jobs.formats import OutputFormat, register_format
 from jobs.report import RunReport, StagedInfo
 from jobs.run import recover_job, run_job
 from jobs.sources import LandingSource, Source
@@ -35,6 +36,7 @@ __all__ = [
     "JobConfig",
     "LandingSource",
     "LockHeldError",
+    "OutputFormat",
     "RunReport",
     "Source",
     "SourceConfig",
@@ -44,5 +46,6 @@ __all__ = [
     "build_session",
     "load_config",
     "recover_job",
+    "register_format",
     "run_job",
 ]

@@ -52,6 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.exitcodes import ExitCode, for_error
+from jobs.formats import get_format
 from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
 from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.messages import explain
@@ -104,8 +105,9 @@ class Batch:
         output: where datasets are published: ``<output>/<dataset>/``.
         format: the output format: ``"parquet"`` (files under ``<output>/<dataset>/``),
             ``"iceberg"`` (the table ``<namespace>.<dataset>`` in ``catalog``) or ``"delta"``
-            (the Delta table ``<output>/<dataset>``). A table is partitioned by one date
-            column at most (``stage(partition_by=[...])``).
+            (the Delta table ``<output>/<dataset>``), or a format registered in
+            :mod:`jobs.formats`. A table is partitioned by one date column at most
+            (``stage(partition_by=[...])``).
         catalog: Iceberg: the catalog's pyiceberg properties; default: an embedded SQL
             catalog, ``sqlite:///<output>/catalog.db``. Secrets stay in the environment
             (``PYICEBERG_CATALOG__DEFAULT__...``) or pyiceberg's configuration.
@@ -730,10 +732,7 @@ class Batch:
     def _lineage_output(self, dataset: str) -> LineageOutput:
         info, config = self.report.staged[dataset], self.config
         url = join(config.output, encode_name(dataset, "dataset"))
-        name = None
-        if config.output_format == "iceberg":
-            where = config.catalog.get("uri") or config.catalog.get("warehouse") or "iceberg"
-            name = (where, f"{config.namespace}.{dataset}")
+        name = get_format(config.output_format).lineage_name(config, dataset)
         return LineageOutput(url, rows=info.rows, files=info.files, name=name)
 
     def _record_error(self, error: BaseException) -> None:
@@ -767,14 +766,7 @@ class Batch:
 
     def _check_dataset(self, dataset: str, *, staging: bool) -> None:
         _name(dataset, "dataset")
-        if self.config.output_format == "iceberg" and "." in dataset:
-            # The table is <namespace>.<dataset>: a dot would make the catalog read part of
-            # the name as a namespace level, and refuse it after Spark did the work.
-            raise BatchArgumentError(
-                f"argument 'dataset': {dataset!r} holds a dot, which an Iceberg table name "
-                f"cannot (the table would be {self.config.namespace}.{dataset}); name the "
-                "dataset without dots"
-            )
+        get_format(self.config.output_format).check_dataset(self.config, dataset)
         if self.command != "run":
             raise BatchArgumentError(f"a {self.command} batch stages nothing")
         if dataset in self._quarantined:

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from jobs import exitcodes
+from jobs import exitcodes, formats
 from jobs.config import (
-    FORMATS,
     JobConfig,
     OperatorConfig,
     apply_object_stores,
@@ -100,6 +99,19 @@ def _log_format() -> str:
     return str(ctx.params.get("log_format") or "auto")
 
 
+class _FormatName(click.ParamType[str]):
+    """An output format's name, checked against the registry (:mod:`jobs.formats`) when
+    given, so formats registered through entry points are accepted too."""
+
+    name = "format"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        known = formats.names()
+        if value not in known:
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, known))}", param, ctx)
+        return str(value)
+
+
 def _fail(message: str, code: ExitCode) -> NoReturn:
     click.echo(f"commitpub: error: {message}", err=True)
     sys.exit(code)
@@ -146,7 +158,7 @@ def _batch_job(f: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--format",
             "output_format",
-            type=click.Choice(FORMATS),
+            type=_FormatName(),
             help="Its output format (format=; default parquet).",
         ),
         click.option(
@@ -752,8 +764,8 @@ def _store_call(fn: Callable[[], T]) -> T:
     "output_format",
     default="parquet",
     show_default=True,
-    type=click.Choice(["parquet", "iceberg", "delta"]),
-    help="Publish Parquet files, or into Iceberg or Delta tables.",
+    type=_FormatName(),
+    help="Publish Parquet files, or into Iceberg or Delta tables (or another registered format).",
 )
 def demo(directory: Path, records: int, output_format: str) -> None:
     """Ingest a generated landing zone through a real SIGKILL mid-publish; count the output.

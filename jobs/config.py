@@ -79,6 +79,7 @@ from cattrs.errors import (
 )
 
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
+from jobs import formats
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
 from jobs.sources import BAD_RECORDS
@@ -94,16 +95,6 @@ from store.urls import (
 )
 
 LANDING = "landing"
-#: Output formats, each served by a writer of its own (see jobs.writing).
-FORMATS = ("parquet", "iceberg", "delta")
-#: Formats whose datasets are tables (one date partition column at most, committed by a step).
-TABLE_FORMATS = ("iceberg", "delta")
-#: The name under which the job's Iceberg catalog is loaded: pyiceberg's own configuration
-#: (``PYICEBERG_CATALOG__DEFAULT__...``, ``~/.pyiceberg.yaml``) for it adds credentials.
-CATALOG_NAME = "default"
-#: Catalog property names that carry secrets: they stay in the environment or pyiceberg's
-#: configuration, out of job files (the properties also travel to Spark tasks).
-_SECRET_WORDS = ("secret", "password", "token", "credential")
 #: Parquet codecs that Spark and pyarrow both write and every reader reads.
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd")
 
@@ -128,6 +119,14 @@ def _check(ok: Callable[[Any], bool], problem: Callable[[Any], str]) -> Validato
             raise _InvalidValueError(attribute.name, problem(value))
 
     return validate
+
+
+def _known_format() -> Validator:
+    """The registered output formats (:mod:`jobs.formats`), asked when a value is checked."""
+    return _check(
+        lambda v: v in formats.names(),
+        lambda v: f"must be one of {', '.join(map(repr, formats.names()))}, got {v!r}",
+    )
 
 
 def _one_of(choices: Sequence[str]) -> Validator:
@@ -196,7 +195,7 @@ class _Staging:
 @attrs.frozen(kw_only=True)
 class _Output:
     path: str
-    format: str = attrs.field(default="parquet", validator=_one_of(FORMATS))
+    format: str = attrs.field(default="parquet", validator=_known_format())
     partition_by: list[str] = attrs.field(factory=list)
     max_records_per_file: int | None = attrs.field(default=None, validator=_at_least(1))
     compression: str | None = attrs.field(default=None, validator=_one_of(COMPRESSIONS))
@@ -734,51 +733,17 @@ def _batch_settings(
         "metrics_pushgateway": doc.metrics.pushgateway,
         "allow_volatile": doc.store.allow_volatile,
         "durability_unknown": doc.store.durability_unknown,
-        "namespace": out.namespace or doc.job.name,
-        "catalog": _catalog(out, output, naming) if output else {},
+        **_format_settings(out, output, doc.job.name, naming),
         "lineage": _lineage(doc, naming),
         "naming": naming,
     }
 
 
-def _catalog(output: _Output, path: str, naming: Naming) -> dict[str, str]:
-    """The Iceberg catalog's properties: ``[output.catalog]``, else the embedded SQL catalog
-    on sqlite under the output path. Secrets in them are refused."""
-    if output.format != "iceberg":
-        for key in ("namespace", "catalog"):
-            if getattr(output, key) is not None:
-                raise naming.error(
-                    f"{naming.the(f'output.{key}')} is for output.format 'iceberg', not "
-                    f"{output.format!r}"
-                )
-        return {}
-    if output.catalog is None:
-        if not is_local(path):
-            raise naming.error(
-                f"{naming.the('output.catalog')} is required when {naming.the('output.path')} "
-                "is not a local path (the default catalog is a sqlite file under it)"
-            )
-        root = local_path(path)
-        return {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}"}
-    properties = {}
-    for key, value in output.catalog.items():
-        name = naming.the(f"output.catalog.{key}")
-        if any(word in key.lower() for word in _SECRET_WORDS):
-            variable = key.upper().replace(".", "_").replace("-", "_")
-            raise naming.error(
-                f"{name} holds a secret: give it in the environment "
-                f"(PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__{variable}) or pyiceberg's own "
-                "configuration, never in the job's settings"
-            )
-        if not isinstance(value, str | int | float):
-            raise naming.error(f"{name} must be a string, number or boolean")
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        try:
-            require_no_credentials(text, naming.name(f"output.catalog.{key}"))
-        except ConfigurationError as e:
-            raise naming.error(str(e)) from e
-        properties[key] = text
-    return properties
+def _format_settings(output: _Output, path: str, job: str, naming: Naming) -> dict[str, Any]:
+    """The output format's rules over its ``[output]`` keys (see :mod:`jobs.formats`)."""
+    keys = formats.OutputKeys(path=path, namespace=output.namespace, catalog=output.catalog)
+    settings = formats.get_format(output.format).settings(keys, job, naming)
+    return {"namespace": settings.namespace, "catalog": dict(settings.catalog)}
 
 
 def _lineage(doc: _BatchTables | _OperatorFile, naming: Naming) -> LineageConfig | None:
@@ -872,7 +837,7 @@ def _source(src: _Source, base: Path, naming: Naming) -> SourceConfig:
 
 def _partition_by(output: _Output, time_field: str | None, naming: Naming) -> tuple[str, ...]:
     columns = tuple(output.partition_by)
-    if columns and output.format in TABLE_FORMATS:
+    if columns and formats.get_format(output.format).table:
         raise naming.error(
             f"key 'output.partition_by': {output.format} tables are partitioned by the date "
             "of source.time_field only"

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from jobs.config import CATALOG_NAME, BatchConfig
+from jobs.config import BatchConfig
+from jobs.formats import CATALOG_NAME
 from publisher import Publisher, Runner
 from store import HasDurability, LeaseKeeper, open_lock, open_store, open_watermarks
 from store import require_durable as require_durable_stores

@@ -20,7 +20,8 @@ import cattrs
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
-from jobs.config import CATALOG_NAME, BatchConfig
+from jobs.config import BatchConfig
+from jobs.formats import CATALOG_NAME
 from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.report import newest_reports
 from jobs.watermarks import Adopted, adopt

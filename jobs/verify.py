@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from typing import Any
 
 import attrs
 
-from jobs.config import CATALOG_NAME, BatchConfig
+from jobs.config import BatchConfig
+from jobs.formats import get_format
 from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, LandingSource
 from store import JsonScalar, open_watermarks
 from store.errors import ConfigurationError
-from store.urls import encode_name
 
 Key = tuple[str, int]
 
@@ -40,49 +39,10 @@ def source_records(landing: str, dataset: str) -> dict[Key, dict[str, Any]]:
 def published_rows(
     output: str, dataset: str, config: BatchConfig | None = None
 ) -> list[dict[str, Any]]:
-    """Every published row of a dataset: Parquet read by pyarrow as one hive-partitioned
-    dataset; a table (``config`` says the format) by its own reader, pyiceberg or deltalake."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    directory = os.path.join(output, encode_name(dataset, "dataset"))
-    if config is not None and config.output_format != "parquet":
-        return _table_rows(config, directory, dataset)
-    if not os.path.isdir(directory):
-        return []
-    found = ds.dataset(directory, format="parquet", partitioning="hive")
-    # Batches may differ in fields; read them all under one unified schema.
-    schema = pa.unify_schemas([f.physical_schema for f in found.get_fragments()])
-    if found.partitioning is not None:
-        for field in found.schema:
-            if schema.get_field_index(field.name) < 0:
-                schema = schema.append(field)
-    table = ds.dataset(directory, format="parquet", partitioning="hive", schema=schema).to_table()
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
-
-
-def _table_rows(config: BatchConfig, directory: str, dataset: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]]
-    if config.output_format == "iceberg":
-        from pyiceberg.exceptions import NoSuchTableError
-
-        from commitsteps.iceberg import open_catalog
-
-        catalog = open_catalog(CATALOG_NAME, config.catalog)
-        try:
-            table = catalog.load_table((*config.namespace.split("."), dataset))
-        except NoSuchTableError:
-            return []
-        rows = table.scan().to_arrow().to_pylist()
-        return rows
-    from commitsteps.delta import open_table, read_arrow
-
-    delta = open_table(directory)
-    if delta is None:
-        return []
-    rows = read_arrow(delta).to_pylist()
-    return rows
+    """Every published row of a dataset, read back by its output format (``config``'s;
+    without one, Parquet): see :meth:`jobs.formats.OutputFormat.read_back`."""
+    fmt = get_format("parquet" if config is None else config.output_format)
+    return fmt.read_back(output, dataset, config)
 
 
 @attrs.frozen

@@ -29,10 +29,10 @@ import fsspec
 
 from commitsteps import CommitStep, MissingSourceError
 from jobs.commits import StagedDataset, join, staged_files
-from jobs.config import CATALOG_NAME, BatchConfig
+from jobs.config import BatchConfig
 from jobs.errors import BatchArgumentError
+from jobs.formats import CATALOG_NAME, get_format
 from jobs.taskwriter import WriteOptions, write_partition
-from store.errors import ConfigurationError
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class Written:
 class Writer(abc.ABC):
     """Writes a DataFrame into a staging directory and builds that dataset's commit."""
 
-    #: The ``output.format`` this writer serves.
+    #: The ``output.format`` this writer serves (errors name it).
     format: ClassVar[str]
 
     @abc.abstractmethod
@@ -268,20 +268,12 @@ def _table_root(output: str, dataset: str) -> str:
 
 
 def writer_for(config: BatchConfig) -> Writer:
-    """The writer of the configured output format.
+    """The writer of the configured output format (see :mod:`jobs.formats`).
 
     Raises:
-        ConfigurationError: for a format no writer serves.
+        ConfigurationError: for a format no one registered.
     """
-    if config.output_format == "parquet":
-        return ParquetWriter()
-    if config.output_format == "iceberg":
-        return IcebergWriter(config)
-    if config.output_format == "delta":
-        return DeltaWriter(config)
-    raise ConfigurationError(
-        f"output format {config.output_format!r}: no writer for it (known: parquet, iceberg, delta)"
-    )
+    return get_format(config.output_format).writer(config)
 
 
 def count(directory: str) -> Written:

@@ -1,0 +1,166 @@
+"""The output-format registry (:mod:`jobs.formats`): the built-ins by name, a format of the
+user's own through a real entry point (a ``.dist-info`` on ``sys.path``) that a ``Batch``
+writes, commits and reads back with, and unknown names refused with the known ones listed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jobhelpers import write_job
+from pyspark.sql import SparkSession
+
+from jobs import Batch, formats
+from jobs.config import load_config
+from jobs.verify import published_rows
+from store.errors import ConfigurationError
+
+#: A user's package: Parquet files with a column saying which format wrote them.
+USER_MODULE = """
+from pyspark.sql import functions as F
+
+from jobs.formats import ParquetFormat
+from jobs.writing import ParquetWriter
+
+
+class TaggedWriter(ParquetWriter):
+    def write(self, frame, directory, options):
+        return super().write(frame.withColumn("written_by", F.lit("tagged")), directory, options)
+
+
+class TaggedFormat(ParquetFormat):
+    name = "tagged"
+
+    def writer(self, config):
+        return TaggedWriter()
+"""
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry of the built-ins only, whose entry points are read again."""
+    monkeypatch.setattr(formats, "_REGISTRY", dict(formats._REGISTRY))
+    monkeypatch.setattr(formats, "_entry_points_loaded", False)
+
+
+@pytest.fixture
+def user_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_registry: None) -> None:
+    """The ``tagged`` format, installed as a distribution with a ``commitpub.formats`` entry
+    point, the way ``pip install`` leaves one."""
+    site = tmp_path / "site"
+    info = site / "tagged_format-1.0.dist-info"
+    info.mkdir(parents=True)
+    (site / "tagged_format.py").write_text(USER_MODULE)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tagged-format\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[commitpub.formats]\ntagged = tagged_format:TaggedFormat\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+
+
+def test_the_built_ins_are_known_by_name(isolated_registry: None) -> None:
+    assert formats.names()[:3] == ("parquet", "iceberg", "delta")
+    assert [type(formats.get_format(n)) for n in ("parquet", "iceberg", "delta")] == [
+        formats.ParquetFormat,
+        formats.IcebergFormat,
+        formats.DeltaFormat,
+    ]
+    assert [formats.get_format(n).table for n in ("parquet", "iceberg", "delta")] == [
+        False,
+        True,
+        True,
+    ]
+
+
+def test_knowing_every_format_imports_neither_table_library() -> None:
+    """pyiceberg and deltalake are optional extras: only a job of their format imports them."""
+    code = (
+        "import sys\n"
+        "from jobs import formats\n"
+        "for name in formats.names():\n"
+        "    formats.get_format(name)\n"
+        "print(sorted(m for m in ('pyiceberg', 'deltalake') if m in sys.modules))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert found.stdout.strip() == "[]"
+
+
+def test_an_unknown_name_is_a_configuration_error_listing_the_known_ones(
+    isolated_registry: None,
+) -> None:
+    with pytest.raises(ConfigurationError) as e:
+        formats.get_format("csv")
+    assert str(e.value) == "unknown output format 'csv'; known: 'parquet', 'iceberg', 'delta'"
+
+
+@pytest.mark.spark
+def test_an_unknown_format_in_batch_names_the_argument_and_the_known_ones(
+    spark: SparkSession, tmp_path: Path, isolated_registry: None
+) -> None:
+    with pytest.raises(ConfigurationError) as e:
+        Batch(spark, "job", format="csv", **_places(tmp_path))
+    assert "argument 'format' must be one of 'parquet', 'iceberg', 'delta', got 'csv'" in str(
+        e.value
+    )
+
+
+def test_a_registered_name_is_refused_for_another_class(isolated_registry: None) -> None:
+    with pytest.raises(ConfigurationError, match="'parquet' is already registered"):
+        formats.register_format("parquet", "elsewhere:OtherFormat")
+    formats.register_format("parquet", "jobs.formats:ParquetFormat")
+    formats.register_format("mine", "jobs.formats:DeltaFormat")
+    assert formats.format_class("mine") is formats.DeltaFormat
+
+
+def test_a_registered_target_that_is_no_format_is_refused(isolated_registry: None) -> None:
+    formats.register_format("broken", "jobs.writing:ParquetWriter")
+    with pytest.raises(ConfigurationError, match=r"jobs\.writing:ParquetWriter is no"):
+        formats.get_format("broken")
+    formats.register_format("missing", "no_such_module:Format")
+    with pytest.raises(ConfigurationError, match=r"cannot import its class no_such_module:Format"):
+        formats.get_format("missing")
+
+
+def test_a_user_format_from_an_entry_point_is_known_to_the_job_file(
+    user_format: None, tmp_path: Path
+) -> None:
+    assert "tagged" in formats.names()
+    config = load_config(write_job(tmp_path, output={"path": "output", "format": "tagged"}))
+    assert config.output_format == "tagged"
+    # A key only Iceberg takes is refused, naming the format that takes it.
+    with pytest.raises(ConfigurationError) as e:
+        load_config(
+            write_job(tmp_path, output={"path": "output", "format": "tagged", "namespace": "x"})
+        )
+    assert "key 'output.namespace' is for output.format 'iceberg', not 'tagged'" in str(e.value)
+
+
+def _places(base: Path) -> dict[str, str]:
+    return {
+        "store": str(base / "state" / "steps"),
+        "watermarks": str(base / "state" / "wm"),
+        "staging": str(base / "staging"),
+        "output": str(base / "output"),
+    }
+
+
+@pytest.mark.spark
+def test_a_batch_writes_commits_and_reads_back_with_a_user_format(
+    spark: SparkSession, tmp_path: Path, user_format: None
+) -> None:
+    df = spark.createDataFrame([(i, f"p{i % 2}") for i in range(6)], "id long, part string")
+    with Batch(spark, "tagged-job", format="tagged", run_id="r1", **_places(tmp_path)) as batch:
+        batch.stage("orders", df, partition_by=["part"], watermarks={"p0": 6})
+    assert batch.report.exit_code == 0, batch.report.error
+
+    rows = published_rows(str(tmp_path / "output"), "orders", batch.config)
+    assert sorted((r["id"], r["part"], r["written_by"]) for r in rows) == [
+        (i, f"p{i % 2}", "tagged") for i in range(6)
+    ]
+    with Batch(spark, "tagged-job", format="tagged", run_id="r2", **_places(tmp_path)) as batch:
+        assert batch.committed("orders", "p0") == 6
