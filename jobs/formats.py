@@ -121,7 +121,7 @@ class OutputFormat(abc.ABC):
                 )
         return FormatSettings(namespace=output.namespace or job)
 
-    def check_dataset(self, config: BatchConfig, dataset: str) -> None:  # noqa: B027 -- optional: most formats take any name
+    def check_dataset(self, config: BatchConfig, dataset: str) -> None:  # noqa: B027 -- optional hook
         """Refuse a dataset name the format cannot publish, before Spark does any work.
 
         Raises:
