@@ -354,7 +354,8 @@ class Batch:
         runner = SparkRunner(session)
         self._session, self._runner = session, runner
         self._publisher.runner = runner
-        self.report.spark_master = session.sparkContext.master
+        # A Connect session's is the server's master.
+        self.report.spark_master = session.conf.get("spark.master", None)
         return session
 
     def _recover(self, pub: Publisher) -> None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,10 +29,7 @@ from store import JsonScalar
 from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
-    from pyspark.accumulators import Accumulator, AccumulatorParam
     from pyspark.sql import DataFrame, SparkSession
-
-    SkippedPerSlice = dict[tuple[str, int, int], tuple[int, str | None]]
 
 #: Columns the landing source adds to every record: where it came from.
 PARTITION_COLUMN = "_source_partition"
@@ -190,7 +188,8 @@ class LandingSource(Source):
             raise ConfigurationError("the landing source takes no options")
         super().__init__(path, options)
         self.root = path
-        self._skipped: dict[str, Accumulator[SkippedPerSlice] | None] = {}
+        #: What the last read of each dataset read, when it skipped bad records.
+        self._skipping: dict[str, tuple[SparkSession, list[_Slice]]] = {}
 
     def datasets(self) -> list[str]:
         return _subdirs(self.root)
@@ -251,28 +250,35 @@ class LandingSource(Source):
             for partition, (start, end) in sorted(ranges.items())
             for s in self._slices(dataset, partition, _offset(start, "start"), _offset(end, "end"))
         ]
-        sc = spark.sparkContext
-        skipped: Accumulator[SkippedPerSlice] | None = None
-        if self.bad_records == BAD_RECORDS_SKIP:
-            # Duck-typed (pyspark stays unimported until a read): zero() and addInPlace().
-            param = cast("AccumulatorParam[SkippedPerSlice]", _SkippedLines())
-            skipped = sc.accumulator({}, param)
-        self._skipped[dataset] = skipped
-        read = functools.partial(_read_slice, skipped=skipped)
-        lines = sc.parallelize(slices, max(1, len(slices))).flatMap(read)
+        self._skipping.pop(dataset, None)
+        skip = self.bad_records == BAD_RECORDS_SKIP
+        if skip:
+            self._skipping[dataset] = (spark, slices)
+        lines = _map_slices(spark, slices, functools.partial(_lines_task, skip), "value string")
         # JSON is parsed by Spark so that every field of a record, nested ones too, becomes a
         # column with a type inferred across the whole batch.
+        import pyspark
+
+        if int(pyspark.__version__.split(".", 1)[0]) < 4:
+            # pyspark 3.5's reader takes paths or an RDD of strings, not a DataFrame (and
+            # Spark Connect, which has no RDD, is pyspark 4's).
+            return spark.read.json(lines.rdd.map(lambda row: row[0]))
         return spark.read.json(lines)
 
     def skipped(self, dataset: str) -> Skipped:
-        acc = self._skipped.get(dataset)
-        if acc is None:
+        """Bad records the last read of ``dataset`` skipped, counted by reading its slices
+        again in Spark tasks (a slice's lines never change below the high watermark).
+
+        Counted apart from the read because Spark Connect has no accumulators, and Spark
+        reads a slice more than once for one DataFrame (schema inference, then the write,
+        retried tasks), which a count kept beside the records would add up.
+        """
+        read = self._skipping.pop(dataset, None)
+        if read is None:
             return Skipped()
-        per_slice = sorted(acc.value.items())
-        return Skipped(
-            sum(count for _key, (count, _first) in per_slice),
-            next((first for _key, (_count, first) in per_slice), None),
-        )
+        spark, slices = read
+        rows = _map_slices(spark, slices, _bad_task, "count long, first string").collect()
+        return Skipped(sum(row[0] for row in rows), next((row[1] for row in rows if row[0]), None))
 
     def _slices(self, dataset: str, partition: str, start: int, end: int) -> list[_Slice]:
         segments = self.segments(dataset, partition)
@@ -285,35 +291,67 @@ class LandingSource(Source):
         return out
 
 
-class _SkippedLines:
-    """A Spark accumulator of bad lines skipped, per slice: ``{slice: (count, first error)}``.
-
-    Spark may read a slice more than once (schema inference, then the write; a retried task),
-    and accumulators updated in transformations add up every read. A slice's lines never
-    change below the high watermark, so each read finds the same bad lines: merging keeps
-    one value per slice instead of adding, and the count stays exact.
-    """
-
-    def zero(self, _value: dict[Any, Any]) -> dict[Any, Any]:
-        return {}
-
-    def addInPlace(  # noqa: N802 -- the name Spark calls
-        self, a: dict[Any, Any], b: dict[Any, Any]
-    ) -> dict[Any, Any]:
-        a.update(b)
-        return a
+#: Lines a read task hands Spark at a time.
+_LINES_PER_BATCH = 10_000
 
 
-def _read_slice(s: _Slice, skipped: Any = None) -> Iterator[str]:
+def _map_slices(
+    spark: SparkSession,
+    slices: list[_Slice],
+    task: Callable[[list[_Slice], Iterator[Any]], Iterator[Any]],
+    schema: str,
+) -> DataFrame:
+    """``task`` over the slices in Spark tasks, one slice each: a ``range`` of the slices'
+    numbers in as many partitions, mapped with ``mapInArrow`` (classic and Connect)."""
+    n = max(1, len(slices))
+    return spark.range(len(slices), numPartitions=n).mapInArrow(
+        functools.partial(task, slices), schema
+    )
+
+
+def _lines_task(skip: bool, slices: list[_Slice], batches: Iterator[Any]) -> Iterator[Any]:
+    """The records of the slices numbered in ``batches``, as a column ``value`` of JSON."""
+    import pyarrow as pa
+
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            lines = _read_slice(slices[number], _Bad() if skip else None)
+            while chunk := list(itertools.islice(lines, _LINES_PER_BATCH)):
+                yield pa.RecordBatch.from_pydict({"value": pa.array(chunk, pa.string())})
+
+
+def _bad_task(slices: list[_Slice], batches: Iterator[Any]) -> Iterator[Any]:
+    """How many bad lines each slice numbered in ``batches`` holds, and the first's error."""
+    import pyarrow as pa
+
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            bad = _Bad()
+            for _record in _read_slice(slices[number], bad):
+                pass
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "count": pa.array([bad.count], pa.int64()),
+                    "first": pa.array([bad.first], pa.string()),
+                }
+            )
+
+
+@attrs.define
+class _Bad:
+    """Bad lines skipped in one slice: how many, and the first one's error."""
+
+    count: int = 0
+    first: str | None = None
+
+
+def _read_slice(s: _Slice, skipped: _Bad | None = None) -> Iterator[str]:
     """The records of one slice as JSON objects with the two source columns added.
 
-    With ``skipped`` (a :class:`_SkippedLines` accumulator), bad records are skipped and
-    counted there once the whole slice was read; otherwise the first one raises
-    :class:`BadRecordError`.
+    With ``skipped``, bad records are skipped and counted there; otherwise the first one
+    raises :class:`BadRecordError`.
     """
     offset = s.first
-    bad = 0
-    first_bad: str | None = None
     with open(s.path, "rb") as f:
         for raw in f:
             complete = raw.endswith(b"\n")
@@ -336,8 +374,8 @@ def _read_slice(s: _Slice, skipped: Any = None) -> Iterator[str]:
                 except BadRecordError as e:
                     if skipped is None:
                         raise
-                    bad += 1
-                    first_bad = first_bad or str(e)
+                    skipped.count += 1
+                    skipped.first = skipped.first or str(e)
                 else:
                     yield record
             offset += 1
@@ -346,8 +384,6 @@ def _read_slice(s: _Slice, skipped: Any = None) -> Iterator[str]:
             f"{s.path}: expected records up to offset {s.end}, but the file ends at offset "
             f"{offset} (after line {offset - s.first})"
         )
-    if skipped is not None and bad:
-        skipped.add({(s.path, s.start, s.end): (bad, first_bad)})
 
 
 def _with_source(raw: bytes, s: _Slice, offset: int) -> str:

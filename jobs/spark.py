@@ -2,9 +2,11 @@
 
 The publisher hands a runner a picklable function and a list of items (dataset names to
 recover, or datasets to publish with a builder that lists their staging). ``SparkRunner``
-parallelizes the *items* into a few tasks; each task runs the function on its group, so an
-executor reads its own datasets' sequences from the store (the store travels by URL) and the
-driver only gathers one small report per dataset.
+splits the *items* into a few groups, one Spark task each; each task runs the function on
+its group, so an executor reads its own datasets' sequences from the store (the store
+travels by URL) and the driver only gathers one small report per dataset. It uses DataFrame
+operations only, no RDD and no ``SparkContext``: a classic session and a Spark Connect
+session (``SparkSession.builder.remote(...)``) run the same code.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import importlib
 import logging
 import os
+import pickle
 import re
 import shutil
 import socket
@@ -21,7 +24,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -110,6 +113,15 @@ def ensure_python() -> None:
 _WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.taskwriter"
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (``SparkSession.builder.remote(...)``).
+
+    Told by the session's class, not by importing ``pyspark.sql.connect``, which needs the
+    Connect client's packages installed.
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
 def check_python(spark: SparkSession) -> None:
     """Refuse a session whose local Python workers cannot import commitpub.
 
@@ -120,16 +132,16 @@ def check_python(spark: SparkSession) -> None:
     master (``local``, ``local[N]``, ``local-cluster``) the workers run on this host, in this
     working directory and environment, so running that interpreter once to import what a
     task imports tells in a fraction of a second. Executors of a cluster run the cluster's
-    Python, which only a Spark job could try: they are not checked.
+    Python, which only a Spark job could try: they are not checked, nor are those of a Spark
+    Connect server.
 
     Raises:
         ConfigurationError: one line naming the interpreter, what it could not import, and
             ``PYSPARK_PYTHON``.
     """
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect: the server's workers are the server's
+    if is_connect(spark):  # the server's workers are the server's
         return
+    context = spark.sparkContext
     if not (context.master or "").startswith("local"):
         return
     python = context.pythonExec
@@ -319,7 +331,7 @@ class SparkRunner:
     """
 
     def __init__(self, spark: SparkSession, *, tasks: int | None = None) -> None:
-        if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+        if (spark.conf.get("spark.speculation", "false") or "").lower() == "true":
             raise ConfigurationError(
                 "spark.speculation must be off for commitpub: a speculative copy of a publish "
                 "task would execute the same commit twice at once"
@@ -330,6 +342,7 @@ class SparkRunner:
         self.tasks = tasks
         #: Where the groups of the latest :meth:`map_groups` call ran.
         self.last_tasks: tuple[TaskInfo, ...] = ()
+        self._parallelism: int | None = None
 
     def map_groups(
         self,
@@ -340,12 +353,14 @@ class SparkRunner:
     ) -> list[R]:
         """Split ``items`` into at most ``tasks`` groups, run ``fn`` on each in a Spark task.
 
-        With ``timeout_s``, the Spark job runs under a job tag of its own, from a daemon
-        thread of the driver; past the deadline the job is cancelled (its tasks are
-        interrupted, and Spark kills a Python worker that does not stop) and
-        :class:`~publisher.RunDeadlineError` is raised. ``SparkSession.interruptTag`` would
-        not do: in Spark Classic it interrupts SQL executions only, and this work is an RDD
-        job; the runner needs a ``sparkContext`` anyway (Spark Connect has none).
+        The groups run through DataFrame operations only, as Spark Connect has them: a
+        ``spark.range`` of one row per group in as many partitions (no shuffle), mapped with
+        ``mapInArrow`` to each task's pickled :class:`TaskInfo` and results.
+
+        With ``timeout_s``, the Spark job runs under a tag of its own, from a daemon thread of
+        the driver; past the deadline the job is interrupted (its tasks are killed, and Spark
+        kills a Python worker that does not stop) and :class:`~publisher.RunDeadlineError` is
+        raised.
 
         Returns:
             The concatenated results; :attr:`last_tasks` tells where each group ran.
@@ -359,29 +374,26 @@ class SparkRunner:
         if not items:
             self.last_tasks = ()
             return []
-        sc = self.spark.sparkContext
-        n = min(len(items), self.tasks or sc.defaultParallelism)
+        n = min(len(items), self.tasks or self._default_tasks())
+        # Contiguous groups, as SparkContext.parallelize slices a list.
+        groups = [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
         name = work_name(fn)
         tag = f"commitpub-{name}-{uuid.uuid4().hex}"
-        task = functools.partial(_run_task, fn, step_modules())
+        task = functools.partial(_run_groups, fn, step_modules(), groups)
+        tags = _Tags(self.spark)
 
         def collect() -> list[tuple[TaskInfo, list[R]]]:
-            # Job description and tags are local to the thread that starts the job.
-            sc.setJobDescription(f"commitpub {name}: {len(items)} datasets in {n} tasks")
-            sc.addJobTag(tag)
-            sc.setInterruptOnCancel(True)
+            # Tags are local to the thread that starts the job.
+            tags.add(tag)
             try:
-                gathered: list[tuple[TaskInfo, list[R]]] = (
-                    sc.parallelize(items, n).mapPartitions(task).collect()
-                )
-                return gathered
+                rows = self.spark.range(n, numPartitions=n).mapInArrow(task, _GROUP_RESULT)
+                return [_unpickled(row.info, row.results) for row in rows.collect()]
             finally:
-                sc.removeJobTag(tag)
-                sc.setJobDescription(None)  # type: ignore[arg-type]
+                tags.remove(tag)
 
         def cancel() -> list[tuple[TaskInfo, list[R]]]:
             log.error("cancelling the Spark jobs of %s (tag %s): past the run deadline", name, tag)
-            sc.cancelJobsWithTag(tag)
+            tags.interrupt(tag)
             raise RunDeadlineError(
                 f"{name} of {len(items)} datasets in {n} Spark tasks did not finish within "
                 f"the run's deadline ({timeout_s:g}s left of run_timeout_s): its Spark job "
@@ -403,3 +415,81 @@ class SparkRunner:
             for error in info.import_errors:
                 log.warning("executor %s pid %d could not import %s", info.host, info.pid, error)
         return [r for _, results in gathered for r in results]
+
+    def _default_tasks(self) -> int:
+        """Spark's default parallelism, asked of the session once.
+
+        Neither session kind says it through the DataFrame API, so it is counted: a range
+        with no partition count given is split into that many partitions (all on the JVM).
+        """
+        if self._parallelism is None:
+            from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+
+            numbers = self.spark.range(1 << 16).select(F.spark_partition_id().alias("p"))
+            top = numbers.agg(F.max("p")).first()
+            self._parallelism = 1 + (top[0] if top is not None else 0)
+        return self._parallelism
+
+
+#: The result schema of a group's task: its pickled TaskInfo and pickled list of results.
+_GROUP_RESULT = "info binary, results binary"
+
+
+def _run_groups(
+    fn: Callable[[Sequence[T]], list[R]],
+    modules: Sequence[str],
+    groups: Sequence[Sequence[T]],
+    batches: Iterator[Any],
+) -> Iterator[Any]:
+    """The task of ``mapInArrow``: runs the groups whose numbers its rows hold."""
+    import pyarrow as pa
+
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            for info, results in _run_task(fn, modules, groups[number]):
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "info": pa.array([pickle.dumps(info)], pa.binary()),
+                        "results": pa.array([pickle.dumps(results)], pa.binary()),
+                    }
+                )
+
+
+def _unpickled(info: bytes, results: bytes) -> tuple[TaskInfo, list[Any]]:
+    """What :func:`_run_groups` returned: pickled by this job's own tasks (as Spark itself
+    pickles what RDD tasks return), never data read from a store."""
+    return pickle.loads(info), pickle.loads(results)  # noqa: S301 -- see the docstring
+
+
+class _Tags:
+    """Tags of the Spark jobs a thread starts, and interrupting the jobs of a tag.
+
+    A Connect session: ``SparkSession.addTag``/``interruptTag``. A classic session: the
+    SparkContext's job tags, the one use of it left: a classic session's ``interruptTag``
+    interrupts nothing of a ``collect`` started in another Python thread (tried with pyspark
+    4.3: it returned no operation and the job ran on), and pyspark 3.5 has it for Connect
+    only.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.context = None if is_connect(spark) else spark.sparkContext
+
+    def add(self, tag: str) -> None:
+        if self.context is None:
+            self.spark.addTag(tag)
+        else:
+            self.context.addJobTag(tag)
+            self.context.setInterruptOnCancel(True)
+
+    def remove(self, tag: str) -> None:
+        if self.context is None:
+            self.spark.removeTag(tag)
+        else:
+            self.context.removeJobTag(tag)
+
+    def interrupt(self, tag: str) -> None:
+        if self.context is None:
+            self.spark.interruptTag(tag)
+        else:
+            self.context.cancelJobsWithTag(tag)

@@ -121,9 +121,7 @@ def test_map_groups_returns_every_result_from_at_most_tasks_groups(spark: SparkS
 
 def test_speculative_execution_is_refused() -> None:
     conf = {"spark.speculation": "true"}
-    fake = SimpleNamespace(
-        sparkContext=SimpleNamespace(getConf=lambda: SimpleNamespace(get=conf.get))
-    )
+    fake = SimpleNamespace(conf=SimpleNamespace(get=conf.get))
     with pytest.raises(ConfigurationError, match=r"spark\.speculation"):
         SparkRunner(fake)  # type: ignore[arg-type]
 
@@ -240,15 +238,14 @@ def test_past_the_run_deadline_the_spark_job_is_cancelled(
         assert 3.5 <= time.monotonic() - started < 60
         assert "publish_group of 1 datasets in 1 Spark tasks" in str(raised.value)
         assert "its Spark job was cancelled" in str(raised.value)
+        # The publish's job, and the runner's count of Spark's default parallelism (done).
         jobs = set(tracker.getJobIdsForGroup()) - before
-        assert len(jobs) == 1
-        (job,) = jobs
         deadline = time.monotonic() + 60
-        while (info := tracker.getJobInfo(job)) is not None and info.status == "RUNNING":
+        while any((i := tracker.getJobInfo(j)) and i.status == "RUNNING" for j in jobs):
             assert time.monotonic() < deadline, "the cancelled Spark job never ended"
             time.sleep(0.1)
-        assert info is not None
-        assert info.status == "FAILED"
+        statuses = [info.status for j in jobs if (info := tracker.getJobInfo(j)) is not None]
+        assert statuses.count("FAILED") == 1
         # Spark kills the Python worker of a killed task that does not stop within
         # spark.python.task.killTimeout (2 s), after the job is reported failed: the step
         # is gone with it, and the gate opened then lets nothing through.
