@@ -93,39 +93,47 @@ class Writer:
             target = env.delta_uri
         else:
             target = json.dumps([env.catalogs["main"], f"{JOB}.orders"])
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                textwrap.dedent(_WRITER),
-                env.fmt,
-                target,
-                str(self.stop_file),
-                str(threads),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        # The writer's lines go to a file, not a pipe: reading a pipe line by line buffers
+        # lines ahead, which a later ``communicate`` would never see.
+        self.out_file = tmp / "writer.out"
+        self.err_file = tmp / "writer.err"
+        with self.out_file.open("w") as out, self.err_file.open("w") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    textwrap.dedent(_WRITER),
+                    env.fmt,
+                    target,
+                    str(self.stop_file),
+                    str(threads),
+                ],
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
         # Busy before commitpub starts: a first commit of its is in.
-        assert self.proc.stdout is not None
-        # Every line read here counts at the end too (a "lost" one may come first).
-        self.early: list[str] = []
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, self.proc.stderr.read() if self.proc.stderr else "writer exited"
-            self.early.append(line)
-            if line.startswith("landed"):
-                break
+        deadline = time.monotonic() + 120
+        while not any(x.startswith("landed") for x in self._lines()):
+            assert self.proc.poll() is None, self.err_file.read_text() or "writer exited"
+            assert time.monotonic() < deadline, "the other writer landed nothing in 120 s"
+            time.sleep(0.02)
+
+    def _lines(self) -> list[str]:
+        # Only whole lines: the writer may be in the middle of printing one.
+        text = self.out_file.read_text()
+        return text[: text.rfind("\n") + 1].splitlines()
 
     def stop(self) -> Foreign:
         """Stop the writer; the rows of its commits that landed, and of those whose append
         raised (lost, or landed after all: a library may raise after its commit is in)."""
         self.stop_file.touch()
-        out, err = self.proc.communicate(timeout=120)
+        self.proc.wait(timeout=120)
+        err = self.err_file.read_text()
         assert self.proc.returncode == 0, err
-        lines = [*self.early, *out.splitlines()]
-        assert lines[-1].strip() == "done", out + err
+        lines = self._lines()
+        assert lines, err
+        assert lines[-1].strip() == "done", "\n".join(lines) + err
 
         def rows(word: str) -> list[int]:
             firsts = [int(x.split()[1]) for x in lines if x.startswith(word)]
