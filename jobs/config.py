@@ -667,23 +667,22 @@ def _values(doc: Any, records: tuple[type[Any], ...], base: Path, naming: Naming
     return values
 
 
-def _check_across(
-    values: dict[str, Any], naming: Naming, *, default_reports: str | None, runtime: bool
-) -> None:
-    """The rules across keys, in one pass, over :func:`_values`' result; fills the values
-    derived from others (reports, the lock, the output format's keys, [lineage], [spark]).
+def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: str | None) -> None:
+    """The rules across keys, in one pass over :func:`_values`' result, for the settings
+    there are (Batch's; a job file's [spark] and object stores; its [source]); fills the
+    values derived from others (reports, the lock, the output format's keys, [lineage]).
 
-    ``runtime``: the settings are a job file's, with ``[spark]`` and the object stores (and
-    ``[source]`` when ``source.type`` is there).
+    Raises:
+        ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument).
     """
     try:
         encode_name(values["job.name"], naming.name("job.name"))
-        # The watermark URL is written into every watermark step: it must hold no password.
+        # The watermark URL is written into every watermark step, and the object stores'
+        # endpoints are shipped to executors: none may hold a password.
         require_no_credentials(values["watermarks.url"], naming.name("watermarks.url"))
-        if runtime:
-            for key in ("s3.endpoint_url", "gcs.endpoint_url"):
-                if values[key] is not None:
-                    require_no_credentials(values[key], key)
+        for key in ("s3.endpoint_url", "gcs.endpoint_url"):
+            if values.get(key) is not None:
+                require_no_credentials(values[key], key)
     except ConfigurationError as e:
         raise naming.error(str(e)) from e
     if values["job.reports"] is None:
@@ -709,7 +708,7 @@ def _check_across(
     values["output.catalog"] = dict(output.catalog)
     values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
     source_path = None
-    if runtime:
+    if "spark.conf" in values:
         values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
     if "source.type" in values:
         _check_source(values, naming)
@@ -717,6 +716,8 @@ def _check_across(
         values["output.partition_by"] = _partition_by(values, naming)
     if values["staging.path"]:  # an operator's, when not given: empty
         _check_apart(values, source_path, naming)
+    if "source.type" in values:
+        _check_importable(values, naming)
 
 
 def _lineage(given: Any, job: str, naming: Naming) -> LineageConfig | None:
@@ -791,7 +792,7 @@ def batch_config(
     values = _values(_structure(doc, tables, naming), (BatchConfig,), Path.cwd(), naming)
     if lineage is not None:
         values["lineage"] = lineage
-    _check_across(values, naming, default_reports=None, runtime=False)
+    _check_across(values, naming, default_reports=None)
     return _record(BatchConfig, values, naming=naming)
 
 
@@ -801,6 +802,16 @@ def _check_source(values: Mapping[str, Any], naming: Naming) -> None:
             raise naming.error("missing required key 'source.path'")
         if values["source.options"]:
             raise naming.error("key 'source.options': the landing source takes no options")
+
+
+def _check_importable(values: Mapping[str, Any], naming: Naming) -> None:
+    """An unusable source class or transform function is a configuration error too."""
+    try:
+        source_class(values["source.type"])
+        if values["source.transform"] is not None:
+            transform_function(values["source.transform"])
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
 
 
 def _partition_by(values: Mapping[str, Any], naming: Naming) -> tuple[str, ...]:
@@ -889,7 +900,7 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
     naming = Naming(str(file))
     base = file.resolve().parent
     values = _values(_structure(raw, _operator_file(), naming), (OperatorConfig,), base, naming)
-    _check_across(values, naming, default_reports=str(base / "reports"), runtime=True)
+    _check_across(values, naming, default_reports=str(base / "reports"))
     return _record(OperatorConfig, values, naming=naming, file=str(file.resolve()))
 
 
@@ -930,7 +941,7 @@ def operator_config(
         doc["output"] = {"path": output, **({} if format is None else {"format": format})}
     tables = _structure(doc, _operator_file(), naming)
     values = _values(tables, (OperatorConfig,), Path.cwd(), naming)
-    _check_across(values, naming, default_reports=None, runtime=True)
+    _check_across(values, naming, default_reports=None)
     return _record(OperatorConfig, values, naming=naming)
 
 
@@ -945,21 +956,14 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
     base = file.resolve().parent
     records = (JobConfig, SourceConfig)
     values = _values(_structure(raw, _job_file(), naming), records, base, naming)
-    _check_across(values, naming, default_reports=str(base / "reports"), runtime=True)
-    config: JobConfig = _record(
+    _check_across(values, naming, default_reports=str(base / "reports"))
+    return _record(
         JobConfig,
         values,
         naming=naming,
         file=str(file.resolve()),
         source=_record(SourceConfig, values),
     )
-    try:  # an unusable class or function is a configuration error too
-        source_class(config.source.type)
-        if config.source.transform is not None:
-            transform_function(config.source.transform)
-    except ConfigurationError as e:
-        raise naming.error(str(e)) from e
-    return config
 
 
 def _import(spec: str, key: str, example: str) -> Any:
