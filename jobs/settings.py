@@ -18,6 +18,12 @@ Everything else follows from these declarations: the job file's tables
 ``docs/configuration.md`` shows (:meth:`Setting.shown_default`, checked by the tests). A
 record reads a setting's value from its ``values`` (job-file key -> checked value), so a
 setting declared on a record, even by a test, is carried without another line anywhere.
+
+Read on a record, a setting is its checked value, typed: a type checker knows that
+``config.max_attempts`` is an ``int``. ``jobs.Batch`` names only the job and its places in
+its signature and takes the other settings as ``**settings``: a type checker no longer
+checks those keywords (a misspelled one is a ``TypeError`` when called, as before), in
+exchange for a setting that is added in one place.
 """
 
 from __future__ import annotations
@@ -63,11 +69,13 @@ def check(ok: Callable[[Any], bool], problem: Callable[[Any], str]) -> Validator
 
 
 def one_of(choices: Sequence[str]) -> Validator:
+    """A validator taking only ``choices``."""
     shown = ", ".join(map(repr, choices))
     return check(lambda v: v in choices, lambda v: f"must be one of {shown}, got {v!r}")
 
 
 def at_least(low: int) -> Validator:
+    """A validator taking ``low`` and more."""
     return check(lambda v: v >= low, lambda v: f"must be >= {low}, got {v}")
 
 
@@ -144,6 +152,7 @@ class Setting(Generic[T]):
 
     @property
     def table(self) -> str:
+        """The ``[table]`` the key is in."""
         return self.key.partition(".")[0]
 
     @property
@@ -164,9 +173,11 @@ class Setting(Generic[T]):
 
     @property
     def required(self) -> bool:
+        """Whether the setting must be given."""
         return self.default is REQUIRED
 
     def default_value(self) -> Any:
+        """The value when not given (a new one from ``factory``)."""
         return self.factory() if self.factory is not None else self.default
 
     def shown_default(self) -> str:
@@ -239,17 +250,13 @@ def declared(*records: type[Any]) -> tuple[tuple[str, Setting[Any]], ...]:
 
 
 def settings(*records: type[Any]) -> Iterator[Setting[Any]]:
+    """The settings of the records, as :func:`declared` finds them."""
     return (setting for _, setting in declared(*records))
 
 
 def arguments(*records: type[Any]) -> dict[str, str]:
     """``jobs.Batch``'s keyword argument of each setting that has one, by job-file key."""
     return {s.key: s.argument for s in settings(*records) if s.argument is not None}
-
-
-def defaults(*records: type[Any]) -> dict[str, Any]:
-    """Each setting's default value, by key (:data:`REQUIRED` for one that must be given)."""
-    return {s.key: s.default_value() for s in settings(*records)}
 
 
 def schema(
