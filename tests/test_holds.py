@@ -27,6 +27,7 @@ from publisher import (
     WatermarkMovedError,
 )
 from store import CommitStepStore, open_store, open_watermarks
+from store.errors import FencedError
 
 FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
 CHECKS = [{"name": "row_count", "severity": "error", "figures": {"rows": 0, "min": 1}}]
@@ -269,3 +270,25 @@ def test_jobs_sharing_a_store_do_not_see_each_others_holds(job: Job) -> None:
         pub2.release("a")
     assert [h.dataset for h in pub.holds()] == ["a"]
     assert job.watermark("a") is None
+
+
+def test_a_run_that_lost_the_job_holds_releases_and_deletes_nothing(job: Job) -> None:
+    zombie = job.publisher(fencing_token=1)
+    zombie.fence()
+    run_dir = zombie.create_run_dir("r1")
+    steps = job.stage(run_dir, "a")
+    owner = job.publisher(fencing_token=2)
+    owner.fence()  # another run took the job over
+
+    with pytest.raises(FencedError):
+        zombie.hold("a", steps, staging_dir=f"{run_dir}/a", checks=CHECKS)
+    assert owner.holds() == []
+
+    owner_dir = owner.create_run_dir("r2")
+    owner.hold("b", job.stage(owner_dir, "b"), staging_dir=f"{owner_dir}/b", checks=CHECKS)
+    for refused in (lambda: zombie.discard("b"), lambda: zombie.release("b")):
+        with pytest.raises(FencedError):
+            refused()
+    assert [h.dataset for h in owner.holds()] == ["b"]
+    assert job.staged() == ["r1~t1/a/f0", "r1~t1/a/f1", "r2~t2/b/f0", "r2~t2/b/f1"]
+    assert job.published() == {}
