@@ -284,8 +284,12 @@ def _check_ratio(instance: Check, attribute: attrs.Attribute[Any], value: Any) -
         raise _declared(instance, attribute.name, f"must be a non-negative number, got {value!r}")
 
 
+def _n(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
 def _rows(n: int) -> str:
-    return f"{n} row{'' if n == 1 else 's'}"
+    return _n(n, "row")
 
 
 @attrs.frozen
@@ -454,11 +458,12 @@ class UniqueCheck(_BuiltinCheck):
             "null_key_rows": rows - keyed,
         }
         if not duplicates:
-            return self._result(True, figures, f"{distinct} distinct keys, no duplicate")
+            return self._result(True, figures, f"{_n(distinct, 'distinct key')}, no duplicate")
         return self._result(
             False,
             figures,
-            f"{duplicates} rows repeat a key ({keyed} rows with a key, {distinct} distinct keys)",
+            f"{_n(duplicates, 'duplicate row')} among {_rows(keyed)} with a key "
+            f"({_n(distinct, 'distinct key')})",
         )
 
 

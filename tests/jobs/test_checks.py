@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import cattrs
@@ -154,6 +156,9 @@ def test_every_built_in_check_fails_dirty_data_nulls_as_documented(dirty: DataFr
         "duplicate_rows": 1,
         "null_key_rows": 1,
     }
+    assert results["unique(id)"].message == (
+        "1 duplicate row among 3 rows with a key (2 distinct keys)"
+    )
     # The NULL status is not checked: only "lost" is rejected.
     assert results["accepted_values(status)"].figures == {
         "rows": 4,
@@ -359,6 +364,23 @@ def test_declarations_from_a_job_files_tables() -> None:
         CustomCheck(json.dumps, severity=Severity.WARN),
     ]
     assert [c.name for c in checks][-1] == "dumps"
+
+
+def test_the_job_file_example_of_the_docs_declares_what_the_python_one_does() -> None:
+    page = Path(__file__).parents[2] / "docs" / "checks.md"
+    example = page.read_text(encoding="utf-8").split("```toml\n", 1)[1].split("```", 1)[0]
+    declared = tomllib.loads(example)["checks"]
+    # The custom one names a module of the example's own.
+    checks = checks_from_config([d for d in declared if d["check"] != "custom"])
+    assert checks == [
+        RowCountCheck(min_rows=1, min_ratio=0.5),
+        NotNullCheck(["order_id", "day"]),
+        UniqueCheck("order_id"),
+        AcceptedValuesCheck("status", ["new", "paid", "shipped"], severity="warn"),
+        PredicateCheck("amount >= 0"),
+        FreshnessCheck("updated_at", max_age_s=6 * 3600),
+    ]
+    assert declared[-1] == {"check": "custom", "function": "mychecks:few_refunds"}
 
 
 @pytest.mark.parametrize(
