@@ -160,14 +160,12 @@ def _declared(check: type[Check] | Check, key: str | None, problem: str) -> _Arg
     return _ArgumentError(check.kind, key, problem)
 
 
-def _severity(value: Any) -> Severity:
-    if isinstance(value, str):
-        try:
-            return Severity(value)
-        except ValueError:
-            pass
-    # The owner of the value is not known to a converter: the validator names it.
-    return value  # type: ignore[no-any-return]
+def _severity(value: Any) -> Any:
+    """``"error"`` and ``"warn"`` as a :class:`Severity`; anything else as it is: a
+    converter does not know its check, the validator names it."""
+    if isinstance(value, str) and value in {s.value for s in Severity}:
+        return Severity(value)
+    return value
 
 
 def _check_severity(instance: Check, _attribute: attrs.Attribute[Any], value: Any) -> None:

@@ -198,6 +198,29 @@ def test_a_stale_column_and_a_multi_column_key(spark: SparkSession) -> None:
     )
 
 
+def test_no_row_passes_all_but_a_lower_bound_and_freshness(spark: SparkSession) -> None:
+    empty = spark.createDataFrame([], SCHEMA)
+    results = run_checks(
+        empty,
+        [
+            RowCountCheck(min_rows=1),
+            NotNullCheck("id"),
+            UniqueCheck("id"),
+            AcceptedValuesCheck("status", ["new"]),
+            PredicateCheck("amount >= 0"),
+            FreshnessCheck("updated", max_age_s=60),
+        ],
+        now=NOW,
+    )
+    assert [r.passed for r in results.checks] == [False, True, True, True, True, False]
+    assert results.checks[2].figures == {
+        "rows": 0,
+        "distinct_keys": 0,
+        "duplicate_rows": 0,
+        "null_key_rows": 0,
+    }
+
+
 def test_numbers_and_booleans_are_accepted_values_too(spark: SparkSession) -> None:
     df = spark.createDataFrame([(1, True), (5, False)], "n int, flag boolean")
     results = run_checks(
@@ -538,6 +561,13 @@ def test_what_the_data_cannot_check_is_refused_before_any_spark_job(
         run_checks(clean, [NotNullCheck("id"), check, CustomCheck(_share_of_big)])
     assert str(e.value).startswith(message)
     assert jobs() == 0
+
+
+def test_a_bad_previous_count_or_a_naive_now_is_refused(clean: DataFrame) -> None:
+    with pytest.raises(CheckDeclarationError, match=r"^argument 'previous_rows' must be a non-"):
+        run_checks(clean, [RowCountCheck(min_ratio=1)], previous_rows=-1)
+    with pytest.raises(CheckDeclarationError, match=r"^argument 'now' must be an aware datetime"):
+        run_checks(clean, [], now=dt.datetime(2025, 1, 1))
 
 
 def test_two_checks_of_one_name_and_a_non_check_are_refused(clean: DataFrame) -> None:
