@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from commitsteps import loads as loads
     from commitsteps import register as register
     from jobs import Batch as Batch
+    from jobs import DatasetHeldError as DatasetHeldError
     from jobs import DatasetQuarantinedError as DatasetQuarantinedError
     from jobs import ExitCode as ExitCode
     from jobs import LandingSource as LandingSource
@@ -58,6 +59,7 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
 #: Public name -> the package of ours that defines it.
 _HOME = {
     "Batch": "jobs",
+    "DatasetHeldError": "jobs",
     "DatasetQuarantinedError": "jobs",
     "ExitCode": "jobs",
     "LandingSource": "jobs",
@@ -103,6 +105,7 @@ __all__ = [
     "Batch",
     "CommitPubError",
     "CommitStep",
+    "DatasetHeldError",
     "DatasetQuarantinedError",
     "DeltaAppendCommitStep",
     "ExitCode",

@@ -11,6 +11,7 @@ from jobs.batch import Batch, BatchStateError
 from jobs.config import BatchConfig, JobConfig, SourceConfig, load_config
 from jobs.errors import (
     BatchArgumentError,
+    DatasetHeldError,
     DatasetPendingError,
     DatasetQuarantinedError,
     ExtractError,
@@ -29,6 +30,7 @@ __all__ = [
     "BatchArgumentError",
     "BatchConfig",
     "BatchStateError",
+    "DatasetHeldError",
     "DatasetPendingError",
     "DatasetQuarantinedError",
     "ExitCode",

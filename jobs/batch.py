@@ -42,10 +42,13 @@ import attrs
 
 import commitsteps
 from commitsteps import CommitStep
+from jobs.audit import HELD_REASON, audit
+from jobs.checks import Check, validate_checks
 from jobs.commits import Mark, StagedDataset, join
 from jobs.config import BatchConfig, batch_config
 from jobs.errors import (
     BatchArgumentError,
+    DatasetHeldError,
     DatasetPendingError,
     DatasetQuarantinedError,
     ExtractError,
@@ -64,7 +67,7 @@ from jobs.spark import SparkRunner, check_python, ensure_python
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
-from publisher import Outcome, Publisher, staging
+from publisher import HeldDataset, Outcome, Publisher, staging
 from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError, FencedError
@@ -73,6 +76,7 @@ from store.urls import encode_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -199,6 +203,9 @@ class Batch:
         self._steps: dict[str, list[CommitStep]] = {}
         #: Each staged dataset's partition columns.
         self._partition_by: dict[str, tuple[str, ...]] = {}
+        #: Each staged dataset's checks and the schema its staged data is read back with.
+        self._checks: dict[str, tuple[Check, ...]] = {}
+        self._schemas: dict[str, StructType] = {}
         self._writes_report = False
         self._lineage: Lineage | None = None
         self._lineage_started = False
@@ -315,13 +322,16 @@ class Batch:
         after recovery (their commit failed again)."""
         pending = {p.dataset for p in pub.pending()}
         for dataset, status in pub.statuses().items():
-            if status.quarantined:
+            if status.held is not None:
+                self._held[dataset] = HELD_REASON
+                self.report.held[dataset] = HeldDataset.of(dataset, status.held)
+            elif status.quarantined:
                 self._quarantined.add(dataset)
                 self._held[dataset] = "quarantined"
                 if dataset not in pending:
                     # Quarantined by failed extracts: reported as such on every run (exit 3).
                     self.report.extract_quarantined[dataset] = status.last_error or "quarantined"
-        for dataset in sorted(pending - self._quarantined):
+        for dataset in sorted(pending - self._quarantined - set(self.report.held)):
             self._held[dataset] = "its pending commit failed"
         self.report.skipped.update(self._held)
         for dataset, why in sorted(self._held.items()):
@@ -337,8 +347,9 @@ class Batch:
 
     @property
     def held(self) -> Mapping[str, str]:
-        """Datasets nothing new may be staged for in this run, and why: quarantined, or a
-        pending commit that recovery could not finish. Also in ``report.skipped``."""
+        """Datasets nothing new may be staged for in this run, and why: quarantined, held by
+        failed checks, or a pending commit that recovery could not finish. Also in
+        ``report.skipped``."""
         return dict(self._held)
 
     def committed(self, dataset: str, partition: str) -> JsonScalar:
@@ -380,6 +391,7 @@ class Batch:
         partition_by: Sequence[str] = (),
         watermarks: Mapping[str, JsonScalar] | None = None,
         source: str | None = None,
+        checks: Sequence[Check] = (),
     ) -> StagedInfo:
         """Write ``df`` into this run's staging as the new data of ``dataset``.
 
@@ -395,6 +407,13 @@ class Batch:
             watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
             source: where ``df`` was read from (a path or URL without credentials): the
                 input of the run's lineage events, with the watermark range read.
+            checks: checks of the staged data (:mod:`jobs.checks`), run when the block is
+                left, before anything of it is written ahead: on its staged files, every
+                built-in check in one pass, in Spark tasks. A failed ``error`` check holds
+                the dataset (not written ahead, its staged files kept, its watermarks
+                unmoved, exit 3) until ``commitpub release`` or ``commitpub discard``; a
+                failed ``warn`` check is reported and the dataset published. The results
+                are in ``report.checks``.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -404,7 +423,11 @@ class Batch:
                 DataFrame of another session, a dataset staged twice, a dataset name with a
                 dot in an Iceberg job, a watermark that is
                 not a JSON scalar, a ``partition_by`` column ``df`` does not have.
+            CheckDeclarationError: naming the check, before anything is written: a check
+                ``df`` cannot be checked by (a column it does not have, a predicate Spark
+                cannot plan, two checks of one name).
             DatasetQuarantinedError: if the dataset is quarantined.
+            DatasetHeldError: if the dataset is held by failed checks.
             DatasetPendingError: if its pending commit could not be recovered.
             UnadoptedWatermarksError: if its watermarks wait to be adopted from the legacy
                 layout (see :meth:`committed`).
@@ -416,6 +439,11 @@ class Batch:
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)
+        if isinstance(checks, Check) or not isinstance(checks, Sequence):
+            raise BatchArgumentError(
+                f"argument 'checks' must be a list of checks, got {type(checks).__name__}"
+            )
+        validate_checks(checks, df)
         self._check_inputs(df)
         pub = self._publisher
         pub.require_lock(f"staging {dataset!r}")
@@ -431,6 +459,8 @@ class Batch:
             raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
         info = StagedInfo(directory, partitions, empty=True, source=source)
         self._partition_by[dataset] = columns
+        if checks:
+            self._checks[dataset], self._schemas[dataset] = tuple(checks), df.schema
         if df.columns:
             options = WriteOptions(
                 columns, self.config.max_records_per_file, self.config.compression
@@ -573,9 +603,12 @@ class Batch:
                 partition_by=self._partition_by.get(dataset, ()),
             )
             sequences[dataset] = self.writer.commit(staged_dataset)
+            if dataset in self._checks:
+                self._audit(dataset, info, sequences)
         try:
             self.report.publish = pub.publish(
-                sequences, staging_dirs={d: info.directory for d, info in staged.items()}
+                sequences,
+                staging_dirs={d: i.directory for d, i in staged.items() if d in sequences},
             )
         finally:
             # Also after a crashed publish task: what the store holds sealed was written ahead.
@@ -592,6 +625,30 @@ class Batch:
                 f": {d.error}" if d.error else "",
             )
         self._finish_run_dir()
+
+    def _audit(self, dataset: str, info: StagedInfo, sequences: dict[str, Any]) -> None:
+        """Check the dataset's staged data before its write-ahead; held, it leaves
+        ``sequences`` (its staged files stay, kept by the hold)."""
+        self._say(f"checking the staged data of {dataset} in Spark tasks")
+        started = time.monotonic()
+        audited = audit(
+            self._start_spark(),
+            self._publisher,
+            dataset,
+            self._checks[dataset],
+            info=info,
+            schema=self._schemas[dataset],
+            steps=sequences[dataset],
+            run_id=self.run_id,
+            reports=self.config.reports,
+        )
+        self.report.durations_s["checks"] = round(
+            self.report.durations_s.get("checks", 0.0) + time.monotonic() - started, 3
+        )
+        self.report.checks[dataset] = audited.results
+        if audited.held is not None:
+            del sequences[dataset]
+            self.report.held[dataset] = audited.held
 
     def _written_ahead(self, datasets: Sequence[str]) -> list[str]:
         published = set(self.report.publish.published) if self.report.publish else set()
@@ -712,6 +769,12 @@ class Batch:
                 f"dataset {dataset!r} of job {self.config.name!r} is quarantined: nothing new "
                 "is ingested for it until `commitpub retry` or `commitpub discard` (see "
                 "`commitpub status`)"
+            )
+        if dataset in self.report.held:
+            raise DatasetHeldError(
+                f"dataset {dataset!r} of job {self.config.name!r} is held by failed checks "
+                "of its staged data: nothing new is ingested for it until `commitpub "
+                "release` or `commitpub discard` (see `commitpub status`)"
             )
         if dataset in self._held:
             raise DatasetPendingError(

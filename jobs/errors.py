@@ -2,17 +2,21 @@
 
 Every error derives from :class:`~store.errors.CommitPubError`. ``jobs.LockHeldError`` is
 the store's :class:`~store.errors.LockHeldError`: its ``holder`` is the live run's lease.
+``jobs.DatasetHeldError`` is the publisher's :class:`~publisher.errors.DatasetHeldError`:
+a dataset held by failed checks, refused by :meth:`jobs.Batch.stage` as by a publish.
 """
 
 from __future__ import annotations
 
 import re
 
+from publisher import DatasetHeldError
 from store.errors import CommitPubError, ConfigurationError, LockHeldError
 
 __all__ = [
     "BatchArgumentError",
     "CheckDeclarationError",
+    "DatasetHeldError",
     "DatasetPendingError",
     "DatasetQuarantinedError",
     "ExtractError",

@@ -22,10 +22,12 @@ import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
 import publisher
+from jobs.checks import CheckResults
+from jobs.checks import converter as checks_converter
 from jobs.exitcodes import ExitCode
 from jobs.files import write_whole
 from jobs.spark import TaskInfo
-from publisher import Outcomes, PublishReport, RecoveryReport
+from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
 from store import JsonScalar
 from store.urls import is_local, local_path, redact
 
@@ -106,6 +108,11 @@ class RunReport:
     #: Datasets nothing new was ingested for, and why (quarantined, a failed commit).
     skipped: dict[str, str] = attrs.field(factory=dict)
     written_ahead: list[str] = attrs.field(factory=list)
+    #: Each audited dataset's check results (``stage(checks=...)``, the job file's checks).
+    checks: dict[str, CheckResults] = attrs.field(factory=dict)
+    #: Every dataset of the job held by failed checks when the run ended: held by this run
+    #: or still held from an earlier one (exit 3 until released or discarded).
+    held: dict[str, HeldDataset] = attrs.field(factory=dict)
     durations_s: dict[str, float] = attrs.field(factory=dict)
     tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
     #: OpenLineage (``[lineage]``): the run id of its events, events delivered, and events
@@ -156,7 +163,7 @@ class RunReport:
             return self.error_exit_code
         if self.failed:
             return ExitCode.FAILURE
-        if self.quarantined:
+        if self.quarantined or self.held:
             return ExitCode.PARTIAL
         return ExitCode.OK
 
@@ -184,6 +191,7 @@ class RunReport:
             "written_ahead": len(self.written_ahead),
             "published": len(self.published),
             "quarantined": len(self.quarantined),
+            "held": len(self.held),
             "failed": len(self.failed),
         }
 
@@ -207,6 +215,11 @@ converter.register_unstructure_hook(
             unstruct_hook=lambda ps: {p: {"from": a, "to": b} for p, (a, b) in ps.items()}
         ),
     ),
+)
+converter.register_unstructure_hook(CheckResults, checks_converter.unstructure)
+converter.register_unstructure_hook(
+    HeldDataset,
+    make_dict_unstructure_fn(HeldDataset, converter, dataset=override(omit=True)),
 )
 _fields = make_dict_unstructure_fn(
     RunReport,
@@ -233,6 +246,8 @@ def _unstructure_report(report: RunReport) -> dict[str, Any]:
     doc: dict[str, Any] = _fields(report)
     doc["staged"] = dict(sorted(doc["staged"].items()))
     doc["written_ahead"] = sorted(doc["written_ahead"])
+    doc["checks"] = dict(sorted(doc["checks"].items()))
+    doc["held"] = dict(sorted(doc["held"].items()))
     return {**derived, **doc}
 
 

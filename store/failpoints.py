@@ -103,6 +103,13 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "every dataset is staged, nothing is written ahead; the staging is swept as orphans",
     ),
     CrashPoint(
+        "audit.checked",
+        _DRIVER,
+        "audit",
+        "a dataset's checks ran on its staged data; it is neither held nor written ahead: "
+        "the staging is swept as orphans",
+    ),
+    CrashPoint(
         "publish.before_write_ahead",
         _TASK,
         "write-ahead",

@@ -1,0 +1,221 @@
+"""Audit before publish in ``jobs.Batch``: checks on the staged data, held datasets, their
+release and discard, on the session's SparkSession and real stores (filesystem, redis).
+
+A run killed during its checks or between a hold and its report is
+tests/jobs/test_audit_kills.py; the job file's checks through ``commitpub run`` too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from jobhelpers import batch_places
+from pyspark.sql import DataFrame, SparkSession
+
+import jobs
+from jobs import Batch, DatasetHeldError
+from jobs.checks import (
+    AcceptedValuesCheck,
+    CheckResults,
+    NotNullCheck,
+    PredicateCheck,
+    RowCountCheck,
+    UniqueCheck,
+)
+from jobs.config import batch_config
+from jobs.errors import CheckDeclarationError
+from jobs.locking import locked_publisher
+from publisher import Outcome
+from store import open_store, open_watermarks
+
+pytestmark = pytest.mark.spark
+
+JOB = "audited"
+HELD = "held by failed checks: commitpub release or discard"
+
+
+def _places(base: Path, store: str | None = None) -> dict[str, str]:
+    places = batch_places(base)
+    if store is not None:
+        places["store"] = store
+        places["reports"] = str(base / "state" / "reports")
+    return places
+
+
+def _batch(spark: SparkSession, base: Path, store: str | None = None, **kw: Any) -> Batch:
+    return Batch(spark, JOB, **{**_places(base, store), **kw})
+
+
+def _orders(spark: SparkSession, first: int, n: int, *, dup: bool = False) -> DataFrame:
+    rows = [(f"o-{i}", i, f"2025-01-0{1 + i % 3}", i * 0.5) for i in range(first, n)]
+    if dup:
+        rows.append(rows[0])
+    return spark.createDataFrame(rows, "order_id string, seq long, day string, amount double")
+
+
+def _seqs(base: Path, dataset: str) -> list[int]:
+    directory = base / "output" / dataset
+    if not directory.exists():
+        return []
+    table = ds.dataset(directory, format="parquet", partitioning="hive").to_table()
+    return sorted(r["seq"] for r in table.to_pylist())
+
+
+def _watermark(base: Path, dataset: str) -> Any:
+    return open_watermarks(str(base / "state" / "wm"), job=JOB).get(dataset, "p0")
+
+
+def _written(batch: Batch) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(Path(batch.report.path or "").read_text())
+    return doc
+
+
+def _results(results: CheckResults) -> dict[str, tuple[bool, dict[str, Any]]]:
+    return {r.name: (r.passed, r.figures) for r in results.checks}
+
+
+def test_checks_that_pass_run_on_the_staged_data_and_the_dataset_publishes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checks = [
+        RowCountCheck(min_rows=1),
+        NotNullCheck(["order_id", "day"]),
+        UniqueCheck("order_id"),
+        # The partition column, read back from the staged hive directories.
+        AcceptedValuesCheck("day", ["2025-01-01", "2025-01-02", "2025-01-03"]),
+        PredicateCheck("amount >= 0"),
+        PredicateCheck("amount < 3", severity="warn"),
+    ]
+    with _batch(spark, tmp_path, run_id="r1") as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, 0, 10),
+            partition_by=["day"],
+            watermarks={"p0": 10},
+            checks=checks,
+        )
+
+    report = batch.report
+    # The warn check failed (amount reaches 4.5): reported, published all the same.
+    assert report.exit_code == jobs.ExitCode.OK, report.error
+    assert report.published == ["orders"]
+    assert _seqs(tmp_path, "orders") == list(range(10))
+    found = _results(report.checks["orders"])
+    assert found["row_count"] == (True, {"rows": 10, "min_rows": 1})
+    assert found["unique(order_id)"][0] is True
+    assert found["accepted_values(day)"] == (True, {"rows": 10, "rejected_rows": 0})
+    assert found["predicate(amount < 3)"] == (
+        False,
+        {"rows": 10, "failing_rows": 4, "null_rows": 0},
+    )
+    assert report.held == {}
+    written = _written(batch)
+    assert written["checks"]["orders"]["held"] is False
+    assert [c["passed"] for c in written["checks"]["orders"]["checks"]] == [True] * 5 + [False]
+    assert written["checks"]["orders"]["checks"][5]["severity"] == "warn"
+    assert written["held"] == {}
+
+
+def test_a_check_that_cannot_run_is_refused_before_anything_is_staged(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    with _batch(spark, tmp_path) as batch:
+        with pytest.raises(CheckDeclarationError, match="'nope' is not a column"):
+            batch.stage("orders", _orders(spark, 0, 3), checks=[NotNullCheck(["nope"])])
+        with pytest.raises(jobs.BatchArgumentError, match="argument 'checks'"):
+            batch.stage("orders", _orders(spark, 0, 3), checks=NotNullCheck(["seq"]))  # type: ignore[arg-type]
+        assert batch.report.run_dir is None
+    assert batch.report.staged == {}
+
+
+@pytest.mark.parametrize("store", ["fs", "redis"])
+def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
+    spark: SparkSession, tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    store_url = None if store == "fs" else request.getfixturevalue("redis_url")
+    places = _places(tmp_path, store_url)
+    with _batch(spark, tmp_path, store_url, run_id="r1") as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, 0, 6, dup=True),
+            watermarks={"p0": 6},
+            checks=[UniqueCheck("order_id"), RowCountCheck(max_rows=100, severity="warn")],
+        )
+        batch.stage("clicks", spark.range(4).withColumnRenamed("id", "seq"), watermarks={"p0": 4})
+
+    report = batch.report
+    assert report.exit_code == jobs.ExitCode.PARTIAL
+    assert report.published == ["clicks"]
+    assert report.written_ahead == ["clicks"]
+    held = report.held["orders"]
+    assert held.run_id == "r1"
+    assert [c["name"] for c in held.checks] == ["unique(order_id)"]
+    assert held.checks[0]["figures"]["duplicate_rows"] == 1
+    # Not written ahead: nothing published, the watermark unmoved, the staged files kept.
+    assert _seqs(tmp_path, "orders") == []
+    assert _watermark(tmp_path, "orders") is None
+    assert open_store(places["store"]).datasets(JOB) == []
+    staged = sorted(Path(held.staging_dir).rglob("*.parquet"))
+    assert staged
+    written = _written(batch)
+    assert written["exit_code"] == 3
+    assert written["held"]["orders"]["checks"][0]["figures"]["rows"] == 7
+    assert written["held"]["orders"]["staging_dir"] == held.staging_dir
+    assert written["checks"]["orders"]["held"] is True
+    assert written["counts"]["held"] == 1
+
+    # Later runs skip it, its data kept, until an operator acts; they exit 3 too.
+    with _batch(spark, tmp_path, store_url, run_id="r2") as again:
+        assert again.held == {"orders": HELD}
+        assert again.committed("orders", "p0") is None
+        with pytest.raises(DatasetHeldError, match="commitpub release"):
+            again.stage("orders", _orders(spark, 0, 6))
+        again.stage(
+            "clicks", spark.range(4, 6).withColumnRenamed("id", "seq"), watermarks={"p0": 6}
+        )
+    assert again.report.exit_code == jobs.ExitCode.PARTIAL
+    assert again.report.skipped == {"orders": HELD}
+    assert sorted(Path(held.staging_dir).rglob("*.parquet")) == staged
+    assert _seqs(tmp_path, "clicks") == list(range(6))
+
+    with locked_publisher(batch_config(JOB, **places)) as pub:
+        assert pub.release("orders").outcome == Outcome.PUBLISHED
+    assert _seqs(tmp_path, "orders") == [0, *range(6)]
+    assert _watermark(tmp_path, "orders") == 6
+    with _batch(spark, tmp_path, store_url, run_id="r3") as third:
+        assert third.held == {}
+        third.stage("orders", _orders(spark, 6, 8), watermarks={"p0": 8})
+    assert third.report.exit_code == jobs.ExitCode.OK
+    assert _seqs(tmp_path, "orders") == [0, *range(8)]
+
+
+def test_a_discarded_hold_is_read_again_and_the_row_count_compares_with_the_last_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checks = [RowCountCheck(min_ratio=0.5)]
+    with _batch(spark, tmp_path, run_id="r1") as first:
+        first.stage("orders", _orders(spark, 0, 10), watermarks={"p0": 10}, checks=checks)
+    assert first.report.exit_code == jobs.ExitCode.OK
+    assert _results(first.report.checks["orders"])["row_count"][1]["previous_rows"] is None
+
+    # 3 rows after 10: fewer than half.
+    with _batch(spark, tmp_path, run_id="r2") as second:
+        second.stage("orders", _orders(spark, 10, 13), watermarks={"p0": 13}, checks=checks)
+    assert second.report.exit_code == jobs.ExitCode.PARTIAL
+    passed, figures = _results(second.report.checks["orders"])["row_count"]
+    assert (passed, figures["rows"], figures["previous_rows"]) == (False, 3, 10)
+    staging_dir = Path(second.report.held["orders"].staging_dir)
+
+    with locked_publisher(batch_config(JOB, **batch_places(tmp_path))) as pub:
+        assert pub.discard("orders").outcome == Outcome.DISCARDED
+    assert not staging_dir.exists()
+    with _batch(spark, tmp_path, run_id="r3") as third:
+        last = third.committed("orders", "p0")
+        assert last == 10  # the held rows are read again
+        third.stage("orders", _orders(spark, last, 16), watermarks={"p0": 16}, checks=checks)
+    assert third.report.exit_code == jobs.ExitCode.OK, third.report.checks
+    assert _seqs(tmp_path, "orders") == list(range(16))
