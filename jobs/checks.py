@@ -49,6 +49,7 @@ __all__ = [
     "CheckResult",
     "CheckResults",
     "CustomCheck",
+    "DeclaredChecks",
     "FreshnessCheck",
     "NotNullCheck",
     "PredicateCheck",
@@ -57,6 +58,7 @@ __all__ = [
     "UniqueCheck",
     "checks_from_config",
     "converter",
+    "declared_checks",
     "run_checks",
     "validate_checks",
 ]
@@ -932,6 +934,56 @@ def checks_from_config(declarations: Any, *, path: str = "checks") -> list[Check
             )
         names[check.name] = i
     return checks
+
+
+#: The key of a job file's check that names the one dataset it checks.
+DATASET_KEY = "dataset"
+
+
+@attrs.frozen
+class DeclaredChecks:
+    """A job file's ``[[checks]]``: each check with the dataset it is for (None: every
+    dataset), in the file's order."""
+
+    declared: tuple[tuple[str | None, Check], ...] = ()
+
+    def of(self, dataset: str) -> list[Check]:
+        """The checks of ``dataset``: those for every dataset and its own, in order."""
+        return [c for d, c in self.declared if d is None or d == dataset]
+
+
+def declared_checks(declarations: Any, *, path: str = "checks") -> DeclaredChecks:
+    """The checks of a job file's ``[[checks]]`` tables: each a check's declaration (see
+    :func:`checks_from_config`) with an optional ``dataset = "orders"``; without one, the
+    check is for every dataset.
+
+    Raises:
+        CheckDeclarationError: naming the declaration and its key, as
+            :func:`checks_from_config`; two checks of one name for one dataset.
+    """
+    if not isinstance(declarations, list):
+        raise CheckDeclarationError(f"{path}: must be an array of tables, got {declarations!r:.80}")
+    declared: list[tuple[str | None, Check]] = []
+    for i, doc in enumerate(declarations):
+        where = f"{path}[{i}]"
+        if not isinstance(doc, dict):
+            raise CheckDeclarationError(f"{where}: must be a table, got {doc!r:.80}")
+        dataset = doc.get(DATASET_KEY)
+        if DATASET_KEY in doc and (not isinstance(dataset, str) or not dataset):
+            raise CheckDeclarationError(
+                f"{where}.{DATASET_KEY}: must be a dataset's name, got {dataset!r}"
+            )
+        rest = {k: v for k, v in doc.items() if k != DATASET_KEY}
+        declared.append((dataset, _declaration(rest, where)))
+    for i, (dataset, check) in enumerate(declared):
+        for j, (other, earlier) in enumerate(declared[:i]):
+            meet = dataset is None or other is None or dataset == other
+            if meet and earlier.name == check.name:
+                raise CheckDeclarationError(
+                    f"{path}[{i}]: the name {check.name!r} is already that of {path}[{j}], "
+                    "which checks the same data: give one of them a 'name'"
+                )
+    return DeclaredChecks(tuple(declared))
 
 
 def _declaration(doc: Any, where: str) -> Check:

@@ -40,6 +40,7 @@ from cattrs.errors import (
 
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs import formats
+from jobs.checks import DeclaredChecks, declared_checks
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
 from jobs.settings import (
@@ -443,6 +444,13 @@ class JobConfig(OperatorConfig):
         factory=list,
         doc="more hive partition columns, after the time field's date column",
     )
+    #: Checked by :func:`~jobs.checks.declared_checks` (each kind of check has its keys).
+    checks = Setting[DeclaredChecks](
+        "checks",
+        given=list[dict[str, Any]],
+        factory=list,
+        doc="checks of each dataset's staged data, before its write-ahead ([[checks]])",
+    )
 
     file: str
     source: SourceConfig
@@ -714,6 +722,7 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         _check_source(values, naming)
         source_path = values["source.path"]
         values["output.partition_by"] = _partition_by(values, naming)
+        values["checks"] = _checks(values["checks"], naming)
     if values["staging.path"]:  # an operator's, when not given: empty
         _check_apart(values, source_path, naming)
     if "source.type" in values:
@@ -727,6 +736,15 @@ def _lineage(given: Any, job: str, naming: Naming) -> LineageConfig | None:
         return LineageConfig.from_table(given, job)
     except ConfigurationError as e:
         raise naming.error(f"{naming.the('lineage')}: {e}") from e
+
+
+def _checks(given: Any, naming: Naming) -> DeclaredChecks:
+    if isinstance(given, DeclaredChecks):
+        return given
+    try:
+        return declared_checks(given)
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
 
 
 def _check_apart(values: Mapping[str, Any], source_path: str | None, naming: Naming) -> None:

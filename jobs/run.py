@@ -152,6 +152,7 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
                 partition_by=partition_by,
                 watermarks=watermarks,
                 source=join(config.source.path, dataset) if config.source.path else None,
+                checks=config.checks.of(dataset),
             )
         except (ConfigurationError, FencedError):
             raise
