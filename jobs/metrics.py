@@ -83,6 +83,20 @@ def registry(
     )
     for dataset, staged in sorted(report.staged.items()):
         skipped.labels(job, dataset).set(staged.bad_records_skipped)
+    failures = gauge(
+        "commitpub_check_failures",
+        "Checks of the last run's staged data that failed (1 each, warn ones included).",
+        "dataset",
+        "check",
+    )
+    for dataset, results in sorted(report.checks.items()):
+        for result in results.failed:
+            failures.labels(job, dataset, result.name).set(1)
+    one(
+        "commitpub_held_datasets",
+        "Datasets held by failed checks when the last run ended (release or discard them).",
+        len(report.held),
+    )
     if report.lineage_run_id is not None:
         events = gauge(
             "commitpub_last_run_lineage_events",

@@ -17,9 +17,11 @@ from jobhelpers import write_job
 
 import commitsteps
 from commitsteps import WatermarkCommitStep
+from jobs.checks import CheckResult, CheckResults, Severity
 from jobs.config import JobConfig, load_config
 from jobs.metrics import export
 from jobs.report import RunReport, StagedInfo, write_report
+from publisher import HeldDataset
 from store import open_store
 from store.errors import ConfigurationError
 
@@ -90,6 +92,37 @@ def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
     assert second[f"commitpub_last_success_timestamp_seconds{{{job}}}"] == success
     assert second[f"commitpub_last_run_timestamp_seconds{{{job}}}"] >= success
     assert [p.name for p in prom.parent.iterdir()] == ["commitpub.prom"]  # no temp file left
+
+
+def test_each_failed_check_and_the_held_datasets_are_gauges(tmp_path: Path) -> None:
+    prom = tmp_path / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    report = _report(exit_ok=True)
+
+    def result(name: str, severity: Severity, passed: bool) -> CheckResult:
+        return CheckResult(name, "predicate", severity, passed, {"rows": 10}, "")
+
+    report.checks["orders"] = CheckResults(
+        (
+            result("positive", Severity.ERROR, False),
+            result("small", Severity.WARN, False),
+            result("known", Severity.ERROR, True),
+        )
+    )
+    report.checks["clicks"] = CheckResults((result("positive", Severity.ERROR, True),))
+    report.held["orders"] = HeldDataset("orders", "/s/r1/orders", "2025-01-01", "r1", (), 3)
+
+    export(config, report)
+
+    values = _values(prom.read_text())
+    job = 'commitpub_job="test-job"'
+    failures = {k: v for k, v in values.items() if k.startswith("commitpub_check_failures{")}
+    assert failures == {
+        f'commitpub_check_failures{{check="positive",{job},dataset="orders"}}': 1,
+        f'commitpub_check_failures{{check="small",{job},dataset="orders"}}': 1,
+    }
+    assert values[f"commitpub_held_datasets{{{job}}}"] == 1
+    assert values[f"commitpub_last_run_exit_code{{{job}}}"] == 3
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o000, 0o644), (0o022, 0o644), (0o027, 0o640)])
