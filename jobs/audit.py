@@ -14,21 +14,26 @@ the job's own reports directory, kept with the job, is where a run's rows are wr
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
+import fsspec
 
 from commitsteps import CommitStep
 from jobs.checks import Check, CheckResults, RowCountCheck, converter, run_checks
+from jobs.commits import join, staged_files
 from jobs.report import StagedInfo, newest_reports
+from jobs.taskwriter import DEFAULT_PARTITION
 from publisher import HeldDataset, Publisher
 from store.failpoints import failpoint
-from store.urls import redact
+from store.urls import is_local, local_path, redact
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("commitpub.jobs")
@@ -46,15 +51,96 @@ class Audited:
 
 
 def read_staged(spark: SparkSession, info: StagedInfo, schema: StructType) -> DataFrame:
-    """The staged data of a dataset as Spark reads it back, with the staged DataFrame's
-    schema (hive partition columns typed as the DataFrame had them; a table's
-    ``<column>_partition`` directories left out)."""
+    """The staged data of a dataset, read back in Spark tasks, with the staged DataFrame's
+    schema.
+
+    Each task reads staged files with pyarrow, locally or through fsspec, as the staging
+    writer wrote them (:mod:`jobs.taskwriter`): no Hadoop connector for an object store. A
+    column that is not in the files is a hive partition column, read from the directory
+    names as the string Spark wrote there and cast back to its type by Spark (the writer
+    cast it to a string); a table's ``<column>_partition`` directories are left out.
+    """
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    files = sorted(staged_files(info.directory)) if not info.empty else []
+    if not files:
+        return spark.createDataFrame([], schema)
+    stored = set(_file_columns(join(info.directory, files[0])))
+    from_path = tuple(f.name for f in schema.fields if f.name not in stored)
+    read = StructType(
+        [StructField(f.name, StringType()) if f.name in from_path else f for f in schema.fields]
+    )
+    task = functools.partial(_read_task, info.directory, files, read.names, from_path)
+    frame = spark.range(len(files), numPartitions=len(files)).mapInArrow(task, read)
+    return frame.select(
+        *[
+            _column(f.name).cast(f.dataType).alias(f.name)
+            if f.name in from_path
+            else _column(f.name)
+            for f in schema.fields
+        ]
+    )
+
+
+def _column(name: str) -> Column:
+    """The top-level column ``name``, quoted: dots and spaces in it are not parsed."""
     from pyspark.sql import functions as sf
 
-    if info.empty:
-        return spark.createDataFrame([], schema)
-    frame = spark.read.schema(schema).option("basePath", info.directory).parquet(info.directory)
-    return frame.select(*[sf.col("`" + f.name.replace("`", "``") + "`") for f in schema.fields])
+    return sf.col("`" + name.replace("`", "``") + "`")
+
+
+def _open(url: str) -> Any:
+    if is_local(url):
+        return open(local_path(url), "rb")
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.open(path, "rb")
+
+
+def _file_columns(url: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    with _open(url) as f:
+        return list(pq.read_schema(f).names)
+
+
+def _partition_values(relative: str) -> dict[str, str | None]:
+    """The hive partition values of a staged file's relative path (``day=2025-01-01/...``)."""
+    values: dict[str, str | None] = {}
+    for part in relative.split("/")[:-1]:
+        key, sep, value = part.partition("=")
+        if sep:
+            text = urllib.parse.unquote(value)
+            values[urllib.parse.unquote(key)] = None if text == DEFAULT_PARTITION else text
+    return values
+
+
+def _read_task(
+    directory: str,
+    files: Sequence[str],
+    columns: Sequence[str],
+    from_path: Sequence[str],
+    batches: Iterator[Any],
+) -> Iterator[Any]:
+    """The rows of the staged files numbered in ``batches`` (one Spark task's share), as
+    the columns ``columns``: a file's own column as the writer stored it (from Spark's own
+    Arrow batches), a partition column as the string of its directory name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            values = _partition_values(files[number])
+            with _open(join(directory, files[number])) as f:
+                for rows in pq.ParquetFile(f).iter_batches():
+                    yield pa.RecordBatch.from_arrays(
+                        [
+                            pa.array([values.get(name)] * rows.num_rows, pa.string())
+                            if name in from_path
+                            else rows.column(name)
+                            for name in columns
+                        ],
+                        names=list(columns),
+                    )
 
 
 def previous_rows(reports: str, dataset: str) -> int | None:
