@@ -5,7 +5,8 @@ comes only from the job's ``[s3]`` or ``[gcs]`` table (it is taken out of the en
 the ``commitpub`` processes get); on Azure the account comes from the ``[azure]`` table and
 the endpoint with the key from the connection string in the environment, as credentials do.
 
-Run 1 is clean; run 2 is SIGKILLed in the middle of publishing (copies and deletes on the
+Every run checks each dataset's staged data, read back from the object store. Run 1 is
+clean; run 2 is SIGKILLed in the middle of publishing (copies and deletes on the
 object store); run 3 recovers and finishes. Then every source record is in the output
 exactly once.
 """
@@ -28,6 +29,16 @@ from store.failpoints import ENV_VAR
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DATASETS = ["clicks", "orders"]
+#: Checks of every dataset, read back from the staged files on the object store.
+CHECKS = """
+[[checks]]
+check = "unique"
+columns = ["id"]
+
+[[checks]]
+check = "predicate"
+sql = "to_date(ts) = ts_date"
+"""
 
 
 def _run(job: Path, *args: str, log: Path, drop: str, failpoint: str | None = None) -> int:
@@ -85,12 +96,15 @@ def test_job_runs_recovers_and_publishes_exactly_once_on_an_object_store(
         lock={"url": f"{remote}/state/steps"},
         **table,
     )
+    job.write_text(job.read_text() + CHECKS)
     run = lambda *args, **kw: _run(job, *args, drop=drop, **kw)  # noqa: E731
 
     assert run("run", log=tmp_path / "run1.log") == 0, (tmp_path / "run1.log").read_text()
     [first] = [json.loads(p.read_text()) for p in (tmp_path / "reports").glob("*-run.json")]
     # Rows are counted from the staged files' footers on the object store too.
     assert first["counts"]["staged_rows"] == len(DATASETS) * 2 * 120
+    checks = first["checks"]["orders"]
+    assert [(c["passed"], c["figures"]["rows"]) for c in checks["checks"]] == [(True, 240)] * 2
 
     for dataset in DATASETS:
         landing.append(dataset, "1", 60, new_segment=True)
