@@ -493,6 +493,7 @@ class Batch:
                 (``@commitsteps.register``), not serializable, or defined in ``__main__``
                 (executors could not import it to recover the commit).
             DatasetQuarantinedError: if the dataset is quarantined.
+            DatasetHeldError: if the dataset is held by failed checks.
             DatasetPendingError: if its pending commit could not be recovered.
         """
         self._require_open("add_steps")
@@ -664,7 +665,8 @@ class Batch:
             self._publisher.finish_run_dir(self.report.run_dir)
 
     def _abort(self, exc: BaseException) -> None:
-        """Delete what this run staged; nothing was written ahead."""
+        """Delete what this run staged; nothing was written ahead, nor held (holds are made
+        only when the block is left normally, and a failed publish is never aborted)."""
         log.error("the batch block raised %s; nothing is published", error_text(exc))
         if self.report.run_dir is None:
             return
