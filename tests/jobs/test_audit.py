@@ -8,16 +8,18 @@ tests/jobs/test_audit_kills.py; the job file's checks through ``commitpub run`` 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-from jobhelpers import batch_places
+from jobhelpers import batch_places, write_job
 from pyspark.sql import DataFrame, SparkSession
 
 import jobs
 from jobs import Batch, DatasetHeldError
+from jobs.audit import read_staged
 from jobs.checks import (
     AcceptedValuesCheck,
     CheckResults,
@@ -26,11 +28,12 @@ from jobs.checks import (
     RowCountCheck,
     UniqueCheck,
 )
-from jobs.config import batch_config
+from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
 from jobs.locking import locked_publisher
 from publisher import Outcome
 from store import open_store, open_watermarks
+from store.errors import ConfigurationError
 
 pytestmark = pytest.mark.spark
 
@@ -240,8 +243,6 @@ def test_the_staged_data_is_read_back_with_the_dataframes_types_partition_column
     with _batch(spark, tmp_path) as batch:
         batch.stage("events", df, partition_by=["day", "name"], checks=checks)
         staged = batch.report.staged["events"]
-        from jobs.audit import read_staged
-
         back = read_staged(spark, staged, df.schema)
         # Types as staged; a partition column read from a directory name may be null.
         assert back.schema.simpleString() == df.schema.simpleString()
@@ -254,3 +255,30 @@ def test_the_staged_data_is_read_back_with_the_dataframes_types_partition_column
     assert found["not_null(name, ts)"][1]["null_rows.ts"] == 1
     assert found["predicate(day >= DATE'2025-01-01' AND tags.k = id)"][0]
     assert found["ts on its day"][0]
+
+
+def test_the_job_files_checks_are_for_every_dataset_or_one_and_refused_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    job = write_job(tmp_path)
+    (tmp_path / "landing").mkdir()
+    every = '[[checks]]\ncheck = "row_count"\nmin_rows = 1\n'
+    orders = '[[checks]]\ndataset = "orders"\ncheck = "unique"\ncolumns = ["id"]\n'
+    base = job.read_text()
+    job.write_text(f"{base}\n{every}\n{orders}")
+    config = load_config(job)
+    assert [c.name for c in config.checks.of("orders")] == ["row_count", "unique(id)"]
+    assert [c.name for c in config.checks.of("clicks")] == ["row_count"]
+
+    for extra, error in [
+        ('[[checks]]\ncheck = "unique"\ncolumns = "id"\n', "checks[0].columns: must be an array"),
+        ('[[checks]]\ndataset = 3\ncheck = "row_count"\nmin_rows = 1\n', "checks[0].dataset"),
+        (f"{every}\n{every}", "checks[1]: the name 'row_count' is already that of checks[0]"),
+        ('[[checks]]\ncheck = "often"\n', "checks[0].check: unknown kind of check 'often'"),
+    ]:
+        job.write_text(f"{base}\n{extra}")
+        with pytest.raises(ConfigurationError, match=re.escape(error)):
+            load_config(job)
+    # A check of one dataset does not clash with another dataset's of the same name.
+    job.write_text(f"{base}\n{orders}\n{orders.replace('orders', 'clicks')}")
+    assert [c.name for c in load_config(job).checks.of("clicks")] == ["unique(id)"]
