@@ -1,8 +1,9 @@
-"""What the operator on call runs: status, inspect, retry, discard, unlock, adopt-watermarks.
-No Spark needed.
+"""What the operator on call runs: status, inspect, retry, discard, release, unlock,
+adopt-watermarks. No Spark needed.
 
-Reading commands (:func:`status`, :func:`inspect`) take no lock and change nothing. Changing
-commands (:func:`retry`, :func:`discard`, :func:`adopt_watermarks`) take the job lock first,
+Reading commands (:func:`status`, :func:`inspect`, :func:`held`) take no lock and change
+nothing. Changing commands (:func:`retry`, :func:`discard`, :func:`release`,
+:func:`adopt_watermarks`) take the job lock first,
 exactly like a run, so they never race one; :func:`unlock` frees only a lease whose holder is
 dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 """
@@ -25,7 +26,15 @@ from jobs.formats import CATALOG_NAME
 from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.report import newest_reports
 from jobs.watermarks import Adopted, adopt
-from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
+from publisher import (
+    DatasetReport,
+    DatasetStatus,
+    HeldDataset,
+    NotHeldError,
+    Publisher,
+    check_connections,
+    verify_all,
+)
 from publisher import status as status_record
 from store import (
     CommitStepStore,
@@ -165,6 +174,16 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
             "rolled_back": st.discarding.rolled_back,
         },
         "discard_refused": st.discard_refused,
+        "held": None
+        if st.held is None
+        else {
+            "since": st.held.since,
+            "run_id": st.held.run_id,
+            "staging_dir": st.held.staging_dir,
+            "steps": len(st.held.records),
+            "checks": list(st.held.checks),
+            "discarding": st.held.discarding,
+        },
     }
 
 
@@ -173,7 +192,9 @@ def status(config: BatchConfig) -> dict[str, Any]:
 
     ``quarantined`` also lists datasets quarantined without a pending sequence (their
     extract kept failing), which ``without_pending`` describes; an unreadable status shows
-    as a quarantine naming the error.
+    as a quarantine naming the error. ``held`` lists the datasets held by a failed check;
+    each one's ``held`` field says since when, by which run, which checks failed with their
+    figures, and where its staged data is.
     """
     now = time.time()
     pub = open_publisher(config)
@@ -209,6 +230,8 @@ def status(config: BatchConfig) -> dict[str, Any]:
         "lock": _lease_state(lease),
         "pending": pending,
         "quarantined": sorted(d for d, st in statuses.items() if st.quarantined),
+        # Kept back by a failed check of their staged data, until released or discarded.
+        "held": sorted(d for d, st in statuses.items() if st.held is not None),
         # Failures counted outside a commit (an extract, say): no sequence to inspect.
         "without_pending": [
             {"dataset": d, **_status_fields(st)}
@@ -258,7 +281,8 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     A sequence the store cannot read is shown with the error (and the steps read before
     it), not raised: inspect is for finding out what is wrong. The step a recorded failure
     stopped at is marked ``failing`` (see :func:`_failing_step`). A dataset without a
-    pending sequence is shown with ``pending`` false and its status, if any.
+    pending sequence is shown with ``pending`` false and its status, if any; a held one
+    with the steps of its held commit, as they would be written ahead on release.
 
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset.
@@ -271,22 +295,50 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         except CorruptRecordError as e:
             info, unreadable = None, f"{type(e).__name__}: {e}"
         status_doc = status_record.read_or_quarantined(st, config.name, dataset)
-        if (info is None and dataset not in st.datasets(config.name)) or (
-            info is not None and not info.exists
-        ):
+        pending = not (
+            (info is None and dataset not in st.datasets(config.name))
+            or (info is not None and not info.exists)
+        )
+        if not pending:
             _known(config, dataset, st)
-            return {
-                "job": config.name,
-                "dataset": dataset,
-                "pending": False,
-                **_status_fields(status_doc or DatasetStatus()),
-                "steps": [],
-            }
-        try:
-            # Streamed, so the records before a damaged one are still shown.
-            records.extend(st.iter_records(config.name, dataset))
-        except CorruptRecordError as e:
-            unreadable = f"{type(e).__name__}: {e}"
+            if status_doc is None or status_doc.held is None:
+                return {
+                    "job": config.name,
+                    "dataset": dataset,
+                    "pending": False,
+                    **_status_fields(status_doc or DatasetStatus()),
+                    "steps": [],
+                }
+            records.extend(r.encode() for r in status_doc.held.records)
+        else:
+            try:
+                # Streamed, so the records before a damaged one are still shown.
+                records.extend(st.iter_records(config.name, dataset))
+            except CorruptRecordError as e:
+                unreadable = f"{type(e).__name__}: {e}"
+    steps = _decoded(config, dataset, records)
+    failing = _failing_step(status_doc, steps)
+    for doc in steps:
+        doc["failing"] = doc["index"] == failing
+    return {
+        "job": config.name,
+        "dataset": dataset,
+        "pending": pending,
+        "sealed": None if info is None or not pending else info.sealed,
+        "token": None if info is None or not pending else info.token,
+        "written_at": None if info is None or not pending else info.written_at,
+        **_status_fields(status_doc or DatasetStatus()),
+        "steps": steps,
+        "done": sum(1 for s in steps if s.get("verified")),
+        "failing_step": failing,
+        # Why the store could not read the sequence (or its rest, after the steps shown).
+        "unreadable": unreadable,
+    }
+
+
+def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> list[dict[str, Any]]:
+    """Each record as ``inspect`` shows it: its step's fields and whether it verifies, or
+    why it cannot be decoded (or verified: a store that is not the job's)."""
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
     connections = Connections(
@@ -316,23 +368,7 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         verified = [None] * len(decoded)  # type: ignore[list-item]
     for (index, _), ok in zip(decoded, verified, strict=True):
         steps[index]["verified"] = ok
-    failing = _failing_step(status_doc, steps)
-    for doc in steps:
-        doc["failing"] = doc["index"] == failing
-    return {
-        "job": config.name,
-        "dataset": dataset,
-        "pending": True,
-        "sealed": None if info is None else info.sealed,
-        "token": None if info is None else info.token,
-        "written_at": None if info is None else info.written_at,
-        **_status_fields(status_doc or DatasetStatus()),
-        "steps": steps,
-        "done": sum(1 for s in steps if s.get("verified")),
-        "failing_step": failing,
-        # Why the store could not read the sequence (or its rest, after the steps shown).
-        "unreadable": unreadable,
-    }
+    return steps
 
 
 _STEP_RE = re.compile(r"\bstep (\d+) \(")
@@ -392,6 +428,43 @@ def discard(
     return _on_dataset(
         config, dataset, lambda pub: pub.discard(dataset, keep_table=keep_table, force=force)
     )
+
+
+def held(config: BatchConfig, dataset: str) -> HeldDataset | None:
+    """The dataset's hold, or None if it is not held; read-only, no lock (``release`` and
+    ``discard`` look again under the lock).
+
+    Raises:
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
+    """
+    check_dataset(config, dataset)
+    pub = open_publisher(config)
+    try:
+        return next((h for h in pub.holds() if h.dataset == dataset), None)
+    finally:
+        pub.close()
+
+
+def release(config: BatchConfig, dataset: str) -> DatasetReport:
+    """Publish a held dataset's commit as it was staged, exactly once, under the job lock
+    (see ``Publisher.release``).
+
+    Raises:
+        NotHeldError: if the dataset is not held (it may name a pending release the next
+            recovery finishes).
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
+        WatermarkMovedError: if a watermark of the held commit moved; nothing was changed.
+        HeldDataMissingError: if a staged file of it is gone; nothing was changed.
+        DiscardInProgressError: if a discard of the hold is not finished.
+        LockHeldError: if a run holds the job lock.
+    """
+    try:
+        return _on_dataset(config, dataset, lambda pub: pub.release(dataset))
+    except NothingPendingError as e:
+        raise NotHeldError(
+            f"release of {dataset!r} refused: it is not held (job {config.name!r} has no "
+            "pending commit and no status of it)"
+        ) from e
 
 
 def unlock(
