@@ -198,6 +198,14 @@ def test_release_of_a_dataset_that_was_never_held_exits_2_and_changes_nothing(
         "commitpub: error: release of 'clicks' refused: it is not held (job 'test-job' has no "
         "pending commit and no status of it)"
     )
+    # A status, but no hold: a dataset whose extract failed.
+    pub = open_publisher(job.config)
+    pub.record_failure("clicks", ValueError("clicks/0/1.jsonl line 3: not JSON"))
+    pub.close()
+    done = job.run("release", "clicks", "--yes", code=2)
+    assert done.stderr.splitlines()[-1] == (
+        "commitpub: error: release of 'clicks' refused: it is not held"
+    )
     job.unchanged()
 
 
