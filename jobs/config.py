@@ -31,6 +31,7 @@
     url = "state/watermarks"    # or redis://host:port/db
     [spark]
     master = "local[2]"         # optional; without it Spark's own default (spark-submit's)
+    remote = "sc://host:15002"  # optional, instead of master: a Spark Connect server
     conf = { "spark.executor.memory" = "2g" }   # optional
     [publish]
     max_attempts = 3            # optional
@@ -68,7 +69,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlparse, urlsplit
 
 import attrs
 import cattrs
@@ -139,6 +140,34 @@ def _at_least(low: int) -> Validator:
 
 
 _NOT_BLANK = _check(lambda v: bool(v.strip()), lambda _v: "must not be empty")
+
+
+def connect_url_problem(url: str) -> str | None:
+    """What is wrong with a Spark Connect URL, ``sc://host[:port][/;key=value;...]``, as
+    pyspark's client reads it; None if nothing is. A token (``;token=...``) is refused: a job
+    file is no place for a credential (pyspark reads ``SPARK_CONNECT_AUTHENTICATE_TOKEN``)."""
+    if not url.startswith("sc://"):
+        return "must be a Spark Connect URL, sc://host:port"
+    try:
+        parts = urlparse("http" + url[2:])  # pyspark's own reading of it
+        _ = parts.port
+    except ValueError:
+        return "must be a Spark Connect URL, sc://host:port (the port a number)"
+    if not parts.hostname or parts.path not in ("", "/"):
+        return "must be a Spark Connect URL, sc://host:port, with no path"
+    params = [p.partition("=") for p in parts.params.split(";")] if parts.params else []
+    if any(not key or not eq for key, eq, _value in params):
+        return "must give its parameters as ;key=value"
+    if any(key == "token" for key, _eq, _value in params):
+        return "must not hold a token: set SPARK_CONNECT_AUTHENTICATE_TOKEN instead"
+    return None
+
+
+def _connect_url() -> Validator:
+    return _check(
+        lambda v: connect_url_problem(v) is None,
+        lambda v: f"{connect_url_problem(v)}, got {v.partition(';')[0]!r}",
+    )
 
 
 def _http_url(shown: Callable[[str], str]) -> Validator:
@@ -224,6 +253,7 @@ class _Watermarks:
 @attrs.frozen(kw_only=True)
 class _Spark:
     master: str | None = None
+    remote: str | None = attrs.field(default=None, validator=_connect_url())
     conf: dict[str, Any] = attrs.field(factory=dict)
 
 
@@ -551,6 +581,8 @@ class OperatorConfig(BatchConfig):
     #: The job file, or None for options.
     file: str | None = None
     spark_master: str | None = None
+    #: ``[spark] remote``: a Spark Connect server's URL, instead of a master.
+    spark_remote: str | None = None
     spark_conf: Mapping[str, str] = attrs.field(factory=dict)
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
@@ -993,8 +1025,14 @@ def operator_config(
 def _runtime(doc: _JobFile | _OperatorFile, naming: Naming) -> dict[str, Any]:
     """What a job file says beyond ``Batch``'s settings: its Spark, and where its object
     stores are (``[spark]``, ``[s3]``, ``[gcs]``, ``[azure]``)."""
+    if doc.spark.master is not None and doc.spark.remote is not None:
+        raise naming.error(
+            "keys 'spark.master' and 'spark.remote' exclude each other: Spark runs the job "
+            "itself (master) or a Spark Connect server does (remote); give one"
+        )
     return {
         "spark_master": doc.spark.master,
+        "spark_remote": doc.spark.remote,
         "spark_conf": _spark_conf(doc.spark.conf, naming),
         "s3_endpoint_url": doc.s3.endpoint_url,
         "s3_region": doc.s3.region,

@@ -212,7 +212,10 @@ def build_session(config: OperatorConfig) -> SparkSession:
 
     ensure_python()
     builder = SparkSession.builder.appName(f"commitpub {config.name}")
-    if config.spark_master:
+    remote = _remote(config)
+    if remote:
+        builder = builder.remote(remote)
+    elif config.spark_master:
         builder = builder.master(config.spark_master)
     conf = dict(SPARK_DEFAULTS)
     if _SPARK_LOGS["verbose"]:
@@ -227,6 +230,45 @@ def build_session(config: OperatorConfig) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _remote(config: OperatorConfig) -> str | None:
+    """The Spark Connect server a job's session connects to: ``[spark] remote``, which wins
+    over a different ``SPARK_REMOTE`` (logged), else ``SPARK_REMOTE``'s (pyspark reads it).
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, which Spark
+            refuses: one of them must go.
+    """
+    given = os.environ.get("SPARK_REMOTE")
+    if config.spark_remote:
+        if given and given != config.spark_remote:
+            log.info(
+                "connecting to %s, the job file's spark.remote; SPARK_REMOTE (%s) is ignored",
+                shown_remote(config.spark_remote),
+                shown_remote(given),
+            )
+        return config.spark_remote
+    if given and config.spark_master:
+        raise ConfigurationError(
+            f"{config.file or config.name}: key 'spark.master' ({config.spark_master!r}) "
+            f"and SPARK_REMOTE ({shown_remote(given)!r}) exclude each other: unset "
+            "SPARK_REMOTE, or replace spark.master by spark.remote"
+        )
+    return None
+
+
+def spark_target(config: OperatorConfig) -> str:
+    """Where a job's Spark runs, for a progress line: its Connect server, or its master."""
+    remote = config.spark_remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return f"Spark Connect {shown_remote(remote)}"
+    return config.spark_master or "default master"
+
+
+def shown_remote(url: str) -> str:
+    """A Spark Connect URL fit for logs and reports: its parameters (a token) left out."""
+    return url.partition(";")[0].rstrip("/")
 
 
 @attrs.frozen
