@@ -207,6 +207,13 @@ def build_session(config: OperatorConfig) -> SparkSession:
     (``COMMITPUB_REDIS_PASSWORD``) and where the object stores are reach the executors too,
     whose environment otherwise comes from the cluster's workers (see :func:`executor_env`);
     Spark redacts the password in its UI and logs.
+
+    A Spark Connect session (``[spark] remote``, else ``SPARK_REMOTE``) gets only the SQL
+    defaults and ``[spark] conf``: the server's logs and its executors' environment are the
+    server's own.
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set.
     """
     from pyspark.sql import SparkSession
 
@@ -217,6 +224,21 @@ def build_session(config: OperatorConfig) -> SparkSession:
         builder = builder.remote(remote)
     elif config.spark_master:
         builder = builder.master(config.spark_master)
+    if remote or os.environ.get("SPARK_REMOTE"):
+        # A Connect server's own settings (its logs, its console, its executors'
+        # environment) are the server's: a client setting them gets a warning, or nothing.
+        conf = {k: v for k, v in SPARK_DEFAULTS.items() if k.startswith("spark.sql.")}
+    else:
+        conf = _classic_conf()
+    conf.update(config.spark_conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _classic_conf() -> dict[str, str]:
+    """:data:`SPARK_DEFAULTS` and the executors' environment, for a session whose driver JVM
+    this process starts; its log4j configuration set up as :func:`build_session` says."""
     conf = dict(SPARK_DEFAULTS)
     if _SPARK_LOGS["verbose"]:
         conf["spark.log.level"] = "WARN"
@@ -226,10 +248,7 @@ def build_session(config: OperatorConfig) -> SparkSession:
         del conf["spark.log.level"]
     for name, value in executor_env(os.environ).items():
         conf[f"spark.executorEnv.{name}"] = value
-    conf.update(config.spark_conf)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return conf
 
 
 def _remote(config: OperatorConfig) -> str | None:
