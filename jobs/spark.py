@@ -380,7 +380,8 @@ class SparkRunner:
     sequences, and builds and writes ahead new ones, in Spark tasks, each responsible for a
     group of datasets. Step classes registered on the driver are imported in each task
     first; their modules must be importable on executors (install the package there, or
-    ship it with ``spark-submit --py-files`` / ``SparkContext.addPyFile``).
+    ship it with ``spark-submit --py-files`` / ``SparkContext.addPyFile``; on Spark Connect,
+    ``spark.addArtifacts(path, pyfile=True)`` or the server's ``PYTHONPATH``).
 
     Args:
         spark: the session whose executors run the work.
