@@ -220,7 +220,7 @@ def test_a_job_name_that_cannot_name_anything_is_refused(
     with pytest.raises(BatchArgumentError, match="job"):
         Batch(spark, "", **batch_places(tmp_path))
     with pytest.raises(TypeError, match="unexpected keyword argument 'stagin'"):
-        Batch(spark, JOB, stagin="x", **batch_places(tmp_path))  # type: ignore[call-arg]
+        Batch(spark, JOB, stagin="x", **batch_places(tmp_path))
 
 
 @pytest.fixture
