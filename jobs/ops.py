@@ -440,9 +440,12 @@ def held(config: BatchConfig, dataset: str) -> HeldDataset | None:
     check_dataset(config, dataset)
     pub = open_publisher(config)
     try:
-        return next((h for h in pub.holds() if h.dataset == dataset), None)
+        status = pub.status(dataset)
     finally:
         pub.close()
+    if status is None or status.held is None:
+        return None
+    return HeldDataset.of(dataset, status.held)
 
 
 def release(config: BatchConfig, dataset: str) -> DatasetReport:
