@@ -339,3 +339,27 @@ def test_release_killed_after_the_hold_went_is_finished_by_recover(job: HeldJob)
     assert (job.held(), job.pending(), job.staged()) == ([], [], [])
     job.run("release", HELD, "--yes", code=2)
     assert job.published() == EVERY_ROW
+
+
+def test_discard_killed_after_marking_the_hold_is_finished_by_discard_again(job: HeldJob) -> None:
+    killed = job.run(
+        "discard", HELD, "--yes", code=-signal.SIGKILL, env={ENV_VAR: "discard.hold_marked@1"}
+    )
+    assert killed.stdout == ""
+    doc = job.json("status")
+    [shown] = doc["without_pending"]
+    assert shown["held"]["discarding"] is not None
+    assert (
+        f"  {HELD}: HELD since {shown['held']['since']} by run r1, DISCARDING (unfinished: run "
+        "discard again), 3 steps held, not published"
+    ) in job.run("status").stdout
+    # What was being thrown away is never published.
+    refused = job.run("release", HELD, "--yes", code=1)
+    assert "a discard of its held data began at" in refused.stderr
+    assert job.staged() == sorted(ROWS)
+
+    done = job.run("discard", HELD, "--yes")
+
+    assert done.stdout == f"{HELD}: discarded (discarded, 3 steps)\n"
+    assert (job.held(), job.pending(), job.staged(), job.published()) == ([], [], [], [])
+    assert job.watermark() is None
