@@ -737,13 +737,8 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
     values["output.catalog"] = dict(output.catalog)
     values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
     source_path = None
-    if values.get("spark.master") is not None and values.get("spark.remote") is not None:
-        raise naming.error(
-            "keys 'spark.master' and 'spark.remote' exclude each other: Spark runs the job "
-            "itself (master) or a Spark Connect server does (remote); give one"
-        )
     if "spark.conf" in values:
-        values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
+        _check_spark(values, naming)
     if "source.type" in values:
         _check_source(values, naming)
         source_path = values["source.path"]
@@ -752,6 +747,16 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         _check_apart(values, source_path, naming)
     if "source.type" in values:
         _check_importable(values, naming)
+
+
+def _check_spark(values: dict[str, Any], naming: Naming) -> None:
+    """``[spark]``: a master or a Spark Connect server, not both; its conf as strings."""
+    if values.get("spark.master") is not None and values.get("spark.remote") is not None:
+        raise naming.error(
+            "keys 'spark.master' and 'spark.remote' exclude each other: Spark runs the job "
+            "itself (master) or a Spark Connect server does (remote); give one"
+        )
+    values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
 
 
 def _lineage(given: Any, job: str, naming: Naming) -> LineageConfig | None:
