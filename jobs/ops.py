@@ -22,22 +22,12 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
-from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.report import newest_reports
+from jobs.session import JobSession
 from jobs.watermarks import Adopted, adopt
 from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
 from publisher import status as status_record
-from store import (
-    CommitStepStore,
-    Connections,
-    Lease,
-    SequenceInfo,
-    connecting_only,
-    fencing,
-    open_lock,
-    open_store,
-    open_watermarks,
-)
+from store import Connections, Lease, SequenceInfo, connecting_only, fencing
 from store.errors import (
     CommitPubError,
     ConfigurationError,
@@ -61,22 +51,20 @@ class UnknownDatasetError(ConfigurationError):
     status, no watermark (a typo, or another job's dataset)."""
 
 
-def _known(config: BatchConfig, dataset: str, st: CommitStepStore) -> None:
+def _known(job: JobSession, dataset: str) -> None:
     """Refuse a dataset of which the job holds nothing (sequence, status or watermark).
 
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
+    config, st = job.config, job.store
     known = set(st.datasets(config.name)) | set(st.statuses(config.name))
     if dataset in known:
         return
-    wm = open_watermarks(config.watermarks_url, job=config.name)
     try:
-        known |= set(wm.datasets())
+        known |= set(job.watermarks.datasets())
     except ConfigurationError:
         return  # a store that cannot list: the dataset may have watermarks there
-    finally:
-        wm.close()
     if dataset not in known:
         raise UnknownDatasetError(
             f"dataset {dataset!r} is not a dataset of job {config.name!r}: no pending commit, "
@@ -90,8 +78,8 @@ def check_dataset(config: BatchConfig, dataset: str) -> None:
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
-    with open_store(config.store_url) as st:
-        _known(config, dataset, st)
+    with JobSession(config) as job:
+        _known(job, dataset)
 
 
 def has_work(config: BatchConfig, dataset: str) -> bool:
@@ -101,10 +89,11 @@ def has_work(config: BatchConfig, dataset: str) -> bool:
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset at all.
     """
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         if dataset in st.datasets(config.name) or dataset in st.statuses(config.name):
             return True
-        _known(config, dataset, st)
+        _known(job, dataset)
         return False
 
 
@@ -176,8 +165,8 @@ def status(config: BatchConfig) -> dict[str, Any]:
     as a quarantine naming the error.
     """
     now = time.time()
-    pub = open_publisher(config)
-    try:
+    with JobSession(config) as job:
+        pub = job.publisher
         pending = [
             {
                 "dataset": item.dataset,
@@ -191,13 +180,7 @@ def status(config: BatchConfig) -> dict[str, Any]:
             for item in pub.pending()
         ]
         statuses = pub.statuses()
-    finally:
-        pub.close()
-    lock = open_lock(config.lock_at)
-    try:
-        lease = lock.current(config.name)
-    finally:
-        lock.close()
+        lease = job.lock.current(config.name)
     reports = newest_reports(config.reports)
     report = next(reports, None)
     finished = report
@@ -265,7 +248,8 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     """
     records: list[bytes] = []
     unreadable = None
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         try:
             info: SequenceInfo | None = st.info(config.name, dataset)
         except CorruptRecordError as e:
@@ -274,7 +258,7 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         if (info is None and dataset not in st.datasets(config.name)) or (
             info is not None and not info.exists
         ):
-            _known(config, dataset, st)
+            _known(job, dataset)
             return {
                 "job": config.name,
                 "dataset": dataset,
@@ -355,11 +339,12 @@ def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]])
 
 def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
         pending = {p.dataset for p in pub.pending()}
         if dataset not in pending and pub.status(dataset) is None:
-            check_dataset(config, dataset)
+            _known(job, dataset)
             raise _nothing_pending(config, dataset, nor_status=True)
         return action(pub)
 
@@ -406,11 +391,8 @@ def unlock(
     Raises:
         LockHeldError: if a live run holds the lock.
     """
-    lock = open_lock(config.lock_at)
-    try:
-        return lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
-    finally:
-        lock.close()
+    with JobSession(config) as job:
+        return job.lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
 
 
 def adopt_watermarks(
@@ -434,20 +416,16 @@ def adopt_watermarks(
     """
     if bool(datasets) == all_legacy:
         raise ConfigurationError("name the datasets to adopt, or give --all (not both)")
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
-        own = open_watermarks(config.watermarks_url, job=config.name)
-        legacy = open_watermarks(config.watermarks_url)
-        try:
-            names = legacy.datasets() if all_legacy else list(datasets)
-            done = []
-            for dataset in names:
-                pub.require_lock(f"adopting the watermarks of {dataset!r}")
-                done.append(
-                    adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
-                )
-                log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
-            return done
-        finally:
-            own.close()
-            legacy.close()
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
+        own, legacy = job.watermarks, job.legacy_watermarks
+        names = legacy.datasets() if all_legacy else list(datasets)
+        done = []
+        for dataset in names:
+            pub.require_lock(f"adopting the watermarks of {dataset!r}")
+            done.append(
+                adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
+            )
+            log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
+        return done
