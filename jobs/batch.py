@@ -53,12 +53,13 @@ from jobs.errors import (
 )
 from jobs.exitcodes import ExitCode, for_error
 from jobs.formats import get_format
-from jobs.lineage import Lineage, LineageConfig, LineageInput, LineageOutput
+from jobs.lineage import Lineage, LineageInput, LineageOutput
 from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
 from jobs.session import JobSession, OnDemandSparkRunner
+from jobs.settings import argument_docs
 from jobs.spark import check_python, ensure_python
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
@@ -96,45 +97,11 @@ class Batch:
             unless it is set already, so Spark's Python workers can import commitpub; a
             session whose local workers cannot (started with another interpreter) is refused
             with a :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
-        job: the job's name; it names the job's lock, commits and staging.
-        store: the commit store's URL or path (``"state/steps"``, ``"redis://..."``).
-        watermarks: the watermark store's URL or path.
-        staging: this job's staging path; nothing else may be there (recovery deletes the
-            job's run directories in it), and it may not overlap the stores, the output or
-            the reports.
-        output: where datasets are published: ``<output>/<dataset>/``.
-        format: the output format: ``"parquet"`` (files under ``<output>/<dataset>/``),
-            ``"iceberg"`` (the table ``<namespace>.<dataset>`` in ``catalog``) or ``"delta"``
-            (the Delta table ``<output>/<dataset>``), or a format registered in
-            :mod:`jobs.formats`. A table is partitioned by one date column at most
-            (``stage(partition_by=[...])``).
-        catalog: Iceberg: the catalog's pyiceberg properties; default: an embedded SQL
-            catalog, ``sqlite:///<output>/catalog.db``. Secrets stay in the environment
-            (``PYICEBERG_CATALOG__DEFAULT__...``) or pyiceberg's configuration.
-        namespace: Iceberg: the tables' namespace; default: the job's name.
-        lineage: OpenLineage events of each run: a :class:`~jobs.lineage.LineageConfig` or
-            a ``[lineage]`` table (``{"transport": {"type": "file", ...}}``).
-        reports: where run reports go; default: ``reports`` beside a local store (required
-            for a store that is not a local path).
-        lock: where the job lock lives; default: the store's URL.
-        lock_ttl_s: the lock's lease, renewed every third of it (default 120).
-        max_attempts: failed commits of a dataset before it is quarantined (default 3).
-        table_commit_budget_s: seconds a table commit keeps trying while other writers'
-            commits to the table come first, each attempt verified first (default 300).
-        step_timeout_s: seconds a group of steps executed together (renames, a table
-            commit, your steps) may take before it is abandoned: the dataset's attempt is
-            counted and the run fails (default 3600).
-        run_timeout_s: seconds recovery and publish may take, counted from taking the lock,
-            before they are abandoned and the run fails (default 21600).
-        allow_volatile: run on stores that can forget what they acknowledged (a warning
-            instead of an error).
-        durability_unknown: ``"warn"`` runs on a store that cannot tell whether it keeps
-            what it acknowledged (a Redis refusing CONFIG and INFO); ``"refuse"`` (default)
-            refuses it, as a store proven volatile.
-        metrics_textfile: a node_exporter textfile to write the run's metrics into.
-        metrics_pushgateway: a Pushgateway to push the run's metrics to.
-        max_records_per_file: split staged files larger than this many records.
-        compression: the Parquet codec: ``"none"``, ``"snappy"``, ``"gzip"``, ``"zstd"``.
+        job, store, watermarks, staging, output, **settings: the job's settings, each a
+            keyword named for it (``format="delta"``, ``max_attempts=5``) and checked as
+            the job file's key is; None or left out: its default. Each is declared once, in
+            :class:`~jobs.config.BatchConfig`; this list is made from the declarations:
+        {settings}
         run_id: names the staging directory and prefixes published files; default: a new
             one from the time.
         progress: told of each phase; default: progress bars on a terminal, log lines
@@ -155,25 +122,9 @@ class Batch:
         watermarks: str,
         staging: str,
         output: str,
-        format: str = "parquet",
-        catalog: Mapping[str, Any] | None = None,
-        namespace: str | None = None,
-        lineage: LineageConfig | Mapping[str, Any] | None = None,
-        reports: str | None = None,
-        lock: str | None = None,
-        lock_ttl_s: float | None = None,
-        max_attempts: int | None = None,
-        table_commit_budget_s: float | None = None,
-        step_timeout_s: float | None = None,
-        run_timeout_s: float | None = None,
-        allow_volatile: bool | None = None,
-        durability_unknown: str | None = None,
-        metrics_textfile: str | None = None,
-        metrics_pushgateway: str | None = None,
-        max_records_per_file: int | None = None,
-        compression: str | None = None,
         run_id: str | None = None,
         progress: Progress | None = None,
+        **settings: Any,
     ) -> None:
         config = batch_config(
             job,
@@ -181,25 +132,11 @@ class Batch:
             watermarks=watermarks,
             staging=staging,
             output=output,
-            format=format,
-            catalog=None if catalog is None else dict(catalog),
-            namespace=namespace,
-            lineage=lineage,
-            reports=reports,
-            lock=lock,
-            lock_ttl_s=lock_ttl_s,
-            max_attempts=max_attempts,
-            table_commit_budget_s=table_commit_budget_s,
-            step_timeout_s=step_timeout_s,
-            run_timeout_s=run_timeout_s,
-            allow_volatile=allow_volatile,
-            durability_unknown=durability_unknown,
-            metrics_textfile=metrics_textfile,
-            metrics_pushgateway=metrics_pushgateway,
-            max_records_per_file=max_records_per_file,
-            compression=compression,
+            **settings,
         )
         self._setup(spark, config, run_id=run_id, progress=progress, command="run")
+
+    __doc__ = (__doc__ or "").replace("        {settings}", argument_docs(BatchConfig))
 
     @classmethod
     def from_config(

@@ -1,57 +1,17 @@
-"""The job definition users write in TOML, checked completely before Spark starts.
+"""The settings of a job, checked completely before Spark starts.
 
-::
+Each setting is declared once, as a :class:`~jobs.settings.Setting` attribute of the record
+that carries its checked value: :class:`BatchConfig` (what ``jobs.Batch`` takes),
+:class:`OperatorConfig` (a job file's Spark and object stores too), :class:`JobConfig` and
+:class:`SourceConfig` (a job file's source). The job file's tables, ``jobs.Batch``'s keyword
+arguments and their errors follow from these declarations (:mod:`jobs.settings`);
+``docs/configuration.md`` lists every key, with a full example.
 
-    [job]
-    name = "orders-ingest"
-    reports = "state/reports"   # optional: where run reports go (default: next to the store)
-    [source]
-    type = "landing"            # the built-in source, or a dotted class name
-    path = "landing"            # required by the landing source
-    time_field = "ts"           # optional: output partitioned by the date of this field
-    bad_records = "fail"        # optional: "fail" the dataset on a bad line, or "skip" it
-    options = {}                # optional: keyword options for a user's source class
-    transform = "pkg.mod:fn"    # optional: fn(df, dataset) -> DataFrame, before staging
-    [staging]
-    path = "staging"
-    [output]
-    path = "output"
-    format = "parquet"          # optional: "parquet", "iceberg" or "delta"
-    namespace = "analytics"     # optional, iceberg: the tables' namespace (default: job name)
-    catalog = { type = "sql", uri = "sqlite:///...", warehouse = "file:///..." }
-                                # optional, iceberg: pyiceberg catalog properties
-    partition_by = ["country"]  # optional: more partition columns, after the time field's
-    max_records_per_file = 1000000   # optional: split larger files
-    compression = "zstd"        # optional: none, snappy (Spark's default), gzip or zstd
-    [store]
-    url = "state/steps"         # or redis://host:port/db
-    allow_volatile = false      # optional: run on a store that can forget (warns)
-    durability_unknown = "refuse"  # optional: "warn" runs on a store that cannot tell
-    [watermarks]
-    url = "state/watermarks"    # or redis://host:port/db
-    [spark]
-    master = "local[2]"         # optional; without it Spark's own default (spark-submit's)
-    conf = { "spark.executor.memory" = "2g" }   # optional
-    [publish]
-    max_attempts = 3            # optional
-    table_commit_budget_s = 300 # optional: seconds a table commit tries against other writers
-    step_timeout_s = 3600       # optional: a group of steps (a table commit) may take this long
-    run_timeout_s = 21600       # optional: recovery and publish of one run, from the lock
-    [lock]                      # optional: one writer per job (lease + fencing token)
-    url = "state/steps"         # default: the store's URL; or redis://host:port/db
-    ttl_s = 120                 # lease length; renewed every ttl_s / 3 while the run lives
-    [metrics]                   # optional: Prometheus metrics of each run
-    textfile = "/var/lib/node_exporter/commitpub_orders.prom"   # textfile collector
-    pushgateway = "http://pushgateway:9091"                     # or a Pushgateway
-    [lineage]                   # optional: OpenLineage START and COMPLETE/FAIL per run
-    namespace = "orders"        # default: the job name
-    transport = { type = "file", log_file_path = "lineage.jsonl", append = true }
-    timeout = 5                 # seconds a run waits for one event at most
-
-The tables are attrs classes structured by one cattrs converter; an unknown table or key, a
-missing required one or a value of the wrong type is a
-:class:`~store.errors.ConfigurationError` naming the key. Relative paths and relative store
-URLs are resolved against the TOML file's directory.
+A job file is structured by one cattrs converter: an unknown table or key, a missing required
+one or a value of the wrong type is a :class:`~store.errors.ConfigurationError` naming the
+key. Relative paths and relative store URLs are resolved against the TOML file's directory.
+The rules across keys (paths apart from staging, no secrets, the output format's keys,
+partitioning, the source) then run in one pass, :func:`_check_across`.
 
 ``jobs.Batch`` takes the same settings as keyword arguments and goes through the same checks
 (:func:`batch_config`), with errors naming the argument instead of the key. The operator
@@ -65,10 +25,10 @@ import importlib
 import os
 import posixpath
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
+from urllib.parse import urlparse, urlsplit
 
 import attrs
 import cattrs
@@ -82,6 +42,24 @@ from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs import formats
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
+from jobs.settings import (
+    NOT_BLANK,
+    POSITIVE_SECONDS,
+    REQUIRED,
+    InvalidValueError,
+    Setting,
+    SettingsRecord,
+    Validator,
+    arguments,
+    at_least,
+    check,
+    declared,
+    flatten,
+    http_url,
+    one_of,
+    schema,
+    settings,
+)
 from jobs.sources import BAD_RECORDS
 from store.errors import ConfigurationError
 from store.records import TOML, strict_converter
@@ -94,63 +72,24 @@ from store.urls import (
     split_scheme,
 )
 
+R = TypeVar("R", bound=SettingsRecord)
+
 LANDING = "landing"
 #: Parquet codecs that Spark and pyarrow both write and every reader reads.
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd")
-
-
-class _InvalidValueError(ValueError):
-    """A value of one key is not allowed; ``problem`` follows the key's name."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(problem)
-        self.key = key
-        self.problem = problem
-
-
-Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
-
-
-def _check(ok: Callable[[Any], bool], problem: Callable[[Any], str]) -> Validator:
-    """An attrs validator raising :class:`_InvalidValueError` naming the field; None passes."""
-
-    def validate(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None and not ok(value):
-            raise _InvalidValueError(attribute.name, problem(value))
-
-    return validate
+#: What a run does with a store that cannot tell whether it is durable (``durable=None``).
+DURABILITY_UNKNOWN = ("refuse", "warn")
+#: Generous: a deadline is there to end a hang, not to cut a slow but live publish short.
+STEP_TIMEOUT_S = 3600.0
+RUN_TIMEOUT_S = 6 * 3600.0
 
 
 def _known_format() -> Validator:
     """The registered output formats (:mod:`jobs.formats`), asked when a value is checked."""
-    return _check(
+    return check(
         lambda v: v in formats.names(),
         lambda v: f"must be one of {', '.join(map(repr, formats.names()))}, got {v!r}",
     )
-
-
-def _one_of(choices: Sequence[str]) -> Validator:
-    shown = ", ".join(map(repr, choices))
-    return _check(lambda v: v in choices, lambda v: f"must be one of {shown}, got {v!r}")
-
-
-def _at_least(low: int) -> Validator:
-    return _check(lambda v: v >= low, lambda v: f"must be >= {low}, got {v}")
-
-
-_NOT_BLANK = _check(lambda v: bool(v.strip()), lambda _v: "must not be empty")
-
-
-def _http_url(shown: Callable[[str], str]) -> Validator:
-    def usable(url: str) -> bool:
-        try:
-            parts = urlsplit(url)
-            _ = parts.port  # a port that is not a number raises here, not at the first use
-        except ValueError:
-            return False
-        return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-    return _check(usable, lambda v: f"must be an http:// or https:// URL, got {shown(v)!r}")
 
 
 def redact_gateway(url: str) -> str:
@@ -168,180 +107,8 @@ def redact_gateway(url: str) -> str:
     return shown + ("?***" if parts.query else "")
 
 
-# -- the tables of a job file ----------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class _Job:
-    name: str
-    reports: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _Source:
-    type: str = LANDING
-    path: str | None = None
-    time_field: str | None = attrs.field(default=None, validator=_NOT_BLANK)
-    bad_records: str = attrs.field(default=BAD_RECORDS[0], validator=_one_of(BAD_RECORDS))
-    options: dict[str, Any] = attrs.field(factory=dict)
-    transform: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _Staging:
-    path: str
-
-
-@attrs.frozen(kw_only=True)
-class _Output:
-    path: str
-    format: str = attrs.field(default="parquet", validator=_known_format())
-    partition_by: list[str] = attrs.field(factory=list)
-    max_records_per_file: int | None = attrs.field(default=None, validator=_at_least(1))
-    compression: str | None = attrs.field(default=None, validator=_one_of(COMPRESSIONS))
-    namespace: str | None = attrs.field(default=None, validator=_NOT_BLANK)
-    catalog: dict[str, Any] | None = None
-
-
-#: What a run does with a store that cannot tell whether it is durable (``durable=None``).
-DURABILITY_UNKNOWN = ("refuse", "warn")
-
-
-@attrs.frozen(kw_only=True)
-class _Store:
-    url: str
-    allow_volatile: bool = False
-    durability_unknown: str = attrs.field(
-        default=DURABILITY_UNKNOWN[0], validator=_one_of(DURABILITY_UNKNOWN)
-    )
-
-
-@attrs.frozen(kw_only=True)
-class _Watermarks:
-    url: str
-
-
-@attrs.frozen(kw_only=True)
-class _Spark:
-    master: str | None = None
-    conf: dict[str, Any] = attrs.field(factory=dict)
-
-
-_POSITIVE_SECONDS = _check(
-    lambda v: v > 0, lambda v: f"must be a positive number of seconds, got {v}"
-)
-
-#: Generous: a deadline is there to end a hang, not to cut a slow but live publish short.
-STEP_TIMEOUT_S = 3600.0
-RUN_TIMEOUT_S = 6 * 3600.0
-
-
-@attrs.frozen(kw_only=True)
-class _Publish:
-    max_attempts: int = attrs.field(default=3, validator=_at_least(1))
-    table_commit_budget_s: float = attrs.field(
-        default=DEFAULT_COMMIT_BUDGET_S,
-        validator=_check(
-            lambda v: 0 < v <= 86_400, lambda v: f"must be between 0 and 86400 seconds, got {v}"
-        ),
-    )
-    step_timeout_s: float = attrs.field(default=STEP_TIMEOUT_S, validator=_POSITIVE_SECONDS)
-    run_timeout_s: float = attrs.field(default=RUN_TIMEOUT_S, validator=_POSITIVE_SECONDS)
-
-
-@attrs.frozen(kw_only=True)
-class _Lock:
-    url: str | None = None
-    ttl_s: float = attrs.field(
-        default=120.0,
-        validator=_check(
-            lambda v: 1.0 <= v <= 86_400, lambda v: f"must be between 1 and 86400 seconds, got {v}"
-        ),
-    )
-
-
-@attrs.frozen(kw_only=True)
-class _Metrics:
-    textfile: str | None = None
-    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
-    pushgateway: str | None = attrs.field(default=None, validator=_http_url(redact_gateway))
-
-
-@attrs.frozen(kw_only=True)
-class _S3:
-    # Credentials never go here: they stay in the standard places (environment, ~/.aws,
-    # instance roles), out of job files in version control.
-    endpoint_url: str | None = attrs.field(default=None, validator=_http_url(str))
-    region: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _Gcs:
-    # As [s3]: where GCS is, never the credentials (GOOGLE_APPLICATION_CREDENTIALS, the
-    # metadata server, gcloud's login stay the cluster's).
-    endpoint_url: str | None = attrs.field(default=None, validator=_http_url(str))
-    project: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _Azure:
-    # The account only: keys, SAS tokens and connection strings stay in the environment.
-    account_name: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _BatchTables:
-    """The tables that jobs.Batch takes as keyword arguments too."""
-
-    job: _Job
-    staging: _Staging
-    output: _Output
-    store: _Store
-    watermarks: _Watermarks
-    publish: _Publish = attrs.field(factory=_Publish)
-    lock: _Lock = attrs.field(factory=_Lock)
-    metrics: _Metrics = attrs.field(factory=_Metrics)
-    #: Checked by :meth:`~jobs.lineage.LineageConfig.from_table` (a transport table is free-form).
-    lineage: dict[str, Any] | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _JobFile(_BatchTables):
-    source: _Source
-    spark: _Spark = attrs.field(factory=_Spark)
-    s3: _S3 = attrs.field(factory=_S3)
-    gcs: _Gcs = attrs.field(factory=_Gcs)
-    azure: _Azure = attrs.field(factory=_Azure)
-
-
-@attrs.frozen(kw_only=True)
-class _OperatorFile:
-    """A job file for the operator commands only: a ``jobs.Batch`` job's name and stores.
-
-    ``[job]``, ``[store]`` and ``[watermarks]`` are required, as Batch's ``job``, ``store``
-    and ``watermarks``; ``[staging]`` and ``[output]`` are for the commands that roll back or
-    publish files (``discard``, ``recover``); no ``[source]``.
-    """
-
-    job: _Job
-    store: _Store
-    watermarks: _Watermarks
-    staging: _Staging | None = None
-    output: _Output | None = None
-    publish: _Publish = attrs.field(factory=_Publish)
-    lock: _Lock = attrs.field(factory=_Lock)
-    metrics: _Metrics = attrs.field(factory=_Metrics)
-    lineage: dict[str, Any] | None = None
-    spark: _Spark = attrs.field(factory=_Spark)
-    s3: _S3 = attrs.field(factory=_S3)
-    gcs: _Gcs = attrs.field(factory=_Gcs)
-    azure: _Azure = attrs.field(factory=_Azure)
-
-
-# -- the converter: TOML's types exactly, errors naming the key -------------------------------
-
-# Arrays only: cattrs would take a string for list[str] and split it into characters.
-_converter = strict_converter(TOML, forbid_extra_keys=True, arrays_only=True)
+def _shown_gateway(url: str | None) -> str:
+    return repr(None if url is None else redact_gateway(url))
 
 
 @attrs.frozen
@@ -375,44 +142,376 @@ class Naming:
         return cls(f"{self.origin}: {message}")
 
 
-#: jobs.Batch's keyword arguments, by the job-file key each one gives.
-BATCH_ARGUMENTS = {
-    "job.name": "job",
-    "job.reports": "reports",
-    "staging.path": "staging",
-    "output.path": "output",
-    "output.format": "format",
-    "output.max_records_per_file": "max_records_per_file",
-    "output.compression": "compression",
-    "output.namespace": "namespace",
-    "output.catalog": "catalog",
-    "store.url": "store",
-    "store.allow_volatile": "allow_volatile",
-    "store.durability_unknown": "durability_unknown",
-    "watermarks.url": "watermarks",
-    "publish.max_attempts": "max_attempts",
-    "publish.table_commit_budget_s": "table_commit_budget_s",
-    "publish.step_timeout_s": "step_timeout_s",
-    "publish.run_timeout_s": "run_timeout_s",
-    "lock.url": "lock",
-    "lock.ttl_s": "lock_ttl_s",
-    "metrics.textfile": "metrics_textfile",
-    "metrics.pushgateway": "metrics_pushgateway",
-    "lineage": "lineage",
-}
+# -- the settings, each declared once -----------------------------------------------------------
 
 
-#: The options of the operator commands naming a ``jobs.Batch`` job, by job-file key.
-OPERATOR_OPTIONS = {
-    "job.name": "--job",
-    "job.reports": "--reports",
-    "store.url": "--store",
-    "watermarks.url": "--watermarks",
-    "lock.url": "--lock",
-    "staging.path": "--staging",
-    "output.path": "--output",
-    "output.format": "--format",
+@attrs.frozen(kw_only=True, repr=False)
+class SourceConfig(SettingsRecord):
+    """The ``[source]`` table: which :class:`~jobs.sources.Source` to build, with what."""
+
+    type = Setting[str](
+        "source.type",
+        default=LANDING,
+        doc="the landing source, or the dotted name of a jobs.sources.Source subclass",
+    )
+    path = Setting[str | None](
+        "source.path", path=True, doc="the landing zone", shown_default="required for `landing`"
+    )
+    time_field = Setting[str | None](
+        "source.time_field",
+        validator=NOT_BLANK,
+        doc="the output is partitioned by the UTC date of this field",
+    )
+    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
+    #: (counted in the run report and metrics).
+    bad_records = Setting[str](
+        "source.bad_records",
+        default=BAD_RECORDS[0],
+        validator=one_of(BAD_RECORDS),
+        doc="'fail' the dataset on a record the source cannot read, or 'skip' it",
+    )
+    options = Setting[Mapping[str, Any]](
+        "source.options", given=dict[str, Any], factory=dict, doc="a source class's options"
+    )
+    #: ``package.module:function``, called as ``function(df, dataset)`` before staging.
+    transform = Setting[str | None](
+        "source.transform", doc="'package.module:function', called on each dataset's records"
+    )
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class BatchConfig(SettingsRecord):
+    """The checked settings of a :class:`jobs.Batch`; paths and local store URLs absolute."""
+
+    name = Setting[str](
+        "job.name",
+        default=REQUIRED,
+        argument="job",
+        doc="the job's name; it names the job's lock, commits, staging and reports",
+    )
+    reports = Setting[str](
+        "job.reports",
+        given=str | None,
+        path=True,
+        argument="reports",
+        doc="where run reports go; required when the store is not a local path",
+        shown_default="`reports/` beside the commit store",
+    )
+    staging = Setting[str](
+        "staging.path",
+        default=REQUIRED,
+        path=True,
+        argument="staging",
+        doc="this job's staging path; nothing else may be there (recovery deletes the job's "
+        "run directories in it), and it may not overlap the stores, the output or the reports",
+    )
+    output = Setting[str](
+        "output.path",
+        default=REQUIRED,
+        path=True,
+        argument="output",
+        doc="where datasets are published: <output>/<dataset>/",
+    )
+    output_format = Setting[str](
+        "output.format",
+        default="parquet",
+        validator=_known_format(),
+        argument="format",
+        doc="the output format: 'parquet' (files under <output>/<dataset>/), 'iceberg' (the "
+        "table <namespace>.<dataset> in catalog), 'delta' (the Delta table "
+        "<output>/<dataset>), or a format registered in jobs.formats. A table is partitioned "
+        "by one date column at most (stage(partition_by=[...]))",
+    )
+    max_records_per_file = Setting[int | None](
+        "output.max_records_per_file",
+        validator=at_least(1),
+        argument="max_records_per_file",
+        doc="split staged files larger than this many records",
+    )
+    compression = Setting[str | None](
+        "output.compression",
+        validator=one_of(COMPRESSIONS),
+        argument="compression",
+        doc="the Parquet codec: 'none', 'snappy', 'gzip', 'zstd'",
+        shown_default="not set",
+    )
+    #: Iceberg: the tables' namespace (the job's name unless ``output.namespace`` says).
+    namespace = Setting[str](
+        "output.namespace",
+        given=str | None,
+        validator=NOT_BLANK,
+        argument="namespace",
+        doc="Iceberg: the tables' namespace",
+        shown_default="the job's name",
+    )
+    #: Iceberg: the catalog's pyiceberg properties (``[output.catalog]`` or the embedded SQL
+    #: catalog under the output); empty for other formats.
+    catalog = Setting[Mapping[str, str]](
+        "output.catalog",
+        given=dict[str, Any] | None,
+        argument="catalog",
+        doc="Iceberg: the catalog's pyiceberg properties. Secrets stay in the environment "
+        "(PYICEBERG_CATALOG__DEFAULT__...) or pyiceberg's configuration",
+        shown_default="an embedded SQL catalog",
+    )
+    store_url = Setting[str](
+        "store.url",
+        default=REQUIRED,
+        path=True,
+        argument="store",
+        doc="the commit store's URL or path ('state/steps', 'redis://...')",
+    )
+    #: Run on stores that can forget what they acknowledged (Redis without an append-only
+    #: file, tmpfs), with a warning instead of exit 2.
+    allow_volatile = Setting[bool](
+        "store.allow_volatile",
+        default=False,
+        argument="allow_volatile",
+        doc="run on stores that can forget what they acknowledged (a warning instead of an error)",
+    )
+    durability_unknown = Setting[str](
+        "store.durability_unknown",
+        default=DURABILITY_UNKNOWN[0],
+        validator=one_of(DURABILITY_UNKNOWN),
+        argument="durability_unknown",
+        doc="'warn' runs on a store that cannot tell whether it keeps what it acknowledged (a "
+        "Redis refusing CONFIG and INFO); 'refuse' refuses it, as a store proven volatile",
+    )
+    watermarks_url = Setting[str](
+        "watermarks.url",
+        default=REQUIRED,
+        path=True,
+        argument="watermarks",
+        doc="the watermark store's URL or path",
+    )
+    max_attempts = Setting[int](
+        "publish.max_attempts",
+        default=3,
+        validator=at_least(1),
+        argument="max_attempts",
+        doc="failed commits of a dataset before it is quarantined",
+    )
+    table_commit_budget_s = Setting[float](
+        "publish.table_commit_budget_s",
+        default=DEFAULT_COMMIT_BUDGET_S,
+        validator=check(
+            lambda v: 0 < v <= 86_400, lambda v: f"must be between 0 and 86400 seconds, got {v}"
+        ),
+        argument="table_commit_budget_s",
+        doc="seconds a table commit keeps trying while other writers' commits to the table "
+        "come first, each attempt verified first",
+    )
+    step_timeout_s = Setting[float](
+        "publish.step_timeout_s",
+        default=STEP_TIMEOUT_S,
+        validator=POSITIVE_SECONDS,
+        argument="step_timeout_s",
+        doc="seconds a group of steps executed together (renames, a table commit, your steps) "
+        "may take before it is abandoned: the dataset's attempt is counted and the run fails",
+    )
+    run_timeout_s = Setting[float](
+        "publish.run_timeout_s",
+        default=RUN_TIMEOUT_S,
+        validator=POSITIVE_SECONDS,
+        argument="run_timeout_s",
+        doc="seconds recovery and publish may take, counted from taking the lock, before they "
+        "are abandoned and the run fails",
+    )
+    #: Empty: the store's URL (:attr:`lock_at`).
+    lock_url = Setting[str](
+        "lock.url",
+        given=str | None,
+        path=True,
+        argument="lock",
+        doc="where the job lock lives",
+        shown_default="the value of `store.url`",
+    )
+    lock_ttl_s = Setting[float](
+        "lock.ttl_s",
+        default=120.0,
+        validator=check(
+            lambda v: 1.0 <= v <= 86_400, lambda v: f"must be between 1 and 86400 seconds, got {v}"
+        ),
+        argument="lock_ttl_s",
+        doc="the lock's lease in seconds, renewed every third of it",
+    )
+    metrics_textfile = Setting[str | None](
+        "metrics.textfile",
+        path=True,
+        argument="metrics_textfile",
+        doc="a node_exporter textfile to write the run's metrics into",
+    )
+    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
+    metrics_pushgateway = Setting[str | None](
+        "metrics.pushgateway",
+        validator=http_url(redact_gateway),
+        argument="metrics_pushgateway",
+        doc="a Pushgateway to push the run's metrics to",
+        shown=_shown_gateway,
+    )
+    #: Checked by :meth:`~jobs.lineage.LineageConfig.from_table` (a transport table is free-form).
+    lineage = Setting[LineageConfig | None](
+        "lineage",
+        given=dict[str, Any] | None,
+        argument="lineage",
+        doc="OpenLineage events of each run: a jobs.lineage.LineageConfig or a [lineage] table "
+        "({'transport': {'type': 'file', ...}})",
+    )
+
+    #: How errors name these settings (job-file keys, or Batch's arguments).
+    naming: Naming = attrs.field(factory=lambda: _batch_naming())  # noqa: PLW0108 (defined below)
+
+    @property
+    def lock_at(self) -> str:
+        """Where the job lock lives: ``[lock] url``, else beside the commit store."""
+        return self.lock_url or self.store_url
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class OperatorConfig(BatchConfig):
+    """What the operator commands know of a job: a job file (with or without ``[source]``),
+    or a ``jobs.Batch`` job's name and store URLs given as options.
+
+    ``staging`` and ``output`` are empty when not given: only the commands that roll back or
+    publish files need them (:meth:`require_places`). Build one with
+    :func:`load_operator_config` or :func:`operator_config`.
+    """
+
+    spark_master = Setting[str | None]("spark.master", doc="the Spark master")
+    spark_remote = Setting[str | None](
+        "spark.remote",
+        validator=check(
+            lambda v: connect_url_problem(v) is None,
+            lambda v: f"{connect_url_problem(v)}, got {v.partition(';')[0]!r}",
+        ),
+        doc="a Spark Connect server's URL, instead of a master",
+    )
+    spark_conf = Setting[Mapping[str, str]](
+        "spark.conf", given=dict[str, Any], factory=dict, doc="Spark settings"
+    )
+    # Credentials never go in the object store tables: they stay in the standard places
+    # (environment, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, instance roles), out of job
+    # files in version control.
+    s3_endpoint_url = Setting[str | None](
+        "s3.endpoint_url",
+        validator=http_url(),
+        environment="AWS_ENDPOINT_URL",
+        doc="the S3 endpoint",
+    )
+    s3_region = Setting[str | None](
+        "s3.region", environment="AWS_DEFAULT_REGION", doc="the S3 region"
+    )
+    gcs_endpoint_url = Setting[str | None](
+        "gcs.endpoint_url",
+        validator=http_url(),
+        environment="STORAGE_EMULATOR_HOST",
+        doc="another GCS endpoint",
+    )
+    gcs_project = Setting[str | None](
+        "gcs.project", environment="GOOGLE_CLOUD_PROJECT", doc="the GCS project"
+    )
+    azure_account_name = Setting[str | None](
+        "azure.account_name",
+        environment="AZURE_STORAGE_ACCOUNT_NAME",
+        doc="the Azure storage account",
+    )
+
+    #: The job file, or None for options.
+    file: str | None = None
+
+    def require_places(self, command: str) -> None:
+        """Refuse ``command`` unless the job's staging and output paths are known.
+
+        Raises:
+            ConfigurationError: naming the keys (or options) to give.
+        """
+        missing = [
+            self.naming.the(key)
+            for key, value in (("staging.path", self.staging), ("output.path", self.output))
+            if not value
+        ]
+        if missing:
+            raise self.naming.error(
+                f"commitpub {command} rolls back or publishes files, which must lie under the "
+                f"job's staging and output paths: give {' and '.join(missing)}"
+            )
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class JobConfig(OperatorConfig):
+    """A checked job file: a Batch's settings plus its source and Spark.
+
+    Build one with :func:`load_config`.
+    """
+
+    #: Partition columns after the time field's date column.
+    partition_by = Setting[tuple[str, ...]](
+        "output.partition_by",
+        given=list[str],
+        factory=list,
+        doc="more hive partition columns, after the time field's date column",
+    )
+
+    file: str
+    source: SourceConfig
+
+
+def _batch_naming() -> Naming:
+    return Naming("jobs.Batch", arguments(BatchConfig))
+
+
+#: Where each object store's client reads what the ``[s3]``, ``[gcs]`` and ``[azure]``
+#: tables set: botocore (under s3fs), gcsfs and google-auth, adlfs. None is a credential.
+OBJECT_STORE_ENVIRONMENT = {
+    name: setting.environment
+    for name, setting in declared(OperatorConfig)
+    if setting.environment is not None
 }
+
+#: The arguments of ``jobs.Batch`` that the operator commands take as options, ``--<name>``.
+OPERATOR_ARGUMENTS = (
+    "job",
+    "reports",
+    "store",
+    "watermarks",
+    "lock",
+    "staging",
+    "output",
+    "format",
+)
+
+
+def _operator_options() -> dict[str, str]:
+    """The options of the operator commands naming a ``jobs.Batch`` job, by job-file key."""
+    return {
+        key: f"--{argument}"
+        for key, argument in arguments(BatchConfig).items()
+        if argument in OPERATOR_ARGUMENTS
+    }
+
+
+# -- the converter: TOML's types exactly, errors naming the key -------------------------------
+
+# Arrays only: cattrs would take a string for list[str] and split it into characters.
+_converter = strict_converter(TOML, forbid_extra_keys=True, arrays_only=True)
+
+
+def _job_file() -> type[Any]:
+    return schema("JobFile", (JobConfig, SourceConfig))
+
+
+def _operator_file() -> type[Any]:
+    """A job file for the operator commands only: a ``jobs.Batch`` job's name and stores.
+
+    ``[job]``, ``[store]`` and ``[watermarks]`` are required, as Batch's ``job``, ``store``
+    and ``watermarks``; ``[staging]`` and ``[output]`` are for the commands that roll back or
+    publish files (``discard``, ``recover``); no ``[source]``.
+    """
+    return schema("OperatorFile", (OperatorConfig,), optional_tables=("staging", "output"))
+
+
+def _batch_tables() -> type[Any]:
+    return schema("BatchArguments", (BatchConfig,))
 
 
 def _structure(doc: Mapping[str, Any], cl: type[Any], naming: Naming) -> Any:
@@ -465,128 +564,11 @@ def _problem(error: BaseException, path: tuple[str, ...], naming: Naming) -> tup
         if table:
             return 1, f"missing required table [{path[0]}]"
         return 4, f"missing required {naming.the('.'.join(path))}"
-    if isinstance(error, _InvalidValueError):
+    if isinstance(error, InvalidValueError):
         return 3, f"{naming.the('.'.join((*path, error.key)))} {error.problem}"
     if table:
         return 3, f"'{path[0]}' {error}"
     return 3, f"{naming.the('.'.join(path))} {error}"
-
-
-# -- checked settings ----------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class SourceConfig:
-    """The ``[source]`` table: which :class:`~jobs.sources.Source` to build, with what."""
-
-    type: str
-    path: str | None
-    time_field: str | None = None
-    options: Mapping[str, Any] = attrs.field(factory=dict)
-    #: What to do with a record the source cannot read: "fail" its dataset, or "skip" it
-    #: (counted in the run report and metrics).
-    bad_records: str = "fail"
-    #: ``package.module:function``, called as ``function(df, dataset)`` before staging.
-    transform: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class BatchConfig:
-    """The checked settings of a :class:`jobs.Batch`; paths and local store URLs absolute."""
-
-    name: str
-    staging: str
-    output: str
-    store_url: str
-    watermarks_url: str
-    reports: str
-    output_format: str = "parquet"
-    max_records_per_file: int | None = None
-    compression: str | None = None
-    max_attempts: int = 3
-    table_commit_budget_s: float = DEFAULT_COMMIT_BUDGET_S
-    #: ``publish.step_timeout_s``: seconds a group of steps may run before it is abandoned.
-    step_timeout_s: float = STEP_TIMEOUT_S
-    #: ``publish.run_timeout_s``: seconds recovery and publish may take, from the lock.
-    run_timeout_s: float = RUN_TIMEOUT_S
-    lock_url: str = ""  # empty: the store's URL
-    lock_ttl_s: float = 120.0
-    metrics_textfile: str | None = None
-    #: May carry credentials (``user:pass@``, a token in the query): never shown whole.
-    metrics_pushgateway: str | None = attrs.field(
-        default=None, repr=lambda url: repr(None if url is None else redact_gateway(url))
-    )
-    #: ``store.allow_volatile``: run on stores that can forget what they acknowledged
-    #: (Redis without an append-only file, tmpfs), with a warning instead of exit 2.
-    allow_volatile: bool = False
-    #: ``store.durability_unknown``: "refuse" (exit 2) a store that cannot tell whether it
-    #: keeps what it acknowledged (a Redis refusing CONFIG and INFO), or "warn" and run.
-    durability_unknown: str = DURABILITY_UNKNOWN[0]
-    #: Iceberg: the tables' namespace (the job's name unless ``output.namespace`` says).
-    namespace: str = ""
-    #: Iceberg: the catalog's pyiceberg properties (``[output.catalog]`` or the embedded SQL
-    #: catalog under the output); empty for other formats.
-    catalog: Mapping[str, str] = attrs.field(factory=dict)
-    #: ``[lineage]``: OpenLineage events of each run, or None.
-    lineage: LineageConfig | None = None
-    #: How errors name these settings (job-file keys, or Batch's arguments).
-    naming: Naming = attrs.field(factory=lambda: Naming("jobs.Batch", BATCH_ARGUMENTS))
-
-    @property
-    def lock_at(self) -> str:
-        """Where the job lock lives: ``[lock] url``, else beside the commit store."""
-        return self.lock_url or self.store_url
-
-
-@attrs.frozen(kw_only=True)
-class OperatorConfig(BatchConfig):
-    """What the operator commands know of a job: a job file (with or without ``[source]``),
-    or a ``jobs.Batch`` job's name and store URLs given as options.
-
-    ``staging`` and ``output`` are empty when not given: only the commands that roll back or
-    publish files need them (:meth:`require_places`). Build one with
-    :func:`load_operator_config` or :func:`operator_config`.
-    """
-
-    #: The job file, or None for options.
-    file: str | None = None
-    spark_master: str | None = None
-    spark_conf: Mapping[str, str] = attrs.field(factory=dict)
-    s3_endpoint_url: str | None = None
-    s3_region: str | None = None
-    gcs_endpoint_url: str | None = None
-    gcs_project: str | None = None
-    azure_account_name: str | None = None
-
-    def require_places(self, command: str) -> None:
-        """Refuse ``command`` unless the job's staging and output paths are known.
-
-        Raises:
-            ConfigurationError: naming the keys (or options) to give.
-        """
-        missing = [
-            self.naming.the(key)
-            for key, value in (("staging.path", self.staging), ("output.path", self.output))
-            if not value
-        ]
-        if missing:
-            raise self.naming.error(
-                f"commitpub {command} rolls back or publishes files, which must lie under the "
-                f"job's staging and output paths: give {' and '.join(missing)}"
-            )
-
-
-@attrs.frozen(kw_only=True)
-class JobConfig(OperatorConfig):
-    """A checked job file: a Batch's settings plus its source and Spark.
-
-    Build one with :func:`load_config`.
-    """
-
-    file: str
-    source: SourceConfig
-    #: Partition columns after the time field's date column (``output.partition_by``).
-    partition_by: tuple[str, ...] = ()
 
 
 def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
@@ -674,100 +656,132 @@ def check_staging_apart(staging: str, others: Mapping[str, str | None], naming: 
         )
 
 
-def _batch_settings(
-    doc: _BatchTables | _OperatorFile, base: Path, naming: Naming, default_reports: str | None
-) -> dict[str, Any]:
-    """BatchConfig's keyword arguments from the structured tables; checks across keys.
+def _values(doc: Any, records: tuple[type[Any], ...], base: Path, naming: Naming) -> dict[str, Any]:
+    """Every setting of ``records`` by key: given, or its default; given paths resolved.
 
-    An operator file without ``[staging]`` or ``[output]`` leaves those paths empty.
+    A table an operator file leaves out (``[staging]``, ``[output]``) gives its defaults,
+    an empty path for a required one.
+    """
+    given = flatten(doc)
+    values: dict[str, Any] = {}
+    for setting in settings(*records):
+        if setting.key not in given:
+            default = setting.default_value()
+            values[setting.key] = "" if default is REQUIRED else default
+        elif setting.path and given[setting.key] is not None:
+            values[setting.key] = _resolve(given[setting.key], base, setting.key, naming)
+        else:
+            values[setting.key] = given[setting.key]
+    return values
+
+
+def connect_url_problem(url: str) -> str | None:
+    """What is wrong with a Spark Connect URL, ``sc://host[:port][/;key=value;...]``, as
+    pyspark's client reads it; None if nothing is. A token (``;token=...``) is refused: a job
+    file is no place for a credential (pyspark reads ``SPARK_CONNECT_AUTHENTICATE_TOKEN``)."""
+    if not url.startswith("sc://"):
+        return "must be a Spark Connect URL, sc://host:port"
+    try:
+        parts = urlparse("http" + url[2:])  # pyspark's own reading of it
+        _ = parts.port
+    except ValueError:
+        return "must be a Spark Connect URL, sc://host:port (the port a number)"
+    if not parts.hostname or parts.path not in ("", "/"):
+        return "must be a Spark Connect URL, sc://host:port, with no path"
+    params = [p.partition("=") for p in parts.params.split(";")] if parts.params else []
+    if any(not key or not eq for key, eq, _value in params):
+        return "must give its parameters as ;key=value"
+    if any(key == "token" for key, _eq, _value in params):
+        return "must not hold a token: set SPARK_CONNECT_AUTHENTICATE_TOKEN instead"
+    return None
+
+
+def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: str | None) -> None:
+    """The rules across keys, in one pass over :func:`_values`' result, for the settings
+    there are (Batch's; a job file's [spark] and object stores; its [source]); fills the
+    values derived from others (reports, the lock, the output format's keys, [lineage]).
+
+    Raises:
+        ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument).
     """
     try:
-        encode_name(doc.job.name, naming.name("job.name"))
+        encode_name(values["job.name"], naming.name("job.name"))
+        # The watermark URL is written into every watermark step, and the object stores'
+        # endpoints are shipped to executors: none may hold a password.
+        require_no_credentials(values["watermarks.url"], naming.name("watermarks.url"))
+        for key in ("s3.endpoint_url", "gcs.endpoint_url"):
+            if values.get(key) is not None:
+                require_no_credentials(values[key], key)
     except ConfigurationError as e:
         raise naming.error(str(e)) from e
-    store_url = _resolve(doc.store.url, base, "store.url", naming)
-    watermarks_url = _resolve(doc.watermarks.url, base, "watermarks.url", naming)
-    # The watermark URL is written into every watermark step: it must hold no password.
-    try:
-        require_no_credentials(watermarks_url, naming.name("watermarks.url"))
-    except ConfigurationError as e:
-        raise naming.error(str(e)) from e
-    if doc.job.reports is not None:
-        reports = _resolve(doc.job.reports, base, "job.reports", naming)
-    elif is_local(store_url):
-        reports = os.path.join(os.path.dirname(local_path(store_url)), "reports")
-    elif default_reports is not None:
-        reports = default_reports
-    else:
+    if values["job.reports"] is None:
+        store_url = values["store.url"]
+        if is_local(store_url):
+            values["job.reports"] = os.path.join(os.path.dirname(local_path(store_url)), "reports")
+        elif default_reports is not None:
+            values["job.reports"] = default_reports
+        else:
+            raise naming.error(
+                f"{naming.the('job.reports')} is required when {naming.the('store.url')} is "
+                "not a local path: say where run reports go"
+            )
+    if values["lock.url"] is None:
+        values["lock.url"] = ""  # the store's URL
+    keys = formats.OutputKeys(
+        path=values["output.path"],
+        namespace=values["output.namespace"],
+        catalog=values["output.catalog"],
+    )
+    output = formats.get_format(values["output.format"]).settings(keys, values["job.name"], naming)
+    values["output.namespace"] = output.namespace
+    values["output.catalog"] = dict(output.catalog)
+    values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
+    source_path = None
+    if values.get("spark.master") is not None and values.get("spark.remote") is not None:
         raise naming.error(
-            f"{naming.the('job.reports')} is required when {naming.the('store.url')} is not "
-            "a local path: say where run reports go"
+            "keys 'spark.master' and 'spark.remote' exclude each other: Spark runs the job "
+            "itself (master) or a Spark Connect server does (remote); give one"
         )
-    out = doc.output
-    output = "" if out is None else _resolve(out.path, base, "output.path", naming)
-    if out is None:
-        out = _Output(path=output)
-    return {
-        "name": doc.job.name,
-        "staging": ""
-        if doc.staging is None
-        else _resolve(doc.staging.path, base, "staging.path", naming),
-        "output": output,
-        "store_url": store_url,
-        "watermarks_url": watermarks_url,
-        "reports": reports,
-        "output_format": out.format,
-        "max_records_per_file": out.max_records_per_file,
-        "compression": out.compression,
-        "max_attempts": doc.publish.max_attempts,
-        "table_commit_budget_s": doc.publish.table_commit_budget_s,
-        "step_timeout_s": doc.publish.step_timeout_s,
-        "run_timeout_s": doc.publish.run_timeout_s,
-        "lock_url": _resolve(doc.lock.url, base, "lock.url", naming) if doc.lock.url else "",
-        "lock_ttl_s": doc.lock.ttl_s,
-        "metrics_textfile": (
-            _resolve(doc.metrics.textfile, base, "metrics.textfile", naming)
-            if doc.metrics.textfile is not None
-            else None
-        ),
-        "metrics_pushgateway": doc.metrics.pushgateway,
-        "allow_volatile": doc.store.allow_volatile,
-        "durability_unknown": doc.store.durability_unknown,
-        **_format_settings(out, output, doc.job.name, naming),
-        "lineage": _lineage(doc, naming),
-        "naming": naming,
-    }
+    if "spark.conf" in values:
+        values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
+    if "source.type" in values:
+        _check_source(values, naming)
+        source_path = values["source.path"]
+        values["output.partition_by"] = _partition_by(values, naming)
+    if values["staging.path"]:  # an operator's, when not given: empty
+        _check_apart(values, source_path, naming)
+    if "source.type" in values:
+        _check_importable(values, naming)
 
 
-def _format_settings(output: _Output, path: str, job: str, naming: Naming) -> dict[str, Any]:
-    """The output format's rules over its ``[output]`` keys (see :mod:`jobs.formats`)."""
-    keys = formats.OutputKeys(path=path, namespace=output.namespace, catalog=output.catalog)
-    settings = formats.get_format(output.format).settings(keys, job, naming)
-    return {"namespace": settings.namespace, "catalog": dict(settings.catalog)}
-
-
-def _lineage(doc: _BatchTables | _OperatorFile, naming: Naming) -> LineageConfig | None:
-    if doc.lineage is None:
-        return None
+def _lineage(given: Any, job: str, naming: Naming) -> LineageConfig | None:
+    if given is None or isinstance(given, LineageConfig):
+        return given
     try:
-        return LineageConfig.from_table(doc.lineage, doc.job.name)
+        return LineageConfig.from_table(given, job)
     except ConfigurationError as e:
         raise naming.error(f"{naming.the('lineage')}: {e}") from e
 
 
-def _check_apart(settings: Mapping[str, Any], source_path: str | None, naming: Naming) -> None:
+def _check_apart(values: Mapping[str, Any], source_path: str | None, naming: Naming) -> None:
     check_staging_apart(
-        settings["staging"],
+        values["staging.path"],
         {
-            "store.url": settings["store_url"],
-            "watermarks.url": settings["watermarks_url"],
-            "lock.url": settings["lock_url"] or None,  # unset: the store's URL, checked
-            "job.reports": settings["reports"],
+            "store.url": values["store.url"],
+            "watermarks.url": values["watermarks.url"],
+            "lock.url": values["lock.url"] or None,  # unset: the store's URL, checked
+            "job.reports": values["job.reports"],
             "source.path": source_path,
-            "output.path": settings["output"] or None,  # empty: an operator's, not given
+            "output.path": values["output.path"] or None,  # empty: an operator's, not given
         },
         naming,
     )
+
+
+def _record(cls: type[R], values: Mapping[str, Any], **more: Any) -> R:
+    """A record of ``cls``'s own settings out of ``values``."""
+    own = {setting.key for setting in settings(cls)}
+    return cls(values={k: v for k, v in values.items() if k in own}, **more)
 
 
 def batch_config(
@@ -782,66 +796,67 @@ def batch_config(
     """Check :class:`jobs.Batch`'s arguments as :func:`load_config` checks a job file.
 
     Relative paths are resolved against the working directory. ``options`` are Batch's
-    optional keyword arguments (``format``, ``reports``, ``lock``, ...), None when not given.
+    other settings by argument name (``format``, ``reports``, ``lock``, ...), None when not
+    given.
 
     Raises:
         BatchArgumentError: naming the argument.
+        TypeError: for an argument that names no setting.
     """
-    naming = Naming("jobs.Batch", BATCH_ARGUMENTS)
-    by_argument = {argument: key for key, argument in BATCH_ARGUMENTS.items()}
-    doc: dict[str, dict[str, Any]] = {
-        table: {}
-        for table in ("job", "staging", "output", "store", "watermarks", "publish", "lock")
-    }
-    doc["metrics"] = {}
-    lineage = options.pop("lineage", None)
+    by_argument = {argument: key for key, argument in arguments(BatchConfig).items()}
+    naming = Naming("jobs.Batch", arguments(BatchConfig))
+    tables = _batch_tables()
+    doc: dict[str, Any] = {f.name: {} for f in attrs.fields(tables) if attrs.has(f.type)}
+    lineage = None
     given = {"job": job, "store": store, "watermarks": watermarks, "staging": staging}
     for argument, value in {**given, "output": output, **options}.items():
         if argument not in by_argument:
             raise TypeError(f"Batch() got an unexpected keyword argument {argument!r}")
-        if value is not None:
-            table, key = by_argument[argument].split(".")
-            doc[table][key] = value
-    if isinstance(lineage, Mapping):
-        doc["lineage"] = dict(lineage)
-    elif lineage is not None and not isinstance(lineage, LineageConfig):
-        raise naming.error(
-            "argument 'lineage' must be a LineageConfig or a [lineage] table (a dict), got "
-            f"{type(lineage).__name__}"
-        )
-    settings = _batch_settings(
-        _structure(doc, _BatchTables, naming), Path.cwd(), naming, default_reports=None
-    )
-    if isinstance(lineage, LineageConfig):
-        settings["lineage"] = lineage
-    _check_apart(settings, None, naming)
-    return BatchConfig(**settings)
+        if value is None:
+            continue
+        if isinstance(value, LineageConfig):
+            lineage = value  # checked already; it stands for the table
+            continue
+        table, _, key = by_argument[argument].rpartition(".")
+        plain = dict(value) if isinstance(value, Mapping) else value
+        if table:
+            doc[table][key] = plain
+        else:
+            doc[key] = plain
+    values = _values(_structure(doc, tables, naming), (BatchConfig,), Path.cwd(), naming)
+    if lineage is not None:
+        values["lineage"] = lineage
+    _check_across(values, naming, default_reports=None)
+    return _record(BatchConfig, values, naming=naming)
 
 
-def _source(src: _Source, base: Path, naming: Naming) -> SourceConfig:
-    source_path = _resolve(src.path, base, "source.path", naming) if src.path is not None else None
-    if src.type == LANDING:
-        if source_path is None:
+def _check_source(values: Mapping[str, Any], naming: Naming) -> None:
+    if values["source.type"] == LANDING:
+        if values["source.path"] is None:
             raise naming.error("missing required key 'source.path'")
-        if src.options:
+        if values["source.options"]:
             raise naming.error("key 'source.options': the landing source takes no options")
-    return SourceConfig(
-        type=src.type,
-        path=source_path,
-        time_field=src.time_field,
-        options=dict(src.options),
-        bad_records=src.bad_records,
-        transform=src.transform,
-    )
 
 
-def _partition_by(output: _Output, time_field: str | None, naming: Naming) -> tuple[str, ...]:
-    columns = tuple(output.partition_by)
-    if columns and formats.get_format(output.format).table:
+def _check_importable(values: Mapping[str, Any], naming: Naming) -> None:
+    """An unusable source class or transform function is a configuration error too."""
+    try:
+        source_class(values["source.type"])
+        if values["source.transform"] is not None:
+            transform_function(values["source.transform"])
+    except ConfigurationError as e:
+        raise naming.error(str(e)) from e
+
+
+def _partition_by(values: Mapping[str, Any], naming: Naming) -> tuple[str, ...]:
+    columns = tuple(values["output.partition_by"])
+    output_format = values["output.format"]
+    if columns and formats.get_format(output_format).table:
         raise naming.error(
-            f"key 'output.partition_by': {output.format} tables are partitioned by the date "
+            f"key 'output.partition_by': {output_format} tables are partitioned by the date "
             "of source.time_field only"
         )
+    time_field = values["source.time_field"]
     date = None if time_field is None else date_column(time_field)
     for column in columns:
         if not column.strip():
@@ -859,17 +874,6 @@ def _partition_by(output: _Output, time_field: str | None, naming: Naming) -> tu
 def date_column(time_field: str) -> str:
     """The hive partition column holding the date of ``time_field``: ``<field>_date``."""
     return f"{time_field}_date"
-
-
-#: Where each object store's client reads what the ``[s3]``, ``[gcs]`` and ``[azure]``
-#: tables set: botocore (under s3fs), gcsfs and google-auth, adlfs. None is a credential.
-OBJECT_STORE_ENVIRONMENT = {
-    "s3_endpoint_url": "AWS_ENDPOINT_URL",
-    "s3_region": "AWS_DEFAULT_REGION",
-    "gcs_endpoint_url": "STORAGE_EMULATOR_HOST",
-    "gcs_project": "GOOGLE_CLOUD_PROJECT",
-    "azure_account_name": "AZURE_STORAGE_ACCOUNT_NAME",
-}
 
 
 def apply_object_stores(config: OperatorConfig) -> None:
@@ -911,18 +915,6 @@ def _read(file: Path) -> dict[str, Any]:
         raise ConfigurationError(f"{file}: not a readable TOML file: {e}") from e
 
 
-def _check_object_stores(doc: _JobFile | _OperatorFile, naming: Naming) -> None:
-    for key, url in (
-        ("s3.endpoint_url", doc.s3.endpoint_url),
-        ("gcs.endpoint_url", doc.gcs.endpoint_url),
-    ):
-        if url is not None:
-            try:
-                require_no_credentials(url, key)
-            except ConfigurationError as e:
-                raise naming.error(str(e)) from e
-
-
 def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
     """Read and check a job file for the operator commands.
 
@@ -940,15 +932,10 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
     if "source" in raw:
         return _job_config(raw, file)
     naming = Naming(str(file))
-    doc: _OperatorFile = _structure(raw, _OperatorFile, naming)
-    _check_object_stores(doc, naming)
     base = file.resolve().parent
-    return _operator(
-        _batch_settings(doc, base, naming, default_reports=str(base / "reports")),
-        naming,
-        file=str(file.resolve()),
-        **_runtime(doc, naming),
-    )
+    values = _values(_structure(raw, _operator_file(), naming), (OperatorConfig,), base, naming)
+    _check_across(values, naming, default_reports=str(base / "reports"))
+    return _record(OperatorConfig, values, naming=naming, file=str(file.resolve()))
 
 
 def operator_config(
@@ -970,7 +957,7 @@ def operator_config(
     Raises:
         ConfigurationError: naming the option.
     """
-    naming = Naming(f"--job {job}", OPERATOR_OPTIONS, "option")
+    naming = Naming(f"--job {job}", _operator_options(), "option")
     if format is not None and output is None:
         raise naming.error("option '--format' goes with '--output'")
     doc: dict[str, dict[str, Any]] = {
@@ -986,28 +973,10 @@ def operator_config(
         doc["staging"] = {"path": staging}
     if output is not None:
         doc["output"] = {"path": output, **({} if format is None else {"format": format})}
-    tables: _OperatorFile = _structure(doc, _OperatorFile, naming)
-    return _operator(_batch_settings(tables, Path.cwd(), naming, None), naming)
-
-
-def _runtime(doc: _JobFile | _OperatorFile, naming: Naming) -> dict[str, Any]:
-    """What a job file says beyond ``Batch``'s settings: its Spark, and where its object
-    stores are (``[spark]``, ``[s3]``, ``[gcs]``, ``[azure]``)."""
-    return {
-        "spark_master": doc.spark.master,
-        "spark_conf": _spark_conf(doc.spark.conf, naming),
-        "s3_endpoint_url": doc.s3.endpoint_url,
-        "s3_region": doc.s3.region,
-        "gcs_endpoint_url": doc.gcs.endpoint_url,
-        "gcs_project": doc.gcs.project,
-        "azure_account_name": doc.azure.account_name,
-    }
-
-
-def _operator(settings: dict[str, Any], naming: Naming, **more: Any) -> OperatorConfig:
-    if settings["staging"]:
-        _check_apart(settings, None, naming)
-    return OperatorConfig(**settings, **more)
+    tables = _structure(doc, _operator_file(), naming)
+    values = _values(tables, (OperatorConfig,), Path.cwd(), naming)
+    _check_across(values, naming, default_reports=None)
+    return _record(OperatorConfig, values, naming=naming)
 
 
 def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
@@ -1018,26 +987,17 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
             "a jobs.Batch job for the operator commands (status, inspect, retry, discard, "
             "unlock, recover), not for run"
         )
-    doc: _JobFile = _structure(raw, _JobFile, naming)
     base = file.resolve().parent
-    _check_object_stores(doc, naming)
-    settings = _batch_settings(doc, base, naming, default_reports=str(base / "reports"))
-    source = _source(doc.source, base, naming)
-    _check_apart(settings, source.path, naming)
-    config = JobConfig(
-        **settings,
+    records = (JobConfig, SourceConfig)
+    values = _values(_structure(raw, _job_file(), naming), records, base, naming)
+    _check_across(values, naming, default_reports=str(base / "reports"))
+    return _record(
+        JobConfig,
+        values,
+        naming=naming,
         file=str(file.resolve()),
-        source=source,
-        partition_by=_partition_by(doc.output, source.time_field, naming),
-        **_runtime(doc, naming),
+        source=_record(SourceConfig, values),
     )
-    try:  # an unusable class or function is a configuration error too
-        source_class(config.source.type)
-        if config.source.transform is not None:
-            transform_function(config.source.transform)
-    except ConfigurationError as e:
-        raise naming.error(str(e)) from e
-    return config
 
 
 def _import(spec: str, key: str, example: str) -> Any:

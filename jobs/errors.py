@@ -12,6 +12,7 @@ from store.errors import CommitPubError, ConfigurationError, LockHeldError
 
 __all__ = [
     "BatchArgumentError",
+    "CheckDeclarationError",
     "DatasetPendingError",
     "DatasetQuarantinedError",
     "ExtractError",
@@ -24,6 +25,13 @@ __all__ = [
 class BatchArgumentError(ConfigurationError):
     """An argument given to :class:`jobs.Batch` or one of its methods is unusable; the message
     names the argument. Raised before anything of it was written."""
+
+
+class CheckDeclarationError(ConfigurationError):
+    """A check on staged data (:mod:`jobs.checks`) is declared wrong: a key or argument of
+    the wrong type, an unknown kind of check, a column the data does not have, a predicate
+    Spark cannot plan. The message names the check (``checks[2].columns: ...``) and is told
+    before any Spark job ran."""
 
 
 class UnadoptedWatermarksError(ConfigurationError):

@@ -6,6 +6,7 @@ What the layer above uses is exported here; its modules, one concern each:
 * :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute).
 * :mod:`~publisher.recovery`: finishing sealed sequences found pending, aborting unsealed ones.
 * :mod:`~publisher.discard`: an operator's discard, durable across crashes.
+* :mod:`~publisher.holds`: datasets held by a failed check: hold, release, discard.
 * :mod:`~publisher.execution`: execution order, executing, verifying, aborting, clean-up.
 * :mod:`~publisher.quarantine`: counting failed attempts, quarantine, lifting it.
 * :mod:`~publisher.context`: what per-dataset work needs (store, roots, lock token, fence).
@@ -34,12 +35,18 @@ from publisher.core import Publisher
 from publisher.deadlines import DeadlineError, RunDeadlineError, StepDeadlineError, call_within
 from publisher.errors import (
     CorruptStatusError,
+    DatasetHeldError,
     DiscardInProgressError,
     DiscardRefusedError,
+    HeldDataMissingError,
+    HoldRefusedError,
     KeepTableRefusedError,
+    NotHeldError,
     TableDiscardRefusedError,
+    WatermarkMovedError,
 )
 from publisher.execution import verify_all
+from publisher.holds import HeldDataset
 from publisher.pending import PendingSequence
 from publisher.reports import (
     FAILING,
@@ -51,20 +58,26 @@ from publisher.reports import (
 )
 from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt, work_name
-from publisher.status import DatasetStatus, Discarding
+from publisher.status import DatasetStatus, Discarding, Hold
 
 __all__ = [
     "FAILING",
     "Context",
     "CorruptStatusError",
+    "DatasetHeldError",
     "DatasetReport",
     "DatasetStatus",
     "DeadlineError",
     "DiscardInProgressError",
     "DiscardRefusedError",
     "Discarding",
+    "HeldDataMissingError",
+    "HeldDataset",
+    "Hold",
+    "HoldRefusedError",
     "InProcessRunner",
     "KeepTableRefusedError",
+    "NotHeldError",
     "Outcome",
     "Outcomes",
     "PendingSequence",
@@ -77,6 +90,7 @@ __all__ = [
     "Runner",
     "StepDeadlineError",
     "TableDiscardRefusedError",
+    "WatermarkMovedError",
     "call_within",
     "check_connections",
     "converter",

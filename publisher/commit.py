@@ -25,7 +25,7 @@ import attrs
 from commitsteps import CommitStep, StepError, UnknownStepTypeError, dumps
 from publisher import barriers, staging
 from publisher.context import Context
-from publisher.errors import CorruptStatusError
+from publisher.errors import CorruptStatusError, DatasetHeldError
 from publisher.execution import finish, ordered
 from publisher.quarantine import fail, skipped
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
@@ -110,7 +110,12 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
 def _held(
     dataset: str, status: DatasetStatus, pending: bool, started: float
 ) -> DatasetReport | None:
-    """Why a dataset gets nothing new now (quarantined, or blocked by a pending sequence)."""
+    """Why a dataset gets nothing new now (held, quarantined, or blocked by a pending
+    sequence)."""
+    if status.held is not None:
+        why = status.held.describe(dataset)
+        refusal = DatasetHeldError(f"publishing {dataset!r} refused: {why}")
+        return dataset_report(dataset, Outcome.HELD, started, error=describe(refusal))
     if status.discarding is not None:
         error = status.discarding.unfinished(dataset)
         return dataset_report(dataset, Outcome.BLOCKED, started, error=error)
@@ -126,13 +131,14 @@ def _held(
     return None
 
 
-def _write_ahead(ctx: Context, dataset: str, records: list[bytes], *, resume: bool = False) -> None:
+def write_ahead(ctx: Context, dataset: str, records: list[bytes], *, resume: bool = False) -> None:
     """Write the records in chunks of ``ctx.chunk_records``; only the last chunk seals.
 
     A crash between chunks leaves an unsealed sequence, which recovery aborts. A retry after
     a transient error resumes from what the store holds: the dataset had no sequence before
     (:func:`_prepare` checked), so whatever is there was written by this call, or by the
-    group write-ahead that failed before it (``resume``).
+    group write-ahead that failed before it (``resume``), or by an earlier release of the
+    same held commit (:func:`publisher.holds.release`).
     """
     first_try = not resume
 
@@ -166,7 +172,7 @@ def _commit(ctx: Context, prepared: _Prepared, *, resume: bool = False) -> Datas
     try:
         if not resume:
             barriers.before_seal(prepared.steps)
-        _write_ahead(ctx, dataset, prepared.records, resume=resume)
+        write_ahead(ctx, dataset, prepared.records, resume=resume)
     except FencedError:
         raise  # this run lost the job lock: it stops, nothing of the dataset executed
     except CommitPubError as e:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from commitsteps import DEFAULT_COMMIT_BUDGET_S, CommitStep, check_budget
+from publisher import holds as holds_of
 from publisher import staging
 from publisher import status as status_record
 from publisher.commit import PublishItem, StepsBuilder, publish_group
@@ -22,6 +23,8 @@ from publisher.context import Context
 from publisher.deadlines import DeadlineError, RunDeadlineError
 from publisher.discard import discard_one
 from publisher.discard import keep_table as keep_table_of
+from publisher.errors import DatasetHeldError
+from publisher.holds import HeldDataset
 from publisher.pending import PendingSequence, list_pending
 from publisher.quarantine import lift, record_failure
 from publisher.recovery import recover_group
@@ -255,6 +258,10 @@ class Publisher:
             if r.keeps_staging is None:
                 return staging.SweepResult(), f"the pending sequence of {r.dataset} is unreadable"
             keep.update(r.keeps_staging)
+        held = holds_of.kept_run_dirs(self.context)
+        if held is None:
+            return staging.SweepResult(), "a status that may hold a dataset is unreadable"
+        keep.update(held)
         self.require_lock("sweeping staging")
         swept = staging.sweep(
             self.roots.staging, self.job_name, self.context.token, keep, self.require_lock
@@ -391,6 +398,11 @@ class Publisher:
         A sequence that cannot be read is dropped only with ``force``: what it may have
         published stays and would be read again by the next run.
 
+        A held dataset (:meth:`hold`) has published nothing: its held staged files are
+        deleted (only inside the job's run directory that holds them) and the hold dropped.
+        The discard is recorded in the hold first, so release refuses it from then on, and
+        discard again finishes one that was killed.
+
         Raises:
             DiscardRefusedError: if the sequence names paths outside the job's current
                 staging or output roots, or cannot be read and ``force`` is not given;
@@ -399,11 +411,104 @@ class Publisher:
                 whole: the steps after it were rolled back, the dataset is quarantined.
             KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
                 was changed.
+            DatasetHeldError: with ``keep_table``, if the dataset is held.
         """
         with holding(self.lease), self.context.working():
+            status = self.context.status_or_default(dataset, "discarding")
+            if status.held is not None:
+                if keep_table:
+                    raise DatasetHeldError(
+                        f"discard --keep-table of {dataset!r} refused: "
+                        f"{status.held.describe(dataset)}"
+                    )
+                return holds_of.discard_held(self.context, dataset, status, status.held)
             if keep_table:
                 return keep_table_of(self.context, dataset)
             return discard_one(self.context, dataset, force=force)
+
+    def hold(
+        self,
+        dataset: str,
+        steps: Sequence[CommitStep],
+        *,
+        staging_dir: str,
+        checks: Sequence[Mapping[str, Any]],
+        run_id: str | None = None,
+    ) -> HeldDataset:
+        """Keep a dataset's commit back instead of writing it ahead: a check of its staged
+        data failed.
+
+        Its would-be commit, the failed checks and where its staged data is are recorded in
+        one fenced write of the dataset's status. Nothing is written ahead and no watermark
+        moves; the staged files stay in the run directory, which recovery's sweep keeps.
+        :meth:`publish` refuses the dataset (reported ``held``) until :meth:`release`
+        publishes the held commit or :meth:`discard` drops it.
+
+        Args:
+            dataset: the dataset.
+            steps: the steps :meth:`publish` would have written ahead.
+            staging_dir: its staging directory, inside a run directory of this job
+                (:meth:`create_run_dir`), which every staged file of ``steps`` lies in too.
+            checks: the failed checks, JSON objects (a ``name`` and its figures, say).
+            run_id: the run that holds it, shown with the hold.
+
+        Returns:
+            The hold, as :meth:`holds` lists it.
+
+        Raises:
+            DatasetHeldError: if the dataset is held already.
+            HoldRefusedError: if it has a pending sequence, is quarantined or being
+                discarded, or its staging is not in one run directory of the job.
+            ConfigurationError: if a check is not a JSON object.
+            PathConfinementError, ForeignStoreError, StepConflictError: as :meth:`publish`
+                refuses steps. Nothing was changed by any of these.
+            FencedError: if this run lost the job lock.
+        """
+        self.require_lock("holding a dataset")
+        with holding(self.lease), self.context.working():
+            return holds_of.hold(
+                self.context,
+                dataset,
+                steps,
+                staging_dir=staging_dir,
+                checks=checks,
+                run_id=run_id,
+            )
+
+    def holds(self) -> list[HeldDataset]:
+        """Every held dataset of the job: since when, the failed checks with their figures,
+        where its staged data is; reads only. A status that cannot be read is not listed
+        (:meth:`statuses` shows it as a quarantine)."""
+        return [
+            HeldDataset.of(dataset, s.held)
+            for dataset, s in sorted(self.statuses().items())
+            if s.held is not None
+        ]
+
+    def release(self, dataset: str) -> DatasetReport:
+        """Publish a held dataset's commit as it was staged, exactly once.
+
+        Refused, with nothing changed, when a watermark the commit moves is no longer where
+        it started from (someone published that partition since), or a staged file of it is
+        gone. Otherwise the commit is
+        written ahead and sealed, the hold removed, then the sequence executed as a publish
+        does. Killed after the seal, the next recovery (or release again) finishes it.
+
+        Returns:
+            The dataset's report: ``published``, or ``failed``/``quarantined`` if a step
+            failed after the seal (counted, as a publish counts it).
+
+        Raises:
+            NotHeldError: if the dataset is not held.
+            WatermarkMovedError: naming the dataset, the partition, the value the commit
+                starts from and the one committed now.
+            HeldDataMissingError: if a staged file of the held commit is gone.
+            DiscardInProgressError: if a discard of the hold is not finished.
+            FencedError: if this run lost the job lock.
+        """
+        self.require_lock("releasing a held dataset")
+        with holding(self.lease), self.context.working():
+            return holds_of.release(self.context, dataset)
 
     def fence(self) -> None:
         """Fence the commit store with this publisher's token: from now on the store refuses

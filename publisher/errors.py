@@ -34,3 +34,44 @@ class TableDiscardRefusedError(CommitPubError):
 class KeepTableRefusedError(CommitPubError):
     """``discard --keep-table`` found a data step of the sequence (a table commit, a rename)
     not done: there is no table commit to keep. Nothing was changed."""
+
+
+class DatasetHeldError(CommitPubError):
+    """The dataset is held (a check of its staged data failed): nothing new is published for
+    it, and it is not held again, until an operator releases or discards it."""
+
+
+class NotHeldError(CommitPubError, LookupError):
+    """``release`` of a dataset that is not held."""
+
+
+class HoldRefusedError(CommitPubError):
+    """A dataset cannot be held now (a pending sequence, a quarantine or a discard stands in
+    the way, or its staging is not in a run directory of the job). Nothing was changed."""
+
+
+class HeldDataMissingError(CommitPubError):
+    """``release`` found staged files of the held commit gone (deleted by hand, say):
+    publishing it would be partial. Nothing was changed; discard it (the data is read
+    again)."""
+
+
+class WatermarkMovedError(CommitPubError):
+    """``release`` found a watermark of the held commit no longer where the commit starts
+    from: someone published that partition meanwhile. Nothing was changed.
+
+    Attributes:
+        dataset: the held dataset.
+        partition: the watermark's partition.
+        expected: the value the held commit moves it from.
+        found: the value committed now.
+    """
+
+    def __init__(
+        self, message: str, *, dataset: str, partition: str, expected: object, found: object
+    ) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.partition = partition
+        self.expected = expected
+        self.found = found

@@ -18,7 +18,7 @@ import attrs
 from commitsteps import CommitStep
 from publisher import status as status_record
 from publisher.context import Context
-from publisher.errors import CorruptStatusError, DiscardInProgressError
+from publisher.errors import CorruptStatusError, DatasetHeldError, DiscardInProgressError
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus
@@ -136,6 +136,9 @@ def lift(ctx: Context, dataset: str) -> bool:
             f"retry of {dataset!r} refused: {status.discarding.unfinished(dataset)}. "
             "Retrying would publish what was being thrown away"
         )
+    if status is not None and status.held is not None:
+        # Dropping the status would drop the hold and orphan its staged data.
+        raise DatasetHeldError(f"retry of {dataset!r} refused: {status.held.describe(dataset)}")
     pending = ctx.store.exists(ctx.job, dataset)
     if status is None and not pending:
         return False

@@ -5,7 +5,8 @@ again and removed (:func:`publisher.execution.finish`); a failure is counted tow
 quarantine. An unsealed one never ran: its staged files are deleted and it is dropped
 (:func:`publisher.execution.abort`), so the data is extracted again. A discard an operator
 began is finished instead (:func:`publisher.discard.resume_discard`). A quarantined
-dataset is left alone.
+dataset is left alone; so is a held one, unless its release sealed its sequence (the hold
+is dropped and the sequence finished: :func:`publisher.holds.resume_release`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from publisher.context import Context
 from publisher.discard import resume_discard
 from publisher.execution import abort, finish, verify_all
+from publisher.holds import held_report, resume_release
 from publisher.quarantine import fail, skipped
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
@@ -37,6 +39,17 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
         return fail(ctx, dataset, DatasetStatus(), e, started, steps=None)
     if status.discarding is not None:
         return resume_discard(ctx, dataset, status, started)
+    if status.held is not None:
+        record = status.held
+        try:
+            resumed = resume_release(ctx, dataset, status)
+        except FencedError:
+            raise
+        except Exception as e:  # counted as a failed attempt; the hold stays
+            return fail(ctx, dataset, status, e, started, steps=None, steps_total=0)
+        if resumed is None:
+            return held_report(dataset, record, started, ctx.roots)
+        status = resumed
     return _recover(ctx, dataset, status, started)
 
 

@@ -29,6 +29,7 @@ class Outcome(enum.StrEnum):
     REFUSED = "refused"  # rejected before write-ahead (bad path, conflict); nothing changed
     BLOCKED = "blocked"  # a pending sequence must be recovered before new data is published
     DISCARDED = "discarded"  # an operator's discard: done steps rolled back, sequence removed
+    HELD = "held"  # kept back by a failed check; its staged data waits for release or discard
 
 
 #: Outcomes that make a run fail (exit 1): the dataset did not get where it should.
@@ -119,6 +120,10 @@ class Outcomes:
         return self.by_outcome(Outcome.QUARANTINED)
 
     @property
+    def held(self) -> list[str]:
+        return self.by_outcome(Outcome.HELD)
+
+    @property
     def failed(self) -> list[str]:
         """Datasets that failed, were refused or blocked (:data:`FAILING`)."""
         return self.by_outcome(*FAILING)
@@ -130,7 +135,7 @@ class Outcomes:
 
     @property
     def ok(self) -> bool:
-        """True when no dataset failed, was refused, blocked or quarantined."""
+        """True when no dataset failed, was refused, blocked, quarantined or held."""
         return all(d.outcome in SETTLED for d in self.datasets)
 
     @property

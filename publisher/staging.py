@@ -545,6 +545,35 @@ def _sweepable_run_dir(roots: Roots, path: str, later: Later) -> str | None:
     return run_dir if verdict == "delete" else None
 
 
+def owned_run_dir(roots: Roots, path: str, job: str) -> str | None:
+    """The run directory ``path`` lies strictly inside, if it is one of ``job``'s: its name
+    is the one its marker gives, and the marker names ``job``. What a held dataset keeps
+    (:mod:`publisher.holds`) must lie in such a directory, and nothing else is deleted when
+    its hold is discarded."""
+    run_dir = roots.run_dir(path)
+    if run_dir is None or run_dir == normalize(path):
+        return None
+    try:
+        marker = read_marker(run_dir)
+    except MarkerError:
+        return None
+    if marker is None or marker.job != job or marker.dir_name != posixpath.basename(run_dir):
+        return None
+    return run_dir
+
+
+def delete_held(run_dir: str, staging_dir: str, guard: Guard) -> None:
+    """Delete a discarded hold's staging directory, which lies in ``run_dir`` (see
+    :func:`owned_run_dir`), then ``run_dir`` itself if only its marker is left.
+
+    Raises:
+        FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
+    """
+    guard(f"deleting the held staging {staging_dir}")
+    _delete_tree(staging_dir)
+    finish_run(run_dir, guard)
+
+
 class _Cleaner:
     """This process's clean-up thread: deletes what :func:`cleanup` set aside, in order.
 

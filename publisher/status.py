@@ -1,4 +1,5 @@
-"""A dataset's status in the commit store: failed attempts, quarantine, a discard in progress.
+"""A dataset's status in the commit store: failed attempts, quarantine, a discard in progress,
+a hold.
 
 The store keeps one JSON object per dataset beside its sequence (``CommitStepStore.get_status``)
 and knows nothing of its fields. This module is the one place that gives it a type:
@@ -65,6 +66,41 @@ class Discarding:
 
 
 @attrs.frozen
+class Hold:
+    """A commit kept back because a check of its staged data failed (:mod:`publisher.holds`).
+
+    What would have been written ahead is recorded here, not as a sequence: recovery never
+    sees it, so it neither executes nor aborts it, and the staged files it names stay until
+    an operator releases or discards the dataset.
+    """
+
+    #: The staging directory of the dataset's held data, inside a run directory of the job.
+    staging_dir: str
+    #: When the dataset was held (UTC, ISO 8601).
+    since: str
+    #: The run that held it, if the caller named it.
+    run_id: str | None = None
+    #: Fencing token of the run that held it; None without a lock.
+    token: int | None = None
+    #: The failed checks, as the caller gave them (JSON objects: name, figures, ...).
+    checks: tuple[dict[str, Any], ...] = ()
+    #: The would-be commit: each step as ``commitsteps.dumps`` wrote it (text), in
+    #: execution order.
+    records: tuple[str, ...] = attrs.field(default=(), repr=False)
+    #: When a discard of the held data began (UTC, ISO 8601); from then on it is not
+    #: released, and discard again finishes it.
+    discarding: str | None = None
+
+    def describe(self, dataset: str) -> str:
+        """Why ``dataset`` is held and where its data is, as reports and refusals say it."""
+        names = ", ".join(str(c.get("name", "?")) for c in self.checks) or "none named"
+        return (
+            f"dataset {dataset!r} is held since {self.since} (failed checks: {names}); its "
+            f"staged data is in {self.staging_dir}: release or discard it"
+        )
+
+
+@attrs.frozen
 class DatasetStatus:
     """What the store remembers of a dataset beside its pending sequence, if any."""
 
@@ -86,6 +122,8 @@ class DatasetStatus:
     #: table whole (UTC, ISO 8601); the refusal is :attr:`last_error` and the dataset is
     #: quarantined. ``retry`` publishes the commit as it stands.
     discard_refused: str | None = None
+    #: Kept back by a failed check until released or discarded; see :class:`Hold`.
+    held: Hold | None = None
 
     @classmethod
     def unreadable(cls, error: CorruptStatusError) -> DatasetStatus:
@@ -184,6 +222,7 @@ __all__ = [
     "CorruptStatusError",
     "DatasetStatus",
     "Discarding",
+    "Hold",
     "decode",
     "encode",
     "read",

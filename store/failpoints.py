@@ -247,6 +247,38 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "`commitpub discard` rolled back every step; staging and the sequence remain",
     ),
     CrashPoint(
+        "hold.recorded",
+        _DRIVER,
+        "hold",
+        "a dataset's failed check held it: the hold is recorded, the run not yet reported",
+    ),
+    CrashPoint(
+        "release.sealed",
+        _DRIVER,
+        "release",
+        "`commitpub release` sealed the held commit, the hold is not yet removed; "
+        "recovery drops the hold and executes it",
+    ),
+    CrashPoint(
+        "release.hold_removed",
+        _DRIVER,
+        "release",
+        "`commitpub release` removed the hold of its sealed commit, no step has run; "
+        "recovery executes it",
+    ),
+    CrashPoint(
+        "discard.hold_marked",
+        _DRIVER,
+        "discard",
+        "`commitpub discard` of a held dataset marked the hold as discarded, deleted nothing",
+    ),
+    CrashPoint(
+        "discard.hold_deleted",
+        _DRIVER,
+        "discard",
+        "`commitpub discard` deleted a held dataset's staged data, the hold not yet dropped",
+    ),
+    CrashPoint(
         "adopt.copied",
         _DRIVER,
         "adopt",

@@ -3,6 +3,7 @@
     python tests/crashdriver.py run     --base DIR --store URL --watermarks URL --run-id R
     python tests/crashdriver.py recover --base DIR --store URL --watermarks URL
     python tests/crashdriver.py discard --base DIR --store URL --watermarks URL --dataset D
+    python tests/crashdriver.py release --base DIR --store URL --watermarks URL --dataset D
 
 ``--base`` is a local directory or an fsspec URL (``s3://bucket/prefix``) under which
 ``staging/`` and ``output/`` live. The source is implicit and deterministic: DATASETS x
@@ -26,6 +27,10 @@ publishes under its fencing token; a run that loses the lock (a takeover while i
 stopped) prints ``crashdriver: lost the job lock: ...`` on stderr and exits 75, as
 ``commitpub`` does. ``--hide DATASET`` moves that dataset's first staged file aside after
 the steps are built, so its rename fails (``<file>.hidden``, for the test to put back).
+
+``run --hold DATASET`` holds that dataset instead of publishing it, as a failed check does
+(``Publisher.hold``); every run skips the datasets held (nothing is extracted for them).
+``release`` publishes a held dataset (``Publisher.release``), without a recovery first.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import fsspec
 
@@ -81,11 +86,19 @@ def write(path: str, text: str) -> None:
 
 
 def extract(  # noqa: PLR0917 -- a test driver's helper
-    base: str, run_dir: str, run_id: str, wm_url: str, records: int = RECORDS, job: str = JOB
+    base: str,
+    run_dir: str,
+    run_id: str,
+    wm_url: str,
+    records: int = RECORDS,
+    job: str = JOB,
+    skip: Collection[str] = (),
 ) -> dict[str, list[CommitStep]]:
     wm = open_watermarks(wm_url, job=job)
     sequences: dict[str, list[CommitStep]] = {}
     for dataset in DATASETS:
+        if dataset in skip:
+            continue
         renames: list[CommitStep] = []
         marks: list[CommitStep] = []
         for partition in PARTITIONS:
@@ -149,16 +162,30 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
             fence(pub, keeper)  # before anything of the job is read, as commitpub does
         if args.command == "discard":
             return {"discard": to_json(pub.discard(args.dataset))}, True
+        if args.command == "release":
+            released = pub.release(args.dataset)
+            return {"release": to_json(released)}, released.outcome == "published"
         recovery = pub.recover()
         out: dict[str, object] = {"recovery": to_json(recovery)}
         ok = recovery.ok
         if args.command == "run":
             run_dir = pub.create_run_dir(args.run_id)
+            held = {h.dataset for h in pub.holds()}
             sequences = extract(
-                args.base, run_dir, args.run_id, args.watermarks, args.records, args.job
+                args.base, run_dir, args.run_id, args.watermarks, args.records, args.job, held
             )
             if args.hide in sequences:
                 hide(sequences[args.hide])
+            if args.hold in sequences:
+                checks = [{"name": "row_count", "severity": "error", "figures": {"rows": 0}}]
+                hold = pub.hold(
+                    args.hold,
+                    sequences.pop(args.hold),
+                    staging_dir=f"{run_dir}/{safe(args.hold)}",
+                    checks=checks,
+                    run_id=args.run_id,
+                )
+                out["held"] = to_json(hold)
             staging = {d: f"{run_dir}/{safe(d)}" for d in sequences}
             published = pub.publish(sequences, staging_dirs=staging)
             out["publish"] = to_json(published)
@@ -171,7 +198,7 @@ def _work(args: argparse.Namespace, keeper: LeaseKeeper | None) -> tuple[dict[st
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "recover", "discard"])
+    parser.add_argument("command", choices=["run", "recover", "discard", "release"])
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--watermarks", required=True)
@@ -180,7 +207,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--chunk-records", type=int, default=200_000)
     parser.add_argument("--records", type=int, default=RECORDS)
     parser.add_argument("--max-attempts", type=int, default=3)
-    parser.add_argument("--dataset", help="the dataset to discard")
+    parser.add_argument("--dataset", help="the dataset to discard or release")
+    parser.add_argument("--hold", help="a dataset the run holds instead of publishing it")
     parser.add_argument("--hide", help="a dataset whose first staged file goes missing")
     parser.add_argument("--lock", help="take the job lock here first (as commitpub run does)")
     parser.add_argument("--ttl", type=float, default=30.0, help="the lock's lease, seconds")

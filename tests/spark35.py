@@ -9,7 +9,8 @@ second or two), so the environment follows whichever clone runs it.
 
 Then :data:`TESTS` run in it, in one pytest process: a ``Batch`` and the runner, the
 end-to-end runs with their SIGKILLed drivers (the crash points a Spark run meets), Spark
-task retries, the demo and the standalone cluster. The process exits with pytest's code.
+task retries, the demo, the standalone cluster and the checks on staged data (the functions
+their one aggregation uses). The process exits with pytest's code.
 
     .venv/bin/python tests/spark35.py [PYTEST ARGS...]
 """
@@ -40,6 +41,7 @@ TESTS = [
     "tests/jobs/test_own_job.py",
     "tests/jobs/test_demo.py",
     "tests/jobs/test_cluster.py",
+    "tests/jobs/test_checks.py",
 ]
 
 #: Pins that differ under pyspark 3.5: pyspark itself, and the py4j it ships with.

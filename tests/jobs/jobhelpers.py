@@ -25,6 +25,16 @@ from store import open_watermarks
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 
 
+def batch_places(base: Path) -> dict[str, str]:
+    """A ``Batch``'s store, watermarks, staging and output, all under ``base``."""
+    return {
+        "store": str(base / "state" / "steps"),
+        "watermarks": str(base / "state" / "wm"),
+        "staging": str(base / "staging"),
+        "output": str(base / "output"),
+    }
+
+
 class Landing:
     """A landing zone written record by record: ``<root>/<dataset>/<partition>/<first>.jsonl``."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from jobhelpers import batch_places
 from pyspark.sql import SparkSession
 
 import commitsteps
@@ -38,17 +39,8 @@ def usersteps(spark: SparkSession) -> Any:
     return usersteps
 
 
-def _places(base: Path) -> dict[str, str]:
-    return {
-        "store": str(base / "state" / "steps"),
-        "watermarks": str(base / "state" / "wm"),
-        "staging": str(base / "staging"),
-        "output": str(base / "output"),
-    }
-
-
 def _batch(spark: SparkSession, base: Path, **kw: Any) -> Batch:
-    return Batch(spark, JOB, **{**_places(base), **kw})
+    return Batch(spark, JOB, **{**batch_places(base), **kw})
 
 
 def _orders(spark: SparkSession, first: int, n: int) -> Any:
@@ -226,9 +218,9 @@ def test_a_job_name_that_cannot_name_anything_is_refused(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     with pytest.raises(BatchArgumentError, match="job"):
-        Batch(spark, "", **_places(tmp_path))
+        Batch(spark, "", **batch_places(tmp_path))
     with pytest.raises(TypeError, match="unexpected keyword argument 'stagin'"):
-        Batch(spark, JOB, stagin="x", **_places(tmp_path))  # type: ignore[call-arg]
+        Batch(spark, JOB, stagin="x", **batch_places(tmp_path))
 
 
 @pytest.fixture
@@ -388,10 +380,10 @@ def test_a_session_factory_is_called_only_once_the_lock_is_held(
         return spark
 
     with _batch(spark, tmp_path, run_id="holder", lock_ttl_s=3):
-        with pytest.raises(jobs.LockHeldError), Batch(session, JOB, **_places(tmp_path)):
+        with pytest.raises(jobs.LockHeldError), Batch(session, JOB, **batch_places(tmp_path)):
             pass
         assert calls == []  # refused before any Spark was asked for
-    with Batch(session, JOB, **_places(tmp_path)) as batch:
+    with Batch(session, JOB, **batch_places(tmp_path)) as batch:
         assert batch.spark is spark
     assert calls == ["spark"]
 
@@ -416,10 +408,10 @@ def test_a_step_past_its_deadline_fails_the_batch_and_leaves_the_lease_to_expire
         assert any("not released but left to expire within 30s" in w for w in report.warnings)
         written = json.loads(next((tmp_path / "state" / "reports").glob("*.json")).read_text())
         assert written["exit_code"] == 1
-        with open_store(_places(tmp_path)["store"]) as st:
+        with open_store(batch_places(tmp_path)["store"]) as st:
             assert st.statuses(JOB)["hung"]["attempts"] == 1
         # Not released: abandoned, it expires; the next batch is refused until then.
-        lock = open_lock(_places(tmp_path)["store"])
+        lock = open_lock(batch_places(tmp_path)["store"])
         try:
             lease = lock.current(JOB)
             assert lease is not None

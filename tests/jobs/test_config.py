@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from jobhelpers import commitpub, write_job
+from jobhelpers import batch_places, commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
@@ -556,12 +556,7 @@ def test_the_table_commit_budget_reaches_the_publisher_from_the_file_and_from_ba
     config = load_config(write_job(tmp_path, publish={"table_commit_budget_s": 42.5}))
     assert config.table_commit_budget_s == 42.5
     assert open_publisher(config).context.table_commit_budget_s == 42.5
-    places = {
-        "store": str(tmp_path / "b" / "state" / "steps"),
-        "watermarks": str(tmp_path / "b" / "state" / "wm"),
-        "staging": str(tmp_path / "b" / "staging"),
-        "output": str(tmp_path / "b" / "output"),
-    }
+    places = batch_places(tmp_path / "b")
     assert batch_config("j", table_commit_budget_s=7, **places).table_commit_budget_s == 7
     with pytest.raises(ConfigurationError, match="argument 'table_commit_budget_s' must be"):
         batch_config("j", table_commit_budget_s=-1, **places)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from jobhelpers import write_job
+from jobhelpers import batch_places, write_job
 from pyspark.sql import SparkSession
 
 from jobs import Batch, formats
@@ -103,7 +103,7 @@ def test_an_unknown_format_in_batch_names_the_argument_and_the_known_ones(
     spark: SparkSession, tmp_path: Path, isolated_registry: None
 ) -> None:
     with pytest.raises(ConfigurationError) as e:
-        Batch(spark, "job", format="csv", **_places(tmp_path))
+        Batch(spark, "job", format="csv", **batch_places(tmp_path))
     assert "argument 'format' must be one of 'parquet', 'iceberg', 'delta', got 'csv'" in str(
         e.value
     )
@@ -140,21 +140,14 @@ def test_a_user_format_from_an_entry_point_is_known_to_the_job_file(
     assert "key 'output.namespace' is for output.format 'iceberg', not 'tagged'" in str(e.value)
 
 
-def _places(base: Path) -> dict[str, str]:
-    return {
-        "store": str(base / "state" / "steps"),
-        "watermarks": str(base / "state" / "wm"),
-        "staging": str(base / "staging"),
-        "output": str(base / "output"),
-    }
-
-
 @pytest.mark.spark
 def test_a_batch_writes_commits_and_reads_back_with_a_user_format(
     spark: SparkSession, tmp_path: Path, user_format: None
 ) -> None:
     df = spark.createDataFrame([(i, f"p{i % 2}") for i in range(6)], "id long, part string")
-    with Batch(spark, "tagged-job", format="tagged", run_id="r1", **_places(tmp_path)) as batch:
+    with Batch(
+        spark, "tagged-job", format="tagged", run_id="r1", **batch_places(tmp_path)
+    ) as batch:
         batch.stage("orders", df, partition_by=["part"], watermarks={"p0": 6})
     assert batch.report.exit_code == 0, batch.report.error
 
@@ -162,5 +155,7 @@ def test_a_batch_writes_commits_and_reads_back_with_a_user_format(
     assert sorted((r["id"], r["part"], r["written_by"]) for r in rows) == [
         (i, f"p{i % 2}", "tagged") for i in range(6)
     ]
-    with Batch(spark, "tagged-job", format="tagged", run_id="r2", **_places(tmp_path)) as batch:
+    with Batch(
+        spark, "tagged-job", format="tagged", run_id="r2", **batch_places(tmp_path)
+    ) as batch:
         assert batch.committed("orders", "p0") == 6

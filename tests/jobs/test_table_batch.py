@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from jobhelpers import batch_places
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 from table_helpers import (
@@ -33,15 +34,6 @@ pytestmark = pytest.mark.spark
 
 JOB = "table-job"
 FORMATS = ["iceberg", "delta"]
-
-
-def _places(base: Path) -> dict[str, str]:
-    return {
-        "store": str(base / "state" / "steps"),
-        "watermarks": str(base / "state" / "wm"),
-        "staging": str(base / "staging"),
-        "output": str(base / "output"),
-    }
 
 
 def _orders(spark: SparkSession, first: int, n: int, *, extra: bool = False) -> Any:
@@ -90,12 +82,12 @@ def _runs(fmt: str, base: Path) -> list[str | None]:
 def test_each_run_lands_in_the_table_once_and_new_nullable_columns_evolve_it(
     spark: SparkSession, tmp_path: Path, fmt: str
 ) -> None:
-    with Batch(spark, JOB, format=fmt, run_id="r1", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format=fmt, run_id="r1", **batch_places(tmp_path)) as batch:
         batch.stage(
             "orders", _orders(spark, 0, 10), partition_by=["ts_date"], watermarks={"p0": 10}
         )
     assert batch.report.exit_code == 0, batch.report.error
-    with Batch(spark, JOB, format=fmt, run_id="r2", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format=fmt, run_id="r2", **batch_places(tmp_path)) as batch:
         assert batch.committed("orders", "p0") == 10
         batch.stage(
             "orders",
@@ -125,7 +117,7 @@ def test_each_run_lands_in_the_table_once_and_new_nullable_columns_evolve_it(
 def test_staged_table_files_hold_one_date_each_with_the_column_and_microsecond_timestamps(
     spark: SparkSession, tmp_path: Path, fmt: str
 ) -> None:
-    with Batch(spark, JOB, format=fmt, run_id="r1", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format=fmt, run_id="r1", **batch_places(tmp_path)) as batch:
         batch.stage("orders", _orders(spark, 0, 12), partition_by=["ts_date"])
     assert batch.report.exit_code == 0, batch.report.error
     files = sorted((tmp_path / "output" / "orders").rglob("r1-*.parquet"))
@@ -144,11 +136,11 @@ def test_staged_table_files_hold_one_date_each_with_the_column_and_microsecond_t
 def test_an_incompatible_type_fails_the_dataset_and_publishes_nothing(
     spark: SparkSession, tmp_path: Path, fmt: str
 ) -> None:
-    with Batch(spark, JOB, format=fmt, run_id="r1", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format=fmt, run_id="r1", **batch_places(tmp_path)) as batch:
         batch.stage("orders", _orders(spark, 0, 4), partition_by=["ts_date"], watermarks={"p0": 4})
     assert batch.report.exit_code == 0, batch.report.error
     clash = _orders(spark, 4, 8).selectExpr("cast(id as string) as id", "ts", "ts_date")
-    with Batch(spark, JOB, format=fmt, run_id="r2", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format=fmt, run_id="r2", **batch_places(tmp_path)) as batch:
         batch.stage("orders", clash, partition_by=["ts_date"], watermarks={"p0": 8})
     assert batch.report.exit_code == 1
     (dataset,) = batch.report.publish.datasets
@@ -163,7 +155,7 @@ def test_an_incompatible_type_fails_the_dataset_and_publishes_nothing(
 
 
 def test_a_table_is_partitioned_by_one_date_column(spark: SparkSession, tmp_path: Path) -> None:
-    with Batch(spark, JOB, format="delta", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format="delta", **batch_places(tmp_path)) as batch:
         with pytest.raises(BatchArgumentError, match="partitioned by a date column"):
             batch.stage("orders", _orders(spark, 0, 3), partition_by=["id"])
         with pytest.raises(BatchArgumentError, match="one date column at most"):
@@ -179,7 +171,7 @@ def test_lineage_start_and_complete_carry_the_inputs_read_and_the_tables_publish
 ) -> None:
     log_file = tmp_path / "lineage.jsonl"
     lineage = {"transport": {"type": "file", "log_file_path": str(log_file), "append": True}}
-    places = _places(tmp_path)
+    places = batch_places(tmp_path)
     with Batch(spark, JOB, format="iceberg", lineage=lineage, run_id="r1", **places) as batch:
         batch.stage(
             "orders",
@@ -235,7 +227,7 @@ def test_a_lineage_endpoint_that_is_down_is_counted_and_the_run_publishes(
         format="delta",
         lineage=lineage,
         metrics_textfile=str(textfile),
-        **_places(tmp_path),
+        **batch_places(tmp_path),
     ) as batch:
         batch.stage("orders", _orders(spark, 0, 3), partition_by=["ts_date"])
     assert batch.report.exit_code == 0, batch.report.error
@@ -253,7 +245,7 @@ def test_a_lineage_endpoint_that_is_down_is_counted_and_the_run_publishes(
 def test_an_iceberg_dataset_name_with_a_dot_is_refused_before_any_spark_work(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    with Batch(spark, JOB, format="iceberg", run_id="r1", **_places(tmp_path)) as batch:
+    with Batch(spark, JOB, format="iceberg", run_id="r1", **batch_places(tmp_path)) as batch:
         with pytest.raises(BatchArgumentError, match=r"'orders\.eu' holds a dot"):
             batch.stage("orders.eu", _orders(spark, 0, 3))
         assert batch.report.run_dir is None  # nothing staged, not even a run directory

@@ -1,6 +1,6 @@
 """``commitpub run`` into Iceberg and Delta tables with staging, output, stores and lock on S3
 (moto's S3 server); the endpoint comes only from the job's ``[s3]`` table, as in
-test_s3_job.py. Staging there is written by the Spark tasks with pyarrow through s3fs.
+test_object_store_jobs.py. Staging there is written by the Spark tasks with pyarrow through s3fs.
 
 Run 1 is SIGKILLed between the renames of its data files into the new tables and the table
 commits (fail point ``table.before_commit``); run 2 recovers run 1's sealed commits, which

@@ -1,13 +1,13 @@
-"""The whole job on GCS and on Azure: staging, output, commit-step store, watermarks and job
-lock are all ``gs://`` URLs on fake-gcs-server, or ``az://`` URLs on Azurite, reached through
-gcsfs and adlfs. On GCS the endpoint comes only from the job's ``[gcs]`` table (it is taken
-out of the environment the ``commitpub`` processes get); on Azure the account comes from the
-``[azure]`` table and the endpoint with the key from the connection string in the
-environment, as credentials do.
+"""The whole job on S3, GCS and Azure: staging, output, commit-step store, watermarks and
+job lock are all ``s3://`` URLs on moto's S3 server, ``gs://`` URLs on fake-gcs-server, or
+``az://`` URLs on Azurite, reached through s3fs, gcsfs and adlfs. On S3 and GCS the endpoint
+comes only from the job's ``[s3]`` or ``[gcs]`` table (it is taken out of the environment
+the ``commitpub`` processes get); on Azure the account comes from the ``[azure]`` table and
+the endpoint with the key from the connection string in the environment, as credentials do.
 
 Run 1 is clean; run 2 is SIGKILLed in the middle of publishing (copies and deletes on the
 object store); run 3 recovers and finishes. Then every source record is in the output
-exactly once. tests/jobs/test_s3_job.py does the same on S3.
+exactly once.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ def _run(job: Path, *args: str, log: Path, drop: str, failpoint: str | None = No
         ).returncode
 
 
+def _s3(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
+    bucket = request.getfixturevalue("s3_bucket")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    table = {"s3": {"endpoint_url": endpoint, "region": "us-east-1"}}
+    return f"s3://{bucket}", table, "AWS_ENDPOINT_URL"
+
+
 def _gcs(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
     bucket = request.getfixturevalue("gcs_bucket")
     endpoint = request.getfixturevalue("gcs_process").endpoint_url
@@ -55,6 +62,7 @@ def _azure(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], str]:
 @pytest.mark.parametrize(
     "where",
     [
+        pytest.param(_s3, marks=pytest.mark.s3, id="s3"),
         pytest.param(_gcs, marks=pytest.mark.gcs, id="gcs"),
         pytest.param(_azure, marks=pytest.mark.azure, id="azure"),
     ],
@@ -81,6 +89,7 @@ def test_job_runs_recovers_and_publishes_exactly_once_on_an_object_store(
 
     assert run("run", log=tmp_path / "run1.log") == 0, (tmp_path / "run1.log").read_text()
     [first] = [json.loads(p.read_text()) for p in (tmp_path / "reports").glob("*-run.json")]
+    # Rows are counted from the staged files' footers on the object store too.
     assert first["counts"]["staged_rows"] == len(DATASETS) * 2 * 120
 
     for dataset in DATASETS:
