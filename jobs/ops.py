@@ -23,8 +23,8 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
-from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.report import newest_reports
+from jobs.session import JobSession
 from jobs.watermarks import Adopted, adopt
 from publisher import (
     DatasetReport,
@@ -36,17 +36,7 @@ from publisher import (
     verify_all,
 )
 from publisher import status as status_record
-from store import (
-    CommitStepStore,
-    Connections,
-    Lease,
-    SequenceInfo,
-    connecting_only,
-    fencing,
-    open_lock,
-    open_store,
-    open_watermarks,
-)
+from store import Connections, Lease, SequenceInfo, connecting_only, fencing
 from store.errors import (
     CommitPubError,
     ConfigurationError,
@@ -70,22 +60,20 @@ class UnknownDatasetError(ConfigurationError):
     status, no watermark (a typo, or another job's dataset)."""
 
 
-def _known(config: BatchConfig, dataset: str, st: CommitStepStore) -> None:
+def _known(job: JobSession, dataset: str) -> None:
     """Refuse a dataset of which the job holds nothing (sequence, status or watermark).
 
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
+    config, st = job.config, job.store
     known = set(st.datasets(config.name)) | set(st.statuses(config.name))
     if dataset in known:
         return
-    wm = open_watermarks(config.watermarks_url, job=config.name)
     try:
-        known |= set(wm.datasets())
+        known |= set(job.watermarks.datasets())
     except ConfigurationError:
         return  # a store that cannot list: the dataset may have watermarks there
-    finally:
-        wm.close()
     if dataset not in known:
         raise UnknownDatasetError(
             f"dataset {dataset!r} is not a dataset of job {config.name!r}: no pending commit, "
@@ -99,8 +87,8 @@ def check_dataset(config: BatchConfig, dataset: str) -> None:
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
-    with open_store(config.store_url) as st:
-        _known(config, dataset, st)
+    with JobSession(config) as job:
+        _known(job, dataset)
 
 
 def has_work(config: BatchConfig, dataset: str) -> bool:
@@ -110,10 +98,11 @@ def has_work(config: BatchConfig, dataset: str) -> bool:
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset at all.
     """
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         if dataset in st.datasets(config.name) or dataset in st.statuses(config.name):
             return True
-        _known(config, dataset, st)
+        _known(job, dataset)
         return False
 
 
@@ -197,8 +186,8 @@ def status(config: BatchConfig) -> dict[str, Any]:
     figures, and where its staged data is.
     """
     now = time.time()
-    pub = open_publisher(config)
-    try:
+    with JobSession(config) as job:
+        pub = job.publisher
         pending = [
             {
                 "dataset": item.dataset,
@@ -212,13 +201,7 @@ def status(config: BatchConfig) -> dict[str, Any]:
             for item in pub.pending()
         ]
         statuses = pub.statuses()
-    finally:
-        pub.close()
-    lock = open_lock(config.lock_at)
-    try:
-        lease = lock.current(config.name)
-    finally:
-        lock.close()
+        lease = job.lock.current(config.name)
     reports = newest_reports(config.reports)
     report = next(reports, None)
     finished = report
@@ -289,7 +272,8 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     """
     records: list[bytes] = []
     unreadable = None
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         try:
             info: SequenceInfo | None = st.info(config.name, dataset)
         except CorruptRecordError as e:
@@ -300,7 +284,7 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
             or (info is not None and not info.exists)
         )
         if not pending:
-            _known(config, dataset, st)
+            _known(job, dataset)
             if status_doc is None or status_doc.held is None:
                 return {
                     "job": config.name,
@@ -391,11 +375,12 @@ def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]])
 
 def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
         pending = {p.dataset for p in pub.pending()}
         if dataset not in pending and pub.status(dataset) is None:
-            check_dataset(config, dataset)
+            _known(job, dataset)
             raise _nothing_pending(config, dataset, nor_status=True)
         return action(pub)
 
@@ -437,12 +422,9 @@ def held(config: BatchConfig, dataset: str) -> HeldDataset | None:
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset at all.
     """
-    check_dataset(config, dataset)
-    pub = open_publisher(config)
-    try:
-        status = pub.status(dataset)
-    finally:
-        pub.close()
+    with JobSession(config) as job:
+        _known(job, dataset)
+        status = job.publisher.status(dataset)
     if status is None or status.held is None:
         return None
     return HeldDataset.of(dataset, status.held)
@@ -482,11 +464,8 @@ def unlock(
     Raises:
         LockHeldError: if a live run holds the lock.
     """
-    lock = open_lock(config.lock_at)
-    try:
-        return lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
-    finally:
-        lock.close()
+    with JobSession(config) as job:
+        return job.lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
 
 
 def adopt_watermarks(
@@ -510,20 +489,16 @@ def adopt_watermarks(
     """
     if bool(datasets) == all_legacy:
         raise ConfigurationError("name the datasets to adopt, or give --all (not both)")
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
-        own = open_watermarks(config.watermarks_url, job=config.name)
-        legacy = open_watermarks(config.watermarks_url)
-        try:
-            names = legacy.datasets() if all_legacy else list(datasets)
-            done = []
-            for dataset in names:
-                pub.require_lock(f"adopting the watermarks of {dataset!r}")
-                done.append(
-                    adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
-                )
-                log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
-            return done
-        finally:
-            own.close()
-            legacy.close()
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
+        own, legacy = job.watermarks, job.legacy_watermarks
+        names = legacy.datasets() if all_legacy else list(datasets)
+        done = []
+        for dataset in names:
+            pub.require_lock(f"adopting the watermarks of {dataset!r}")
+            done.append(
+                adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
+            )
+            log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
+        return done
