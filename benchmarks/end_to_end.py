@@ -1,7 +1,7 @@
 """end_to_end: Spark write to staging + publish ÷ Spark's default write straight to the output.
 
 Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
-``commitpub run`` writes a dataset (``jobs.run``: ``mode("errorifexists")``, partitioned by
+``commitpub run`` writes a dataset (``jobs.run``: ``mode("error")``, partitioned by
 the date column). A: the write into a staging directory by ``jobs.writing.ParquetWriter``
 (the product's writer: each Spark task writes its Arrow batches with pyarrow, no commit
 protocol, no checksum sidecars, no ``_SUCCESS``), then ``Publisher.publish`` in a Spark task
@@ -50,7 +50,7 @@ class EndToEnd:
         self.files = 0
 
     def _write(self, target: str) -> None:
-        self.frame.write.mode("errorifexists").partitionBy("event_date").parquet(f"file://{target}")
+        self.frame.write.mode("error").partitionBy("event_date").parquet(f"file://{target}")
 
     def direct(self) -> float:
         self.count += 1

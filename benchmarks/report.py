@@ -26,6 +26,7 @@ ORDER = [
     "publish_memory",
     "vs_spark_commit",
     "end_to_end",
+    "end_to_end_connect",
     "recovery_parallel",
     "recovery_memory",
     "s3_publish",

@@ -5,9 +5,11 @@ What each exit code of ``commitpub run`` becomes:
 - 0 (all published): the task succeeds.
 - 75 (another run holds the job lock): the task is *skipped*, not failed; the next
   schedule catches up.
-- 3 (some datasets quarantined, the others published): the task fails at once, without
-  retries, and ``alert`` pages someone: a quarantine stays until an operator runs
-  ``commitpub retry`` or ``commitpub discard`` (README, "Things to know").
+- 3 (some datasets quarantined, or held back by a failed check of their data; the others
+  published): the task fails at once, without retries, and ``alert`` pages someone: a
+  quarantine stays until an operator runs ``commitpub retry`` or ``commitpub discard``, a
+  held dataset until ``commitpub release`` or ``commitpub discard`` (README, "Things to
+  know"); later runs publish the other datasets meanwhile.
 - 2 (bad job file or usage): the task fails at once, without retries; the same file would
   be refused again. Airflow's own failure notices apply.
 - 1 and anything else: the task fails and Airflow retries it (``retries`` below, every
@@ -37,13 +39,13 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 EXIT_CONFIG = 2
-EXIT_QUARANTINED = 3
+EXIT_KEPT_BACK = 3
 EXIT_LOCKED = 75
 
 log = logging.getLogger(__name__)
 
 
-class DatasetsQuarantinedError(AirflowFailException):
+class DatasetsKeptBackError(AirflowFailException):
     """``commitpub run`` exited 3: fails the task without retries and triggers the alert."""
 
 
@@ -62,9 +64,10 @@ class CommitpubRun(BashOperator):
         except AirflowException as error:
             process = self.subprocess_hook.sub_process
             code = None if process is None else process.returncode
-            if code == EXIT_QUARANTINED:
-                raise DatasetsQuarantinedError(
-                    f"commitpub quarantined datasets of {self.env['COMMITPUB_JOB']} (exit 3)"
+            if code == EXIT_KEPT_BACK:
+                raise DatasetsKeptBackError(
+                    f"commitpub quarantined or held datasets of {self.env['COMMITPUB_JOB']} "
+                    "(exit 3)"
                 ) from error
             if code == EXIT_CONFIG:
                 raise AirflowFailException(
@@ -84,15 +87,17 @@ def alert(message: str, context: Any) -> None:
     log.error("COMMITPUB ALERT: %s", message)
 
 
-def alert_on_quarantine(context: Any) -> None:
+def alert_on_kept_back(context: Any) -> None:
     """``on_failure_callback``: alert for exit 3 only; other failures are Airflow's usual."""
     error = context.get("exception")
-    if isinstance(error, DatasetsQuarantinedError):
+    if isinstance(error, DatasetsKeptBackError):
         ti = context["task_instance"]
         job = context["task"].env["COMMITPUB_JOB"]
         alert(
-            f"{error}. The other datasets were published. Run `commitpub status {job}`, then "
-            f"`commitpub retry` or `commitpub discard` (dag {ti.dag_id}, run {ti.run_id}).",
+            f"{error}. The other datasets were published. Run `commitpub status {job}`: a "
+            "quarantined dataset needs `commitpub retry` or `commitpub discard`, a held one "
+            "(a failed check) `commitpub release` or `commitpub discard` "
+            f"(dag {ti.dag_id}, run {ti.run_id}).",
             context,
         )
 
@@ -115,5 +120,5 @@ with DAG(
         },
         append_env=True,
         skip_on_exit_code=EXIT_LOCKED,
-        on_failure_callback=alert_on_quarantine,
+        on_failure_callback=alert_on_kept_back,
     )

@@ -57,18 +57,18 @@ from jobs.errors import (
 from jobs.exitcodes import ExitCode, for_error
 from jobs.formats import get_format
 from jobs.lineage import Lineage, LineageInput, LineageOutput
-from jobs.locking import check_durable, fence, held_lock, open_publisher
 from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
+from jobs.session import JobSession, OnDemandSparkRunner
 from jobs.settings import argument_docs
-from jobs.spark import SparkRunner, check_python, ensure_python
+from jobs.spark import check_python, ensure_python
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
 from publisher import HeldDataset, Outcome, Publisher, staging
-from store import JsonScalar, LeaseKeeper, WatermarkStore, open_watermarks
+from store import JsonScalar, LeaseKeeper
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError, FencedError
 from store.failpoints import failpoint
@@ -187,11 +187,9 @@ class Batch:
         self._stack = ExitStack()
         self._say: Progress = progress or _quiet
         self._session: SparkSession | None = None
-        self._keeper: LeaseKeeper | None = None
-        self._pub: Publisher | None = None
-        self._runner: SparkRunner | None = None
-        self._watermarks: WatermarkStore | None = None
-        self._legacy: WatermarkStore | None = None
+        #: Runs the publisher's work in this process until Spark starts, in Spark tasks after.
+        self._runner = OnDemandSparkRunner()
+        self._job: JobSession | None = None
         #: Datasets found free of legacy watermarks still to adopt.
         self._adopted: set[str] = set()
         #: Datasets nothing new may be staged for after recovery, and why.
@@ -237,30 +235,14 @@ class Batch:
             check_python(self._spark)
         if self._progress is None:
             self._say = stack.enter_context(showing(on_terminal()))
-        self.report.warnings.extend(check_durable(self.config))
-        if self.config.lineage is not None:
-            # Built before the lock: an unusable transport is refused before anything changes.
-            self._lineage = Lineage(self.config.lineage, self.config.name)
-            self.report.lineage_run_id = self._lineage.run_id
+        job = self._job = JobSession(self.config, runner=self._runner)
+        stack.callback(job.close)
         # Before Spark starts: a lock held by a live run changes nothing.
-        keeper = self._keeper = stack.enter_context(
-            held_lock(self.config.name, self.config.lock_at, self.config.lock_ttl_s)
-        )
-        self.report.lock_token = keeper.lease.token
-        pub = self._pub = open_publisher(self.config, keeper=keeper)
-        stack.callback(pub.close)
-        fence(pub, keeper)
-        self._claim_staging(pub)
+        job.open(checked=self._checked, locked=self._locked)
+        pub = job.publisher
         if self._lineage is not None:
             self._lineage_started = True
             self._lineage.start()
-        watermarks = self._watermarks = open_watermarks(
-            self.config.watermarks_url, job=self.config.name
-        )
-        stack.callback(watermarks.close)
-        # Only read, to refuse datasets whose watermarks wait to be adopted (jobs.watermarks).
-        legacy = self._legacy = open_watermarks(self.config.watermarks_url)
-        stack.callback(legacy.close)
         # A pending sequence of such a dataset would move the job's watermark from a value
         # only the legacy layout holds: refused before recovery runs anything.
         for dataset in sorted({p.dataset for p in pub.pending()}):
@@ -277,12 +259,16 @@ class Batch:
         self._recover(pub)
         self._hold(pub)
 
-    def _claim_staging(self, pub: Publisher) -> None:
-        try:
-            pub.claim_staging()
-        except ConfigurationError as e:
-            naming = self.config.naming
-            raise naming.error(f"{naming.the('staging.path')}: {e}") from e
+    def _checked(self) -> None:
+        """The stores passed the durability check; the lock is not taken yet."""
+        self.report.warnings.extend(_opened(self._job).warnings)
+        if self.config.lineage is not None:
+            # Built before the lock: an unusable transport is refused before anything changes.
+            self._lineage = Lineage(self.config.lineage, self.config.name)
+            self.report.lineage_run_id = self._lineage.run_id
+
+    def _locked(self, keeper: LeaseKeeper) -> None:
+        self.report.lock_token = keeper.lease.token
 
     def _start_spark(self) -> SparkSession:
         """The run's session, started (by its factory) at the first use; its runner then
@@ -295,23 +281,22 @@ class Batch:
             check_python(session)  # a session started elsewhere before, returned here
         else:
             session = self._spark
-        runner = SparkRunner(session)
-        self._session, self._runner = session, runner
-        self._publisher.runner = runner
+        self._runner.start(session)
+        self._session = session
         # A Connect session's is the server's master.
         self.report.spark_master = session.conf.get("spark.master", None)
         return session
 
     def _recover(self, pub: Publisher) -> None:
         pending = len(pub.pending())
-        what = "recovering pending commits" + (" in Spark tasks" if self._runner else "")
+        what = "recovering pending commits" + (" in Spark tasks" if self._runner.started else "")
         self._say(what, 0, pending)
         started = time.monotonic()
         recovery = pub.recover()
         self._say(what, pending, pending)
         self.report.recovery = recovery
         self.report.durations_s["recover"] = round(time.monotonic() - started, 3)
-        self.report.tasks["recover"] = [] if self._runner is None else list(self._runner.last_tasks)
+        self.report.tasks["recover"] = list(self._runner.last_tasks)
         for d in recovery.datasets:
             log.info(
                 "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
@@ -365,7 +350,7 @@ class Batch:
         _name(dataset, "dataset")
         _name(partition, "partition")
         self._require_adopted(dataset)
-        return _opened(self._watermarks).get(dataset, partition)
+        return _opened(self._job).watermarks.get(dataset, partition)
 
     def _require_adopted(self, dataset: str) -> None:
         """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
@@ -375,9 +360,10 @@ class Batch:
         """
         if dataset in self._adopted:
             return
+        job = _opened(self._job)
         require_adopted(
-            _opened(self._watermarks),
-            _opened(self._legacy),
+            job.watermarks,
+            job.legacy_watermarks,
             dataset,
             getattr(self.config, "file", None),
         )
@@ -580,7 +566,7 @@ class Batch:
             self._finish_run_dir()
             return
         self._start_spark()  # commits are written ahead and executed in Spark tasks
-        runner = _opened(self._runner)
+        runner = self._runner
         failpoint("run.before_publish")
         datasets = sorted({*staged, *steps})
         self._say("writing ahead and publishing in Spark tasks", 0, len(datasets))
@@ -685,7 +671,7 @@ class Batch:
         if error is not None and report.error is None:
             self._record_error(error)
         report.durations_s["total"] = round(time.monotonic() - self._started, 3)
-        keeper = self._keeper
+        keeper = None if self._job is None else self._job.keeper
         if keeper is not None and keeper.lost is not None and report.error is None:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
@@ -702,7 +688,7 @@ class Batch:
                 if self.command == "run":
                     count_empty_runs(report, self.config.reports)
                 write_report(report, self.config.reports)
-                export_metrics(self.config, report)
+                export_metrics(self.config, report, self._publisher)
         finally:
             self._state = "closed"
             self._stack.close()
@@ -753,7 +739,7 @@ class Batch:
 
     @property
     def _publisher(self) -> Publisher:
-        return _opened(self._pub)
+        return _opened(self._job).publisher
 
     def _require_open(self, what: str) -> None:
         if self._state != "open":

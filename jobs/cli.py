@@ -1,5 +1,5 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``unlock``, ``adopt-watermarks`` and ``demo``.
+``discard``, ``release``, ``unlock``, ``adopt-watermarks`` and ``demo``.
 
 The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
 --watermarks URL`` (see :func:`jobs.config.operator_config`). Exit codes: see
@@ -368,6 +368,17 @@ def recover(job_file: str | None, as_json: bool, **where: str | None) -> None:
 def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
     """How ``status`` and ``inspect`` name a dataset's state; ``otherwise`` for one without
     a pending sequence that is neither quarantined nor being discarded."""
+    held = doc.get("held")
+    if held:
+        by = f" by run {held['run_id']}" if held["run_id"] else ""
+        unfinished = ""
+        if held["discarding"]:
+            unfinished = ", DISCARDING (unfinished: run discard again)"
+        elif doc.get("sealed"):
+            unfinished = ", its release is written ahead (release again, or recover, finishes it)"
+        elif doc.get("sealed") is False:
+            unfinished = ", its release was cut off writing ahead (release again resumes it)"
+        return f"HELD since {held['since']}{by}{unfinished}"
     if doc["discarding"]:
         return "DISCARDING (unfinished: run discard again)"
     if doc["quarantined"] and doc.get("discard_refused"):
@@ -377,6 +388,23 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
     if otherwise is not None:
         return otherwise
     return "UNREADABLE" if doc["sealed"] is None else "sealed" if doc["sealed"] else "unsealed"
+
+
+def _echo_hold(doc: dict[str, Any], indent: str = "    ") -> None:
+    """A held dataset's failed checks (one line each, with their figures) and where its
+    staged data is, under its line in ``status`` and ``inspect``."""
+    held = doc.get("held")
+    if not held:
+        return
+    for check in held["checks"]:
+        figures = {k: v for k, v in check.items() if k != "name"}
+        shown = f": {json.dumps(figures, ensure_ascii=False, default=str)}" if figures else ""
+        click.echo(f"{indent}failed check {check.get('name', '?')}{shown}")
+    click.echo(f"{indent}staged data: {held['staging_dir']}")
+    click.echo(
+        f"{indent}commitpub release publishes it as staged; commitpub discard deletes it "
+        "and the data is read again"
+    )
 
 
 def _age(seconds: float | None) -> str:
@@ -431,12 +459,19 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
             + (f", last error: {p['last_error']}" if p["last_error"] else "")
             + (f", unreadable: {p['error']}" if p["error"] else "")
         )
+        _echo_hold(p)
     for p in doc["without_pending"]:
-        click.echo(
-            f"  {p['dataset']}: {_state(p, 'failed')}, no pending commit, "
-            f"{p['attempts']} attempts"
-            + (f", last error: {p['last_error']}" if p["last_error"] else "")
-        )
+        if p["held"]:
+            click.echo(
+                f"  {p['dataset']}: {_state(p)}, {p['held']['steps']} steps held, not published"
+            )
+        else:
+            click.echo(
+                f"  {p['dataset']}: {_state(p, 'failed')}, no pending commit, "
+                f"{p['attempts']} attempts"
+                + (f", last error: {p['last_error']}" if p["last_error"] else "")
+            )
+        _echo_hold(p)
     last = doc["last_run"]
     if last is None:
         click.echo("last run: none recorded")
@@ -475,7 +510,8 @@ Examples:
 @_batch_job
 @_AS_JSON
 def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
-    """Show a pending sequence's decoded steps and whether each verifies. Changes nothing."""
+    """Show a pending sequence's (or a held commit's) decoded steps and whether each
+    verifies. Changes nothing."""
     from jobs import ops
 
     job_file, dataset = _job_and_dataset(args, where)
@@ -485,7 +521,7 @@ def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
         return
     last_error = f", last error: {doc['last_error']}" if doc["last_error"] else ""
-    if not doc["pending"]:
+    if not doc["pending"] and not doc["held"]:
         click.echo(
             f"{doc['dataset']}: {_state(doc, 'healthy')}, no pending commit, "
             f"{doc['attempts']} attempts{last_error}"
@@ -495,7 +531,9 @@ def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
     click.echo(
         f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
         f"{doc['attempts']} attempts{last_error}"
+        + ("" if doc["pending"] else ", not written ahead")
     )
+    _echo_hold(doc, indent="  ")
     if doc["unreadable"]:
         click.echo(f"  unreadable: {doc['unreadable']}")
     for step in doc["steps"]:
@@ -571,10 +609,12 @@ Examples:
 def discard(
     args: tuple[str, ...], yes: bool, keep_table: bool, force: bool, **where: str | None
 ) -> None:
-    """Throw a pending commit away; its data is extracted again by the next run.
+    """Throw a pending commit (or a held dataset's data) away; its data is extracted again
+    by the next run.
 
     Steps already done are rolled back (watermarks set back, files it published deleted),
-    its staged files deleted. Watermarks end where they were before it.
+    its staged files deleted. Watermarks end where they were before it. A held dataset
+    published nothing: its held staged files are deleted and the hold dropped.
     """
     from jobs import ops
 
@@ -589,10 +629,14 @@ def discard(
     if not _store_call(lambda: ops.has_work(config, dataset)):
         nothing()
     if not yes:
+        hold = None if keep_table else _store_call(lambda: ops.held(config, dataset))
         click.confirm(
             f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
             "published in the table and moving its watermarks? Its unfinished steps are skipped"
             if keep_table
+            else f"Discard the held data of {dataset!r} in job {config.name!r}? Its held staged "
+            f"files in {hold.staging_dir} are deleted and its data will be read again"
+            if hold is not None
             else f"Discard the pending commit of {dataset!r} in job {config.name!r}? Its data "
             "will be extracted again",
             abort=True,
@@ -623,6 +667,63 @@ def discard(
         f"{dataset}: discarded ({report.outcome}, {report.steps} steps)"
         + (f": {report.error}" if report.error else "")
     )
+
+
+@main.command(
+    epilog=f"""\b
+Examples:
+  commitpub release jobs/orders.toml orders   # after looking at why it was held
+  commitpub release jobs/orders.toml orders --yes   # no question (scripts)
+  commitpub release --job orders-ingest --store state/steps --watermarks state/wm \\
+      --staging staging --output warehouse orders
+
+{_EXIT_CODES}"""
+)
+@_JOB_AND_DATASET
+@_batch_job
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def release(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
+    """Publish a held dataset's data as it was staged, exactly once, though its checks
+    failed.
+
+    Refused, with nothing changed, if a watermark it moves moved meanwhile or a staged file
+    of it is gone: discard it then (its data is read again). Exit 2 for a dataset that is
+    not held.
+    """
+    from jobs import ops
+    from publisher import NotHeldError
+
+    job_file, dataset = _job_and_dataset(args, where)
+    config = _operator_config(job_file, where)
+    _require_places(config, "release")
+    if not yes:
+        # Not held: no question, release under the lock says why (a release to recover?).
+        hold = _store_call(lambda: ops.held(config, dataset))
+        if hold is not None:
+            names = ", ".join(str(c.get("name", "?")) for c in hold.checks) or "none named"
+            click.confirm(
+                f"Publish the held data of {dataset!r} in job {config.name!r} ({hold.steps} "
+                f"steps, in {hold.staging_dir}) as it was staged, though its checks failed "
+                f"({names})?",
+                abort=True,
+            )
+
+    def go() -> DatasetReport:
+        try:
+            return ops.release(config, dataset)
+        except NotHeldError as e:
+            _fail(str(e), ExitCode.CONFIG)
+
+    report = _store_call(go)
+    line = f"{dataset}: released ({report.outcome}, {report.steps} steps)"
+    if report.outcome != "published":
+        todo = (
+            "commitpub retry, then the next run, finishes it"
+            if report.outcome == "quarantined"
+            else "the next run or commitpub recover finishes it"
+        )
+        _fail(f"{line}: {report.error}; its commit is written ahead: {todo}", ExitCode.FAILURE)
+    click.echo(line)
 
 
 @main.command(

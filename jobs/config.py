@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urlparse, urlsplit
 
 import attrs
 import cattrs
@@ -379,6 +379,14 @@ class OperatorConfig(BatchConfig):
     """
 
     spark_master = Setting[str | None]("spark.master", doc="the Spark master")
+    spark_remote = Setting[str | None](
+        "spark.remote",
+        validator=check(
+            lambda v: connect_url_problem(v) is None,
+            lambda v: f"{connect_url_problem(v)}, got {v.partition(';')[0]!r}",
+        ),
+        doc="a Spark Connect server's URL, instead of a master",
+    )
     spark_conf = Setting[Mapping[str, str]](
         "spark.conf", given=dict[str, Any], factory=dict, doc="Spark settings"
     )
@@ -675,6 +683,27 @@ def _values(doc: Any, records: tuple[type[Any], ...], base: Path, naming: Naming
     return values
 
 
+def connect_url_problem(url: str) -> str | None:
+    """What is wrong with a Spark Connect URL, ``sc://host[:port][/;key=value;...]``, as
+    pyspark's client reads it; None if nothing is. A token (``;token=...``) is refused: a job
+    file is no place for a credential (pyspark reads ``SPARK_CONNECT_AUTHENTICATE_TOKEN``)."""
+    if not url.startswith("sc://"):
+        return "must be a Spark Connect URL, sc://host:port"
+    try:
+        parts = urlparse("http" + url[2:])  # pyspark's own reading of it
+        _ = parts.port
+    except ValueError:
+        return "must be a Spark Connect URL, sc://host:port (the port a number)"
+    if not parts.hostname or parts.path not in ("", "/"):
+        return "must be a Spark Connect URL, sc://host:port, with no path"
+    params = [p.partition("=") for p in parts.params.split(";")] if parts.params else []
+    if any(not key or not eq for key, eq, _value in params):
+        return "must give its parameters as ;key=value"
+    if any(key == "token" for key, _eq, _value in params):
+        return "must not hold a token: set SPARK_CONNECT_AUTHENTICATE_TOKEN instead"
+    return None
+
+
 def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: str | None) -> None:
     """The rules across keys, in one pass over :func:`_values`' result, for the settings
     there are (Batch's; a job file's [spark] and object stores; its [source]); fills the
@@ -717,7 +746,7 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
     values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
     source_path = None
     if "spark.conf" in values:
-        values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
+        _check_spark(values, naming)
     if "source.type" in values:
         _check_source(values, naming)
         source_path = values["source.path"]
@@ -727,6 +756,16 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         _check_apart(values, source_path, naming)
     if "source.type" in values:
         _check_importable(values, naming)
+
+
+def _check_spark(values: dict[str, Any], naming: Naming) -> None:
+    """``[spark]``: a master or a Spark Connect server, not both; its conf as strings."""
+    if values.get("spark.master") is not None and values.get("spark.remote") is not None:
+        raise naming.error(
+            "keys 'spark.master' and 'spark.remote' exclude each other: Spark runs the job "
+            "itself (master) or a Spark Connect server does (remote); give one"
+        )
+    values["spark.conf"] = _spark_conf(values["spark.conf"], naming)
 
 
 def _lineage(given: Any, job: str, naming: Naming) -> LineageConfig | None:

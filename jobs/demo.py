@@ -290,6 +290,11 @@ def run_demo(
         True when every source record was published exactly once and every watermark
         equals its partition's high watermark.
     """
+    if os.environ.get("SPARK_REMOTE"):
+        raise ConfigurationError(
+            "commitpub demo runs Spark itself (local[2]): it crashes a run by pausing one of "
+            "its own Spark tasks, which a Spark Connect server's are not; unset SPARK_REMOTE"
+        )
     started = time.monotonic()
     directory = directory.resolve()
     prepare(directory)

@@ -1,12 +1,11 @@
-"""The job's hold on its stores: durability checked, the job lock taken and renewed, the
-commit store fenced, the job's publisher.
+"""The job lock and the fence: primitives of :class:`jobs.session.JobSession`, which opens a
+job's stores once and holds them for a run or an operator's command.
 
-A run (or an operator's changing command) first refuses stores that can forget a sealed
-sequence (:func:`check_durable`, before the lock: a volatile lock keeps no one out), then
-takes the job lock (a lease renewed in the background, see :mod:`store.lock`) and fences the
-commit store with its token through its publisher (:func:`fence`), before it reads or writes
-anything of the job. A lock held by a live run raises :class:`~store.errors.LockHeldError`
-(its ``holder`` is the lease) and changes nothing.
+A run (or an operator's changing command) takes the job lock (a lease renewed in the
+background, see :mod:`store.lock`, :func:`held_lock`) and fences the commit store with its
+token through its publisher (:func:`fence`), before it reads or writes anything of the job. A
+lock held by a live run raises :class:`~store.errors.LockHeldError` (its ``holder`` is the
+lease) and changes nothing.
 """
 
 from __future__ import annotations
@@ -18,66 +17,31 @@ from contextlib import ExitStack, contextmanager
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
 from publisher import Publisher, Runner
-from store import HasDurability, LeaseKeeper, open_lock, open_store, open_watermarks
-from store import require_durable as require_durable_stores
+from store import CommitStepStore, JobLock, LeaseKeeper, open_lock
 from store.errors import ConfigurationError, FencedError
 from store.urls import redact
 
 log = logging.getLogger("commitpub.jobs")
 
 
-def check_durable(config: BatchConfig) -> list[str]:
-    """Refuse (or, with ``allow_volatile``, warn about) stores that can forget a sealed
-    sequence, and stores that cannot tell (or, with ``durability_unknown = "warn"``, warn):
-    checked before the lock is taken, since a volatile lock keeps no one out.
-
-    Returns:
-        Warnings for the log and the run report (a volatile store allowed, a weaker
-        guarantee such as Redis < 7.2 with ``appendfsync everysec``, or a store that could
-        not tell).
-
-    Raises:
-        VolatileStoreError: naming the key (or argument), the URL and the setting to change.
-    """
-    naming = config.naming
-    with ExitStack() as opened:
-        store = open_store(config.store_url)
-        opened.callback(store.close)
-        watermarks = open_watermarks(config.watermarks_url, job=config.name)
-        opened.callback(watermarks.close)
-        lock = open_lock(config.lock_at)
-        opened.callback(lock.close)
-        lock_name = naming.name("lock.url")
-        checked: dict[str, HasDurability] = {
-            naming.name("store.url"): store,
-            naming.name("watermarks.url"): watermarks,
-            lock_name if config.lock_url else f"{lock_name} ({naming.name('store.url')})": lock,
-        }
-        warnings = require_durable_stores(
-            checked,
-            allow_volatile=config.allow_volatile,
-            durability_unknown=config.durability_unknown,
-        )
-    for warning in warnings:
-        log.warning("store durability: %s", warning)
-    return warnings
-
-
 @contextmanager
-def held_lock(job: str, lock_url: str, ttl_s: float) -> Iterator[LeaseKeeper]:
+def held_lock(job: str, lock: JobLock | str, ttl_s: float) -> Iterator[LeaseKeeper]:
     """Hold the job lock for the block: acquire, renew in the background, release.
+
+    Args:
+        lock: the job lock, or its URL (opened for the block, and closed).
 
     Raises:
         LockHeldError: at once, if a live run holds the lock; nothing was changed.
     """
-    lock = open_lock(lock_url)
-    try:
+    with ExitStack() as opened:
+        if isinstance(lock, str):
+            lock = open_lock(lock)
+            opened.callback(lock.close)
         lease = lock.acquire(job, ttl_s=ttl_s)
         log.info("job lock of %s taken: %s", job, lease.describe())
         with LeaseKeeper(lock, lease, ttl_s=ttl_s) as keeper:
             yield keeper
-    finally:
-        lock.close()
 
 
 def fence(pub: Publisher, keeper: LeaseKeeper) -> None:
@@ -104,16 +68,23 @@ def fence(pub: Publisher, keeper: LeaseKeeper) -> None:
 
 
 def open_publisher(
-    config: BatchConfig, runner: Runner | None = None, keeper: LeaseKeeper | None = None
+    config: BatchConfig,
+    runner: Runner | None = None,
+    keeper: LeaseKeeper | None = None,
+    store: CommitStepStore | None = None,
 ) -> Publisher:
     """The job's :class:`~publisher.Publisher`, confined to its staging and output roots.
 
     With ``keeper`` (the job lock's), every sealed write-ahead and watermark compare-and-set
     of the publisher carries the lock's fencing token, every batch of deletions checks it,
     and every phase is refused once the keeper has seen the lease lost.
+
+    Args:
+        store: the job's commit store, opened already (closed with the publisher); default:
+            opened from the job's URL.
     """
     return Publisher(
-        config.store_url,
+        config.store_url if store is None else store,
         config.name,
         max_attempts=config.max_attempts,
         table_commit_budget_s=config.table_commit_budget_s,
@@ -128,19 +99,3 @@ def open_publisher(
         step_timeout_s=config.step_timeout_s,
         run_timeout_s=config.run_timeout_s,
     )
-
-
-@contextmanager
-def locked_publisher(config: BatchConfig) -> Iterator[Publisher]:
-    """The job's publisher under the job lock, its store fenced: for operator commands.
-
-    Raises:
-        LockHeldError: at once, if a live run holds the lock; nothing was changed.
-    """
-    with held_lock(config.name, config.lock_at, config.lock_ttl_s) as keeper:
-        pub = open_publisher(config, keeper=keeper)
-        try:
-            fence(pub, keeper)
-            yield pub
-        finally:
-            pub.close()

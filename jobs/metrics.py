@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobs.config import BatchConfig, redact_gateway
 from jobs.files import write_whole
 from jobs.report import RunReport
+from jobs.session import JobSession
 from publisher import Publisher
 
 log = logging.getLogger("commitpub.jobs")
@@ -122,13 +123,9 @@ def registry(
     return reg
 
 
-def _pending(config: BatchConfig) -> tuple[int, int]:
+def _pending(pub: Publisher) -> tuple[int, int]:
     """Pending sequences and quarantined datasets, as the store holds them after the run."""
-    pub = Publisher(config.store_url, config.name)
-    try:
-        return len(pub.pending()), len(pub.quarantined())
-    finally:
-        pub.close()
+    return len(pub.pending()), len(pub.quarantined())
 
 
 def _previous_success(path: str) -> float | None:
@@ -203,13 +200,22 @@ def _scrub(text: str, gateway: str) -> str:
     return text
 
 
-def export(config: BatchConfig, report: RunReport) -> None:
-    """Write and/or push the run's metrics as configured; failures are logged, not raised."""
+def export(config: BatchConfig, report: RunReport, pub: Publisher | None = None) -> None:
+    """Write and/or push the run's metrics as configured; failures are logged, not raised.
+
+    Args:
+        pub: the run's publisher, which counts what is pending in the store after the run;
+            default: counted through a :class:`~jobs.session.JobSession` of its own.
+    """
     if config.metrics_textfile is None and config.metrics_pushgateway is None:
         return
     now = time.time()
     try:
-        pending: tuple[int, int] | None = _pending(config)
+        if pub is None:
+            with JobSession(config) as job:
+                pending: tuple[int, int] | None = _pending(job.publisher)
+        else:
+            pending = _pending(pub)
     except Exception as e:  # metrics never fail a run
         log.warning("metrics: could not count pending sequences: %s", e)
         pending = None

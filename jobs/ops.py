@@ -1,8 +1,9 @@
-"""What the operator on call runs: status, inspect, retry, discard, unlock, adopt-watermarks.
-No Spark needed.
+"""What the operator on call runs: status, inspect, retry, discard, release, unlock,
+adopt-watermarks. No Spark needed.
 
-Reading commands (:func:`status`, :func:`inspect`) take no lock and change nothing. Changing
-commands (:func:`retry`, :func:`discard`, :func:`adopt_watermarks`) take the job lock first,
+Reading commands (:func:`status`, :func:`inspect`, :func:`held`) take no lock and change
+nothing. Changing commands (:func:`retry`, :func:`discard`, :func:`release`,
+:func:`adopt_watermarks`) take the job lock first,
 exactly like a run, so they never race one; :func:`unlock` frees only a lease whose holder is
 dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 """
@@ -22,22 +23,20 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
-from jobs.locking import check_durable, locked_publisher, open_publisher
 from jobs.report import newest_reports
+from jobs.session import JobSession
 from jobs.watermarks import Adopted, adopt
-from publisher import DatasetReport, DatasetStatus, Publisher, check_connections, verify_all
-from publisher import status as status_record
-from store import (
-    CommitStepStore,
-    Connections,
-    Lease,
-    SequenceInfo,
-    connecting_only,
-    fencing,
-    open_lock,
-    open_store,
-    open_watermarks,
+from publisher import (
+    DatasetReport,
+    DatasetStatus,
+    HeldDataset,
+    NotHeldError,
+    Publisher,
+    check_connections,
+    verify_all,
 )
+from publisher import status as status_record
+from store import Connections, Lease, SequenceInfo, connecting_only, fencing
 from store.errors import (
     CommitPubError,
     ConfigurationError,
@@ -61,22 +60,20 @@ class UnknownDatasetError(ConfigurationError):
     status, no watermark (a typo, or another job's dataset)."""
 
 
-def _known(config: BatchConfig, dataset: str, st: CommitStepStore) -> None:
+def _known(job: JobSession, dataset: str) -> None:
     """Refuse a dataset of which the job holds nothing (sequence, status or watermark).
 
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
+    config, st = job.config, job.store
     known = set(st.datasets(config.name)) | set(st.statuses(config.name))
     if dataset in known:
         return
-    wm = open_watermarks(config.watermarks_url, job=config.name)
     try:
-        known |= set(wm.datasets())
+        known |= set(job.watermarks.datasets())
     except ConfigurationError:
         return  # a store that cannot list: the dataset may have watermarks there
-    finally:
-        wm.close()
     if dataset not in known:
         raise UnknownDatasetError(
             f"dataset {dataset!r} is not a dataset of job {config.name!r}: no pending commit, "
@@ -90,8 +87,8 @@ def check_dataset(config: BatchConfig, dataset: str) -> None:
     Raises:
         UnknownDatasetError: naming the dataset and the job's known ones.
     """
-    with open_store(config.store_url) as st:
-        _known(config, dataset, st)
+    with JobSession(config) as job:
+        _known(job, dataset)
 
 
 def has_work(config: BatchConfig, dataset: str) -> bool:
@@ -101,10 +98,11 @@ def has_work(config: BatchConfig, dataset: str) -> bool:
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset at all.
     """
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         if dataset in st.datasets(config.name) or dataset in st.statuses(config.name):
             return True
-        _known(config, dataset, st)
+        _known(job, dataset)
         return False
 
 
@@ -165,6 +163,16 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
             "rolled_back": st.discarding.rolled_back,
         },
         "discard_refused": st.discard_refused,
+        "held": None
+        if st.held is None
+        else {
+            "since": st.held.since,
+            "run_id": st.held.run_id,
+            "staging_dir": st.held.staging_dir,
+            "steps": len(st.held.records),
+            "checks": list(st.held.checks),
+            "discarding": st.held.discarding,
+        },
     }
 
 
@@ -173,11 +181,13 @@ def status(config: BatchConfig) -> dict[str, Any]:
 
     ``quarantined`` also lists datasets quarantined without a pending sequence (their
     extract kept failing), which ``without_pending`` describes; an unreadable status shows
-    as a quarantine naming the error.
+    as a quarantine naming the error. ``held`` lists the datasets held by a failed check;
+    each one's ``held`` field says since when, by which run, which checks failed with their
+    figures, and where its staged data is.
     """
     now = time.time()
-    pub = open_publisher(config)
-    try:
+    with JobSession(config) as job:
+        pub = job.publisher
         pending = [
             {
                 "dataset": item.dataset,
@@ -191,13 +201,7 @@ def status(config: BatchConfig) -> dict[str, Any]:
             for item in pub.pending()
         ]
         statuses = pub.statuses()
-    finally:
-        pub.close()
-    lock = open_lock(config.lock_at)
-    try:
-        lease = lock.current(config.name)
-    finally:
-        lock.close()
+        lease = job.lock.current(config.name)
     reports = newest_reports(config.reports)
     report = next(reports, None)
     finished = report
@@ -209,6 +213,8 @@ def status(config: BatchConfig) -> dict[str, Any]:
         "lock": _lease_state(lease),
         "pending": pending,
         "quarantined": sorted(d for d, st in statuses.items() if st.quarantined),
+        # Kept back by a failed check of their staged data, until released or discarded.
+        "held": sorted(d for d, st in statuses.items() if st.held is not None),
         # Failures counted outside a commit (an extract, say): no sequence to inspect.
         "without_pending": [
             {"dataset": d, **_status_fields(st)}
@@ -258,35 +264,65 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
     A sequence the store cannot read is shown with the error (and the steps read before
     it), not raised: inspect is for finding out what is wrong. The step a recorded failure
     stopped at is marked ``failing`` (see :func:`_failing_step`). A dataset without a
-    pending sequence is shown with ``pending`` false and its status, if any.
+    pending sequence is shown with ``pending`` false and its status, if any; a held one
+    with the steps of its held commit, as they would be written ahead on release.
 
     Raises:
         UnknownDatasetError: if the job holds nothing of the dataset.
     """
     records: list[bytes] = []
     unreadable = None
-    with open_store(config.store_url) as st:
+    with JobSession(config) as job:
+        st = job.store
         try:
             info: SequenceInfo | None = st.info(config.name, dataset)
         except CorruptRecordError as e:
             info, unreadable = None, f"{type(e).__name__}: {e}"
         status_doc = status_record.read_or_quarantined(st, config.name, dataset)
-        if (info is None and dataset not in st.datasets(config.name)) or (
-            info is not None and not info.exists
-        ):
-            _known(config, dataset, st)
-            return {
-                "job": config.name,
-                "dataset": dataset,
-                "pending": False,
-                **_status_fields(status_doc or DatasetStatus()),
-                "steps": [],
-            }
-        try:
-            # Streamed, so the records before a damaged one are still shown.
-            records.extend(st.iter_records(config.name, dataset))
-        except CorruptRecordError as e:
-            unreadable = f"{type(e).__name__}: {e}"
+        pending = not (
+            (info is None and dataset not in st.datasets(config.name))
+            or (info is not None and not info.exists)
+        )
+        if not pending:
+            _known(job, dataset)
+            if status_doc is None or status_doc.held is None:
+                return {
+                    "job": config.name,
+                    "dataset": dataset,
+                    "pending": False,
+                    **_status_fields(status_doc or DatasetStatus()),
+                    "steps": [],
+                }
+            records.extend(r.encode() for r in status_doc.held.records)
+        else:
+            try:
+                # Streamed, so the records before a damaged one are still shown.
+                records.extend(st.iter_records(config.name, dataset))
+            except CorruptRecordError as e:
+                unreadable = f"{type(e).__name__}: {e}"
+    steps = _decoded(config, dataset, records)
+    failing = _failing_step(status_doc, steps)
+    for doc in steps:
+        doc["failing"] = doc["index"] == failing
+    return {
+        "job": config.name,
+        "dataset": dataset,
+        "pending": pending,
+        "sealed": None if info is None or not pending else info.sealed,
+        "token": None if info is None or not pending else info.token,
+        "written_at": None if info is None or not pending else info.written_at,
+        **_status_fields(status_doc or DatasetStatus()),
+        "steps": steps,
+        "done": sum(1 for s in steps if s.get("verified")),
+        "failing_step": failing,
+        # Why the store could not read the sequence (or its rest, after the steps shown).
+        "unreadable": unreadable,
+    }
+
+
+def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> list[dict[str, Any]]:
+    """Each record as ``inspect`` shows it: its step's fields and whether it verifies, or
+    why it cannot be decoded (or verified: a store that is not the job's)."""
     steps: list[dict[str, Any]] = []
     decoded: list[tuple[int, CommitStep]] = []
     connections = Connections(
@@ -316,23 +352,7 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         verified = [None] * len(decoded)  # type: ignore[list-item]
     for (index, _), ok in zip(decoded, verified, strict=True):
         steps[index]["verified"] = ok
-    failing = _failing_step(status_doc, steps)
-    for doc in steps:
-        doc["failing"] = doc["index"] == failing
-    return {
-        "job": config.name,
-        "dataset": dataset,
-        "pending": True,
-        "sealed": None if info is None else info.sealed,
-        "token": None if info is None else info.token,
-        "written_at": None if info is None else info.written_at,
-        **_status_fields(status_doc or DatasetStatus()),
-        "steps": steps,
-        "done": sum(1 for s in steps if s.get("verified")),
-        "failing_step": failing,
-        # Why the store could not read the sequence (or its rest, after the steps shown).
-        "unreadable": unreadable,
-    }
+    return steps
 
 
 _STEP_RE = re.compile(r"\bstep (\d+) \(")
@@ -355,11 +375,12 @@ def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]])
 
 def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:
     """Run ``action`` under the job lock on a dataset with a pending sequence or a status."""
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
         pending = {p.dataset for p in pub.pending()}
         if dataset not in pending and pub.status(dataset) is None:
-            check_dataset(config, dataset)
+            _known(job, dataset)
             raise _nothing_pending(config, dataset, nor_status=True)
         return action(pub)
 
@@ -394,6 +415,43 @@ def discard(
     )
 
 
+def held(config: BatchConfig, dataset: str) -> HeldDataset | None:
+    """The dataset's hold, or None if it is not held; read-only, no lock (``release`` and
+    ``discard`` look again under the lock).
+
+    Raises:
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
+    """
+    with JobSession(config) as job:
+        _known(job, dataset)
+        status = job.publisher.status(dataset)
+    if status is None or status.held is None:
+        return None
+    return HeldDataset.of(dataset, status.held)
+
+
+def release(config: BatchConfig, dataset: str) -> DatasetReport:
+    """Publish a held dataset's commit as it was staged, exactly once, under the job lock
+    (see ``Publisher.release``).
+
+    Raises:
+        NotHeldError: if the dataset is not held (it may name a pending release the next
+            recovery finishes).
+        UnknownDatasetError: if the job holds nothing of the dataset at all.
+        WatermarkMovedError: if a watermark of the held commit moved; nothing was changed.
+        HeldDataMissingError: if a staged file of it is gone; nothing was changed.
+        DiscardInProgressError: if a discard of the hold is not finished.
+        LockHeldError: if a run holds the job lock.
+    """
+    try:
+        return _on_dataset(config, dataset, lambda pub: pub.release(dataset))
+    except NothingPendingError as e:
+        raise NotHeldError(
+            f"release of {dataset!r} refused: it is not held (job {config.name!r} has no "
+            "pending commit and no status of it)"
+        ) from e
+
+
 def unlock(
     config: BatchConfig, *, watching: Callable[[Lease, float], None] | None = None
 ) -> Lease | None:
@@ -406,11 +464,8 @@ def unlock(
     Raises:
         LockHeldError: if a live run holds the lock.
     """
-    lock = open_lock(config.lock_at)
-    try:
-        return lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
-    finally:
-        lock.close()
+    with JobSession(config) as job:
+        return job.lock.force_unlock(config.name, ttl_s=config.lock_ttl_s, watching=watching)
 
 
 def adopt_watermarks(
@@ -434,20 +489,16 @@ def adopt_watermarks(
     """
     if bool(datasets) == all_legacy:
         raise ConfigurationError("name the datasets to adopt, or give --all (not both)")
-    check_durable(config)  # its warnings are logged: these commands write no report
-    with locked_publisher(config) as pub:
-        own = open_watermarks(config.watermarks_url, job=config.name)
-        legacy = open_watermarks(config.watermarks_url)
-        try:
-            names = legacy.datasets() if all_legacy else list(datasets)
-            done = []
-            for dataset in names:
-                pub.require_lock(f"adopting the watermarks of {dataset!r}")
-                done.append(
-                    adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
-                )
-                log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
-            return done
-        finally:
-            own.close()
-            legacy.close()
+    with JobSession(config) as job:
+        # The durability check's warnings are logged: these commands write no report.
+        pub = job.open(claim_staging=False).publisher
+        own, legacy = job.watermarks, job.legacy_watermarks
+        names = legacy.datasets() if all_legacy else list(datasets)
+        done = []
+        for dataset in names:
+            pub.require_lock(f"adopting the watermarks of {dataset!r}")
+            done.append(
+                adopt(own, legacy, dataset, token=pub.context.token, keep_legacy=keep_legacy)
+            )
+            log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
+        return done

@@ -39,7 +39,7 @@ from jobs.config import (
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source
-from jobs.spark import build_session
+from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
 from store.urls import redact
@@ -112,7 +112,7 @@ def _drive(  # noqa: PLR0917 -- internal; the two commands above
     def session() -> SparkSession:
         if spark is not None:
             return spark
-        say(f"starting Spark ({config.spark_master or 'default master'})")
+        say(f"starting Spark ({spark_target(config)})")
         built.append(build_session(config))
         return built[0]
 

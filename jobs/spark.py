@@ -207,13 +207,38 @@ def build_session(config: OperatorConfig) -> SparkSession:
     (``COMMITPUB_REDIS_PASSWORD``) and where the object stores are reach the executors too,
     whose environment otherwise comes from the cluster's workers (see :func:`executor_env`);
     Spark redacts the password in its UI and logs.
+
+    A Spark Connect session (``[spark] remote``, else ``SPARK_REMOTE``) gets only the SQL
+    defaults and ``[spark] conf``: the server's logs and its executors' environment are the
+    server's own.
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set.
     """
     from pyspark.sql import SparkSession
 
     ensure_python()
     builder = SparkSession.builder.appName(f"commitpub {config.name}")
-    if config.spark_master:
+    remote = _remote(config)
+    if remote:
+        builder = builder.remote(remote)
+    elif config.spark_master:
         builder = builder.master(config.spark_master)
+    if remote or os.environ.get("SPARK_REMOTE"):
+        # A Connect server's own settings (its logs, its console, its executors'
+        # environment) are the server's: a client setting them gets a warning, or nothing.
+        conf = {k: v for k, v in SPARK_DEFAULTS.items() if k.startswith("spark.sql.")}
+    else:
+        conf = _classic_conf()
+    conf.update(config.spark_conf)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _classic_conf() -> dict[str, str]:
+    """:data:`SPARK_DEFAULTS` and the executors' environment, for a session whose driver JVM
+    this process starts; its log4j configuration set up as :func:`build_session` says."""
     conf = dict(SPARK_DEFAULTS)
     if _SPARK_LOGS["verbose"]:
         conf["spark.log.level"] = "WARN"
@@ -223,10 +248,46 @@ def build_session(config: OperatorConfig) -> SparkSession:
         del conf["spark.log.level"]
     for name, value in executor_env(os.environ).items():
         conf[f"spark.executorEnv.{name}"] = value
-    conf.update(config.spark_conf)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return conf
+
+
+def _remote(config: OperatorConfig) -> str | None:
+    """The Spark Connect server a job's session connects to: ``[spark] remote``, which wins
+    over a different ``SPARK_REMOTE`` (logged), else ``SPARK_REMOTE``'s (pyspark reads it).
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, which Spark
+            refuses: one of them must go.
+    """
+    given = os.environ.get("SPARK_REMOTE")
+    if config.spark_remote:
+        if given and given != config.spark_remote:
+            log.info(
+                "connecting to %s, the job file's spark.remote; SPARK_REMOTE (%s) is ignored",
+                shown_remote(config.spark_remote),
+                shown_remote(given),
+            )
+        return config.spark_remote
+    if given and config.spark_master:
+        raise ConfigurationError(
+            f"{config.file or config.name}: key 'spark.master' ({config.spark_master!r}) "
+            f"and SPARK_REMOTE ({shown_remote(given)!r}) exclude each other: unset "
+            "SPARK_REMOTE, or replace spark.master by spark.remote"
+        )
+    return None
+
+
+def spark_target(config: OperatorConfig) -> str:
+    """Where a job's Spark runs, for a progress line: its Connect server, or its master."""
+    remote = config.spark_remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return f"Spark Connect {shown_remote(remote)}"
+    return config.spark_master or "default master"
+
+
+def shown_remote(url: str) -> str:
+    """A Spark Connect URL fit for logs and reports: its parameters (a token) left out."""
+    return url.partition(";")[0].rstrip("/")
 
 
 @attrs.frozen
@@ -319,7 +380,8 @@ class SparkRunner:
     sequences, and builds and writes ahead new ones, in Spark tasks, each responsible for a
     group of datasets. Step classes registered on the driver are imported in each task
     first; their modules must be importable on executors (install the package there, or
-    ship it with ``spark-submit --py-files`` / ``SparkContext.addPyFile``).
+    ship it with ``spark-submit --py-files`` / ``SparkContext.addPyFile``; on Spark Connect,
+    ``spark.addArtifacts(path, pyfile=True)`` or the server's ``PYTHONPATH``).
 
     Args:
         spark: the session whose executors run the work.

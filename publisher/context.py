@@ -61,7 +61,6 @@ from store import (
     connecting_only,
     fencing,
 )
-from store.errors import ConfigurationError
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -130,20 +129,6 @@ class Context:
             checking_fence(lambda: self.guard(_BATCH), doing=_BATCH, job=self.job),
         ):
             yield
-
-    def fence(self) -> None:
-        """Fence the job's part of the store with this context's token: from now on it
-        refuses every write of the job carrying an older one, and :meth:`guard` of an older
-        run fails.
-
-        Raises:
-            FencedError: if the store has seen a newer token: another run took the job over.
-            ConfigurationError: if the context has no token.
-        """
-        token = self.token
-        if token is None:
-            raise ConfigurationError("fencing the store needs a fencing token")
-        self.retry.call(lambda: self.store.fence(self.job, token))
 
     def guard(self, doing: str) -> None:
         """Refuse ``doing`` if a newer run has taken the job over (the store's fence).

@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import attrs
-
 from commitsteps import DEFAULT_COMMIT_BUDGET_S, CommitStep, check_budget
 from publisher import holds as holds_of
 from publisher import staging
@@ -151,14 +149,8 @@ class Publisher:
 
     @property
     def runner(self) -> Runner:
-        """Where per-dataset work runs. May be set after the publisher is made (``jobs.Batch``
-        fences the store before it starts Spark, then runs the work in Spark tasks)."""
+        """Where per-dataset work runs (the ``runner`` given)."""
         return self._runner
-
-    @runner.setter
-    def runner(self, runner: Runner) -> None:
-        self._runner = runner
-        self.context = attrs.evolve(self.context, waits_for_cleanup=_waits_for_cleanup(runner))
 
     def publish(
         self,
@@ -528,7 +520,10 @@ class Publisher:
             FencedError: if the store has seen a newer token: another run took the job over.
             ConfigurationError: if the publisher has no ``fencing_token``.
         """
-        self.context.fence()
+        token = self.context.token
+        if token is None:
+            raise ConfigurationError("fencing the store needs a fencing token")
+        self.context.retry.call(lambda: self.store.fence(self.job_name, token))
 
     def claim_staging(self) -> None:
         """Mark each staging root as this job's, or refuse it (see

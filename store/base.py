@@ -309,6 +309,17 @@ class WatermarkStore(abc.ABC):
             return f"legacy (un-scoped) watermark {dataset}/{partition}"
         return f"watermark of job {self.job!r} {dataset}/{partition}"
 
+    def legacy(self) -> WatermarkStore | None:
+        """The legacy, un-scoped layout of this store, on its connection: a run reads it
+        only to refuse datasets whose watermarks wait to be adopted. Closing it leaves this
+        store open.
+
+        Returns:
+            The legacy layout, or None for a backend that cannot share its connection:
+            :func:`store.open_watermarks` without a job opens it then.
+        """
+        return None
+
     def datasets(self) -> list[str]:
         """The datasets that hold a watermark in this store's namespace, sorted.
 

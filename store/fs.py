@@ -499,6 +499,9 @@ class FsWatermarkStore(WatermarkStore):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen_watermarks, (self._full_url, self.job))
 
+    def legacy(self) -> FsWatermarkStore:
+        return FsWatermarkStore(self._full_url)
+
     def durability(self) -> Durability:
         return self._io.durability(self.url)
 

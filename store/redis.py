@@ -173,11 +173,15 @@ def _reopen(cls: type[_RedisBase], url: str, prefix: str, shown: str) -> _RedisB
 
 
 class _RedisBase:
-    def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
+    def __init__(
+        self, url: str, *, prefix: str = "commitpub", client: redis.Redis | None = None
+    ) -> None:
         self._full_url = url
         self.url = redact(url)
         self._prefix = prefix
-        self._client = connect(url)
+        # A client given is another store's (a view on the same server): closed by it.
+        self._owns_client = client is None
+        self._client = connect(url) if client is None else client
         # Whether seals wait for WAITAOF, and why not; asked of the server once, when needed.
         self._waitaof: bool | None = None
         self._no_waitaof = ""
@@ -188,7 +192,8 @@ class _RedisBase:
         return (_reopen, (type(self), without_password(self._full_url), self._prefix, self.url))
 
     def close(self) -> None:
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def durability(self) -> Durability:
         """See the module docstring.
@@ -715,8 +720,15 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
             watermarks.
     """
 
-    def __init__(self, url: str, *, prefix: str = "commitpub", job: str | None = None) -> None:
-        super().__init__(url, prefix=prefix)
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "commitpub",
+        job: str | None = None,
+        client: redis.Redis | None = None,
+    ) -> None:
+        super().__init__(url, prefix=prefix, client=client)
         self.job = job
         # Checked once here, so a bad job name fails on opening, not on the first write.
         self._scope = "" if job is None else f"{encode_name(job, 'job name')}/"
@@ -728,6 +740,9 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
             _reopen_watermarks,
             (without_password(self._full_url), self._prefix, self.url, self.job),
         )
+
+    def legacy(self) -> RedisWatermarkStore:
+        return RedisWatermarkStore(self._full_url, prefix=self._prefix, client=self._client)
 
     def _tag(self, dataset: str) -> str:
         return f"{{{self._scope}{encode_name(dataset, 'dataset')}}}"

@@ -580,6 +580,24 @@ class WatermarkStoreContract:
             for wm in (eu, us, legacy):
                 wm.close()
 
+    def test_legacy_view_reads_the_legacy_layout(
+        self, watermarks_url: str, watermarks: WatermarkStore
+    ) -> None:
+        legacy = watermarks.legacy()
+        if legacy is None:
+            return  # opened by URL instead; test_jobs_do_not_share_watermarks covers that
+        opened = store.open_watermarks(watermarks_url)
+        try:
+            assert legacy.job is None
+            assert opened.compare_and_set("events", "p0", None, 4)
+            assert watermarks.compare_and_set("events", "p0", None, 8)
+            assert legacy.get_all("events") == {"p0": 4}
+        finally:
+            legacy.close()
+            opened.close()
+        # Closing the view leaves the store it came from open.
+        assert watermarks.get("events", "p0") == 8
+
     def test_datasets_lists_one_namespace(self, watermarks_url: str) -> None:
         job = store.open_watermarks(watermarks_url, job="lister")
         other = store.open_watermarks(watermarks_url, job="lister-2")

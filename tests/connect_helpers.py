@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -60,15 +60,21 @@ class ConnectServer:
 
 
 @contextmanager
-def connect_server(base: Path) -> Iterator[ConnectServer]:
+def connect_server(base: Path, env: Mapping[str, str] | None = None) -> Iterator[ConnectServer]:
     """A Connect server on a free port of 127.0.0.1, its files in ``base``.
+
+    ``env`` is added to the server's environment, which its executors' Python workers
+    inherit: a client's is not theirs. ``PYTHONPATH`` there makes a user's step modules
+    importable in the tasks, as a Connect service needs them installed; fail points armed
+    there (``COMMITPUB_FAILPOINTS``) fire in the tasks.
 
     Stopped by ``stop-connect-server.sh`` (its PID file in ``base``), then, if that
     failed, by the PID the file holds.
     """
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
-    env.update(
+    server_env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    server_env.update(env or {})
+    server_env.update(
         SPARK_HOME=str(SPARK_HOME),
         SPARK_PID_DIR=str(base / "pid"),
         SPARK_LOG_DIR=str(base / "logs"),
@@ -77,7 +83,7 @@ def connect_server(base: Path) -> Iterator[ConnectServer]:
         PYSPARK_PYTHON=sys.executable,
         SPARK_IDENT_STRING="commitpub-tests",
     )
-    env.pop("SPARK_REMOTE", None)
+    server_env.pop("SPARK_REMOTE", None)
     start = [str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
              "--master", "local[2]",
              "--conf", f"spark.connect.grpc.binding.port={port}",
@@ -85,7 +91,7 @@ def connect_server(base: Path) -> Iterator[ConnectServer]:
              "--conf", "spark.ui.enabled=false",
              "--conf", "spark.sql.shuffle.partitions=2"]  # fmt: skip
     (base / "local").mkdir()
-    subprocess.run(start, env=env, cwd=base, check=True, capture_output=True, timeout=120)
+    subprocess.run(start, env=server_env, cwd=base, check=True, capture_output=True, timeout=120)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not _listening(port):
@@ -96,7 +102,7 @@ def connect_server(base: Path) -> Iterator[ConnectServer]:
         yield ConnectServer(f"sc://127.0.0.1:{port}", base / "local")
     finally:
         stop = SPARK_HOME / "sbin" / "stop-connect-server.sh"
-        subprocess.run([str(stop)], env=env, check=False, capture_output=True, timeout=120)
+        subprocess.run([str(stop)], env=server_env, check=False, capture_output=True, timeout=120)
         for pid_file in (base / "pid").glob("*.pid"):
             with suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text().strip()), 9)

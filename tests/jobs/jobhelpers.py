@@ -174,13 +174,24 @@ def _toml(value: Any) -> str:
 
 
 def commitpub(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, log: Path | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    log: Path | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the ``commitpub`` console script in a child process (its own Spark driver)."""
+    """Run the ``commitpub`` console script in a child process (its own Spark driver);
+    ``input`` is what its standard input reads (an answer to a question)."""
     full_env = {**os.environ, **(env or {})}
     if log is None:
         return subprocess.run(
-            [COMMITPUB, *args], env=full_env, cwd=cwd, capture_output=True, text=True, check=False
+            [COMMITPUB, *args],
+            env=full_env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            input=input,
         )
     with log.open("w") as out:
         return subprocess.run(

@@ -18,7 +18,7 @@ from jobhelpers import batch_places, write_job
 from pyspark.sql import DataFrame, SparkSession
 
 import jobs
-from jobs import Batch, DatasetHeldError
+from jobs import Batch, DatasetHeldError, ops
 from jobs.audit import read_staged
 from jobs.checks import (
     AcceptedValuesCheck,
@@ -30,7 +30,6 @@ from jobs.checks import (
 )
 from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
-from jobs.locking import locked_publisher
 from publisher import Outcome
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
@@ -185,8 +184,7 @@ def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
     assert sorted(Path(held.staging_dir).rglob("*.parquet")) == staged
     assert _seqs(tmp_path, "clicks") == list(range(6))
 
-    with locked_publisher(batch_config(JOB, **places)) as pub:
-        assert pub.release("orders").outcome == Outcome.PUBLISHED
+    assert ops.release(batch_config(JOB, **places), "orders").outcome == Outcome.PUBLISHED
     assert _seqs(tmp_path, "orders") == [0, *range(6)]
     assert _watermark(tmp_path, "orders") == 6
     with _batch(spark, tmp_path, store_url, run_id="r3") as third:
@@ -213,8 +211,8 @@ def test_a_discarded_hold_is_read_again_and_the_row_count_compares_with_the_last
     assert (passed, figures["rows"], figures["previous_rows"]) == (False, 3, 10)
     staging_dir = Path(second.report.held["orders"].staging_dir)
 
-    with locked_publisher(batch_config(JOB, **batch_places(tmp_path))) as pub:
-        assert pub.discard("orders").outcome == Outcome.DISCARDED
+    discarded = ops.discard(batch_config(JOB, **batch_places(tmp_path)), "orders")
+    assert discarded.outcome == Outcome.DISCARDED
     assert not staging_dir.exists()
     with _batch(spark, tmp_path, run_id="r3") as third:
         last = third.committed("orders", "p0")

@@ -14,9 +14,9 @@ import pytest
 from jobhelpers import Landing, assert_exactly_once, commitpub, output_rows, write_job
 from pyspark.sql import SparkSession
 
+from jobs import ops
 from jobs.config import load_config
 from jobs.exitcodes import ExitCode
-from jobs.locking import locked_publisher
 from jobs.run import run_job
 from publisher import Outcome
 from store import open_store, open_watermarks
@@ -73,8 +73,8 @@ def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
         env={ENV_VAR: "hold.recorded"}, log=tmp_path / "run2.log",
     )  # fmt: skip
     assert crash.returncode == -signal.SIGKILL, (tmp_path / "run2.log").read_text()[-3000:]
-    with locked_publisher(config) as pub:
-        (held,) = pub.holds()
+    held = ops.held(config, "orders")
+    assert held is not None
     assert (held.dataset, held.run_id) == ("orders", "run2")
     assert [c["name"] for c in held.checks] == ["at most 30 orders"]
     assert held.checks[0]["figures"]["rows"] == 40
@@ -98,8 +98,7 @@ def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
     assert written["held"]["orders"]["checks"][0]["figures"]["max_rows"] == 30
     assert written["checks"]["clicks"]["checks"][0]["figures"]["rows"] == 15
 
-    with locked_publisher(config) as pub:
-        assert pub.release("orders").outcome == Outcome.PUBLISHED
+    assert ops.release(config, "orders").outcome == Outcome.PUBLISHED
     landing.append("orders", "1", 10)
     last = run_job(config, spark=spark, run_id="run4")
     assert last.exit_code == ExitCode.OK, last.error

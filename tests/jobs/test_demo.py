@@ -75,3 +75,15 @@ def test_demo_refuses_a_directory_that_is_not_a_demo(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "not a commitpub demo directory" in result.output
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_demo_refuses_a_spark_connect_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its crash pauses a task of its own Spark through the environment it gives its tasks;
+    # a Connect server's tasks run in the server's environment.
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")
+    result = CliRunner().invoke(main, ["demo", "--dir", str(tmp_path / "demo")])
+    assert result.exit_code == 2, result.output
+    assert "unset SPARK_REMOTE" in result.output
+    assert not (tmp_path / "demo").exists()

@@ -354,6 +354,7 @@ def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job
             "first_failed": doc["without_pending"][0]["first_failed"],
             "discarding": None,
             "discard_refused": None,
+            "held": None,
         }
     ]
     pub.record_failure("events", ValueError("events/0/1.jsonl line 3: not JSON"))
@@ -465,7 +466,8 @@ def test_unlock_frees_a_lease_left_unrenewed_for_its_ttl(job: Job) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["run", "recover", "status", "inspect", "retry", "discard", "unlock", "demo"]
+    "command",
+    ["run", "recover", "status", "inspect", "retry", "discard", "release", "unlock", "demo"],
 )
 def test_every_command_has_an_example_in_its_help(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"])
