@@ -397,8 +397,13 @@ def _echo_hold(doc: dict[str, Any], indent: str = "    ") -> None:
     if not held:
         return
     for check in held["checks"]:
-        figures = {k: v for k, v in check.items() if k != "name"}
-        shown = f": {json.dumps(figures, ensure_ascii=False, default=str)}" if figures else ""
+        if "message" in check and isinstance(check.get("figures"), dict):
+            # A result of jobs.checks: its severity, its line, its figures.
+            figures = json.dumps(check["figures"], ensure_ascii=False, default=str)
+            shown = f" ({check.get('severity', '?')}): {check['message']} {figures}"
+        else:
+            rest = {k: v for k, v in check.items() if k != "name"}
+            shown = f": {json.dumps(rest, ensure_ascii=False, default=str)}" if rest else ""
         click.echo(f"{indent}failed check {check.get('name', '?')}{shown}")
     click.echo(f"{indent}staged data: {held['staging_dir']}")
     click.echo(

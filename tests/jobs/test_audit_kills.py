@@ -80,6 +80,12 @@ def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
     assert held.checks[0]["figures"]["rows"] == 40
     assert store.datasets(config.name) == []
     assert output_rows(tmp_path / "output", "clicks") == []
+    shown = commitpub("status", str(job))
+    assert (
+        "failed check at most 30 orders (error): 40 rows: more than max_rows 30 "
+        '{"rows": 40, "max_rows": 30}'
+    ) in shown.stdout, shown.stdout
+    assert f"staged data: {held.staging_dir}" in shown.stdout
     assert not (tmp_path / "staging" / "run1~t1").exists()  # swept by run 2's recovery
 
     # Run 3 keeps the held data (in run 2's directory), skips orders, publishes clicks.
