@@ -35,6 +35,7 @@ from jobs.checks import (
     UniqueCheck,
     checks_from_config,
     converter,
+    declared_checks,
     run_checks,
     validate_checks,
 )
@@ -394,8 +395,9 @@ def test_the_job_file_example_of_the_docs_declares_what_the_python_one_does() ->
     example = page.read_text(encoding="utf-8").split("```toml\n", 1)[1].split("```", 1)[0]
     declared = tomllib.loads(example)["checks"]
     # The custom one names a module of the example's own.
-    checks = checks_from_config([d for d in declared if d["check"] != "custom"])
-    assert checks == [
+    checks = declared_checks([d for d in declared if d["check"] != "custom"])
+    assert checks.of("clicks") == [RowCountCheck(min_rows=1, min_ratio=0.5)]
+    assert checks.of("orders") == [
         RowCountCheck(min_rows=1, min_ratio=0.5),
         NotNullCheck(["order_id", "day"]),
         UniqueCheck("order_id"),
@@ -403,7 +405,11 @@ def test_the_job_file_example_of_the_docs_declares_what_the_python_one_does() ->
         PredicateCheck("amount >= 0"),
         FreshnessCheck("updated_at", max_age_s=6 * 3600),
     ]
-    assert declared[-1] == {"check": "custom", "function": "mychecks:few_refunds"}
+    assert declared[-1] == {
+        "dataset": "orders",
+        "check": "custom",
+        "function": "mychecks:few_refunds",
+    }
 
 
 @pytest.mark.parametrize(
