@@ -238,7 +238,7 @@ def test_past_the_run_deadline_the_spark_job_is_cancelled(
         assert 3.5 <= time.monotonic() - started < 60
         assert "publish_group of 1 datasets in 1 Spark tasks" in str(raised.value)
         assert "its Spark job was cancelled" in str(raised.value)
-        # The publish's job, and the runner's count of Spark's default parallelism (done).
+        # The publish's job (a classic session's runner asks the SparkContext its parallelism).
         jobs = set(tracker.getJobIdsForGroup()) - before
         deadline = time.monotonic() + 60
         while any((i := tracker.getJobInfo(j)) and i.status == "RUNNING" for j in jobs):
