@@ -32,6 +32,7 @@ ORDER = [
     "s3_publish",
     "table_publish",
     "durability_cost",
+    "checks_cost",
 ]
 
 
