@@ -122,6 +122,23 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
+def default_parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism: how many tasks a job of small work items is split into.
+
+    A classic session's SparkContext says it. A Connect session does not say it through the
+    DataFrame API, so there it is counted: a range with no partition count given is split
+    into that many partitions (all on the JVM). Counting is one more Spark job (measured: up
+    to 4.5 s of a run on a loaded machine), so a classic session is asked.
+    """
+    if not is_connect(spark):
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+
+    numbers = spark.range(1 << 16).select(F.spark_partition_id().alias("p"))
+    top = numbers.agg(F.max("p")).first()
+    return 1 + (top[0] if top is not None else 0)
+
+
 def check_python(spark: SparkSession) -> None:
     """Refuse a session whose local Python workers cannot import commitpub.
 
@@ -479,21 +496,9 @@ class SparkRunner:
         return [r for _, results in gathered for r in results]
 
     def _default_tasks(self) -> int:
-        """Spark's default parallelism, asked of the session once.
-
-        A classic session's SparkContext says it. A Connect session does not say it through
-        the DataFrame API, so there it is counted: a range with no partition count given is
-        split into that many partitions (all on the JVM). Counting is one more Spark job a
-        run (measured: 4.5 s of a run on a loaded machine), so a classic session is asked.
-        """
-        if self._parallelism is None and not is_connect(self.spark):
-            self._parallelism = max(1, int(self.spark.sparkContext.defaultParallelism))
+        """Spark's default parallelism (:func:`default_parallelism`), asked once."""
         if self._parallelism is None:
-            from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
-
-            numbers = self.spark.range(1 << 16).select(F.spark_partition_id().alias("p"))
-            top = numbers.agg(F.max("p")).first()
-            self._parallelism = 1 + (top[0] if top is not None else 0)
+            self._parallelism = default_parallelism(self.spark)
         return self._parallelism
 
 

@@ -28,6 +28,7 @@ from jobs.checks import (
     RowCountCheck,
     UniqueCheck,
 )
+from jobs.commits import staged_files
 from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
 from publisher import Outcome
@@ -245,6 +246,12 @@ def test_the_staged_data_is_read_back_with_the_dataframes_types_partition_column
         # Types as staged; a partition column read from a directory name may be null.
         assert back.schema.simpleString() == df.schema.simpleString()
         assert sorted(back.collect()) == sorted(df.collect())
+        # Whatever the number of tasks the files are shared out among, each is read once.
+        assert len(staged_files(staged.directory)) == 3
+        for tasks in (1, 2, 5):
+            again = read_staged(spark, staged, df.schema, tasks=tasks)
+            assert again.rdd.getNumPartitions() == min(tasks, 3)
+            assert sorted(again.collect()) == sorted(df.collect())
 
     found = _results(batch.report.checks["events"])
     assert batch.report.exit_code == jobs.ExitCode.OK
