@@ -56,7 +56,7 @@ from jobs.errors import (
 )
 from jobs.exitcodes import ExitCode, for_error
 from jobs.formats import get_format
-from jobs.lineage import Lineage, LineageInput, LineageOutput
+from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
 from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.progress import Progress, on_terminal, showing
@@ -704,6 +704,12 @@ class Batch:
             if info.source is not None
         ]
         outputs = [self._lineage_output(d) for d in report.published if d in report.staged]
+        # Held by this run's checks: an output with the assertions that held it, not published.
+        outputs += [
+            self._lineage_output(d, held=True)
+            for d in sorted(report.held)
+            if d in report.staged and d in report.checks and d not in report.published
+        ]
         if report.exit_code == ExitCode.OK:
             lineage.complete(outputs, inputs)
         else:
@@ -712,11 +718,26 @@ class Batch:
             lineage.fail(why or report.status, outputs, inputs)
         report.lineage_emitted, report.lineage_failed = lineage.emitted, lineage.failed
 
-    def _lineage_output(self, dataset: str) -> LineageOutput:
+    def _lineage_output(self, dataset: str, *, held: bool = False) -> LineageOutput:
         info, config = self.report.staged[dataset], self.config
         url = join(config.output, encode_name(dataset, "dataset"))
         name = get_format(config.output_format).lineage_name(config, dataset)
-        return LineageOutput(url, rows=info.rows, files=info.files, name=name)
+        results = self.report.checks.get(dataset)
+        columns = {c.name: c.columns_used() for c in self._checks.get(dataset, ())}
+        assertions = [
+            LineageAssertion(
+                r.name,
+                r.passed,
+                column=used[0] if len(used := columns.get(r.name, ())) == 1 else None,
+                severity=str(r.severity),
+            )
+            for r in (results.checks if results is not None else ())
+        ]
+        if held:
+            return LineageOutput(url, name=name, assertions=assertions, held=True)
+        return LineageOutput(
+            url, rows=info.rows, files=info.files, name=name, assertions=assertions
+        )
 
     def _record_error(self, error: BaseException) -> None:
         report = self.report

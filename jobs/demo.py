@@ -3,8 +3,11 @@
 In a directory of its own, the demo generates a landing zone (three datasets x three
 partitions x thousands of records), runs the job, appends more data (leaving one line
 half-written), runs the job again in a child process whose *driver* is SIGKILLed in the middle
-of publishing, recovers, finishes the half-written line, runs once more, and then *counts*:
-every landing record against every published Parquet row, by (dataset, partition, offset).
+of publishing, recovers, finishes the half-written line and lands one order whose currency
+the job's check refuses, runs once more (the orders are held, the rest publishes), shows
+what ``commitpub status`` says, releases the held orders with ``commitpub release``, and
+then *counts*: every landing record against every published Parquet row, by (dataset,
+partition, offset).
 
 Sealing and executing both happen in Spark tasks, so no point of the driver lies between
 them. The crashing run's publish task therefore pauses itself (SIGSTOP) at the crash point
@@ -74,7 +77,15 @@ conf = { "spark.ui.enabled" = "false", "spark.sql.shuffle.partitions" = "2" }
 
 [publish]
 max_attempts = 3
+
+[[checks]]
+dataset = "orders"
+check = "accepted_values"
+column = "currency"
+values = ["EUR", "USD", "GBP"]
 """
+#: The one order the demo lands whose currency the job's check refuses.
+BAD_CURRENCY = "XBT"
 
 Echo = Callable[[str], None]
 
@@ -147,6 +158,16 @@ class Landing:
             f.write(line[: len(line) // 2])
         return line[len(line) // 2 :]
 
+    def append_bad_order(self, partition: str) -> None:
+        """Append one order whose currency the demo job's check refuses."""
+        path, _first = self._segment("orders", partition)
+        self.counter += 1
+        record = {**_record(self.rng, "orders", self.counter), "currency": BAD_CURRENCY}
+        with path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        key = ("orders", partition)
+        self.next_offset[key] = self.next_offset.get(key, 0) + 1
+
     def finish_line(self, dataset: str, partition: str, rest: str) -> None:
         path, _first = self._segment(dataset, partition)
         with path.open("a") as f:
@@ -174,7 +195,7 @@ def prepare(directory: Path) -> None:
 def _summary(report: RunReport) -> str:
     counts = report.counts
     parts = [f"{report.status} (exit {report.exit_code})"]
-    for key in ("recovered", "aborted", "published", "quarantined"):
+    for key in ("recovered", "aborted", "published", "quarantined", "held"):
         if counts[key]:
             parts.append(f"{key} {counts[key]}")
     if counts["staged_rows"]:
@@ -333,13 +354,21 @@ def run_demo(
         )
 
         landing.finish_line("clicks", "1", rest)
-        landing.append("orders", "2", 17)
-        echo("append   the half-written line is finished; 17 more records in orders/2")
+        landing.append("orders", "2", 16)
+        landing.append_bad_order("2")
+        echo(
+            "append   the half-written line is finished; 17 more records in orders/2, one with "
+            f"currency {BAD_CURRENCY!r}, which the job's check accepted_values(currency) refuses"
+        )
 
         last = run_job(config, spark=spark)
         echo(f"run 3    {_summary(last)}")
+        if "orders" not in last.held:
+            raise RuntimeError(f"the third run did not hold orders; see {last.path}")
     finally:
         spark.stop()
+
+    _operator(config, echo)
 
     tallies = [
         t
@@ -353,6 +382,39 @@ def run_demo(
     echo(f"took {time.monotonic() - started:.0f}s; output: {config.output}")
     echo(f"exactly once: {'yes' if exact else 'NO'}")
     return exact
+
+
+def _operator(config: JobConfig, echo: Echo) -> None:
+    """Show the held orders as ``commitpub status`` does, then release them with ``commitpub
+    release``, each in a process of its own, as an operator would.
+
+    Raises:
+        RuntimeError: if the release did not publish the held orders.
+    """
+
+    def commitpub(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    shown = commitpub("status", config.file)
+    echo(f"status   commitpub status {Path(config.file).name} (exit {shown.returncode}):")
+    for text in shown.stdout.splitlines():
+        echo(f"         | {text}")
+    echo(
+        f"release  the operator accepts the order in {BAD_CURRENCY}: commitpub release "
+        f"{Path(config.file).name} orders --yes"
+    )
+    released = commitpub("release", config.file, "orders", "--yes")
+    if released.returncode != 0:
+        raise RuntimeError(
+            f"the release of the held orders failed (exit {released.returncode}): "
+            f"{released.stderr.strip() or released.stdout.strip()}"
+        )
+    echo(f"         | {released.stdout.strip()}")
 
 
 def _table(tallies: list[Tally], echo: Echo) -> None:

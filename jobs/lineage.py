@@ -3,9 +3,12 @@
 Both events of a run carry one run id. Inputs are the source's datasets, each with the
 watermark range the run read (a ``commitpub_watermarks`` input facet); outputs are the
 published datasets or tables with their row and file counts (the standard
-``outputStatistics`` facet). Events go out through an openlineage-python transport built
-from the job's ``[lineage]`` table (``{ type = "file", ... }``, ``{ type = "http", ... }``
-or any other the client knows), never from a record.
+``outputStatistics`` facet) and, for a dataset with checks, each check's result (the
+standard ``dataQualityAssertions`` dataset facet); a dataset held by failed checks is an
+output with its assertions and no ``outputStatistics``, as nothing of it was published.
+Events go out through an openlineage-python transport built from the job's ``[lineage]``
+table (``{ type = "file", ... }``, ``{ type = "http", ... }`` or any other the client
+knows), never from a record.
 
 Lineage is an observer of the commit, never part of it: an endpoint that is down, slow or
 refuses the event costs a run at most ``timeout`` seconds per event and never fails it. Each
@@ -90,14 +93,31 @@ class LineageInput:
 
 
 @attrs.frozen
+class LineageAssertion:
+    """One check's result on an output: a ``dataQualityAssertions`` facet's assertion."""
+
+    #: The check's name (``unique(order_id)``).
+    assertion: str
+    success: bool
+    #: The check's column where it reads exactly one, else None (the whole dataset).
+    column: str | None = None
+    #: ``error`` or ``warn``.
+    severity: str | None = None
+
+
+@attrs.frozen
 class LineageOutput:
-    """A dataset or table a run published, with what it added."""
+    """A dataset or table a run published (or held back), with what it added."""
 
     url: str
     rows: int | None = None
     files: int | None = None
     #: A table's (namespace, name) where it has one (``warehouse.orders``), else the URL's.
     name: tuple[str, str] | None = None
+    #: The dataset's check results, in the order the checks were declared.
+    assertions: Sequence[LineageAssertion] = ()
+    #: Held by failed checks: nothing published, so no ``outputStatistics``.
+    held: bool = False
 
 
 def dataset_name(url: str) -> tuple[str, str]:
@@ -194,6 +214,7 @@ class Lineage:
             RunState,
         )
         from openlineage.client.facet_v2 import (
+            data_quality_assertions_dataset,
             error_message_run,
             output_statistics_output_dataset,
         )
@@ -208,11 +229,32 @@ class Lineage:
         published = []
         for o in outputs:
             namespace, name = o.name or dataset_name(o.url)
-            statistics = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                rowCount=o.rows, fileCount=o.files
-            )
+            output_facets: dict[str, Any] = {}
+            if not o.held:
+                output_facets["outputStatistics"] = (
+                    output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                        rowCount=o.rows, fileCount=o.files
+                    )
+                )
+            dataset_facets: dict[str, Any] = {}
+            if o.assertions:
+                # OpenLineage defines this facet among an input's facets (a test reads a dataset);
+                # commitpub checks the data it writes, so it is the output's dataset facet.
+                dataset_facets["dataQualityAssertions"] = (
+                    data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
+                        assertions=[
+                            data_quality_assertions_dataset.Assertion(
+                                assertion=a.assertion,
+                                success=a.success,
+                                column=a.column,
+                                severity=a.severity,
+                            )
+                            for a in o.assertions
+                        ]
+                    )
+                )
             published.append(
-                OutputDataset(namespace, name, outputFacets={"outputStatistics": statistics})
+                OutputDataset(namespace, name, facets=dataset_facets, outputFacets=output_facets)
             )
         run_facets: dict[str, Any] = {}
         if error is not None:

@@ -135,6 +135,57 @@ def test_a_check_that_cannot_run_is_refused_before_anything_is_staged(
     assert batch.report.staged == {}
 
 
+def test_lineage_carries_each_outputs_check_results_as_data_quality_assertions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log_file = tmp_path / "lineage.jsonl"
+    lineage = {"transport": {"type": "file", "log_file_path": str(log_file), "append": True}}
+    with _batch(spark, tmp_path, lineage=lineage, run_id="r1") as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, 0, 6),
+            watermarks={"p0": 6},
+            checks=[
+                NotNullCheck(["order_id", "day"]),
+                AcceptedValuesCheck("day", ["2025-01-01"], severity="warn"),
+            ],
+        )
+        batch.stage(
+            "refunds",
+            _orders(spark, 0, 3, dup=True),
+            watermarks={"p0": 3},
+            checks=[UniqueCheck("order_id"), RowCountCheck(min_rows=1)],
+        )
+    assert batch.report.exit_code == jobs.ExitCode.PARTIAL
+    assert batch.report.published == ["orders"]
+
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    outputs = {o["name"].rsplit("/", 1)[-1]: o for o in events[1]["outputs"]}
+    assert sorted(outputs) == ["orders", "refunds"]
+
+    def assertions(output: dict[str, Any]) -> list[tuple[str, bool, str | None, str]]:
+        facet = output["facets"]["dataQualityAssertions"]
+        assert facet["_schemaURL"].endswith("DataQualityAssertionsDatasetFacet")
+        return [
+            (a["assertion"], a["success"], a.get("column"), a["severity"])
+            for a in facet["assertions"]
+        ]
+
+    # A published dataset: its checks, a failed warn one too, and its row count.
+    assert assertions(outputs["orders"]) == [
+        ("not_null(order_id, day)", True, None, "error"),
+        ("accepted_values(day)", False, "day", "warn"),
+    ]
+    assert outputs["orders"]["outputFacets"]["outputStatistics"]["rowCount"] == 6
+    # A held dataset: the assertions that held it, and no statistics (nothing published).
+    assert assertions(outputs["refunds"]) == [
+        ("unique(order_id)", False, "order_id", "error"),
+        ("row_count", True, None, "error"),
+    ]
+    assert outputs["refunds"]["outputFacets"] == {}
+
+
 @pytest.mark.parametrize("store", ["fs", "redis"])
 def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
     spark: SparkSession, tmp_path: Path, store: str, request: pytest.FixtureRequest
