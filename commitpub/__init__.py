@@ -29,14 +29,22 @@ if TYPE_CHECKING:
     from commitsteps import dumps as dumps
     from commitsteps import loads as loads
     from commitsteps import register as register
+    from jobs import AcceptedValuesCheck as AcceptedValuesCheck
     from jobs import Batch as Batch
+    from jobs import CheckOutcome as CheckOutcome
+    from jobs import CustomCheck as CustomCheck
     from jobs import DatasetHeldError as DatasetHeldError
     from jobs import DatasetQuarantinedError as DatasetQuarantinedError
     from jobs import ExitCode as ExitCode
+    from jobs import FreshnessCheck as FreshnessCheck
     from jobs import LandingSource as LandingSource
+    from jobs import NotNullCheck as NotNullCheck
+    from jobs import PredicateCheck as PredicateCheck
+    from jobs import RowCountCheck as RowCountCheck
     from jobs import RunReport as RunReport
     from jobs import Source as Source
     from jobs import SparkRunner as SparkRunner
+    from jobs import UniqueCheck as UniqueCheck
     from jobs import load_config as load_config
     from jobs import recover_job as recover_job
     from jobs import run_job as run_job
@@ -59,6 +67,14 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
 #: Public name -> the package of ours that defines it.
 _HOME = {
     "Batch": "jobs",
+    "AcceptedValuesCheck": "jobs",
+    "CheckOutcome": "jobs",
+    "CustomCheck": "jobs",
+    "FreshnessCheck": "jobs",
+    "NotNullCheck": "jobs",
+    "PredicateCheck": "jobs",
+    "RowCountCheck": "jobs",
+    "UniqueCheck": "jobs",
     "DatasetHeldError": "jobs",
     "DatasetQuarantinedError": "jobs",
     "ExitCode": "jobs",
@@ -102,23 +118,31 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AcceptedValuesCheck",
     "Batch",
+    "CheckOutcome",
     "CommitPubError",
     "CommitStep",
+    "CustomCheck",
     "DatasetHeldError",
     "DatasetQuarantinedError",
     "DeltaAppendCommitStep",
     "ExitCode",
+    "FreshnessCheck",
     "FsRenameCommitStep",
     "IcebergAppendCommitStep",
     "LandingSource",
     "LockHeldError",
+    "NotNullCheck",
+    "PredicateCheck",
     "PublishReport",
     "Publisher",
+    "RowCountCheck",
     "RunReport",
     "ShadowedPackageError",
     "Source",
     "SparkRunner",
+    "UniqueCheck",
     "WatermarkCommitStep",
     "__version__",
     "dumps",

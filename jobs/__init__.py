@@ -8,6 +8,16 @@ from commitpub import _names
 _names.check(("store", "commitsteps", "publisher"))
 
 from jobs.batch import Batch, BatchStateError
+from jobs.checks import (
+    AcceptedValuesCheck,
+    CheckOutcome,
+    CustomCheck,
+    FreshnessCheck,
+    NotNullCheck,
+    PredicateCheck,
+    RowCountCheck,
+    UniqueCheck,
+)
 from jobs.config import BatchConfig, JobConfig, SourceConfig, load_config
 from jobs.errors import (
     BatchArgumentError,
@@ -26,25 +36,33 @@ from jobs.sources import LandingSource, Source
 from jobs.spark import SparkRunner, build_session
 
 __all__ = [
+    "AcceptedValuesCheck",
     "Batch",
     "BatchArgumentError",
     "BatchConfig",
     "BatchStateError",
+    "CheckOutcome",
+    "CustomCheck",
     "DatasetHeldError",
     "DatasetPendingError",
     "DatasetQuarantinedError",
     "ExitCode",
     "ExtractError",
+    "FreshnessCheck",
     "JobConfig",
     "LandingSource",
     "LockHeldError",
+    "NotNullCheck",
     "OutputFormat",
+    "PredicateCheck",
+    "RowCountCheck",
     "RunReport",
     "Source",
     "SourceConfig",
     "SparkRunner",
     "StagedInfo",
     "UnadoptedWatermarksError",
+    "UniqueCheck",
     "build_session",
     "load_config",
     "recover_job",
