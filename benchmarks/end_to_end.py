@@ -90,38 +90,62 @@ class EndToEnd:
         return seconds
 
 
-def main() -> None:
-    args = _common.parse_args(__doc__ or "")
+def measure(
+    spark: Any,
+    base: Path,
+    args: Any,
+    *,
+    name: str,
+    title: str,
+    a_name: str,
+    b_name: str,
+    setting: str = "",
+) -> None:
+    """Both sides on ``spark``, alternated, and the results printed and recorded as
+    ``name`` (shared with ``end_to_end_connect.py``)."""
     rows = 200_000 if args.quick else 2_000_000
-    with _common.workdir("end-to-end") as base:
-        spark = _common.spark_session("commitpub-bench-end-to-end")
-        try:
-            bench = EndToEnd(spark, base, rows)
-            bench.direct()  # warm-up: JVM, Python workers, Parquet writer
-            bench.staged()
-            times_a, times_b = _common.alternate(
-                bench.staged, bench.direct, args.rounds, label=f"rows={rows}"
-            )
-        finally:
-            spark.stop()
+    bench = EndToEnd(spark, base, rows)
+    bench.direct()  # warm-up: JVM, Python workers, Parquet writer
+    bench.staged()
+    times_a, times_b = _common.alternate(
+        bench.staged, bench.direct, args.rounds, label=f"rows={rows}"
+    )
     row = _common.row(
-        f"Parquet, {TASKS} tasks x {DATES} dates = {bench.files} files",
+        f"Parquet, {TASKS} tasks x {DATES} dates = {bench.files} files{setting}",
         rows,
         times_a,
         times_b,
         unit_n="rows",
     )
     _common.finish(
-        "end_to_end",
-        title="Spark write to staging + publish vs Spark's default write to the output",
-        a_name="write to staging + Publisher.publish (SparkRunner, fs store)",
-        b_name="Spark write to the output (v1 commit)",
+        name,
+        title=title,
+        a_name=a_name,
+        b_name=b_name,
         rows=[row],
         ratio=row["ratio"],
         goal=f"<= {GOAL:.2f}",
         met=row["ratio"] <= GOAL,
         quick=args.quick,
     )
+
+
+def main() -> None:
+    args = _common.parse_args(__doc__ or "")
+    with _common.workdir("end-to-end") as base:
+        spark = _common.spark_session("commitpub-bench-end-to-end")
+        try:
+            measure(
+                spark,
+                base,
+                args,
+                name="end_to_end",
+                title="Spark write to staging + publish vs Spark's default write to the output",
+                a_name="write to staging + Publisher.publish (SparkRunner, fs store)",
+                b_name="Spark write to the output (v1 commit)",
+            )
+        finally:
+            spark.stop()
 
 
 if __name__ == "__main__":

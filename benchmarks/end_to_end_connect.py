@@ -16,14 +16,13 @@ import os
 
 import _common
 from connect_helpers import connect_server
-from end_to_end import DATES, GOAL, TASKS, EndToEnd
+from end_to_end import measure
 
 from jobs.spark import SPARK_DEFAULTS
 
 
 def main() -> None:
     args = _common.parse_args(__doc__ or "")
-    rows = 200_000 if args.quick else 2_000_000
     from pyspark.sql import SparkSession
 
     os.environ.pop("SPARK_REMOTE", None)
@@ -36,32 +35,20 @@ def main() -> None:
                     builder = builder.config(key, value)
             spark = builder.getOrCreate()
             try:
-                bench = EndToEnd(spark, base, rows)
-                bench.direct()  # warm-up: the server's Python workers, Parquet writer
-                bench.staged()
-                times_a, times_b = _common.alternate(
-                    bench.staged, bench.direct, args.rounds, label=f"rows={rows}"
+                measure(
+                    spark,
+                    base,
+                    args,
+                    name="end_to_end_connect",
+                    title="On Spark Connect: Spark write to staging + publish vs Spark's "
+                    "default write",
+                    a_name="write to staging + Publisher.publish (SparkRunner on a Connect "
+                    "session)",
+                    b_name="Spark write to the output (v1 commit), through the same server",
+                    setting=", Spark Connect",
                 )
             finally:
                 spark.stop()
-    row = _common.row(
-        f"Parquet, {TASKS} tasks x {DATES} dates = {bench.files} files, Spark Connect",
-        rows,
-        times_a,
-        times_b,
-        unit_n="rows",
-    )
-    _common.finish(
-        "end_to_end_connect",
-        title="On Spark Connect: Spark write to staging + publish vs Spark's default write",
-        a_name="write to staging + Publisher.publish (SparkRunner on a Connect session)",
-        b_name="Spark write to the output (v1 commit), through the same server",
-        rows=[row],
-        ratio=row["ratio"],
-        goal=f"<= {GOAL:.2f}",
-        met=row["ratio"] <= GOAL,
-        quick=args.quick,
-    )
 
 
 if __name__ == "__main__":
