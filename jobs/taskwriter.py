@@ -197,7 +197,7 @@ class _TaskFiles:
         batches = self.buffered.pop(partition)
         del self.buffered_rows[partition]
         self.buffered_bytes -= sum(batch.nbytes for batch in batches)
-        table = pa.Table.from_batches(batches)
+        table = pa.Table.from_batches([writable(batch) for batch in batches])
         while table.num_rows:
             writer, sink, rows = self.open.get(partition) or self._new_file(partition, table.schema)
             n = (
@@ -236,6 +236,84 @@ class _TaskFiles:
         finally:
             if sink is not None:
                 sink.close()
+
+
+def writable(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` as the Parquet writer takes it: no null in a non-nullable field under a
+    null parent.
+
+    Spark gives a null struct's fields nulls too, non-nullable ones included (a field
+    required only where its struct is present, as Spark's own writer writes it). pyarrow's
+    writer refuses any null in a non-nullable field, even one its parent hides, so those
+    become valid (their values are never written: the parent is null). The schema stays.
+    """
+    import pyarrow as pa
+
+    if not any(_has_required_child(field.type) for field in batch.schema):
+        return batch
+    return pa.RecordBatch.from_arrays(
+        [_hidden_nulls_valid(column) for column in batch.columns], schema=batch.schema
+    )
+
+
+def _has_required_child(kind: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        return any(not f.nullable or _has_required_child(f.type) for f in kind)
+    if pa.types.is_map(kind):
+        return _has_required_child(kind.key_field.type) or _has_required_child(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_required_child(kind.value_type)
+    return False
+
+
+def _hidden_nulls_valid(array: pa.Array) -> pa.Array:
+    """``array`` with its non-nullable fields' nulls under its own nulls made valid, at
+    every depth."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if not _has_required_child(kind):
+        return array
+    if pa.types.is_struct(kind):
+        children = []
+        for i, field in enumerate(kind):
+            child = _hidden_nulls_valid(array.field(i))
+            if not field.nullable and child.null_count:
+                child = _with_validity(child, pc.or_(child.is_valid(), array.is_null()))
+            children.append(child)
+        return pa.StructArray.from_arrays(
+            children, fields=list(kind), mask=array.is_null() if array.null_count else None
+        )
+    return _with_validity(array, array.is_valid(), values=True)
+
+
+def _with_validity(array: pa.Array, valid: pa.Array, *, values: bool = False) -> pa.Array:
+    """``array`` valid where ``valid`` is true, null elsewhere (and with its list or map
+    values made writable too if ``values``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    mask = pc.invert(valid)
+    if pa.types.is_struct(kind):
+        children = [array.field(i) for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+    # pyarrow takes a null mask only with offsets that start at their buffer's start.
+    if pa.types.is_map(kind):
+        keys, items = array.keys, array.items
+        if values:
+            keys, items = _hidden_nulls_valid(keys), _hidden_nulls_valid(items)
+        offsets = pa.concat_arrays([array.offsets])
+        return pa.MapArray.from_arrays(offsets, keys, items, type=kind, mask=mask)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        items = _hidden_nulls_valid(array.values) if values else array.values
+        offsets = pa.concat_arrays([array.offsets])
+        return type(array).from_arrays(offsets, items, type=kind, mask=mask)
+    flat = pa.concat_arrays([array])  # offset 0, as the new validity bitmap
+    return pa.Array.from_buffers(kind, len(flat), [valid.buffers()[1], *flat.buffers()[1:]])
 
 
 def _move_into_place(

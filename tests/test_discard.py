@@ -8,12 +8,12 @@ SIGKILL are cells of tests/test_operator_crashes.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
+import publisher_helpers
 import pytest
+from publisher_helpers import job_on
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
@@ -23,13 +23,9 @@ from publisher import (
     DiscardInProgressError,
     DiscardRefusedError,
     Outcome,
-    Publisher,
-    RetryPolicy,
 )
 from publisher import status as status_record
-from store import CommitStepStore, open_store, open_watermarks
-
-FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
+from store import open_watermarks
 
 
 @commitsteps.register("tests.discard.journaled")
@@ -76,34 +72,10 @@ class JournaledStep(CommitStep):
 
 
 @attrs.frozen
-class Job:
-    base: Path
-    store_url: str
-    wm_url: str
-
-    @property
-    def output(self) -> Path:
-        return self.base / "output"
-
+class Job(publisher_helpers.Job):
     @property
     def journal(self) -> Path:
         return self.base / "journal"
-
-    def publisher(
-        self, *, staging: str = "staging", output: str = "output", **kw: Any
-    ) -> Publisher:
-        return Publisher(
-            self.store_url,
-            "job",
-            staging_roots=[str(self.base / staging)],
-            output_roots=[str(self.base / output)],
-            retry=FAST,
-            stores=[self.wm_url],
-            **kw,
-        )
-
-    def store(self) -> CommitStepStore:
-        return open_store(self.store_url)
 
     def trap(self, what: str, armed: bool = True, nth: int | None = None) -> None:
         trap = Path(f"{self.journal}.{what}.trap")
@@ -130,26 +102,13 @@ class Job:
         steps[0].execute()
         steps[2].execute()
 
-    def published(self) -> list[str]:
-        return sorted(
-            str(p.relative_to(self.output)) for p in self.output.rglob("*") if p.is_file()
-        )
-
-    def staged(self) -> list[str]:
-        staging = self.base / "staging"
-        return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-
     def journaled(self) -> list[str]:
         return self.journal.read_text().splitlines() if self.journal.exists() else []
 
 
 @pytest.fixture(params=["fs", "redis"])
-def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
-    if request.param == "fs":
-        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        yield Job(tmp_path, url, url)
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
+    return job_on(request.param, Job, request, tmp_path)
 
 
 def fresh_steps(job: Job, dataset: str, run: str) -> list[CommitStep]:

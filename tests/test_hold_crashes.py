@@ -144,7 +144,7 @@ def _drive(step: Step, base: Path, backend: Backend, chunk_records: int) -> str:
     return proc.stdout
 
 
-def _held_state(base: Path, backend: Backend) -> dict[str, Any]:
+def held_state(base: Path, backend: Backend) -> dict[str, Any]:
     snap = snapshot(base, backend)
     return {
         "published": sorted({k.split("/")[0] for k in snap["files"]}),
@@ -171,7 +171,7 @@ def test_hold_crash_point(
         if i == 0 and step.crash_at is None:
             # Held: its data staged and kept, nothing of it published, its watermarks unset;
             # the other datasets published.
-            assert _held_state(base, be) == {
+            assert held_state(base, be) == {
                 "published": sorted(crashdriver.safe(d) for d in crashdriver.DATASETS[1:]),
                 "watermarks": dict.fromkeys(crashdriver.PARTITIONS),
                 "staged": True,

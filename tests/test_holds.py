@@ -6,12 +6,13 @@ tests/test_hold_crashes.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+import publisher_helpers
 import pytest
+from publisher_helpers import job_on
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
@@ -23,45 +24,16 @@ from publisher import (
     NotHeldError,
     Outcome,
     Publisher,
-    RetryPolicy,
     WatermarkMovedError,
 )
-from store import CommitStepStore, open_store, open_watermarks
+from store import open_watermarks
 from store.errors import FencedError
 
-FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
 CHECKS = [{"name": "row_count", "severity": "error", "figures": {"rows": 0, "min": 1}}]
 
 
 @attrs.frozen
-class Job:
-    base: Path
-    store_url: str
-    wm_url: str
-    name: str = "job"
-
-    @property
-    def staging(self) -> Path:
-        return self.base / "staging"
-
-    @property
-    def output(self) -> Path:
-        return self.base / "output"
-
-    def publisher(self, **kw: Any) -> Publisher:
-        return Publisher(
-            self.store_url,
-            self.name,
-            staging_roots=[str(self.staging)],
-            output_roots=[str(self.output)],
-            retry=FAST,
-            stores=[self.wm_url],
-            **kw,
-        )
-
-    def store(self) -> CommitStepStore:
-        return open_store(self.store_url)
-
+class Job(publisher_helpers.Job):
     def watermark(self, dataset: str) -> Any:
         return open_watermarks(self.wm_url, job=self.name).get(dataset, "0")
 
@@ -78,28 +50,10 @@ class Job:
         steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", self.watermark(dataset), files))
         return steps
 
-    def published(self) -> dict[str, str]:
-        return {
-            str(p.relative_to(self.output)): p.read_text()
-            for p in sorted(self.output.rglob("*"))
-            if p.is_file()
-        }
-
-    def staged(self) -> list[str]:
-        return sorted(
-            str(p.relative_to(self.staging))
-            for p in self.staging.rglob("*")
-            if p.is_file() and not p.name.startswith(".commitpub")
-        )
-
 
 @pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
-def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
-    if request.param == "fs":
-        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        yield Job(tmp_path, url, url)
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
+    return job_on(request.param, Job, request, tmp_path)
 
 
 def held_a(job: Job, pub: Publisher, run_id: str = "r1") -> tuple[str, list[CommitStep]]:
@@ -116,7 +70,7 @@ def test_a_held_dataset_is_shown_kept_through_recovery_and_released_exactly_once
     run_dir, steps = held_a(job, pub)
     # Held: nothing written ahead, nothing published, the watermark where it was.
     assert job.store().datasets("job") == []
-    assert job.published() == {}
+    assert job.contents() == {}
     assert job.watermark("a") is None
     [shown] = pub.holds()
     assert shown == HeldDataset(
@@ -139,7 +93,7 @@ def test_a_held_dataset_is_shown_kept_through_recovery_and_released_exactly_once
 
     assert released.outcome == Outcome.PUBLISHED
     assert released.steps == len(steps)
-    assert job.published() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+    assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
     assert job.watermark("a") == 2
     assert pub.holds() == []
     assert pub.status("a") is None
@@ -148,7 +102,7 @@ def test_a_held_dataset_is_shown_kept_through_recovery_and_released_exactly_once
     assert job.staged() == []
     with pytest.raises(NotHeldError, match="release of 'a' refused: it is not held"):
         pub.release("a")
-    assert job.published() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+    assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
 
 
 def test_discarding_a_hold_deletes_only_its_staged_files(job: Job) -> None:
@@ -160,14 +114,14 @@ def test_discarding_a_hold_deletes_only_its_staged_files(job: Job) -> None:
 
     assert report.outcome == Outcome.DISCARDED
     assert job.staged() == ["r1/b/f0", "r1/b/f1"]
-    assert job.published() == {}
+    assert job.contents() == {}
     assert job.watermark("a") is None
     assert pub.holds() == []
     assert pub.status("a") is None
     # The data is read again: a later run publishes it.
     again = pub.publish({"a": job.stage(pub.create_run_dir("r2"), "a")})
     assert again["a"].outcome == Outcome.PUBLISHED
-    assert job.published() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+    assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
     assert job.watermark("a") == 2
 
 
@@ -185,7 +139,7 @@ def test_release_is_refused_when_the_watermark_moved_and_nothing_changes(job: Jo
     assert [h.dataset for h in pub.holds()] == ["a"]
     assert job.store().datasets("job") == []
     assert job.staged() == ["r1/a/f0", "r1/a/f1"]
-    assert job.published() == {}
+    assert job.contents() == {}
     assert job.watermark("a") == 5
 
 
@@ -199,7 +153,7 @@ def test_release_is_refused_when_held_data_is_gone_and_nothing_changes(job: Job)
 
     assert [h.dataset for h in pub.holds()] == ["a"]
     assert job.store().datasets("job") == []
-    assert job.published() == {}
+    assert job.contents() == {}
     assert job.watermark("a") is None
     assert pub.discard("a").outcome == Outcome.DISCARDED
     assert job.staged() == []
@@ -238,7 +192,7 @@ def test_recovery_drops_the_hold_of_a_sealed_release_and_keeps_an_unsealed_one(
     report = pub.recover()
     assert report["a"].outcome == Outcome.RECOVERED
     assert pub.holds() == []
-    assert job.published() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+    assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
     assert job.watermark("a") == 2
 
     # A release killed while writing a long sequence ahead: never aborted (that would
@@ -252,7 +206,7 @@ def test_recovery_drops_the_hold_of_a_sealed_release_and_keeps_an_unsealed_one(
     assert report["a"].keeps_staging == (f"{other.staging}/r1",)
     assert other.staged() == ["r1/a/f0", "r1/a/f1"]
     assert pub2.release("a").outcome == Outcome.PUBLISHED
-    assert other.published() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+    assert other.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
     assert other.store().datasets("other") == []
 
 
@@ -291,4 +245,4 @@ def test_a_run_that_lost_the_job_holds_releases_and_deletes_nothing(job: Job) ->
             refused()
     assert [h.dataset for h in owner.holds()] == ["b"]
     assert job.staged() == ["r1~t1/a/f0", "r1~t1/a/f1", "r2~t2/b/f0", "r2~t2/b/f1"]
-    assert job.published() == {}
+    assert job.contents() == {}

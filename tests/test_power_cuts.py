@@ -11,6 +11,9 @@ started again on its replayed append-only file, and recovery and the next run mu
 exactly as a clean run does: every file whole and with the same bytes, every record once,
 every watermark equal to what is published, nothing pending, staging empty.
 
+The held-dataset cells cut a run right after it held a dataset (as a failed check does), and
+a release right after its seal and right after it removed the hold (publisher/holds.py).
+
 The filesystem is mounted with ``commit=60`` so that nothing reaches the disk on the
 kernel's own schedule while a cell runs (ext4 commits its journal every 5 s by default):
 only what commitpub made durable survives the cut, which is the case the cells prove.
@@ -32,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,7 @@ from test_crash_matrix import (
     expect_ok,
     snapshot,
 )
+from test_hold_crashes import HELD, held_state
 from zombies import driver_env, stopped
 
 DRIVER = Path(__file__).with_name("crashdriver.py")
@@ -105,7 +109,13 @@ def redis_servers() -> Iterator[list[RedisProcess]]:
 
 
 def park(
-    command: str, setup: Setup, point: str, marks: Path, *, chunk_records: int = 200_000
+    command: str,
+    setup: Setup,
+    point: str,
+    marks: Path,
+    *,
+    chunk_records: int = 200_000,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[str]:
     """Start the driver and return once it is stopped at ``point`` (SIGSTOP)."""
     marks.mkdir(exist_ok=True)
@@ -124,6 +134,7 @@ def park(
             backend.watermarks_url,
             "--chunk-records",
             str(chunk_records),
+            *extra,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -154,11 +165,11 @@ def cut_and_restart(ext4: Ext4, setup: Setup, parked: subprocess.Popen[str] | No
     setup.after_cut(ext4)
 
 
-def expect_exactly_once(setup: Setup, clean: dict[str, Any]) -> None:
+def expect_exactly_once(setup: Setup, clean: dict[str, Any], run_id: str = "r2") -> None:
     """Recovery and the next run end exactly as a clean run: same files with the same
     bytes (whole), every record once, the same watermarks, nothing pending or staged."""
     expect_ok(drive("recover", setup.base, setup.backend))
-    expect_ok(drive("run", setup.base, setup.backend, run_id="r2"))
+    expect_ok(drive("run", setup.base, setup.backend, run_id=run_id))
     snap = snapshot(setup.base, setup.backend)
     assert snap["duplicates"] == []
     assert snap["pending"] == []
@@ -279,6 +290,47 @@ def test_power_cut_redis_store(  # noqa: PLR0917 -- pytest passes fixtures by po
 ) -> None:
     setup = _setup(kind, ext4, redis_servers)
     run_power_cell(cell, ext4, setup, _clean(clean_runs, tmp_path_factory), tmp_path / "marks")
+
+
+#: Cuts in the life of a held dataset (publisher/holds.py): right after the hold is recorded,
+#: right after its release is sealed, right after the release removed the hold.
+HOLD_POINTS = ["hold.recorded", "release.sealed", "release.hold_removed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", HOLD_POINTS)
+@pytest.mark.parametrize("kind", ["fs", pytest.param("redis-always", marks=pytest.mark.redis)])
+def test_power_cut_of_a_held_dataset(  # noqa: PLR0917 -- pytest passes fixtures by position
+    point: str,
+    kind: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A cut after the hold keeps it: the staged data stays held (not swept, not read
+    again) and its release publishes it once. A cut after the release's seal (before or
+    after the hold is removed) leaves a commit the next recovery finishes once."""
+    clean = _clean(clean_runs, tmp_path_factory)
+    setup = _setup(kind, ext4, redis_servers)
+    marks = tmp_path / "marks"
+    if point == "hold.recorded":
+        cut_and_restart(ext4, setup, park("run", setup, point, marks, extra=["--hold", HELD]))
+        expect_ok(drive("recover", setup.base, setup.backend))
+        expect_ok(drive("run", setup.base, setup.backend, run_id="r2"))
+        assert held_state(setup.base, setup.backend) == {
+            "published": sorted(crashdriver.safe(d) for d in crashdriver.DATASETS[1:]),
+            "watermarks": dict.fromkeys(crashdriver.PARTITIONS),
+            "staged": True,
+        }
+        expect_ok(drive("release", setup.base, setup.backend, extra=["--dataset", HELD]))
+        expect_exactly_once(setup, clean, run_id="r3")
+    else:
+        expect_ok(drive("run", setup.base, setup.backend, extra=["--hold", HELD]))
+        release = park("release", setup, point, marks, extra=["--dataset", HELD])
+        cut_and_restart(ext4, setup, release)
+        expect_exactly_once(setup, clean)
 
 
 def test_a_cut_loses_what_was_not_synced(ext4: Ext4) -> None:

@@ -3,48 +3,24 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+import publisher_helpers
 import pytest
+from publisher_helpers import job_on
 from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, commit, staging
-from store import CommitStepStore, open_store, open_watermarks
+from store import open_store, open_watermarks
 from store.errors import ConfigurationError
-
-FAST = RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.05)
 
 
 @attrs.frozen
-class Job:
-    base: Path
-    store_url: str
-    wm_url: str
-
-    @property
-    def staging(self) -> Path:
-        return self.base / "staging"
-
-    @property
-    def output(self) -> Path:
-        return self.base / "output"
-
-    def publisher(self, **kw: Any) -> Publisher:
-        kw.setdefault("retry", FAST)
-        kw.setdefault("stores", [self.wm_url])
-        return Publisher(
-            self.store_url,
-            "job",
-            staging_roots=[str(self.staging)],
-            output_roots=[str(self.output)],
-            **kw,
-        )
-
+class Job(publisher_helpers.Job):
     def run_dir(self, run: str) -> Path:
         """The run's directory, created (with its marker) by its first use."""
         if not (self.staging / run / staging.RUN_MARKER).exists():
@@ -67,21 +43,10 @@ class Job:
         steps.append(WatermarkCommitStep(self.wm_url, dataset, "0", previous, (previous or 0) + n))
         return steps
 
-    def store(self) -> CommitStepStore:
-        return open_store(self.store_url)
-
 
 @pytest.fixture(params=["fs", "redis"])
-def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
-    if request.param == "fs":
-        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        yield Job(tmp_path, url, url)
-
-
-def published(job: Job) -> list[str]:
-    return sorted(str(p.relative_to(job.output)) for p in job.output.rglob("*") if p.is_file())
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
+    return job_on(request.param, Job, request, tmp_path)
 
 
 @pytest.mark.redis
@@ -94,7 +59,7 @@ def test_publish_writes_ahead_executes_and_cleans(job: Job) -> None:
     assert report.published == ["a", "b"]
     assert report.ok
     assert report["a"].executed == 4
-    assert published(job) == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
+    assert job.published() == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
     assert open_watermarks(job.wm_url, job="job").get_all("a") == {"0": 3}
     assert job.store().datasets("job") == []
     # The run's directory stays (marked) until the run says it is over. What the renames
@@ -156,10 +121,10 @@ def test_discard_rolls_back_a_partly_executed_sequence(job: Job) -> None:
     steps = job.stage("a")
     Path(steps[2].staged_paths()[0]).unlink()
     assert pub.publish({"a": steps})["a"].outcome == Outcome.QUARANTINED
-    assert published(job) == ["a/f0-r1", "a/f1-r1"]
+    assert job.published() == ["a/f0-r1", "a/f1-r1"]
     report = pub.discard("a")
     assert report.outcome == Outcome.DISCARDED
-    assert published(job) == []  # what the sequence had published is gone ...
+    assert job.published() == []  # what the sequence had published is gone ...
     assert (
         open_watermarks(job.wm_url, job="job").get("a", "0") is None
     )  # ... the watermark never moved
@@ -219,7 +184,7 @@ def _probed(job: Job, datasets: str, **publisher_kw: Any) -> dict[str, str]:
     }
     report = job.publisher(**publisher_kw).publish(sequences)
     assert report.published == list(datasets)
-    assert published(job) == sorted(
+    assert job.published() == sorted(
         [f"{d}/f{i}-r1" for d in datasets for i in range(3)] + [f"{d}/_probe" for d in datasets]
     )
     return {d: (job.output / d / "_probe").read_text() for d in datasets}
@@ -253,10 +218,10 @@ def test_discard_deletes_what_a_user_step_published(job: Job) -> None:
     Path(steps[1].staged_paths()[0]).unlink()
     assert pub.publish({"a": [*steps, marker]})["a"].outcome == Outcome.QUARANTINED
     # Renames run in order until the missing one; the marker (same phase, last) never ran.
-    assert published(job) == ["a/f0-r1"]
+    assert job.published() == ["a/f0-r1"]
     marker.execute()  # as if it had run before the failure
     assert pub.discard("a").outcome == Outcome.DISCARDED
-    assert published(job) == []
+    assert job.published() == []
 
 
 @pytest.mark.redis
@@ -286,7 +251,7 @@ def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
     assert sorted(report.orphans_deleted) == [str(job.staging / "r0"), str(job.staging / "r1")]
     assert report.staging_warnings == ()
     assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER]
-    assert published(job) == []
+    assert job.published() == []
     assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
     assert st.datasets("job") == []
 
@@ -314,7 +279,7 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
         "outside-roots": "PathConfinementError",
     }[bad]
     assert expected_error in (report["bad"].error or "")
-    assert published(job) == []  # not even step 0 ran
+    assert job.published() == []  # not even step 0 ran
     assert open_watermarks(job.wm_url, job="job").get("bad", "0") is None
     assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
     # A quarantined sequence's staging is not swept; other datasets publish.
@@ -372,7 +337,7 @@ def test_publish_refuses_a_moved_watermark_and_blocks_on_pending(job: Job) -> No
     report = job.publisher().publish({"a": steps})
     assert report["a"].outcome == Outcome.REFUSED
     assert "expected None, found 250" in (report["a"].error or "")
-    assert published(job) == []
+    assert job.published() == []
     job.store().put("job", "b", commitsteps.dumps(job.stage("b")[0]))
     assert job.publisher().publish({"b": job.stage("b", run="r2")})["b"].outcome == Outcome.BLOCKED
 
@@ -443,4 +408,4 @@ def test_store_unreachable_for_a_while_is_retried(tmp_path: Path) -> None:
         restart.join()
         server.stop()
     assert report.recovered == ["a"]
-    assert published(job) == [f"a/f{i}-r1" for i in range(3)]
+    assert job.published() == [f"a/f{i}-r1" for i in range(3)]

@@ -1,7 +1,9 @@
 """A job file's ``[[checks]]`` through real ``commitpub run`` processes SIGKILLed during the
 checks and between a hold and the report, then run again and released: every record exactly
 once, nothing lost. The killed runs are ``commitpub`` child processes with their own Spark;
-the others use the session's SparkSession.
+the others use the session's SparkSession. It runs on the filesystem store and on Redis; the
+kill during the checks, before anything reaches the store, runs on the filesystem store only
+(each killed run starts a JVM of its own).
 """
 
 from __future__ import annotations
@@ -45,27 +47,33 @@ columns = ["id", "amount"]
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fs", pytest.param("redis", marks=pytest.mark.redis)])
 def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
     landing = Landing(tmp_path / "landing")
     for partition in ("0", "1"):
         landing.append("orders", partition, 20)  # 40 rows: more than the check allows
     landing.append("clicks", "0", 10)
-    job = write_job(tmp_path)
+    if kind == "fs":
+        job = write_job(tmp_path)
+    else:
+        url = request.getfixturevalue("redis_url")
+        job = write_job(tmp_path, store={"url": url}, watermarks={"url": url})
     job.write_text(job.read_text() + CHECKS)
     config = load_config(job)
     store = open_store(config.store_url)
     wm = open_watermarks(config.watermarks_url, job=config.name)
 
-    # Run 1: killed once the first dataset's checks ran; nothing written ahead or held.
-    crash = commitpub(
-        "run", str(job), "--run-id", "run1",
-        env={ENV_VAR: "audit.checked@1"}, log=tmp_path / "run1.log",
-    )  # fmt: skip
-    assert crash.returncode == -signal.SIGKILL, (tmp_path / "run1.log").read_text()[-3000:]
-    assert store.datasets(config.name) == []
-    assert {d: wm.get_all(d) for d in DATASETS} == {"clicks": {}, "orders": {}}
+    if kind == "fs":
+        # Run 1: killed once the first dataset's checks ran; nothing written ahead or held.
+        crash = commitpub(
+            "run", str(job), "--run-id", "run1",
+            env={ENV_VAR: "audit.checked@1"}, log=tmp_path / "run1.log",
+        )  # fmt: skip
+        assert crash.returncode == -signal.SIGKILL, (tmp_path / "run1.log").read_text()[-3000:]
+        assert store.datasets(config.name) == []
+        assert {d: wm.get_all(d) for d in DATASETS} == {"clicks": {}, "orders": {}}
 
     # Run 2: orders fails a check and is held; killed before the run is reported.
     crash = commitpub(
@@ -86,7 +94,7 @@ def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
         '{"rows": 40, "max_rows": 30}'
     ) in shown.stdout, shown.stdout
     assert f"staged data: {held.staging_dir}" in shown.stdout
-    assert not (tmp_path / "staging" / "run1~t1").exists()  # swept by run 2's recovery
+    assert not (tmp_path / "staging" / "run1~t1").exists()  # swept by run 2's recovery, if any
 
     # Run 3 keeps the held data (in run 2's directory), skips orders, publishes clicks.
     landing.append("clicks", "0", 5)

@@ -130,3 +130,51 @@ def test_partition_directories_are_named_as_spark_names_them(
     assert back[0].schema == back[1].schema
     assert sorted(back[0].collect()) == sorted(back[1].collect())
     assert back[0].count() == len(TEXTS)
+
+
+def test_a_null_struct_with_a_non_nullable_field_is_written_as_spark_writes_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
+
+    code = T.StructType([T.StructField("code", T.StringType(), nullable=False)])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), nullable=False),
+            T.StructField("s", code, nullable=True),
+            # Deeper: a required struct in a null struct, null structs in a list and a map.
+            T.StructField("n", T.StructType([T.StructField("t", code, nullable=False)])),
+            T.StructField("l", T.ArrayType(code, containsNull=True)),
+            T.StructField("m", T.MapType(T.StringType(), code, valueContainsNull=True)),
+        ]
+    )
+    rows = [
+        (1, ("a",), (("b",),), [("c",), None], {"k": ("d",), "j": None}),
+        (2, None, None, None, None),
+    ]
+    frame = spark.createDataFrame(rows, schema).coalesce(1)
+    ours, theirs = tmp_path / "staging" / "orders", tmp_path / "spark"
+    frame.write.parquet(f"file://{theirs}")
+
+    written = ParquetWriter().write(frame, str(ours), WriteOptions())
+
+    assert (written.files, written.rows) == (1, 2)
+    back = spark.read.parquet(f"file://{ours}").orderBy("id").collect()
+    assert [tuple(r) for r in back] == [tuple(r) for r in frame.orderBy("id").collect()]
+    # The same Parquet schema as Spark's own writer gives the data: a field required only
+    # within its (optional) struct.
+    [mine] = ours.rglob("*.parquet")
+    [spark_file] = theirs.rglob("*.parquet")
+    assert pq.read_schema(mine) == pq.read_schema(spark_file)
+    assert _parquet_columns(mine) == _parquet_columns(spark_file)
+    assert _parquet_columns(mine)[1] == ("s.code", 1, "BYTE_ARRAY", "String")
+
+
+def _parquet_columns(path: Path) -> list[tuple[str, int, str, str]]:
+    """Each leaf column's path, definition level (how many optional levels lead to it),
+    physical and logical type."""
+    schema = pq.read_metadata(path).schema
+    return [
+        (c.path, c.max_definition_level, c.physical_type, str(c.logical_type))
+        for c in (schema.column(i) for i in range(len(schema)))
+    ]
