@@ -108,6 +108,10 @@ def _system_python_lacks_commitpub() -> None:
         pytest.skip(f"{SYSTEM_PYTHON} imports commitpub: it cannot stand for a Python without")
 
 
+#: What the JVM prints itself, before Spark's logging starts (and the suite's JVM flags).
+_JVM_OWN = ("WARNING: Using incubator modules", "Picked up JAVA_TOOL_OPTIONS")
+
+
 def _readme_operator_lines() -> list[str]:
     """The commands the README's operator section gives for a ``Batch`` job, as printed
     (continuation lines joined, comments dropped)."""
@@ -135,6 +139,10 @@ def test_the_readmes_batch_script_run_by_cron_publishes_and_its_operator_lines_w
     done = _cron(tmp_path, script=example)
 
     assert done.returncode == 0, done.stderr[-3000:]
+    # Spark's own console output (log lines, progress bar) is kept out: cron mails nothing
+    # but what the JVM itself prints.
+    said = [line for line in done.stderr.splitlines() if not line.startswith(_JVM_OWN)]
+    assert said == [], done.stderr[-3000:]
     rows = ds.dataset(work / "warehouse" / "orders", format="parquet").to_table().to_pylist()
     assert sorted(r["seq"] for r in rows) == list(range(10))
     wm = open_watermarks(str(work / "state" / "wm"), job="orders-ingest")
