@@ -63,7 +63,7 @@ from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
 from jobs.session import JobSession, OnDemandSparkRunner
 from jobs.settings import argument_docs
-from jobs.spark import check_python, ensure_python
+from jobs.spark import check_python, prepare_driver
 from jobs.taskwriter import WriteOptions
 from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
@@ -276,7 +276,7 @@ class Batch:
         if self._session is not None:
             return self._session
         if callable(self._spark):
-            ensure_python()  # the workers run this interpreter unless PYSPARK_PYTHON says
+            prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
             session = self._spark()
             check_python(session)  # a session started elsewhere before, returned here
         else:

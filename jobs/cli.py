@@ -31,7 +31,7 @@ from jobs.config import (
     operator_config,
 )
 from jobs.exitcodes import ExitCode
-from jobs.messages import explain
+from jobs.messages import explain, outcome
 from jobs.progress import Progress, showing
 from jobs.report import EMPTY_RUNS_WARNING, RunReport
 from jobs.report import as_json as report_json
@@ -232,16 +232,19 @@ def _progress() -> AbstractContextManager[Progress]:
     return showing(_fancy(_log_format()))
 
 
+def _nothing(report: RunReport) -> str:
+    """What a run that counted nothing did: a failed one did not find "nothing to do"."""
+    return "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
+
+
 def _finish(report: RunReport, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
     else:
         counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
         click.echo(
-            f"{report.command} {report.run_id}: {report.status} ({counts or 'nothing to do'})"
+            f"{report.command} {report.run_id}: {report.status} ({counts or _nothing(report)})"
         )
-        if report.error:
-            click.echo(f"error: {report.message or report.error}")
         for dataset, error in sorted(report.errors.items()):
             click.echo(f"failed {dataset}: {error}")
         for dataset, error in sorted(report.extract_quarantined.items()):
@@ -249,6 +252,12 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
         for dataset, reason in sorted(report.skipped.items()):
             click.echo(f"skipped {dataset}: {reason}")
         click.echo(f"report: {report.path}")
+        # The last line says what happened and what to do, when there is something to do.
+        told = outcome(report.failed, report.quarantined, sorted(report.held))
+        if report.error:
+            click.echo(f"error: {report.message or report.error}")
+        elif told is not None:
+            click.echo(f"error: {told.line}")
     sys.exit(report.exit_code)
 
 
@@ -495,7 +504,8 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
     click.echo(
         f"{'last run' if last['state'] == 'finished' else 'last finished run'}: {shown['command']} "
         f"{shown['run_id']} {shown['status']} (exit {shown['exit_code']}) at "
-        f"{shown['finished']}: {counts or 'nothing to do'}"
+        f"{shown['finished']}: "
+        + (counts or ("nothing to do" if shown["exit_code"] == 0 else "nothing published"))
     )
     if shown.get("empty_runs", 0) >= EMPTY_RUNS_WARNING:
         click.echo(

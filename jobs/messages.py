@@ -10,6 +10,8 @@ lists every message of :data:`CATALOGUE` with what to do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from jobs.errors import error_text
@@ -110,6 +112,50 @@ def explain(error: BaseException) -> Message:
         error_text(error),
         "`commitpub -v` shows the whole error; the next run finishes or aborts what this one left",
     )
+
+
+def outcome(
+    failed: Sequence[str], quarantined: Sequence[str], held: Sequence[str]
+) -> Message | None:
+    """The one line that ends a run whose datasets failed, were quarantined or were held,
+    though the run itself did not fail (exit 1 or 3): what happened and what to do.
+
+    Args:
+        failed: the datasets that failed this time (retried by the next run).
+        quarantined: the datasets quarantined (skipped until ``retry`` or ``discard``).
+        held: the datasets held by a failed check (skipped until ``release`` or ``discard``).
+
+    Returns:
+        The message, or None when every dataset went through.
+    """
+    told = [
+        Message(key, f"{what}: {', '.join(sorted(names))}", todo)
+        for key, names, what, todo in (
+            ("dataset-failed", failed, "failed this time", _RETRIED),
+            ("quarantined", quarantined, "quarantined", _QUARANTINED),
+            ("held", held, "held by a failed check", _HELD),
+        )
+        if names
+    ]
+    if not told:
+        return None
+    return Message(told[0].key, "; ".join(m.line for m in told), "")
+
+
+_RETRIED = (
+    "read its error above; the next run retries it "
+    "(quarantined after publish.max_attempts failed attempts)"
+)
+_QUARANTINED = (
+    "`commitpub inspect` shows where its commit stopped; fix the cause, then `commitpub retry` "
+    "(or `commitpub discard` to read its data again)"
+)
+_HELD = (
+    "`commitpub status` shows the failed checks; `commitpub release` publishes it as staged, "
+    "`commitpub discard` drops it"
+)
+#: The keys of the messages :func:`outcome` tells.
+OUTCOME_KEYS = ("dataset-failed", "quarantined", "held")
 
 
 def _typed(error: BaseException) -> Message | None:

@@ -185,7 +185,7 @@ def _datasets(source: Source, config: JobConfig) -> list[str]:
     found = "does not exist" if not fs.exists(where) else "holds no dataset"
     raise ConfigurationError(
         f"{config.file}: key 'source.path': {redact(source.path)} {found} (the "
-        f"{config.source.type} source found no dataset there); check the path"
+        f"{config.source.type} source found no dataset there)"
     )
 
 

@@ -109,6 +109,30 @@ def ensure_python() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+#: The arguments pyspark gives spark-submit when it starts a driver JVM (default
+#: ``pyspark-shell``).
+_SUBMIT_ENV = "PYSPARK_SUBMIT_ARGS"
+#: Without Spark's progress bar, which pyspark's driver shows even where no one looks (cron).
+_QUIET_SUBMIT = "--conf spark.ui.showConsoleProgress=false pyspark-shell"
+
+
+def prepare_driver() -> None:
+    """Before calling a function of the user's that builds a session (``Batch``): Spark's
+    Python workers run this interpreter (:func:`ensure_python`), and a driver JVM that the
+    function starts keeps Spark's own console output out, as the sessions of
+    :func:`build_session` do: no log lines (:data:`QUIET_LOG4J`), no progress bar.
+
+    What the environment sets already wins (``LOG4J_CONFIGURATION_FILE``,
+    ``PYSPARK_SUBMIT_ARGS``), and so do the session's own settings: ``spark.log.level``
+    (``WARN``) brings Spark's log lines back from its start on, ``spark.ui.showConsoleProgress``
+    its progress bar. A session already started, or a Spark Connect one, is not changed.
+    """
+    ensure_python()
+    if not _SPARK_LOGS["verbose"]:
+        os.environ.setdefault(_LOG4J_ENV, str(QUIET_LOG4J))
+    os.environ.setdefault(_SUBMIT_ENV, _QUIET_SUBMIT)
+
+
 #: What a Python worker imports to run commitpub's tasks; a probe imports the same.
 _WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.taskwriter"
 
@@ -259,6 +283,8 @@ def _classic_conf() -> dict[str, str]:
     conf = dict(SPARK_DEFAULTS)
     if _SPARK_LOGS["verbose"]:
         conf["spark.log.level"] = "WARN"
+        if os.environ.get(_LOG4J_ENV) == str(QUIET_LOG4J):  # inherited from a quiet parent
+            del os.environ[_LOG4J_ENV]
     elif os.environ.get(_LOG4J_ENV, str(QUIET_LOG4J)) == str(QUIET_LOG4J):
         # The JVM this starts reads it; a log4j configuration of the user's own wins.
         os.environ[_LOG4J_ENV] = str(QUIET_LOG4J)

@@ -210,6 +210,21 @@ def test_a_sequence_of_several_chunks_is_written_ahead_alone(job: Job) -> None:
     assert _probed(job, "abc", chunk_records=4) == {"a": "a", "b": "b", "c": "c"}
 
 
+def test_the_guarantees_and_the_protocol_say_what_is_written_ahead_together() -> None:
+    """What the two tests above show, as both pages tell it: per Spark task (one group),
+    consecutive datasets up to the code's number of steps; a dataset of several chunks alone."""
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    limit = f"up to {commit.WRITE_AHEAD_STEPS:,} steps"
+    for page in ("guarantees.md", "protocol.md"):
+        text = " ".join((docs / page).read_text().split())
+        assert "one per Spark task" in text, page
+        assert f"consecutive datasets of its group ahead together, {limit}" in text or (
+            f"consecutive datasets of its group are written ahead together, {limit}" in text
+        ), page
+    protocol = " ".join((docs / "protocol.md").read_text().split())
+    assert "A dataset whose sequence needs several chunks is written ahead alone." in protocol
+
+
 @pytest.mark.redis
 def test_discard_deletes_what_a_user_step_published(job: Job) -> None:
     pub = job.publisher(max_attempts=1)

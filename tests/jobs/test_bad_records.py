@@ -208,6 +208,10 @@ def test_the_exit_message_names_the_file_and_line(tmp_path: Path) -> None:
     line = f"failed bad: BadRecordError: {seg}: line 3 (offset 2) is not a JSON object: '[1, 2]'"
     assert line in proc.stdout.splitlines(), proc.stdout
     assert re.search(r"^run r1: failed \(.*published 1.*failed 1", proc.stdout, re.M)
+    assert proc.stdout.splitlines()[-1] == (
+        "error: failed this time: bad: read its error above; the next run retries it "
+        "(quarantined after publish.max_attempts failed attempts)"
+    )
     assert f"extract of bad failed: BadRecordError: {seg}: line 3 (offset 2)" in proc.stderr
 
 

@@ -151,8 +151,12 @@ def test_an_operator_deals_with_a_quarantined_batch_commit(work: Path) -> None:
         assert "fs.rename" in types
         assert types[-1] == "watermark.cas"
         assert doc["done"] == 0
+        # Its first rename is where the recorded failure stopped (the output is a file).
+        assert (doc["failing_step"], types[0]) == (0, "fs.rename")
     assert inspected[0]["steps"] == inspected[1]["steps"]
-    assert _run(work, "inspect", *OPTIONS, "orders").stdout.startswith("orders: QUARANTINED")
+    text = _run(work, "inspect", *OPTIONS, "orders").stdout
+    assert text.startswith("orders: QUARANTINED")
+    assert "[   0] FAILED fs.rename" in text, text
 
     # The lock is where [lock] and --lock say, not beside the store: a live holder there,
     # renewing its lease, keeps the command out (75) and changes nothing.

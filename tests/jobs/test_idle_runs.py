@@ -65,9 +65,12 @@ def test_a_source_path_that_does_not_exist_or_holds_no_dataset_exits_2_naming_it
 
     missing = commitpub("run", str(job), "--run-id", "r1", env=env)
     assert missing.returncode == 2, missing.stderr
-    assert f"{job}: key 'source.path': {tmp_path / 'landin'} does not exist" in missing.stdout, (
-        missing.stdout
-    )
+    # Its first line does not say "nothing to do"; its last says what to do.
+    assert missing.stdout.splitlines()[0] == "run r1: bad configuration (nothing published)"
+    assert missing.stdout.splitlines()[-1].startswith(
+        f"error: {job}: key 'source.path': {tmp_path / 'landin'} does not exist"
+    ), missing.stdout
+    assert missing.stdout.splitlines()[-1].endswith(": fix it and rerun")
 
     (tmp_path / "landin").mkdir()
     empty = commitpub("run", str(job), "--run-id", "r2", env=env)
@@ -134,7 +137,11 @@ def test_a_run_with_only_a_quarantined_commit_pending_does_not_start_spark(
     run = commitpub("run", str(job), "--run-id", "r1", env=_no_java(tmp_path))
 
     assert run.returncode == 3, run.stdout + run.stderr
-    assert "quarantined" in run.stdout
+    # The output ends in what happened and what to do.
+    assert run.stdout.splitlines()[-1] == (
+        "error: quarantined: clicks: `commitpub inspect` shows where its commit stopped; fix "
+        "the cause, then `commitpub retry` (or `commitpub discard` to read its data again)"
+    )
     assert _STARTING_SPARK not in run.stderr
 
 

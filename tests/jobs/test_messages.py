@@ -14,7 +14,7 @@ from jobhelpers import Landing, commitpub, write_job
 
 import jobs.run
 from jobs.cli import main
-from jobs.messages import CATALOGUE, RERUN, explain
+from jobs.messages import CATALOGUE, OUTCOME_KEYS, RERUN, explain, outcome
 from store.errors import (
     CommitPubError,
     ConfigurationError,
@@ -90,8 +90,27 @@ def test_the_runbook_lists_every_message() -> None:
         CommitPubError("ours"),
         RuntimeError("unexpected"),
     ]
-    keys = {k.key for k in CATALOGUE} | {explain(e).key for e in samples}
+    keys = {k.key for k in CATALOGUE} | {explain(e).key for e in samples} | set(OUTCOME_KEYS)
     assert listed == keys
+
+
+def test_a_run_whose_datasets_did_not_all_go_through_ends_in_what_to_do() -> None:
+    assert outcome([], [], []) is None
+    failed = outcome(["orders"], [], [])
+    assert failed is not None
+    assert (failed.key, failed.line) == (
+        "dataset-failed",
+        "failed this time: orders: read its error above; the next run retries it (quarantined "
+        "after publish.max_attempts failed attempts)",
+    )
+    both = outcome([], ["orders", "clicks"], ["events"])
+    assert both is not None
+    assert both.key == "quarantined"
+    assert both.line.startswith("quarantined: clicks, orders: `commitpub inspect` shows ")
+    assert "; held by a failed check: events: `commitpub status` shows the failed checks" in (
+        both.line
+    )
+    assert {m.key for m in (failed, both)} <= set(OUTCOME_KEYS)
 
 
 def test_an_unexpected_error_ends_in_one_line(

@@ -3,13 +3,18 @@ path, the environment only ``PATH=/usr/bin:/bin`` and ``HOME``, no ``VIRTUAL_ENV
 directory a directory of its own. ``python3`` on that PATH is the system's Python, without
 commitpub: Spark's Python workers must not run it.
 
-The script runs in a real process with its own Spark driver (local master); the check of a
-started session's workers is also called directly with interpreters of each kind.
+The README's script is run as printed, and then the README's operator commands for a
+``Batch`` job. Each script runs in a real process with its own Spark driver (local master);
+the check of a started session's workers is also called directly with interpreters of each
+kind.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +23,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from jobhelpers import COMMITPUB
 
 from jobs.spark import check_python
 from store import open_store, open_watermarks
@@ -26,10 +32,11 @@ from store.errors import ConfigurationError
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = "cron-job"
+ROOT = Path(__file__).parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-#: The user's script: ``factory`` gives Batch a function building the session (as the
-#: README does); ``started`` builds the session first and gives Batch the session.
+#: A user's script that builds its session first and gives Batch the session (the README's
+#: script, run as printed below, gives Batch a function building it).
 SCRIPT = """\
 import sys
 
@@ -48,7 +55,7 @@ def session():
 
 
 batch = commitpub.Batch(
-    session() if sys.argv[1] == "started" else session,
+    session(),
     "cron-job",
     store="state/steps",
     watermarks="state/wm",
@@ -65,20 +72,24 @@ sys.exit(batch.report.exit_code)
 """
 
 
-def _cron(tmp_path: Path, how: str) -> subprocess.CompletedProcess[str]:
+#: Cron's environment: a PATH without the virtual environment, and HOME. The suite's JVM
+#: flags (tests/jvm.py) only make the driver start faster.
+_CRON_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": os.environ.get("HOME", "/root"),
+    **{n: os.environ[n] for n in ("JAVA_TOOL_OPTIONS", "SPARK_SUBMIT_OPTS") if n in os.environ},
+}
+
+
+def _cron(tmp_path: Path, script: str = SCRIPT) -> subprocess.CompletedProcess[str]:
     work = tmp_path / "work"
-    work.mkdir()
-    script = tmp_path / "ingest.py"
-    script.write_text(SCRIPT)
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
-    # The suite's JVM flags (tests/jvm.py) only make the driver start faster.
-    for name in ("JAVA_TOOL_OPTIONS", "SPARK_SUBMIT_OPTS"):
-        if name in os.environ:
-            env[name] = os.environ[name]
+    work.mkdir(exist_ok=True)
+    path = tmp_path / "ingest.py"
+    path.write_text(script)
     return subprocess.run(
-        [sys.executable, str(script), how],
+        [sys.executable, str(path)],
         cwd=work,
-        env=env,
+        env=_CRON_ENV,
         capture_output=True,
         text=True,
         timeout=300,
@@ -97,24 +108,79 @@ def _system_python_lacks_commitpub() -> None:
         pytest.skip(f"{SYSTEM_PYTHON} imports commitpub: it cannot stand for a Python without")
 
 
-def test_a_batch_script_run_by_cron_publishes(tmp_path: Path) -> None:
-    done = _cron(tmp_path, "factory")
+#: What the JVM prints itself, before Spark's logging starts (and the suite's JVM flags).
+_JVM_OWN = ("WARNING: Using incubator modules", "Picked up JAVA_TOOL_OPTIONS")
+
+
+def _readme_operator_lines() -> list[str]:
+    """The commands the README's operator section gives for a ``Batch`` job, as printed
+    (continuation lines joined, comments dropped)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("A `commitpub.Batch` script has no job file", 1)[1]
+    block = section.split("\n\n", 2)[1]
+    joined = block.replace("\\\n", " ")
+    return [line.split("#", 1)[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+def test_the_readmes_batch_script_run_by_cron_publishes_and_its_operator_lines_work(
+    tmp_path: Path,
+) -> None:
+    """The README's ``Batch`` script as printed, run as cron runs it (a Batch given a
+    session factory: its workers get this interpreter), then the README's operator commands
+    for a ``Batch`` job, as printed, against the stores it wrote."""
+    readme = (ROOT / "README.md").read_text()
+    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Batch(" in b]
+    work = tmp_path / "work"
+    (work / "landing" / "orders").mkdir(parents=True)
+    records = [{"seq": i, "ts": f"2025-01-0{1 + i % 2}T12:00:00Z", "v": i} for i in range(10)]
+    (work / "landing" / "orders" / "part-0.json").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )
+    done = _cron(tmp_path, script=example)
 
     assert done.returncode == 0, done.stderr[-3000:]
-    work = tmp_path / "work"
-    rows = ds.dataset(work / "warehouse" / "things", format="parquet").to_table().to_pylist()
-    assert sorted((r["id"], r["name"]) for r in rows) == [(1, "a"), (2, "b"), (3, "c")]
-    wm = open_watermarks(str(work / "state" / "wm"), job=JOB)
+    # Spark's own console output (log lines, progress bar) is kept out: cron mails nothing
+    # but what the JVM itself prints.
+    said = [line for line in done.stderr.splitlines() if not line.startswith(_JVM_OWN)]
+    assert said == [], done.stderr[-3000:]
+    rows = ds.dataset(work / "warehouse" / "orders", format="parquet").to_table().to_pylist()
+    assert sorted(r["seq"] for r in rows) == list(range(10))
+    wm = open_watermarks(str(work / "state" / "wm"), job="orders-ingest")
     try:
-        assert wm.get("things", "all") == 3
+        assert wm.get("orders", "all") == 10
     finally:
         wm.close()
+
+    lines = _readme_operator_lines()
+    assert [line.split()[:2] for line in lines] == [
+        ["commitpub", "status"],
+        ["commitpub", "retry"],
+        ["commitpub", "discard"],
+    ]
+    said = {}
+    for line in lines:
+        command = [COMMITPUB, *shlex.split(line)[1:]]
+        ran = subprocess.run(
+            command, cwd=work, env=_CRON_ENV, capture_output=True, text=True, check=False
+        )
+        assert ran.returncode == 0, (line, ran.stdout, ran.stderr)
+        said[command[1]] = ran.stdout.splitlines()
+    assert said["status"][:3] == [
+        f"job orders-ingest (store {work / 'state' / 'steps'})",
+        said["status"][1],
+        "pending: none",
+    ]
+    assert said["status"][1].startswith("lock: released")
+    assert said["status"][3].startswith("last run: run ")
+    assert " ok (exit 0) " in said["status"][3]
+    assert said["retry"] == ["nothing to retry for orders: no pending commit, not quarantined"]
+    assert said["discard"] == ["nothing to discard for orders: no pending commit, not quarantined"]
 
 
 def test_a_started_session_whose_workers_lack_commitpub_is_refused_in_one_line(
     tmp_path: Path,
 ) -> None:
-    done = _cron(tmp_path, "started")
+    done = _cron(tmp_path)
 
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
