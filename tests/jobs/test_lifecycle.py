@@ -85,6 +85,8 @@ def test_a_recovery_tells_its_observers_each_event_once_in_order(tmp_path: Path)
     ]
     report = json.loads((tmp_path / "reports" / "r1-recover.json").read_text())
     assert (report["command"], report["status"], report["exit_code"]) == ("recover", "ok", 0)
+    # A recovery extracts and publishes nothing: it times only what it did.
+    assert set(report["durations_s"]) == {"recover", "total"}
     # The report observer recorded what the lineage observer sent before it wrote the report.
     assert (report["lineage_emitted"], report["lineage_failed"]) == (2, 0)
     assert _lineage_events(tmp_path) == ["START", "COMPLETE"]
