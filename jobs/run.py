@@ -82,7 +82,9 @@ def run_job(
     say = progress or log_progress
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
-        return _recorded(batch.report, lambda: _run_batch(batch, config, say))
+        with _recorded(batch.report), batch:
+            _ingest(batch, config, say)
+    return batch.report
 
 
 def recover_job(
@@ -104,7 +106,9 @@ def recover_job(
     say = progress or log_progress
     with _spark(config, spark, say) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
-        return _recorded(run.report, lambda: _recover(run))
+        with _recorded(run.report), run:
+            run.recover()
+    return run.report
 
 
 @contextlib.contextmanager
@@ -129,24 +133,14 @@ def _spark(
             own.stop()
 
 
-def _recorded(report: RunReport, go: Callable[[], None]) -> RunReport:
-    """``report`` once ``go`` ran; a run's error is in it, once it wrote it."""
+@contextlib.contextmanager
+def _recorded(report: RunReport) -> Iterator[None]:
+    """A run's error is told by its report, once the run wrote one; not raised."""
     try:
-        go()
+        yield
     except Exception:
         if report.path is None:
             raise  # refused before it changed anything: no report, the caller says why
-    return report
-
-
-def _run_batch(batch: Batch, config: JobConfig, say: Progress) -> None:
-    with batch:
-        _ingest(batch, config, say)
-
-
-def _recover(run: JobRun) -> None:
-    with run:
-        run.recover()
 
 
 def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
