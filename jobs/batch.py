@@ -34,15 +34,12 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import attrs
+from typing import TYPE_CHECKING, Any
 
 import commitsteps
 from commitsteps import CommitStep
-from jobs.audit import HELD_REASON, audit
+from jobs.audit import audit
 from jobs.checks import Check, validate_checks
 from jobs.commits import Mark, StagedDataset, join
 from jobs.config import BatchConfig, batch_config
@@ -54,23 +51,29 @@ from jobs.errors import (
     ExtractError,
     error_text,
 )
-from jobs.exitcodes import ExitCode, for_error
 from jobs.formats import get_format
-from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
-from jobs.messages import explain
-from jobs.metrics import export as export_metrics
-from jobs.progress import Progress, on_terminal, showing
-from jobs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
-from jobs.session import JobSession, OnDemandSparkRunner
+from jobs.jobrun import Holds, JobRun
+from jobs.lifecycle import (
+    BadRecordsSkipped,
+    DatasetChecked,
+    DatasetHeld,
+    DatasetStaged,
+    Extracted,
+    ExtractFailed,
+    ExtractQuarantined,
+    NothingNew,
+    Published,
+    RunDirCreated,
+)
+from jobs.progress import Progress
+from jobs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
-from jobs.spark import check_python, prepare_driver
 from jobs.taskwriter import WriteOptions
-from jobs.watermarks import require_adopted
 from jobs.writing import writer_for
-from publisher import HeldDataset, Outcome, Publisher, staging
-from store import JsonScalar, LeaseKeeper
+from publisher import Outcome, Publisher, PublishReport, staging
+from store import JsonScalar
 from store.base import encode_value
-from store.errors import CommitPubError, ConfigurationError, FencedError
+from store.errors import CommitPubError, ConfigurationError
 from store.failpoints import failpoint
 from store.urls import encode_name
 
@@ -115,8 +118,6 @@ class Batch:
         BatchArgumentError: naming the argument (overlapping paths, an unknown format, ...).
     """
 
-    report: RunReport
-
     def __init__(
         self,
         spark: SparkSession | Callable[[], SparkSession],
@@ -138,7 +139,7 @@ class Batch:
             output=output,
             **settings,
         )
-        self._setup(spark, config, run_id=run_id, progress=progress, command="run")
+        self._setup(spark, config, run_id=run_id, progress=progress)
 
     __doc__ = (__doc__ or "").replace("        {settings}", argument_docs(BatchConfig))
 
@@ -150,16 +151,10 @@ class Batch:
         *,
         run_id: str | None = None,
         progress: Progress | None = None,
-        command: str = "run",
     ) -> Batch:
-        """A Batch of checked settings (a job file's :class:`~jobs.config.JobConfig`).
-
-        Args:
-            command: names the report (``<run id>-<command>.json``); ``"recover"`` only
-                recovers: nothing may be staged.
-        """
+        """A Batch of checked settings (a job file's :class:`~jobs.config.JobConfig`)."""
         batch = cls.__new__(cls)
-        batch._setup(spark, config, run_id=run_id, progress=progress, command=command)
+        batch._setup(spark, config, run_id=run_id, progress=progress)
         return batch
 
     def _setup(
@@ -169,7 +164,6 @@ class Batch:
         *,
         run_id: str | None,
         progress: Progress | None,
-        command: str,
     ) -> None:
         if run_id is not None:
             try:
@@ -178,37 +172,29 @@ class Batch:
                 raise config.naming.error(str(e)) from e
         self.config = config
         self.run_id = run_id or new_run_id()
-        self.command = command
         self.writer = writer_for(config)
-        self.report = RunReport(config.name, self.run_id, command, now())
-        self._spark = spark
-        self._progress = progress
+        self._run = JobRun(config, spark, run_id=self.run_id, command="run", progress=progress)
         self._state = "new"
-        self._stack = ExitStack()
-        self._say: Progress = progress or _quiet
-        self._session: SparkSession | None = None
-        #: Runs the publisher's work in this process until Spark starts, in Spark tasks after.
-        self._runner = OnDemandSparkRunner()
-        self._job: JobSession | None = None
-        #: Datasets found free of legacy watermarks still to adopt.
-        self._adopted: set[str] = set()
-        #: Datasets nothing new may be staged for after recovery, and why.
-        self._held: dict[str, str] = {}
-        self._quarantined: set[str] = set()
+        #: What recovery left: the datasets nothing new may be staged for, and why.
+        self._holds = Holds({}, frozenset(), frozenset())
+        #: This run's directory under the staging path, once created.
+        self._run_dir: str | None = None
         #: Datasets whose stage() began (staged, or failed half-way), and failed ones.
         self._attempted: set[str] = set()
         self._failed: set[str] = set()
+        self._staged: dict[str, StagedInfo] = {}
         self._steps: dict[str, list[CommitStep]] = {}
         #: Each staged dataset's partition columns.
         self._partition_by: dict[str, tuple[str, ...]] = {}
         #: Each staged dataset's checks and the schema its staged data is read back with.
         self._checks: dict[str, tuple[Check, ...]] = {}
         self._schemas: dict[str, StructType] = {}
-        self._writes_report = False
-        self._lineage: Lineage | None = None
-        self._lineage_started = False
-        self._started = time.monotonic()
-        self._block_started = self._started
+        self._block_started = time.monotonic()
+
+    @property
+    def report(self) -> RunReport:
+        """The run's report: what it did so far; complete once the block is left."""
+        return self._run.report
 
     # -- entering ----------------------------------------------------------------------------
 
@@ -216,111 +202,15 @@ class Batch:
         if self._state != "new":
             raise BatchStateError("a Batch is entered once; make a new one for the next run")
         self._state = "entering"
-        self._started = time.monotonic()
-        self.report.started = now()
         try:
-            self._enter()
+            self._run.open()
+            self._holds = self._run.recover()
         except BaseException as e:
-            self._finish(e)
+            self._close(e)
             raise
         self._state = "open"
         self._block_started = time.monotonic()
         return self
-
-    def _enter(self) -> None:
-        stack = self._stack
-        if not callable(self._spark):
-            # Started already: workers that cannot import commitpub are refused before the
-            # lock, not found out by the first task after Spark's retries.
-            check_python(self._spark)
-        if self._progress is None:
-            self._say = stack.enter_context(showing(on_terminal()))
-        job = self._job = JobSession(self.config, runner=self._runner)
-        stack.callback(job.close)
-        # Before Spark starts: a lock held by a live run changes nothing.
-        job.open(checked=self._checked, locked=self._locked)
-        pub = job.publisher
-        if self._lineage is not None:
-            self._lineage_started = True
-            self._lineage.start()
-        # A pending sequence of such a dataset would move the job's watermark from a value
-        # only the legacy layout holds: refused before recovery runs anything.
-        for dataset in sorted({p.dataset for p in pub.pending()}):
-            self._require_adopted(dataset)
-        # From here on this run may change things: it reports what it did, whatever happens.
-        self._writes_report = True
-        # Finished by _finish: a run killed before that is seen unfinished by `status`.
-        write_report(self.report, self.config.reports)
-        if not callable(self._spark) or any(not p.status.quarantined for p in pub.pending()):
-            # A session given is started already; a factory is called only for work (recovery
-            # skips quarantined commits): a run with nothing to recover and nothing new never
-            # starts Spark.
-            self._start_spark()
-        self._recover(pub)
-        self._hold(pub)
-
-    def _checked(self) -> None:
-        """The stores passed the durability check; the lock is not taken yet."""
-        self.report.warnings.extend(_opened(self._job).warnings)
-        if self.config.lineage is not None:
-            # Built before the lock: an unusable transport is refused before anything changes.
-            self._lineage = Lineage(self.config.lineage, self.config.name)
-            self.report.lineage_run_id = self._lineage.run_id
-
-    def _locked(self, keeper: LeaseKeeper) -> None:
-        self.report.lock_token = keeper.lease.token
-
-    def _start_spark(self) -> SparkSession:
-        """The run's session, started (by its factory) at the first use; its runner then
-        runs the publisher's work in Spark tasks."""
-        if self._session is not None:
-            return self._session
-        if callable(self._spark):
-            prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
-            session = self._spark()
-            check_python(session)  # a session started elsewhere before, returned here
-        else:
-            session = self._spark
-        self._runner.start(session)
-        self._session = session
-        # A Connect session's is the server's master.
-        self.report.spark_master = session.conf.get("spark.master", None)
-        return session
-
-    def _recover(self, pub: Publisher) -> None:
-        pending = len(pub.pending())
-        what = "recovering pending commits" + (" in Spark tasks" if self._runner.started else "")
-        self._say(what, 0, pending)
-        started = time.monotonic()
-        recovery = pub.recover()
-        self._say(what, pending, pending)
-        self.report.recovery = recovery
-        self.report.durations_s["recover"] = round(time.monotonic() - started, 3)
-        self.report.tasks["recover"] = list(self._runner.last_tasks)
-        for d in recovery.datasets:
-            log.info(
-                "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
-            )
-
-    def _hold(self, pub: Publisher) -> None:
-        """Find the datasets that get nothing new in this run: quarantined, or still pending
-        after recovery (their commit failed again)."""
-        pending = {p.dataset for p in pub.pending()}
-        for dataset, status in pub.statuses().items():
-            if status.held is not None:
-                self._held[dataset] = HELD_REASON
-                self.report.held[dataset] = HeldDataset.of(dataset, status.held)
-            elif status.quarantined:
-                self._quarantined.add(dataset)
-                self._held[dataset] = "quarantined"
-                if dataset not in pending:
-                    # Quarantined by failed extracts: reported as such on every run (exit 3).
-                    self.report.extract_quarantined[dataset] = status.last_error or "quarantined"
-        for dataset in sorted(pending - self._quarantined - set(self.report.held)):
-            self._held[dataset] = "its pending commit failed"
-        self.report.skipped.update(self._held)
-        for dataset, why in sorted(self._held.items()):
-            log.warning("nothing new for %s in this run: %s", dataset, why)
 
     # -- in the block ------------------------------------------------------------------------
 
@@ -328,14 +218,14 @@ class Batch:
     def spark(self) -> SparkSession:
         """The run's SparkSession (a factory given is called at the first use)."""
         self._require_open("spark")
-        return self._start_spark()
+        return self._run.start_spark()
 
     @property
     def held(self) -> Mapping[str, str]:
         """Datasets nothing new may be staged for in this run, and why: quarantined, held by
         failed checks, or a pending commit that recovery could not finish. Also in
         ``report.skipped``."""
-        return dict(self._held)
+        return dict(self._holds.reasons)
 
     def committed(self, dataset: str, partition: str) -> JsonScalar:
         """The committed watermark of a dataset's partition (a JSON scalar), or None when
@@ -349,25 +239,8 @@ class Batch:
         self._require_open("committed")
         _name(dataset, "dataset")
         _name(partition, "partition")
-        self._require_adopted(dataset)
-        return _opened(self._job).watermarks.get(dataset, partition)
-
-    def _require_adopted(self, dataset: str) -> None:
-        """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
-
-        Raises:
-            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
-        """
-        if dataset in self._adopted:
-            return
-        job = _opened(self._job)
-        require_adopted(
-            job.watermarks,
-            job.legacy_watermarks,
-            dataset,
-            getattr(self.config, "file", None),
-        )
-        self._adopted.add(dataset)
+        self._run.require_adopted(dataset)
+        return self._run.job.watermarks.get(dataset, partition)
 
     def stage(
         self,
@@ -421,7 +294,7 @@ class Batch:
         """
         self._require_open("stage")
         self._check_dataset(dataset, staging=True)
-        self._require_adopted(dataset)
+        self._run.require_adopted(dataset)
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)
@@ -434,10 +307,11 @@ class Batch:
         pub = self._publisher
         pub.require_lock(f"staging {dataset!r}")
         self._attempted.add(dataset)
-        if self.report.run_dir is None:
+        if self._run_dir is None:
             # Marked with this run's token before Spark writes a byte into it.
-            self.report.run_dir = pub.create_run_dir(self.run_id)
-        directory = join(self.report.run_dir, encode_name(dataset, "dataset"))
+            self._run_dir = pub.create_run_dir(self.run_id)
+            self._run.tell(RunDirCreated(self._run_dir))
+        directory = join(self._run_dir, encode_name(dataset, "dataset"))
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
         # schema; nothing is staged and the commit only moves the watermarks.
@@ -461,7 +335,8 @@ class Batch:
                 empty=written.files == 0,
                 source=source,
             )
-        self.report.staged[dataset] = info
+        self._staged[dataset] = info
+        self._run.tell(DatasetStaged(dataset, info, tuple(checks)))
         failpoint("run.dataset_staged")
         return info
 
@@ -504,7 +379,7 @@ class Batch:
         """
         self._require_open("fail")
         _name(dataset, "dataset")
-        if dataset in self.report.staged or dataset in self._steps:
+        if dataset in self._staged or dataset in self._steps:
             raise BatchArgumentError(
                 f"argument 'dataset': {dataset!r} was staged in this batch; it cannot fail now"
             )
@@ -513,22 +388,19 @@ class Batch:
         # The status keeps the telling line (file and line of a bad record), not a wrapper.
         counted = self._publisher.record_failure(dataset, ExtractError(text))
         if counted.outcome == Outcome.QUARANTINED:
-            self.report.extract_quarantined[dataset] = text
+            self._run.tell(ExtractQuarantined(dataset, text))
             log.error("extract of %s failed, quarantined: %s", dataset, text)
         else:
-            self.report.extract_failed[dataset] = text
+            self._run.tell(ExtractFailed(dataset, text))
             log.error("extract of %s failed: %s", dataset, text)
 
     def bad_records(self, dataset: str, count: int, first: str | None = None) -> None:
         """Report that the extract of a staged dataset skipped ``count`` bad records
         (``first``: the first one's error), in the run report and metrics."""
         self._require_open("bad_records")
-        if dataset not in self.report.staged:
+        if dataset not in self._staged:
             raise BatchArgumentError(f"argument 'dataset': {dataset!r} was not staged")
-        info = self.report.staged[dataset]
-        self.report.staged[dataset] = attrs.evolve(
-            info, bad_records_skipped=count, first_bad_record=first
-        )
+        self._run.tell(BadRecordsSkipped(dataset, count, first))
 
     # -- leaving -----------------------------------------------------------------------------
 
@@ -541,7 +413,7 @@ class Batch:
         if self._state != "open":
             return
         self._state = "leaving"
-        self.report.durations_s["extract"] = round(time.monotonic() - self._block_started, 3)
+        self._run.tell(Extracted(time.monotonic() - self._block_started))
         error = exc
         try:
             if exc is None:
@@ -551,25 +423,22 @@ class Batch:
         except BaseException as e:  # reported; an interruption still goes on
             error = e
             if not isinstance(e, Exception):
-                self._finish(e)
+                self._close(e)
                 raise
-        self._finish(error)  # an exception of the block goes on from here
+        self._close(error)  # an exception of the block goes on from here
 
     def _publish(self) -> None:
         pub = self._publisher
-        staged, steps = self.report.staged, self._steps
-        if self.command != "run" and not staged and not steps:
-            return  # recover only
+        run, staged, steps = self._run, self._staged, self._steps
         if not staged and not steps:
-            self.report.durations_s["publish"] = 0.0
-            self._say("nothing new to publish")
+            run.tell(NothingNew())
+            run.say("nothing new to publish")
             self._finish_run_dir()
             return
-        self._start_spark()  # commits are written ahead and executed in Spark tasks
-        runner = self._runner
+        run.start_spark()  # commits are written ahead and executed in Spark tasks
         failpoint("run.before_publish")
         datasets = sorted({*staged, *steps})
-        self._say("writing ahead and publishing in Spark tasks", 0, len(datasets))
+        run.say("writing ahead and publishing in Spark tasks", 0, len(datasets))
         started = time.monotonic()
         sequences: dict[str, Any] = {}
         for dataset in datasets:
@@ -592,18 +461,19 @@ class Batch:
             sequences[dataset] = self.writer.commit(staged_dataset)
             if dataset in self._checks:
                 self._audit(dataset, info, sequences)
+        publish: PublishReport | None = None
         try:
-            self.report.publish = pub.publish(
+            publish = pub.publish(
                 sequences,
                 staging_dirs={d: i.directory for d, i in staged.items() if d in sequences},
             )
         finally:
             # Also after a crashed publish task: what the store holds sealed was written ahead.
-            self.report.durations_s["publish"] = round(time.monotonic() - started, 3)
-            self.report.tasks["publish"] = list(runner.last_tasks)
-            self.report.written_ahead = self._written_ahead(datasets)
-        self._say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
-        for d in self.report.publish.datasets:
+            written_ahead = self._written_ahead(datasets, publish)
+            seconds = time.monotonic() - started
+            run.tell(Published(publish, seconds, run.runner.last_tasks, written_ahead))
+        run.say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
+        for d in publish.datasets:
             log.info(
                 "publish: %s %s (%d steps)%s",
                 d.dataset,
@@ -616,10 +486,10 @@ class Batch:
     def _audit(self, dataset: str, info: StagedInfo, sequences: dict[str, Any]) -> None:
         """Check the dataset's staged data before its write-ahead; held, it leaves
         ``sequences`` (its staged files stay, kept by the hold)."""
-        self._say(f"checking the staged data of {dataset} in Spark tasks")
+        self._run.say(f"checking the staged data of {dataset} in Spark tasks")
         started = time.monotonic()
         audited = audit(
-            self._start_spark(),
+            self._run.start_spark(),
             self._publisher,
             dataset,
             self._checks[dataset],
@@ -629,138 +499,53 @@ class Batch:
             run_id=self.run_id,
             reports=self.config.reports,
         )
-        self.report.durations_s["checks"] = round(
-            self.report.durations_s.get("checks", 0.0) + time.monotonic() - started, 3
-        )
-        self.report.checks[dataset] = audited.results
+        self._run.tell(DatasetChecked(dataset, audited.results, time.monotonic() - started))
         if audited.held is not None:
             del sequences[dataset]
-            self.report.held[dataset] = audited.held
+            self._run.tell(DatasetHeld(audited.held))
 
-    def _written_ahead(self, datasets: Sequence[str]) -> list[str]:
-        published = set(self.report.publish.published) if self.report.publish else set()
+    def _written_ahead(
+        self, datasets: Sequence[str], publish: PublishReport | None
+    ) -> tuple[str, ...]:
+        published = set(publish.published) if publish is not None else set()
         try:
             sealed = set(self._publisher.sealed())
         except Exception as e:  # the report says what is known; the store may be away
             log.warning("could not tell which commits are sealed: %s", e)
             sealed = set()
-        return sorted(d for d in datasets if d in published or d in sealed)
+        return tuple(sorted(d for d in datasets if d in published or d in sealed))
 
     def _finish_run_dir(self) -> None:
-        if self.report.run_dir is not None:
-            self._publisher.finish_run_dir(self.report.run_dir)
+        if self._run_dir is not None:
+            self._publisher.finish_run_dir(self._run_dir)
 
     def _abort(self, exc: BaseException) -> None:
         """Delete what this run staged; nothing was written ahead, nor held (holds are made
         only when the block is left normally, and a failed publish is never aborted)."""
         log.error("the batch block raised %s; nothing is published", error_text(exc))
-        if self.report.run_dir is None:
+        if self._run_dir is None:
             return
         try:
-            self._publisher.delete_run_dir(self.report.run_dir)
+            self._publisher.delete_run_dir(self._run_dir)
         except Exception as e:  # the next recovery sweeps what is left
             log.warning(
                 "could not delete this run's staging %s (the next recovery sweeps it): %s",
-                self.report.run_dir,
+                self._run_dir,
                 e,
             )
 
-    def _finish(self, error: BaseException | None) -> None:
-        """Put ``error`` in the report, write the report and metrics, release the lock."""
-        report = self.report
-        if error is not None and report.error is None:
-            self._record_error(error)
-        report.durations_s["total"] = round(time.monotonic() - self._started, 3)
-        keeper = None if self._job is None else self._job.keeper
-        if keeper is not None and keeper.lost is not None and report.error is None:
-            report.error = f"lost the job lock during the run: {keeper.lost}"
-            report.error_exit_code = ExitCode.LOCKED
-        if keeper is not None and keeper.abandoned is not None:
-            report.warnings.append(
-                f"the job lock is not released but left to expire within {keeper.ttl_s:g}s "
-                "(lock.ttl_s), as abandoned work may still be running: the next run takes "
-                "over then"
-            )
-        report.finished = now()
-        self._end_lineage()
+    def _close(self, error: BaseException | None) -> None:
+        """Record the run's end (report, lineage, metrics) and release the lock."""
         try:
-            if self._writes_report:
-                if self.command == "run":
-                    count_empty_runs(report, self.config.reports)
-                write_report(report, self.config.reports)
-                export_metrics(self.config, report, self._publisher)
+            self._run.finish(error)
         finally:
             self._state = "closed"
-            self._stack.close()
-
-    def _end_lineage(self) -> None:
-        """COMPLETE (exit 0) or FAIL, with the inputs read and the outputs published."""
-        lineage, report = self._lineage, self.report
-        if lineage is None or not self._lineage_started:
-            return
-        inputs = [
-            LineageInput(info.source, dict(info.partitions))
-            for _dataset, info in sorted(report.staged.items())
-            if info.source is not None
-        ]
-        outputs = [self._lineage_output(d) for d in report.published if d in report.staged]
-        # Held by this run's checks: an output with the assertions that held it, not published.
-        outputs += [
-            self._lineage_output(d, held=True)
-            for d in sorted(report.held)
-            if d in report.staged and d in report.checks and d not in report.published
-        ]
-        if report.exit_code == ExitCode.OK:
-            lineage.complete(outputs, inputs)
-        else:
-            errors = report.errors
-            why = report.error or "; ".join(f"{d}: {e}" for d, e in sorted(errors.items()))
-            lineage.fail(why or report.status, outputs, inputs)
-        report.lineage_emitted, report.lineage_failed = lineage.emitted, lineage.failed
-
-    def _lineage_output(self, dataset: str, *, held: bool = False) -> LineageOutput:
-        info, config = self.report.staged[dataset], self.config
-        url = join(config.output, encode_name(dataset, "dataset"))
-        name = get_format(config.output_format).lineage_name(config, dataset)
-        results = self.report.checks.get(dataset)
-        columns = {c.name: c.columns_used() for c in self._checks.get(dataset, ())}
-        assertions = [
-            LineageAssertion(
-                r.name,
-                r.passed,
-                column=used[0] if len(used := columns.get(r.name, ())) == 1 else None,
-                severity=str(r.severity),
-            )
-            for r in (results.checks if results is not None else ())
-        ]
-        if held:
-            return LineageOutput(url, name=name, assertions=assertions, held=True)
-        return LineageOutput(
-            url, rows=info.rows, files=info.files, name=name, assertions=assertions
-        )
-
-    def _record_error(self, error: BaseException) -> None:
-        report = self.report
-        report.error_exit_code = for_error(error)
-        if not isinstance(error, Exception):
-            report.error = "interrupted"
-        elif isinstance(error, ConfigurationError | FencedError):
-            report.error = f"{type(error).__name__}: {error}"
-        else:
-            report.error = error_text(error)
-        if isinstance(error, Exception):
-            report.message = explain(error).line
-            log.debug("%s failed", report.command, exc_info=error)
-        if isinstance(error, FencedError):
-            log.error("another run took the job over; this run stops: %s", error)
-        elif self._state != "entering" or self._writes_report:
-            log.error("%s failed: %s", report.command, report.message or report.error)
 
     # -- checks ------------------------------------------------------------------------------
 
     @property
     def _publisher(self) -> Publisher:
-        return _opened(self._job).publisher
+        return self._run.publisher
 
     def _require_open(self, what: str) -> None:
         if self._state != "open":
@@ -771,21 +556,19 @@ class Batch:
     def _check_dataset(self, dataset: str, *, staging: bool) -> None:
         _name(dataset, "dataset")
         get_format(self.config.output_format).check_dataset(self.config, dataset)
-        if self.command != "run":
-            raise BatchArgumentError(f"a {self.command} batch stages nothing")
-        if dataset in self._quarantined:
+        if dataset in self._holds.quarantined:
             raise DatasetQuarantinedError(
                 f"dataset {dataset!r} of job {self.config.name!r} is quarantined: nothing new "
                 "is ingested for it until `commitpub retry` or `commitpub discard` (see "
                 "`commitpub status`)"
             )
-        if dataset in self.report.held:
+        if dataset in self._holds.held:
             raise DatasetHeldError(
                 f"dataset {dataset!r} of job {self.config.name!r} is held by failed checks "
                 "of its staged data: nothing new is ingested for it until `commitpub "
                 "release` or `commitpub discard` (see `commitpub status`)"
             )
-        if dataset in self._held:
+        if dataset in self._holds.reasons:
             raise DatasetPendingError(
                 f"dataset {dataset!r} of job {self.config.name!r} still has a pending commit "
                 "that recovery could not finish; nothing new is published ahead of it"
@@ -829,20 +612,6 @@ class Batch:
                 f"argument 'df' reads from the staging path {self.config.staging} "
                 f"({inside[0]}): recovery deletes there; read the source, not staging"
             )
-
-
-T = TypeVar("T")
-
-
-def _opened(part: T | None) -> T:
-    """A part of the batch made on entering."""
-    if part is None:
-        raise BatchStateError("the batch was not entered")
-    return part
-
-
-def _quiet(line: str, done: int | None = None, total: int | None = None) -> None:
-    """The progress of a batch before it chose how to show it."""
 
 
 def _name(value: Any, argument: str, what: str = "a non-empty string") -> str:

@@ -16,18 +16,20 @@ One run of a job, in order:
 4. **Leave the batch**: every staged dataset is published, one sealed write-ahead each, in
    Spark tasks; the report and metrics are written and the lock released.
 
-``commitpub recover`` is a batch that stages nothing: it only recovers.
+``commitpub recover`` is step 1 alone, and the end of step 4: :meth:`JobRun.recover
+<jobs.jobrun.JobRun.recover>`, its report (``<run id>-recover.json``), lineage and metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import fsspec
 
-from jobs.batch import Batch
+from jobs.batch import Batch, new_run_id
 from jobs.commits import join
 from jobs.config import (
     JobConfig,
@@ -36,6 +38,7 @@ from jobs.config import (
     source_class,
     transform_function,
 )
+from jobs.jobrun import JobRun
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source
@@ -77,7 +80,11 @@ def run_job(
             store, a staging path that is not the job's, a run id used before).
     """
     say = progress or log_progress
-    return _drive(config, spark, say, "run", run_id, lambda batch: _ingest(batch, config, say))
+    with _spark(config, spark, say) as session:
+        batch = Batch.from_config(session, config, run_id=run_id, progress=say)
+        with _recorded(batch.report), batch:
+            _ingest(batch, config, say)
+    return batch.report
 
 
 def recover_job(
@@ -96,17 +103,20 @@ def recover_job(
         ConfigurationError: if the staging or output path is not given.
     """
     config.require_places("recover")
-    return _drive(config, spark, progress or log_progress, "recover", None, lambda _batch: None)
+    say = progress or log_progress
+    with _spark(config, spark, say) as session:
+        run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
+        with _recorded(run.report), run:
+            run.recover()
+    return run.report
 
 
-def _drive(  # noqa: PLR0917 -- internal; the two commands above
-    config: OperatorConfig,
-    spark: SparkSession | None,
-    say: Progress,
-    command: str,
-    run_id: str | None,
-    body: Callable[[Batch], None],
-) -> RunReport:
+@contextlib.contextmanager
+def _spark(
+    config: OperatorConfig, spark: SparkSession | None, say: Progress
+) -> Iterator[Callable[[], SparkSession]]:
+    """The run's session: ``spark``, or one built from ``[spark]`` when first asked for and
+    stopped after."""
     built: list[SparkSession] = []
 
     def session() -> SparkSession:
@@ -116,17 +126,21 @@ def _drive(  # noqa: PLR0917 -- internal; the two commands above
         built.append(build_session(config))
         return built[0]
 
-    batch = Batch.from_config(session, config, run_id=run_id, progress=say, command=command)
     try:
-        with batch:
-            body(batch)
-    except Exception:
-        if batch.report.path is None:
-            raise  # refused before it changed anything: no report, the caller says why
+        yield session
     finally:
         for own in built:
             own.stop()
-    return batch.report
+
+
+@contextlib.contextmanager
+def _recorded(report: RunReport) -> Iterator[None]:
+    """A run's error is told by its report, once the run wrote one; not raised."""
+    try:
+        yield
+    except Exception:
+        if report.path is None:
+            raise  # refused before it changed anything: no report, the caller says why
 
 
 def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:

@@ -1,0 +1,287 @@
+"""``JobRun``: one run of a job (a ``jobs.Batch``'s, or ``commitpub recover``'s), opened
+once, its pending commits recovered, its end recorded.
+
+::
+
+    with JobRun(config, spark, run_id=new_run_id(), command="recover") as run:
+        holds = run.recover()
+
+Entering opens the job once (a :class:`~jobs.session.JobSession`: the durability check,
+the lock, the publisher, the fence, the staging claim; a lock held by a live run raises
+:class:`~store.errors.LockHeldError` before Spark starts, nothing changed), refuses a
+pending commit of a dataset whose watermarks wait to be adopted, and from then on records
+what the run does, whatever happens. :meth:`JobRun.recover` finishes sealed sequences and
+aborts unsealed ones, in Spark tasks (Spark is started only for work: a run with nothing to
+recover and nothing new never starts it), and finds the datasets that get nothing new.
+Leaving records the run's end and closes the job.
+
+Each step is an event of the run's :class:`~jobs.lifecycle.Lifecycle`; the report, the
+lineage events and the metrics are its observers (:mod:`jobs.observers`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import attrs
+
+from jobs.audit import HELD_REASON
+from jobs.config import BatchConfig
+from jobs.lifecycle import (
+    Closing,
+    DatasetHeld,
+    DatasetSkipped,
+    ExtractQuarantined,
+    Finished,
+    Lifecycle,
+    LockTaken,
+    Recording,
+    Recovered,
+    RunEntering,
+    RunObserver,
+    RunStarted,
+    SparkStarted,
+    StoresChecked,
+)
+from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
+from jobs.progress import Progress, on_terminal, showing
+from jobs.report import RunReport, now
+from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
+from jobs.spark import check_python, prepare_driver
+from jobs.watermarks import require_adopted
+from publisher import HeldDataset, Publisher
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("commitpub.jobs")
+
+
+@attrs.frozen
+class Holds:
+    """The datasets nothing new is ingested for in a run, after its recovery."""
+
+    #: Each one's reason: quarantined, held by failed checks, its pending commit failed.
+    reasons: Mapping[str, str]
+    quarantined: frozenset[str]
+    #: Held by failed checks of their staged data (until ``release`` or ``discard``).
+    held: frozenset[str]
+
+
+class JobRun:
+    """One run of a job: opened once on entering, recovered by :meth:`recover`, recorded
+    and closed on leaving.
+
+    Args:
+        config: the job's checked settings.
+        spark: the run's SparkSession, or a function returning it (called once Spark is
+            needed; see :class:`jobs.Batch`).
+        run_id: the run's id.
+        command: names the report (``<run id>-<command>.json``): ``"run"`` or ``"recover"``.
+        progress: told of each phase; default: progress bars on a terminal, log lines
+            otherwise.
+        observers: told of the run's events (:mod:`jobs.lifecycle`) after its report,
+            lineage and metrics.
+    """
+
+    def __init__(
+        self,
+        config: BatchConfig,
+        spark: SparkSession | Callable[[], SparkSession],
+        *,
+        run_id: str,
+        command: str,
+        progress: Progress | None = None,
+        observers: Sequence[RunObserver] = (),
+    ) -> None:
+        self.config = config
+        self.run_id = run_id
+        #: Runs the publisher's work in this process until Spark starts, in Spark tasks after.
+        self.runner = OnDemandSparkRunner()
+        self.report = RunReport(config.name, run_id, command, now())
+        self.lifecycle = Lifecycle()
+        self.lifecycle.add(ReportObserver(self.report, config.reports))
+        self.lifecycle.add(LineageObserver(config, self.report, self.lifecycle.tell))
+        self.lifecycle.add(MetricsObserver(config, self.report, lambda: self.publisher))
+        for observer in observers:
+            self.lifecycle.add(observer)
+        #: Tells the run's observers of an event.
+        self.tell = self.lifecycle.tell
+        self.say: Progress = progress or _quiet
+        self._progress = progress
+        self._spark = spark
+        self._session: SparkSession | None = None
+        self._job: JobSession | None = None
+        self._stack = ExitStack()
+        #: Datasets found free of legacy watermarks still to adopt.
+        self._adopted: set[str] = set()
+        self._started = time.monotonic()
+
+    def __enter__(self) -> JobRun:
+        try:
+            self.open()
+        except BaseException as e:
+            self.finish(e)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.finish(exc)
+
+    @property
+    def job(self) -> JobSession:
+        """The job's session, once :meth:`open` made it."""
+        if self._job is None:
+            raise SessionStateError("the run was not opened")
+        return self._job
+
+    @property
+    def publisher(self) -> Publisher:
+        """The job's publisher, once :meth:`open` made it."""
+        return self.job.publisher
+
+    def open(self) -> None:
+        """Open the job and start recording the run (see the module's description).
+
+        Raises:
+            ConfigurationError: if the session's workers cannot import commitpub, a store
+                is volatile, the staging root is not the job's.
+            LockHeldError: if a live run holds the job lock; nothing was changed.
+            UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
+                watermarks to be adopted.
+        """
+        self._started = time.monotonic()
+        self.tell(RunEntering())
+        stack = self._stack
+        if not callable(self._spark):
+            # Started already: workers that cannot import commitpub are refused before the
+            # lock, not found out by the first task after Spark's retries.
+            check_python(self._spark)
+        if self._progress is None:
+            self.say = stack.enter_context(showing(on_terminal()))
+        job = self._job = JobSession(self.config, runner=self.runner)
+        stack.callback(job.close)
+        # Before Spark starts: a lock held by a live run changes nothing.
+        job.open(
+            checked=lambda: self.tell(StoresChecked(tuple(job.warnings))),
+            locked=lambda keeper: self.tell(LockTaken(keeper.lease.token)),
+        )
+        self.tell(RunStarted())
+        # A pending sequence of such a dataset would move the job's watermark from a value
+        # only the legacy layout holds: refused before recovery runs anything.
+        for dataset in sorted({p.dataset for p in job.publisher.pending()}):
+            self.require_adopted(dataset)
+        # From here on this run may change things: it reports what it did, whatever happens.
+        self.tell(Recording())
+
+    def recover(self) -> Holds:
+        """Recover the job's pending commits: finish the sealed ones, abort the others.
+
+        Returns:
+            The datasets that get nothing new in this run, and why.
+
+        Raises:
+            FencedError: if a newer run took the job lock over.
+        """
+        pub = self.publisher
+        pending = pub.pending()
+        if not callable(self._spark) or any(not p.status.quarantined for p in pending):
+            # A session given is started already; a factory is called only for work (recovery
+            # skips quarantined commits).
+            self.start_spark()
+        what = "recovering pending commits" + (" in Spark tasks" if self.runner.started else "")
+        self.say(what, 0, len(pending))
+        started = time.monotonic()
+        recovery = pub.recover()
+        self.say(what, len(pending), len(pending))
+        self.tell(Recovered(recovery, time.monotonic() - started, self.runner.last_tasks))
+        for d in recovery.datasets:
+            log.info(
+                "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
+            )
+        return self._holds(pub)
+
+    def _holds(self, pub: Publisher) -> Holds:
+        """The datasets that get nothing new in this run: held by failed checks,
+        quarantined, or still pending after recovery (their commit failed again)."""
+        pending = {p.dataset for p in pub.pending()}
+        reasons: dict[str, str] = {}
+        quarantined: set[str] = set()
+        held: set[str] = set()
+        for dataset, status in pub.statuses().items():
+            if status.held is not None:
+                reasons[dataset] = HELD_REASON
+                held.add(dataset)
+                self.tell(DatasetHeld(HeldDataset.of(dataset, status.held)))
+            elif status.quarantined:
+                quarantined.add(dataset)
+                reasons[dataset] = "quarantined"
+                if dataset not in pending:
+                    # Quarantined by failed extracts: reported as such on every run (exit 3).
+                    error = status.last_error or "quarantined"
+                    self.tell(ExtractQuarantined(dataset, error))
+        for dataset in sorted(pending - quarantined - held):
+            reasons[dataset] = "its pending commit failed"
+        for dataset, why in reasons.items():
+            self.tell(DatasetSkipped(dataset, why))
+        for dataset, why in sorted(reasons.items()):
+            log.warning("nothing new for %s in this run: %s", dataset, why)
+        return Holds(reasons, frozenset(quarantined), frozenset(held))
+
+    def start_spark(self) -> SparkSession:
+        """The run's session, started (by its factory) at the first use; its runner then
+        runs the publisher's work in Spark tasks."""
+        if self._session is not None:
+            return self._session
+        if callable(self._spark):
+            prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
+            session = self._spark()
+            check_python(session)  # a session started elsewhere before, returned here
+        else:
+            session = self._spark
+        self.runner.start(session)
+        self._session = session
+        # A Connect session's is the server's master.
+        self.tell(SparkStarted(session.conf.get("spark.master", None)))
+        return session
+
+    def require_adopted(self, dataset: str) -> None:
+        """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
+
+        Raises:
+            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
+        """
+        if dataset in self._adopted:
+            return
+        job = self.job
+        require_adopted(
+            job.watermarks,
+            job.legacy_watermarks,
+            dataset,
+            getattr(self.config, "file", None),
+        )
+        self._adopted.add(dataset)
+
+    def finish(self, error: BaseException | None) -> None:
+        """Record the run's end (``error``: what stopped it), then release the lock and
+        close the job."""
+        keeper = None if self._job is None else self._job.keeper
+        self.tell(Finished(error, time.monotonic() - self._started, keeper))
+        try:
+            self.tell(Closing())
+        finally:
+            self._stack.close()
+
+
+def _quiet(line: str, done: int | None = None, total: int | None = None) -> None:
+    """The progress of a run before it chose how to show it."""
