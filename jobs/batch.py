@@ -522,7 +522,8 @@ class Batch:
     def _abort(self, exc: BaseException) -> None:
         """Delete what this run staged; nothing was written ahead, nor held (holds are made
         only when the block is left normally, and a failed publish is never aborted)."""
-        log.error("the batch block raised %s; nothing is published", error_text(exc))
+        # The error itself is logged once, with the run's end (jobs.observers).
+        log.info("the batch block raised %s: nothing is published", type(exc).__name__)
         if self._run_dir is None:
             return
         try:

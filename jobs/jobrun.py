@@ -203,7 +203,8 @@ class JobRun:
         self.say(what, 0, len(pending))
         started = time.monotonic()
         recovery = pub.recover()
-        self.say(what, len(pending), len(pending))
+        if pending:  # nothing to count: said once
+            self.say(what, len(pending), len(pending))
         self.tell(Recovered(recovery, time.monotonic() - started, self.runner.last_tasks))
         for d in recovery.datasets:
             log.info(

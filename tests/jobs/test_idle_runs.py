@@ -63,8 +63,13 @@ def test_a_source_path_that_does_not_exist_or_holds_no_dataset_exits_2_naming_it
     job = write_job(tmp_path, source={"type": "landing", "path": "landin", "time_field": "ts"})
     env = _no_java(tmp_path)
 
-    missing = commitpub("run", str(job), "--run-id", "r1", env=env)
+    missing = commitpub("--log-format", "plain", "run", str(job), "--run-id", "r1", env=env)
     assert missing.returncode == 2, missing.stderr
+    # Each said once in the log: the error, and a recovery with nothing to count.
+    errors = [line for line in missing.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, missing.stderr
+    assert errors[0].endswith(": fix it and rerun"), missing.stderr
+    assert missing.stderr.count("recovering pending commits (0/0)") == 1, missing.stderr
     # Its first line does not say "nothing to do"; its last says what to do.
     assert missing.stdout.splitlines()[0] == "run r1: bad configuration (nothing published)"
     assert missing.stdout.splitlines()[-1].startswith(
