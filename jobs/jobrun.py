@@ -42,6 +42,7 @@ from jobs.lifecycle import (
     LockTaken,
     Recording,
     Recovered,
+    Released,
     RunEntering,
     RunObserver,
     RunStarted,
@@ -50,11 +51,11 @@ from jobs.lifecycle import (
 )
 from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
 from jobs.progress import Progress, on_terminal, showing
-from jobs.report import RunReport, now
+from jobs.report import RunReport, now, staged_figures
 from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
 from jobs.spark import check_python, prepare_driver
 from jobs.watermarks import require_adopted
-from publisher import HeldDataset, Publisher
+from publisher import DatasetReport, HeldDataset, Publisher
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,11 +83,16 @@ class JobRun:
         spark: the run's SparkSession, or a function returning it (called once Spark is
             needed; see :class:`jobs.Batch`).
         run_id: the run's id.
-        command: names the report (``<run id>-<command>.json``): ``"run"`` or ``"recover"``.
+        command: names the report (``<run id>-<command>.json``): ``"run"``, ``"recover"``
+            or ``"release"``.
         progress: told of each phase; default: progress bars on a terminal, log lines
             otherwise.
         observers: told of the run's events (:mod:`jobs.lifecycle`) after its report,
             lineage and metrics.
+        claim_staging: whether the run claims the job's staging root (a ``release`` stages
+            nothing).
+        log_errors: whether the error that stops the run is logged (``release``: its caller
+            says it).
     """
 
     def __init__(
@@ -98,6 +104,8 @@ class JobRun:
         command: str,
         progress: Progress | None = None,
         observers: Sequence[RunObserver] = (),
+        claim_staging: bool = True,
+        log_errors: bool = True,
     ) -> None:
         self.config = config
         self.run_id = run_id
@@ -105,7 +113,7 @@ class JobRun:
         self.runner = OnDemandSparkRunner()
         self.report = RunReport(config.name, run_id, command, now())
         self.lifecycle = Lifecycle()
-        self.lifecycle.add(ReportObserver(self.report, config.reports))
+        self.lifecycle.add(ReportObserver(self.report, config.reports, log_errors=log_errors))
         self.lifecycle.add(LineageObserver(config, self.report, self.lifecycle.tell))
         self.lifecycle.add(MetricsObserver(config, self.report, lambda: self.publisher))
         for observer in observers:
@@ -118,6 +126,7 @@ class JobRun:
         self._session: SparkSession | None = None
         self._job: JobSession | None = None
         self._stack = ExitStack()
+        self._claim_staging = claim_staging
         #: Datasets found free of legacy watermarks still to adopt.
         self._adopted: set[str] = set()
         self._started = time.monotonic()
@@ -173,6 +182,7 @@ class JobRun:
         stack.callback(job.close)
         # Before Spark starts: a lock held by a live run changes nothing.
         job.open(
+            claim_staging=self._claim_staging,
             checked=lambda: self.tell(StoresChecked(tuple(job.warnings))),
             locked=lambda keeper: self.tell(LockTaken(keeper.lease.token)),
         )
@@ -211,6 +221,36 @@ class JobRun:
                 "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
             )
         return self._holds(pub)
+
+    def release(self, dataset: str) -> DatasetReport:
+        """Publish a held dataset's commit as it was staged (``Publisher.release``), in this
+        process: the report records the hold released, the lineage events the dataset
+        published with the figures its holding run staged.
+
+        Returns:
+            The dataset's report: ``published``, or ``failed``/``quarantined`` if a step
+            failed after the seal.
+
+        Raises:
+            NotHeldError, WatermarkMovedError, HeldDataMissingError, DiscardInProgressError:
+                as ``Publisher.release`` refuses it; nothing was changed.
+        """
+        pub = self.publisher
+        status = pub.status(dataset)
+        if status is None or status.held is None:
+            return pub.release(dataset)  # refused, saying why (a release to recover, say)
+        held = HeldDataset.of(dataset, status.held)
+        started = time.monotonic()
+        released = pub.release(dataset)
+        staged = (
+            None
+            if held.run_id is None
+            else staged_figures(self.config.reports, held.run_id, dataset)
+        )
+        rows, files = (None, None) if staged is None else staged
+        self.tell(Released(held, released, time.monotonic() - started, rows, files))
+        log.info("release: %s %s (%d steps)", dataset, released.outcome, released.steps)
+        return released
 
     def _holds(self, pub: Publisher) -> Holds:
         """The datasets that get nothing new in this run: held by failed checks,

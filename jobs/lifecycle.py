@@ -9,7 +9,8 @@ A run tells what happened as it happens, once, in this order::
       -> Extracted -> (NothingNew | DatasetChecked* DatasetHeld* Published)
       -> Finished -> Closing
 
-(``commitpub recover`` ends after ``DatasetSkipped``, with ``Finished`` and ``Closing``.)
+(``commitpub recover`` ends after ``DatasetSkipped``, with ``Finished`` and ``Closing``;
+``commitpub release`` goes from ``Recording`` to ``Released``, ``Finished`` and ``Closing``.)
 A run refused before ``Recording`` (a live lock holder, a volatile store) changed nothing:
 it goes from where it was refused to ``Finished`` and ``Closing``. The observers
 (:mod:`jobs.observers`: the run report, the lineage events, the metrics) each keep what
@@ -28,7 +29,7 @@ import attrs
 from jobs.checks import Check, CheckResults
 from jobs.report import StagedInfo
 from jobs.spark import TaskInfo
-from publisher import HeldDataset, PublishReport, RecoveryReport
+from publisher import DatasetReport, HeldDataset, PublishReport, RecoveryReport
 
 if TYPE_CHECKING:
     from store import LeaseKeeper
@@ -170,6 +171,19 @@ class Published:
 
 
 @attrs.frozen
+class Released:
+    """An operator released a held dataset (``commitpub release``): its held commit was
+    written ahead and executed (``report``: published, or failed after its seal)."""
+
+    held: HeldDataset
+    report: DatasetReport
+    seconds: float
+    #: The rows and files the run that held it staged (None where its report is gone).
+    rows: int | None = None
+    files: int | None = None
+
+
+@attrs.frozen
 class Finished:
     """The run ended, in ``error`` or not, after ``seconds``; its lock is not released yet."""
 
@@ -212,6 +226,7 @@ RunEvent = (
     | NothingNew
     | DatasetChecked
     | Published
+    | Released
     | Finished
     | LineageSent
     | Closing

@@ -37,6 +37,7 @@ from jobs.lifecycle import (
     Published,
     Recording,
     Recovered,
+    Released,
     RunDirCreated,
     RunEntering,
     RunEvent,
@@ -48,7 +49,7 @@ from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
 from jobs.messages import explain
 from jobs.metrics import export as export_metrics
 from jobs.report import RunReport, count_empty_runs, now, write_report
-from publisher import Publisher
+from publisher import HeldDataset, Publisher, PublishReport
 from store.errors import ConfigurationError, FencedError
 from store.urls import encode_name
 
@@ -63,11 +64,14 @@ class ReportObserver:
     Args:
         report: the run's report, as made when the run was.
         reports: where the job's reports are written.
+        log_errors: whether the error that stopped the run is logged (not where its caller
+            says it itself: ``commitpub release``).
     """
 
-    def __init__(self, report: RunReport, reports: str) -> None:
+    def __init__(self, report: RunReport, reports: str, *, log_errors: bool = True) -> None:
         self.report = report
         self._reports = reports
+        self._log_errors = log_errors
         self._recording = False
 
     def on_event(self, event: RunEvent) -> None:  # noqa: PLR0912 -- one case per event
@@ -100,6 +104,10 @@ class ReportObserver:
                 report.durations_s["publish"] = round(seconds, 3)
                 report.tasks["publish"] = list(tasks)
                 report.written_ahead = list(written_ahead)
+            case Released(held, released, seconds):
+                report.released[held.dataset] = held
+                report.publish = PublishReport((released,), round(seconds, 3))
+                report.durations_s["release"] = round(seconds, 3)
             case Finished():
                 self._finished(event)
             case LineageSent(run_id, emitted, failed):
@@ -162,6 +170,8 @@ class ReportObserver:
         if isinstance(error, Exception):
             report.message = explain(error).line
             log.debug("%s failed", report.command, exc_info=error)
+        if not self._log_errors:
+            return
         if isinstance(error, FencedError):
             log.error("another run took the job over; this run stops: %s", error)
         elif self._recording:
@@ -172,7 +182,8 @@ class ReportObserver:
 class LineageObserver:
     """Sends the run's OpenLineage events (:mod:`jobs.lineage`), if the job configures them:
     START once the lock is held, COMPLETE (exit 0) or FAIL when the run finished, with the
-    inputs read and the outputs published or held.
+    inputs read and the outputs published, released or held (by this run or still by an
+    earlier one).
 
     Args:
         config: the job's settings (its ``[lineage]``, output and format).
@@ -191,6 +202,8 @@ class LineageObserver:
         self._started = False
         #: Each staged dataset's checks, for the column each assertion reads.
         self._checks: dict[str, tuple[Check, ...]] = {}
+        #: The hold each released dataset was in (``commitpub release``).
+        self._released: dict[str, Released] = {}
 
     def on_event(self, event: RunEvent) -> None:
         config = self._config
@@ -206,6 +219,8 @@ class LineageObserver:
                 self._sent(self._lineage)
             case DatasetStaged(dataset, _info, checks) if checks:
                 self._checks[dataset] = checks
+            case Released(held):
+                self._released[held.dataset] = event
             case Finished() if self._lineage is not None and self._started:
                 self._end(self._lineage)
                 self._sent(self._lineage)
@@ -222,11 +237,19 @@ class LineageObserver:
             if info.source is not None
         ]
         outputs = [self._output(d) for d in report.published if d in report.staged]
+        outputs += [
+            self._released_output(r)
+            for d, r in sorted(self._released.items())
+            if d in report.published
+        ]
         # Held by this run's checks: an output with the assertions that held it, not published.
+        # Still held from an earlier run: an output with the failed checks that hold it.
         outputs += [
             self._output(d, held=True)
-            for d in sorted(report.held)
-            if d in report.staged and d in report.checks and d not in report.published
+            if d in report.staged and d in report.checks
+            else self._held_output(held)
+            for d, held in sorted(report.held.items())
+            if d not in report.published
         ]
         if report.exit_code == ExitCode.OK:
             lineage.complete(outputs, inputs)
@@ -235,10 +258,31 @@ class LineageObserver:
             why = report.error or "; ".join(f"{d}: {e}" for d, e in sorted(errors.items()))
             lineage.fail(why or report.status, outputs, inputs)
 
-    def _output(self, dataset: str, *, held: bool = False) -> LineageOutput:
-        info, config = self._report.staged[dataset], self._config
+    def _where(self, dataset: str) -> tuple[str, tuple[str, str] | None]:
+        """The dataset's output URL, and its (namespace, name) where the format has one."""
+        config = self._config
         url = join(config.output, encode_name(dataset, "dataset"))
-        name = get_format(config.output_format).lineage_name(config, dataset)
+        return url, get_format(config.output_format).lineage_name(config, dataset)
+
+    def _held_output(self, held: HeldDataset) -> LineageOutput:
+        """A dataset held by an earlier run: nothing published, its failed checks."""
+        url, name = self._where(held.dataset)
+        return LineageOutput(url, name=name, assertions=_failed_checks(held), held=True)
+
+    def _released_output(self, released: Released) -> LineageOutput:
+        """A released dataset: published as its run staged it, though these checks failed."""
+        url, name = self._where(released.held.dataset)
+        return LineageOutput(
+            url,
+            rows=released.rows,
+            files=released.files,
+            name=name,
+            assertions=_failed_checks(released.held),
+        )
+
+    def _output(self, dataset: str, *, held: bool = False) -> LineageOutput:
+        info = self._report.staged[dataset]
+        url, name = self._where(dataset)
         results = self._report.checks.get(dataset)
         columns = {c.name: c.columns_used() for c in self._checks.get(dataset, ())}
         assertions = [
@@ -255,6 +299,18 @@ class LineageObserver:
         return LineageOutput(
             url, rows=info.rows, files=info.files, name=name, assertions=assertions
         )
+
+
+def _failed_checks(held: HeldDataset) -> list[LineageAssertion]:
+    """The failed checks a hold records (as the checks reported them), as assertions."""
+    return [
+        LineageAssertion(
+            str(c.get("name", "?")),
+            False,
+            severity=None if c.get("severity") is None else str(c["severity"]),
+        )
+        for c in held.checks
+    ]
 
 
 class MetricsObserver:

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cattrs
 
@@ -23,8 +23,9 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
+from jobs.progress import log_progress
 from jobs.report import newest_reports
-from jobs.session import JobSession
+from jobs.session import JobSession, SessionStateError
 from jobs.watermarks import Adopted, adopt
 from publisher import (
     DatasetReport,
@@ -45,6 +46,9 @@ from store.errors import (
     StoreError,
 )
 from store.urls import redact
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 T = TypeVar("T")
 
@@ -434,6 +438,10 @@ def release(config: BatchConfig, dataset: str) -> DatasetReport:
     """Publish a held dataset's commit as it was staged, exactly once, under the job lock
     (see ``Publisher.release``).
 
+    A release of a held dataset is recorded like a run (:meth:`jobs.jobrun.JobRun.release`):
+    its report ``<run id>-release.json``, and its OpenLineage events where the job has
+    ``[lineage]``. One of a dataset that is not held changes nothing and records nothing.
+
     Raises:
         NotHeldError: if the dataset is not held (it may name a pending release the next
             recovery finishes).
@@ -443,13 +451,33 @@ def release(config: BatchConfig, dataset: str) -> DatasetReport:
         DiscardInProgressError: if a discard of the hold is not finished.
         LockHeldError: if a run holds the job lock.
     """
+    if held(config, dataset) is not None:
+        # Recorded like a run: its report, and its lineage events where the job has them.
+        from jobs.batch import new_run_id
+        from jobs.jobrun import JobRun
+
+        with JobRun(
+            config,
+            _no_spark,
+            run_id=new_run_id(),
+            command="release",
+            progress=log_progress,
+            claim_staging=False,
+            log_errors=False,
+        ) as run:
+            return run.release(dataset)
     try:
+        # Not held: refused under the lock, saying why (its release is written ahead, say).
         return _on_dataset(config, dataset, lambda pub: pub.release(dataset))
     except NothingPendingError as e:
         raise NotHeldError(
             f"release of {dataset!r} refused: it is not held (job {config.name!r} has no "
             "pending commit and no status of it)"
         ) from e
+
+
+def _no_spark() -> SparkSession:
+    raise SessionStateError("commitpub release runs no Spark")
 
 
 def unlock(

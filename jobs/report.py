@@ -76,8 +76,8 @@ class Driver:
 
 @attrs.define
 class RunReport:
-    """What one ``run`` or ``recover`` (or one ``jobs.Batch``) did; :func:`as_json` is the
-    JSON report."""
+    """What one ``run``, ``recover`` or ``release`` (or one ``jobs.Batch``) did;
+    :func:`as_json` is the JSON report."""
 
     job: str
     run_id: str
@@ -113,6 +113,8 @@ class RunReport:
     #: Every dataset of the job held by failed checks when the run ended: held by this run
     #: or still held from an earlier one (exit 3 until released or discarded).
     held: dict[str, HeldDataset] = attrs.field(factory=dict)
+    #: ``commitpub release``: the hold it released (its publish is in ``publish``).
+    released: dict[str, HeldDataset] = attrs.field(factory=dict)
     durations_s: dict[str, float] = attrs.field(factory=dict)
     tasks: dict[str, list[TaskInfo]] = attrs.field(factory=dict)
     #: OpenLineage (``[lineage]``): the run id of its events, events delivered, and events
@@ -248,6 +250,7 @@ def _unstructure_report(report: RunReport) -> dict[str, Any]:
     doc["written_ahead"] = sorted(doc["written_ahead"])
     doc["checks"] = dict(sorted(doc["checks"].items()))
     doc["held"] = dict(sorted(doc["held"].items()))
+    doc["released"] = dict(sorted(doc["released"].items()))
     return {**derived, **doc}
 
 
@@ -281,6 +284,19 @@ def write_report(report: RunReport, reports: str) -> str:
     if report.finished is not None:
         log.info("report: %s", redact(path))
     return path
+
+
+def staged_figures(reports: str, run_id: str, dataset: str) -> tuple[int, int] | None:
+    """The rows and files run ``run_id`` staged for ``dataset``, as its report says; None
+    if the report is gone, unreadable or does not list the dataset."""
+    path = posixpath.join(reports, f"{run_id}-run.json")
+    try:
+        fs, p = fsspec.core.url_to_fs(path)
+        staged = json.loads(fs.cat_file(p))["staged"][dataset]
+        return int(staged["rows"]), int(staged["files"])
+    except (OSError, ValueError, LookupError, TypeError) as e:
+        log.debug("the staged figures of %s by run %s are not known: %s", dataset, run_id, e)
+        return None
 
 
 def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
