@@ -218,6 +218,11 @@ def test_release_refuses_a_moved_watermark_and_missing_data_and_changes_nothing(
     said = " ".join(moved.stderr.split())
     assert f"commitpub: error: WatermarkMovedError: release of '{HELD}' refused" in said
     assert "the held commit moves it from None to 50, it is 7 now" in said
+    assert moved.stderr.count("WatermarkMovedError") == 1, moved.stderr  # said once
+    # Recorded all the same: the last action status shows is the refused release.
+    last = job.json("status")["last_run"]
+    assert (last["command"], last["exit_code"]) == ("release", 1)
+    assert last["error"].startswith(f"WatermarkMovedError: release of '{HELD}' refused")
     assert "discard it (the data is read again)" in said
     job.unchanged(watermark=7)
 
