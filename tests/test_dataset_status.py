@@ -6,11 +6,11 @@ Every test runs against a real store: the filesystem and a real redis-server.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+import publisher_helpers
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,40 +23,14 @@ from publisher import (
     Discarding,
     DiscardRefusedError,
     Outcome,
-    Publisher,
-    RetryPolicy,
 )
 from publisher import status as status_record
-from store import CommitStepStore, open_store, open_watermarks
+from store import open_store, open_watermarks
 from store.errors import CorruptRecordError, FencedError
-
-FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02)
 
 
 @attrs.frozen
-class Job:
-    base: Path
-    store_url: str
-    wm_url: str
-
-    @property
-    def output(self) -> Path:
-        return self.base / "output"
-
-    def publisher(self, **kw: Any) -> Publisher:
-        kw.setdefault("retry", FAST)
-        return Publisher(
-            self.store_url,
-            "job",
-            staging_roots=[str(self.base / "staging")],
-            output_roots=[str(self.output)],
-            stores=[self.wm_url],
-            **kw,
-        )
-
-    def store(self) -> CommitStepStore:
-        return open_store(self.store_url)
-
+class Job(publisher_helpers.Job):
     def stage(self, dataset: str, run: str = "r1") -> list[CommitStep]:
         directory = self.base / "staging" / run / dataset
         directory.mkdir(parents=True, exist_ok=True)
@@ -75,19 +49,10 @@ class Job:
         self.store().put_sequence("job", dataset, [commitsteps.dumps(s) for s in steps])
         return steps
 
-    def published(self) -> list[str]:
-        return sorted(
-            str(p.relative_to(self.output)) for p in self.output.rglob("*") if p.is_file()
-        )
-
 
 @pytest.fixture(params=["fs", "redis"])
-def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Job]:
-    if request.param == "fs":
-        yield Job(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        yield Job(tmp_path, url, url)
+def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
+    return publisher_helpers.job_on(request.param, Job, request, tmp_path)
 
 
 # -- the record itself -------------------------------------------------------------------------
