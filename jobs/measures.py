@@ -414,6 +414,7 @@ def _equal_neighbours(directory: str, number: int) -> int:
             ]
             for a in arrays
         ]
-        merged = np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+        # Sorted runs, one a task: a stable sort (timsort) merges them.
+        merged = np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0, np.int64)
         equal += int(np.count_nonzero(merged[1:] == merged[:-1]))
     return equal

@@ -34,6 +34,7 @@ from jobs.config import BatchConfig
 from jobs.errors import BatchArgumentError
 from jobs.formats import CATALOG_NAME, get_format
 from jobs.taskwriter import WriteOptions, write_partition
+from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
@@ -352,6 +353,8 @@ def _write_task(
         directory, options, write_id, index, context.attemptNumber(), measures.strip(batches)
     )
     measured = measures.finish(directory, index)
+    if context.attemptNumber() == 0:  # a task's retry must not crash at the same point again
+        failpoint("stage.task_measured")
     yield pa.RecordBatch.from_pydict(
         {"files": pa.array([files], pa.int64()), "measured": pa.array([measured], pa.binary())}
     )
