@@ -317,7 +317,8 @@ class TaskMeasures:
         if not self.ops:
             return b""
         for i, parts in self.keys.items():
-            keys = np.sort(np.concatenate(parts))
+            # Stable: a timsort, linear for keys that come in order (or in sorted runs).
+            keys = np.sort(np.concatenate(parts), kind="stable")
             if len(keys):
                 _write_keys(directory, f"{i}-{index:05d}.npy", keys)
         return _encode(self.figures)
@@ -348,20 +349,18 @@ def _decode(result: bytes | bytearray) -> list[Any]:
 def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
     import numpy as np
 
-    data = io.BytesIO()
-    np.save(data, keys, allow_pickle=False)
     if is_local(directory):
         folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
         os.makedirs(folder, exist_ok=True)
         # Whole or absent: two attempts of the task replace each other's file.
         temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
         with open(temporary, "wb") as f:
-            f.write(data.getbuffer())
+            np.save(f, keys, allow_pickle=False)
         os.replace(temporary, os.path.join(folder, name))
     else:
         fs, root = fsspec.core.url_to_fs(directory)
         with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
-            f.write(data.getbuffer())
+            np.save(f, keys, allow_pickle=False)
 
 
 def _key_files(directory: str, number: int) -> list[np.ndarray[Any, Any]]:
