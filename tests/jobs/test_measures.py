@@ -1,7 +1,8 @@
 """The built-in checks' figures measured by the staging write (``jobs.measures``) equal
 those of the read-back pass over the staged files, on the session's SparkSession: NULLs, a
 predicate that is NULL, a partition column, a duplicate key across two tasks (counted
-exactly by the read-back), keys that differ only as Spark's equality does not see.
+exactly by the read-back), keys that differ only as Spark's equality does not see, keys
+on an object store.
 
 A write task retried by Spark is tests/jobs/test_task_retry.py.
 """
@@ -12,6 +13,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import fsspec
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -147,3 +150,27 @@ def test_a_key_twice_in_two_tasks_is_counted_exactly(
     assert figures == {"unique(id)": 1, "unique(amount)": 2, "unique(name)": 0}
     keys = sorted(p.name for p in (tmp_path / "staged" / measures.KEYS_DIRECTORY).iterdir())
     assert keys == [f"{i}-{t:05d}.npy" for i in (0, 1, 2) for t in (0, 1)]
+
+
+def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
+    spark: SparkSession, s3_bucket: str
+) -> None:
+    # Two write tasks' measures, run here (as a write task runs them), staging on the
+    # session's S3 endpoint: the keys' files are written in place and read back whole.
+    checks: list[Check] = [UniqueCheck("id"), NotNullCheck("id")]
+    plan = measures.plan(checks, spark.createDataFrame([], "id long").schema)
+    directory = f"s3://{s3_bucket}/staging/orders"
+    results = []
+    for index, ids in enumerate([[3, 1, None], [2, 3]]):
+        task = measures.TaskMeasures(plan.ops)
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+        assert [b.num_rows for b in task.strip(iter([batch]))] == [len(ids)]
+        results.append(task.finish(directory, index))
+
+    measured = plan.measured(results, directory, 5)
+
+    assert measured.values == {"unique(id)": (4, 3), "not_null(id)": (1, 1)}
+    fs = fsspec.filesystem("s3")
+    assert sorted(fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False)) == [
+        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.npy" for i in (0, 1)
+    ]
