@@ -1,8 +1,11 @@
 """Audit before publish: a staged dataset's checks decide whether it is written ahead or held.
 
-:func:`audit` runs a dataset's checks (:mod:`jobs.checks`) on its **staged** files, read
-back by Spark (what would be published, not the user's DataFrame: the source is not read
-again), every built-in check in one pass, in Spark tasks. When an ``error`` check fails,
+:func:`audit` runs a dataset's checks (:mod:`jobs.checks`) on its **staged** data (what
+would be published: the source is not read again). The built-in checks are judged on the
+figures the staging write measured while it wrote the files (:mod:`jobs.measures`); what it
+did not measure (a custom check, a key that may be duplicated, a writer that measures
+nothing) reads the staged files back in Spark tasks, every built-in check in one pass.
+When an ``error`` check fails,
 the dataset's would-be commit is held (:meth:`publisher.Publisher.hold`) instead of written
 ahead: its staged files stay in the run directory, its watermarks do not move, and later
 runs skip it until ``commitpub release`` or ``commitpub discard``.
@@ -24,7 +27,7 @@ import attrs
 import fsspec
 
 from commitsteps import CommitStep
-from jobs.checks import Check, CheckResults, RowCountCheck, converter, run_checks
+from jobs.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
 from jobs.commits import join, staged_files
 from jobs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
@@ -177,6 +180,7 @@ def audit(
     steps: Sequence[CommitStep] | Callable[[], Sequence[CommitStep]],
     run_id: str,
     reports: str,
+    measured: Measured | None = None,
 ) -> Audited:
     """Run ``dataset``'s checks on its staged data; hold it when an ``error`` check fails.
 
@@ -190,12 +194,19 @@ def audit(
         steps: its would-be commit, or the builder of it.
         run_id: the run, recorded with a hold.
         reports: the job's reports directory, for the rows of its last published run.
+        measured: the checks' figures the staging write measured (:mod:`jobs.measures`):
+            the staged files are read back only for the checks it did not measure.
 
     Returns:
         The results, and the hold when the dataset was held.
     """
     previous = previous_rows(reports, dataset) if _needs_previous(checks) else None
-    results = run_checks(read_staged(spark, info, schema), checks, previous_rows=previous)
+    results = run_checks(
+        lambda: read_staged(spark, info, schema),
+        checks,
+        previous_rows=previous,
+        measured=measured,
+    )
     failpoint("audit.checked")
     for result in results.failed:
         log.warning("check of %s failed (%s): %s", dataset, result.severity, result.message)

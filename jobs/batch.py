@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 import commitsteps
 from commitsteps import CommitStep
 from jobs.audit import audit
@@ -65,11 +67,12 @@ from jobs.lifecycle import (
     Published,
     RunDirCreated,
 )
+from jobs.measures import Plan, plan
 from jobs.progress import Progress
 from jobs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
 from jobs.taskwriter import WriteOptions
-from jobs.writing import writer_for
+from jobs.writing import Written, writer_for
 from publisher import Outcome, Publisher, PublishReport, staging
 from store import JsonScalar
 from store.base import encode_value
@@ -189,6 +192,8 @@ class Batch:
         #: Each staged dataset's checks and the schema its staged data is read back with.
         self._checks: dict[str, tuple[Check, ...]] = {}
         self._schemas: dict[str, StructType] = {}
+        #: What the staging write measured of each dataset's checks, and how to read it.
+        self._measures: dict[str, tuple[Plan, Written]] = {}
         self._block_started = time.monotonic()
 
     @property
@@ -266,9 +271,11 @@ class Batch:
             watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
             source: where ``df`` was read from (a path or URL without credentials): the
                 input of the run's lineage events, with the watermark range read.
-            checks: checks of the staged data (:mod:`jobs.checks`), run when the block is
-                left, before anything of it is written ahead: on its staged files, every
-                built-in check in one pass, in Spark tasks. A failed ``error`` check holds
+            checks: checks of the staged data (:mod:`jobs.checks`), judged when the block
+                is left, before anything of it is written ahead: the built-in checks'
+                figures are measured by the tasks that write the staged files
+                (:mod:`jobs.measures`); a custom check (and a key that may be duplicated)
+                reads the staged files back, in Spark tasks. A failed ``error`` check holds
                 the dataset (not written ahead, its staged files kept, its watermarks
                 unmoved, exit 3) until ``commitpub release`` or ``commitpub discard``; a
                 failed ``warn`` check is reported and the dataset published. The results
@@ -325,7 +332,16 @@ class Batch:
             options = WriteOptions(
                 columns, self.config.max_records_per_file, self.config.compression
             )
+            measures = None
+            if checks and self.writer.measures_checks:
+                # The checks' figures are measured while the rows are written.
+                measures = plan(checks, df.schema, columns)
+                if measures.columns:
+                    df = df.select("*", *measures.columns)
+                options = attrs.evolve(options, measures=measures.ops)
             written = self.writer.write(df, directory, options)
+            if measures is not None and written.measured is not None:
+                self._measures[dataset] = (measures, written)
             info = StagedInfo(
                 directory,
                 partitions,
@@ -488,6 +504,10 @@ class Batch:
         ``sequences`` (its staged files stay, kept by the hold)."""
         self._run.say(f"checking the staged data of {dataset} in Spark tasks")
         started = time.monotonic()
+        measured = None
+        if dataset in self._measures:
+            measures, written = self._measures[dataset]
+            measured = measures.measured(written.measured or (), info.directory, written.rows)
         audited = audit(
             self._run.start_spark(),
             self._publisher,
@@ -498,6 +518,7 @@ class Batch:
             steps=sequences[dataset],
             run_id=self.run_id,
             reports=self.config.reports,
+            measured=measured,
         )
         self._run.tell(DatasetChecked(dataset, audited.results, time.monotonic() - started))
         if audited.held is not None:

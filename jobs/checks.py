@@ -51,6 +51,7 @@ __all__ = [
     "CustomCheck",
     "DeclaredChecks",
     "FreshnessCheck",
+    "Measured",
     "NotNullCheck",
     "PredicateCheck",
     "RowCountCheck",
@@ -442,11 +443,15 @@ class UniqueCheck(_BuiltinCheck):
     def aggregates(self) -> list[Column]:
         from pyspark.sql import functions as sf
 
+        # count(DISTINCT a, b) leaves out the rows with a NULL in a or b, as `keyed` does.
+        return [sf.count_if(self.keyed()), sf.count_distinct(*(_col(c) for c in self.columns))]
+
+    def keyed(self) -> Column:
+        """True for a row whose key columns are all not NULL (a row that is compared)."""
         keyed = _col(self.columns[0]).isNotNull()
         for c in self.columns[1:]:
             keyed = keyed & _col(c).isNotNull()
-        # count(DISTINCT a, b) leaves out the rows with a NULL in a or b, as `keyed` does.
-        return [sf.count_if(keyed), sf.count_distinct(*(_col(c) for c in self.columns))]
+        return keyed
 
     def judge(self, values: Sequence[Any], rows: int, context: _Context) -> CheckResult:
         keyed, distinct = values
@@ -813,22 +818,37 @@ def validate_checks(checks: Sequence[object], df: DataFrame) -> None:
         check.check_schema(types, df)
 
 
+@attrs.frozen
+class Measured:
+    """Figures of built-in checks computed without a pass of their own (by the staging
+    write, :mod:`jobs.measures`): the rows, and for each check by its name the values of
+    its aggregates (what :meth:`~_BuiltinCheck.judge` is given). A check not in ``values``
+    is computed on the data."""
+
+    rows: int
+    values: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict)
+
+
 def run_checks(
-    df: DataFrame,
+    df: DataFrame | Callable[[], DataFrame],
     checks: Sequence[Check],
     *,
     previous_rows: int | None = None,
     now: dt.datetime | None = None,
+    measured: Measured | None = None,
 ) -> CheckResults:
     """Run a dataset's checks on its staged data: the built-in ones in one pass.
 
     Args:
-        df: the staged data.
+        df: the staged data, or a function returning it, called only when some check
+            needs the data (one not in ``measured``, or a custom one).
         checks: the dataset's checks.
         previous_rows: the rows of the dataset's last published run, for a
             :class:`RowCountCheck`'s ratios; None when there is none.
         now: the time a :class:`FreshnessCheck` measures age from (time-zone aware); None:
             the driver's clock, read once here.
+        measured: figures already computed (validated against the data when they were):
+            their checks are judged on them, without a pass over the data.
 
     Returns:
         Each check's result, in the order of ``checks``.
@@ -847,15 +867,24 @@ def run_checks(
         now = dt.datetime.now(dt.UTC)
     elif not isinstance(now, dt.datetime) or now.tzinfo is None:
         raise CheckDeclarationError(f"argument 'now' must be an aware datetime, got {now!r}")
-    validate_checks(checks, df)
     context = _Context(previous_rows, now)
     builtins = [c for c in checks if isinstance(c, _BuiltinCheck)]
     found: dict[str, CheckResult] = {}
-    if builtins:
-        found.update(_one_pass(df, builtins, context))
-    for check in checks:
-        if isinstance(check, CustomCheck):
-            found[check.name] = check.run(df)
+    if measured is not None:
+        for check in builtins:
+            if check.name in measured.values:
+                values = list(measured.values[check.name])
+                found[check.name] = check.judge(values, measured.rows, context)
+    pending = [c for c in builtins if c.name not in found]
+    customs = [c for c in checks if isinstance(c, CustomCheck)]
+    if measured is not None and not pending and not customs:
+        return CheckResults(tuple(found[c.name] for c in checks))
+    data = df() if callable(df) else df
+    validate_checks(checks, data)
+    if pending:
+        found.update(_one_pass(data, pending, context))
+    for custom in customs:
+        found[custom.name] = custom.run(data)
     return CheckResults(tuple(found[c.name] for c in checks))
 
 

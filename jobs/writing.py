@@ -17,6 +17,7 @@ are staged under.
 from __future__ import annotations
 
 import abc
+import builtins
 import errno
 import functools
 import os
@@ -33,6 +34,7 @@ from jobs.config import BatchConfig
 from jobs.errors import BatchArgumentError
 from jobs.formats import CATALOG_NAME, get_format
 from jobs.taskwriter import WriteOptions, write_partition
+from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
@@ -44,11 +46,13 @@ StepsBuilder = Callable[[], Sequence[CommitStep]]
 
 @attrs.frozen
 class Written:
-    """What a write left in a staging directory."""
+    """What a write left in a staging directory, and the figures its tasks measured for
+    checks (:mod:`jobs.measures`; None: the writer measures nothing)."""
 
     files: int
     rows: int
     bytes: int
+    measured: tuple[builtins.bytes, ...] | None = None
 
 
 class Writer(abc.ABC):
@@ -56,6 +60,12 @@ class Writer(abc.ABC):
 
     #: The ``output.format`` this writer serves (errors name it).
     format: ClassVar[str]
+    #: True when :meth:`write` measures checks' figures while it writes: it is then given
+    #: a frame with hidden columns named in ``options.measures`` (:mod:`jobs.measures`),
+    #: which it leaves out of the files and measures, as :class:`ParquetWriter` does (a
+    #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
+    #: checks read the staged files back.
+    measures_checks: ClassVar[bool] = False
 
     @abc.abstractmethod
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
@@ -85,14 +95,15 @@ class ParquetWriter(Writer):
     """
 
     format = "parquet"
+    measures_checks = True
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         if is_local(directory) and os.path.lexists(local_path(directory)):
             raise FileExistsError(
                 errno.EEXIST, "a staging directory is written once; it exists already", directory
             )
-        _write_with_arrow(frame, directory, options)
-        return count(directory)
+        measured = _write_with_arrow(frame, directory, options)
+        return attrs.evolve(count(directory), measured=measured)
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         # The files are published by renames: the staged dataset builds them itself.
@@ -294,15 +305,19 @@ def count(directory: str) -> Written:
     return Written(files=len(files), rows=rows, bytes=sum(files.values()))
 
 
-#: The result schema of the write tasks: each returns how many files it wrote.
-_TASK_RESULT = "files long"
+#: The result schema of the write tasks: each returns how many files it wrote and the
+#: figures it measured for checks.
+_TASK_RESULT = "files long, measured binary"
 
 
-def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -> None:
+def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -> tuple[bytes, ...]:
     """Stage ``frame`` from the Spark tasks: each writes its Arrow batches with pyarrow.
 
     The partition columns reach the tasks as Spark's own string form of their values (a
     cast in the session's time zone, as Spark's writer names its directories), last.
+
+    Returns:
+        Each task's measured figures (:class:`jobs.measures.TaskMeasures`).
     """
     partition_by = options.partition_by
     frame = frame.select(
@@ -310,7 +325,7 @@ def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -
         *[_column(name).cast("string").alias(name) for name in partition_by],
     )
     task = functools.partial(_write_task, directory, options, secrets.token_hex(8))
-    frame.mapInArrow(task, _TASK_RESULT).collect()
+    return tuple(bytes(row[1] or b"") for row in frame.mapInArrow(task, _TASK_RESULT).collect())
 
 
 def _column(name: str) -> Any:
@@ -327,10 +342,19 @@ def _write_task(
     import pyarrow as pa
     from pyspark import TaskContext
 
+    from jobs.measures import TaskMeasures
+
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("the staging write runs in a Spark task")
+    measures = TaskMeasures(options.measures)
+    index = context.partitionId()
     files = write_partition(
-        directory, options, write_id, context.partitionId(), context.attemptNumber(), batches
+        directory, options, write_id, index, context.attemptNumber(), measures.strip(batches)
     )
-    yield pa.RecordBatch.from_pydict({"files": pa.array([files], pa.int64())})
+    measured = measures.finish(directory, index)
+    if context.attemptNumber() == 0:  # a task's retry must not crash at the same point again
+        failpoint("stage.task_measured")
+    yield pa.RecordBatch.from_pydict(
+        {"files": pa.array([files], pa.int64()), "measured": pa.array([measured], pa.binary())}
+    )

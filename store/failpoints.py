@@ -91,6 +91,13 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "a task's first attempt moved its files into staging; Spark retries the task",
     ),
     CrashPoint(
+        "stage.task_measured",
+        _TASK,
+        "stage",
+        "a task's first attempt wrote its files and its checks' keys, not its figures; Spark "
+        "retries the task",
+    ),
+    CrashPoint(
         "run.dataset_staged",
         _DRIVER,
         "stage",

@@ -10,8 +10,8 @@ second or two), so the environment follows whichever clone runs it.
 Then :data:`TESTS` run in it, in one pytest process: a ``Batch`` and the runner, the
 end-to-end runs with their SIGKILLed drivers (the crash points a Spark run meets), Spark
 task retries, the demo, the standalone cluster and the checks on staged data (the functions
-their one aggregation uses, the read-back of staged files, held datasets). The process exits
-with pytest's code.
+their one aggregation uses, the read-back of staged files, the figures the staging write
+measures, held datasets). The process exits with pytest's code.
 
     .venv/bin/python tests/spark35.py [PYTEST ARGS...]
 """
@@ -44,6 +44,7 @@ TESTS = [
     "tests/jobs/test_cluster.py",
     "tests/jobs/test_checks.py",
     "tests/jobs/test_audit.py",
+    "tests/jobs/test_measures.py",
 ]
 
 #: Pins that differ under pyspark 3.5: pyspark itself, and the py4j it ships with.

@@ -1,11 +1,11 @@
 """A job as a Spark Connect client (``SparkSession.builder.remote``) against a real Connect
-server started from the installed pyspark: ``jobs.Batch`` in a user's script (into Parquet,
-and into a Delta table with a step of the user's own module), ``commitpub run`` with
-``SPARK_REMOTE`` set or ``[spark] remote`` in the job file, and a client SIGKILLed in the
-middle of publishing, then recovered. Each client runs in its own process: a Connect session
-marks its whole process as a Connect client, which the classic session the other tests share
-cannot be beside. Everything published is read back without Spark (pyarrow, deltalake and
-DuckDB).
+server started from the installed pyspark: ``jobs.Batch`` in a user's script (into Parquet
+and into a Delta table with a step of the user's own module, each with checks on the staged
+data), ``commitpub run`` with ``SPARK_REMOTE`` set or ``[spark] remote`` in the job file, and
+a client SIGKILLed in the middle of publishing, then recovered. Each client runs in its own
+process: a Connect session marks its whole process as a Connect client, which the classic
+session the other tests share cannot be beside. Everything published is read back without
+Spark (pyarrow, deltalake and DuckDB).
 """
 
 from __future__ import annotations
@@ -35,16 +35,21 @@ SCRIPT = """
 import json, sys
 from pyspark.sql import SparkSession
 import jobs
+from jobs.checks import NotNullCheck, PredicateCheck, UniqueCheck
 
 remote, base, run_id = sys.argv[1:]
 spark = SparkSession.builder.remote(remote).getOrCreate()
 places = {k: f"{base}/{k}" for k in ("store", "watermarks", "staging", "output")}
+checks = [UniqueCheck("seq"), UniqueCheck("tag"), PredicateCheck("seq % 10 > 0", severity="warn"),
+          NotNullCheck("tag")]
 with jobs.Batch(spark, "connect-job", run_id=run_id, **places) as batch:
     first = batch.committed("orders", "p0") or 0
     rows = spark.range(first, first + 50).withColumnRenamed("id", "seq")
-    batch.stage("orders", rows, watermarks={"p0": first + 50})
+    rows = rows.selectExpr("seq", "concat('t', seq) AS tag")
+    batch.stage("orders", rows, watermarks={"p0": first + 50}, checks=checks)
 print(json.dumps({"exit_code": int(batch.report.exit_code), "published": batch.report.published,
-                  "cwds": sorted({t.cwd for t in batch.report.tasks.get("publish", [])})}))
+                  "cwds": sorted({t.cwd for t in batch.report.tasks.get("publish", [])}),
+                  "checks": {c.name: c.figures for c in batch.report.checks["orders"].checks}}))
 spark.stop()
 """
 
@@ -63,17 +68,20 @@ import jobs
 remote, base, run_id, steps = sys.argv[1:]
 sys.path.insert(0, steps)
 import usersteps
+from jobs.checks import UniqueCheck
 
 spark = SparkSession.builder.remote(remote).getOrCreate()
 places = {k: f"{base}/{k}" for k in ("store", "watermarks", "staging", "output")}
 with jobs.Batch(spark, "connect-table", run_id=run_id, format="delta", **places) as batch:
     first = batch.committed("orders", "p0") or 0
-    batch.stage("orders", spark.range(first, first + 50), watermarks={"p0": first + 50})
+    batch.stage("orders", spark.range(first, first + 50), watermarks={"p0": first + 50},
+                checks=[UniqueCheck("id")])
     marker = usersteps.DoneMarkerStep(f"{base}/output/_markers/{run_id}", run_id)
     batch.add_steps("orders", [marker])
 tasks = batch.report.tasks.get("publish", [])
 print(json.dumps({"exit_code": int(batch.report.exit_code), "report": str(batch.report.path),
                   "client": os.getpid(),
+                  "unique": batch.report.checks["orders"].checks[0].figures,
                   "tasks": [[t.pid, t.cwd] for t in tasks]}))
 spark.stop()
 """
@@ -102,6 +110,11 @@ def test_a_batch_on_a_connect_session_publishes_exactly_once(
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert (result["exit_code"], result["published"]) == (0, ["orders"])
+        # The checks' figures, measured by the write tasks in the server's executors.
+        checks = result["checks"]
+        assert [checks[f"unique({k})"]["distinct_keys"] for k in ("seq", "tag")] == [50, 50]
+        assert checks["predicate(seq % 10 > 0)"]["failing_rows"] == 5  # warn: published
+        assert checks["not_null(tag)"]["null_rows"] == 0
         # Published in the server's executors, in its directory of this Connect session.
         assert result["cwds"]
         assert all(Path(cwd).is_relative_to(server.local_dir) for cwd in result["cwds"])
@@ -162,6 +175,7 @@ def test_a_users_step_and_a_delta_table_on_a_connect_session(
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["exit_code"] == 0, Path(result["report"]).read_text()[-3000:]
+        assert (result["unique"]["rows"], result["unique"]["distinct_keys"]) == (50, 50)
         # The user's step ran in a publish task of the server's executors: in its directory
         # of this Connect session, not in the client.
         content, where = (tmp_path / "output" / "_markers" / run_id).read_text().splitlines()

@@ -1,7 +1,7 @@
 """Spark retries a task whose Python worker died. A publish task's retry reports the
 dataset ``blocked`` (outcome unknown until the next run), never ``refused``, and the next run
 ends exactly once; a staging write task's retry replaces what the killed attempt staged, so
-the run publishes each row once.
+the run publishes each row once, and the checks' figures it measured count each row once.
 
 A real ``commitpub run`` in its own process, on ``local[1,2]`` (one core, a task may fail
 twice before the job fails), with the executor's Python worker SIGKILLing itself at a
@@ -78,6 +78,70 @@ def test_a_write_task_killed_while_moving_its_files_stages_each_row_once(tmp_pat
     [orders] = json.loads(run.stdout)["publish"]["datasets"]
     assert orders["outcome"] == "published", orders
     assert orders["executed"] == 3 + 1, orders  # three files, one watermark
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing",
+            tmp_path / "output",
+            str(tmp_path / "state" / "watermarks"),
+            ["orders"],
+        )
+        == 30
+    )
+
+
+CHECKS = """
+[[checks]]
+check = "row_count"
+min_rows = 30
+max_rows = 30
+
+[[checks]]
+check = "unique"
+columns = ["id"]
+
+[[checks]]
+check = "unique"
+columns = ["serial"]
+
+[[checks]]
+check = "not_null"
+columns = ["id", "ts"]
+"""
+
+
+def test_a_write_task_killed_after_measuring_its_checks_counts_each_row_once(
+    tmp_path: Path,
+) -> None:
+    # The write task's Python worker dies after it wrote its files and its sorted keys,
+    # before its figures reached the driver; Spark runs the task again.
+    landing = Landing(tmp_path / "landing")
+    landing.append("orders", "0", 30)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    job = write_job(tmp_path, spark={"master": "local[1,2]", "conf": {"spark.ui.enabled": False}})
+    job.write_text(job.read_text() + CHECKS)
+
+    run = commitpub(
+        "run",
+        str(job),
+        "--json",
+        env={ENV_VAR: "stage.task_measured@1", MARKS_ENV_VAR: str(marks)},
+        cwd=tmp_path,
+    )
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [m.name.split(".")[:2] for m in marks.iterdir()] == [["stage", "task_measured"]]
+    # Each row once: the keys of an integer column are counted as they are, so the killed
+    # attempt's keys, had they stayed beside the retry's, would be 30 duplicates.
+    checks = json.loads(run.stdout)["checks"]["orders"]["checks"]
+    assert [(c["name"], c["passed"]) for c in checks] == [
+        ("row_count", True),
+        ("unique(id)", True),
+        ("unique(serial)", True),
+        ("not_null(id, ts)", True),
+    ]
+    assert [c["figures"]["distinct_keys"] for c in checks[1:3]] == [30, 30]
+    assert checks[2]["figures"]["duplicate_rows"] == 0
     assert (
         assert_exactly_once(
             tmp_path / "landing",

@@ -1,0 +1,419 @@
+"""The built-in checks' figures, measured by the staging write: no second pass over the data.
+
+The staging write (:mod:`jobs.writing`) sees every row once, in its Spark tasks.
+:func:`plan` says what each task measures of the rows it writes (:class:`Op`), and the
+driver turns the tasks' figures into each check's (:meth:`Plan.measured`): the sums of their
+counts, the least or greatest of their values. Only the result rows of a task's successful
+attempt reach the driver, so a retried task counts once. A figure of a data column (NULLs)
+is counted by pyarrow on the column itself; one that needs Spark SQL's semantics (a
+predicate, accepted values, a time) is a hidden column that Spark evaluates beside the data
+with the expression the read-back's aggregate has (:mod:`jobs.checks`), which the task
+counts and leaves out of the files.
+
+A unique key is exact. Each task sorts its rows' keys and writes them into the staging
+directory (:data:`KEYS_DIRECTORY`, hidden: not data, deleted with the staging directory; a
+retried attempt replaces its task's file): one integer, date or timestamp column as its
+values, any other key as Spark's 64-bit ``xxhash64`` of its columns (a hidden column). The
+driver merges the tasks' sorted keys range by range (at most :data:`MERGE_KEYS` in memory at
+once) and counts equal neighbours. Values are the keys themselves: the duplicates are
+counted. Equal keys always have equal hashes, so no equal hashes means no duplicate; equal
+hashes may be two keys that share one, and the check is then computed by the read-back
+pass over the staged data (:func:`jobs.checks.run_checks`), as a check that is not measured
+is.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import fsspec
+
+from jobs.checks import (
+    AcceptedValuesCheck,
+    Check,
+    FreshnessCheck,
+    Measured,
+    NotNullCheck,
+    PredicateCheck,
+    RowCountCheck,
+    UniqueCheck,
+)
+from store.urls import is_local, local_path
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType, StructType
+
+log = logging.getLogger("commitpub.jobs")
+
+#: The hidden columns' names: this and a number.
+HIDDEN = "__commitpub_measure_"
+#: The directory in a staging directory that holds the tasks' sorted keys.
+KEYS_DIRECTORY = "_commitpub_keys"
+#: Keys the driver holds at once while it looks for equal ones (8 bytes each).
+MERGE_KEYS = 1 << 25
+
+
+class Op:
+    """What a write task measures of columns (``Plan.ops``)."""
+
+    #: Rows whose value is true.
+    TRUE = "true"
+    #: Rows whose value is not NULL.
+    VALID = "valid"
+    #: Rows with a NULL in any of the columns.
+    ANY_NULL = "any_null"
+    #: The least value, NULLs left out (None when there is none).
+    MIN = "min"
+    #: The greatest value.
+    MAX = "max"
+    #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file.
+    KEYS = "keys"
+    #: As :attr:`KEYS`, the column holding 64-bit hashes of the keys.
+    HASHES = "hashes"
+
+
+#: The figures that are counts, summed over the tasks.
+_COUNTS = frozenset({Op.TRUE, Op.VALID, Op.ANY_NULL, Op.KEYS, Op.HASHES})
+
+
+#: A check's values (what its ``judge`` is given) from the figures of the whole write, the
+#: rows and the number of equal neighbours among the keys; None: not measured after all.
+_Values = Callable[[Sequence[Any], int, Callable[[int], int]], "tuple[Any, ...] | None"]
+
+
+@attrs.frozen
+class Plan:
+    """What the staging write measures for a dataset's checks.
+
+    Args:
+        columns: the hidden columns' expressions, each aliased to its name.
+        ops: what each task measures, ``(op, columns)`` (:class:`Op`; data or hidden
+            columns), given to the write tasks.
+        checks: each measured check's name and how its values come from the figures.
+    """
+
+    columns: tuple[Column, ...] = ()
+    ops: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    checks: tuple[tuple[str, _Values], ...] = ()
+
+    def measured(self, results: Sequence[bytes | bytearray], directory: str, rows: int) -> Measured:
+        """The checks' figures from the write's task results and its keys' files; a check
+        whose key hashes collide is left out (computed on the data instead)."""
+        figures: list[Any] = [0 if op in _COUNTS else None for op, _ in self.ops]
+        for result in results:
+            for i, value in enumerate(_decode(result)):
+                figures[i] = _combine(self.ops[i][0], figures[i], value)
+
+        def equal(number: int) -> int:
+            return _equal_neighbours(directory, number)
+
+        found: dict[str, tuple[Any, ...]] = {}
+        for name, values in self.checks:
+            judged = values(figures, rows, equal)
+            if judged is None:
+                log.info(
+                    "check %r: two keys have one hash; the key is counted on the staged data",
+                    name,
+                )
+            else:
+                found[name] = judged
+        return Measured(rows, found)
+
+
+def plan(checks: Sequence[Check], schema: StructType, partition_by: Sequence[str] = ()) -> Plan:
+    """What the write measures for ``checks`` on data of ``schema`` (``partition_by``: the
+    columns that reach the tasks as strings). Every built-in check is measured but a unique
+    key of a column Spark compares otherwise than by its bytes (a nested type, a string
+    collation), left to the read-back."""
+    from pyspark.sql import functions as sf
+
+    types = {f.name: f.dataType for f in schema.fields}
+    columns: list[Column] = []
+    ops: list[tuple[str, tuple[str, ...]]] = []
+    measured: list[tuple[str, _Values]] = []
+
+    def measure(op: str, *names: str) -> int:
+        ops.append((op, names))
+        return len(ops) - 1
+
+    def hide(expression: Column) -> str:
+        name = f"{HIDDEN}{len(columns)}"
+        columns.append(expression.alias(name))
+        return name
+
+    for check in checks:
+        values: _Values
+        if isinstance(check, RowCountCheck):
+            values = _no_values
+        elif isinstance(check, NotNullCheck):
+            numbers = [measure(Op.ANY_NULL, *check.columns)]
+            numbers += [measure(Op.ANY_NULL, c) for c in check.columns]
+            values = _pick(numbers)
+        elif isinstance(check, UniqueCheck):
+            if not all(_comparable(types[c]) for c in check.columns):
+                continue
+            [key] = check.columns if len(check.columns) == 1 else [None]
+            if key is not None and key not in partition_by and _integral(types[key]):
+                values = _unique(measure(Op.KEYS, key), exact=True)
+            else:
+                # Spark hashes -0.0 as 0.0 and every NaN alike, as count(DISTINCT) compares.
+                hashed = sf.xxhash64(*(_col(c) for c in check.columns))
+                values = _unique(measure(Op.HASHES, hide(sf.when(check.keyed(), hashed))))
+        elif isinstance(check, AcceptedValuesCheck):
+            # The value where it is not accepted: counted, and its least is the example.
+            column = _col(check.column)
+            rejected = hide(sf.when(~column.isin(list(check.values)), column))
+            values = _pick([measure(Op.VALID, rejected), measure(Op.MIN, rejected)])
+        elif isinstance(check, PredicateCheck):
+            predicate = hide(sf.expr(check.sql))
+            values = _predicate(measure(Op.TRUE, predicate), measure(Op.VALID, predicate))
+        elif isinstance(check, FreshnessCheck):
+            # The cast keeps the order: the newest value's micros are the most.
+            micros = sf.unix_micros(_col(check.column).cast("timestamp"))
+            values = _pick([measure(Op.MAX, hide(micros))])
+        else:
+            continue
+        measured.append((check.name, values))
+    return Plan(tuple(columns), tuple(ops), tuple(measured))
+
+
+def _no_values(figures: Sequence[Any], rows: int, equal: Callable[[int], int]) -> tuple[Any, ...]:
+    return ()
+
+
+def _pick(numbers: Sequence[int]) -> _Values:
+    return lambda figures, rows, equal: tuple(figures[i] for i in numbers)
+
+
+def _predicate(true: int, valid: int) -> _Values:
+    # Failing: not true (false or NULL); NULL: not valid.
+    return lambda figures, rows, equal: (rows - figures[true], rows - figures[valid])
+
+
+def _unique(number: int, *, exact: bool = False) -> _Values:
+    def values(figures: Sequence[Any], rows: int, equal: Callable[[int], int]) -> Any:
+        keyed = figures[number]
+        same = equal(number)
+        if same and not exact:
+            return None
+        return (keyed, keyed - same)
+
+    return values
+
+
+def _col(name: str) -> Column:
+    from pyspark.sql import functions as sf
+
+    return sf.col("`" + name.replace("`", "``") + "`")
+
+
+def _comparable(type_: DataType) -> bool:
+    from pyspark.sql import types as st
+
+    if isinstance(type_, st.StringType):
+        return getattr(type_, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    return isinstance(
+        type_,
+        st.NumericType
+        | st.BooleanType
+        | st.BinaryType
+        | st.DateType
+        | st.TimestampType
+        | st.TimestampNTZType,
+    )
+
+
+def _integral(type_: DataType) -> bool:
+    """Whether the task's values of the type are exact 64-bit integers (days, micros)."""
+    from pyspark.sql import types as st
+
+    return isinstance(
+        type_,
+        st.ByteType
+        | st.ShortType
+        | st.IntegerType
+        | st.LongType
+        | st.DateType
+        | st.TimestampType
+        | st.TimestampNTZType,
+    )
+
+
+def _combine(op: str, a: Any, b: Any) -> Any:
+    if op in _COUNTS:
+        return a + b
+    if a is None or b is None:
+        return b if a is None else a
+    return min(a, b) if op == Op.MIN else max(a, b)
+
+
+class TaskMeasures:
+    """One write task's figures (``WriteOptions.measures``): :meth:`strip` measures the
+    batches and passes them on without the hidden columns, :meth:`finish` writes the keys'
+    files and returns the task's figures."""
+
+    def __init__(self, ops: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        self.ops = list(ops)
+        self.figures: list[Any] = [0 if op in _COUNTS else None for op, _ in self.ops]
+        self.keys: dict[int, list[np.ndarray[Any, Any]]] = {}
+
+    def strip(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The batches without their hidden columns, measured."""
+        import pyarrow as pa
+
+        for batch in batches:
+            if not self.ops:
+                yield batch
+                continue
+            self._measure(batch)
+            names = batch.schema.names
+            kept = [n for n in names if not n.startswith(HIDDEN)]
+            if len(kept) == len(names):
+                yield batch
+            else:
+                yield pa.RecordBatch.from_arrays([batch.column(n) for n in kept], names=kept)
+
+    def _measure(self, batch: pa.RecordBatch) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for i, (op, names) in enumerate(self.ops):
+            column = batch.column(names[0])
+            if op == Op.ANY_NULL and len(names) > 1:
+                nulls = pc.is_null(column)
+                for name in names[1:]:
+                    nulls = pc.or_(nulls, pc.is_null(batch.column(name)))
+                self.figures[i] += pc.sum(pc.cast(nulls, pa.int64())).as_py() or 0
+            elif op == Op.ANY_NULL:
+                self.figures[i] += column.null_count
+            elif op == Op.TRUE:
+                self.figures[i] += pc.sum(pc.cast(column, pa.int64())).as_py() or 0
+            elif op in {Op.VALID, Op.KEYS, Op.HASHES}:
+                self.figures[i] += len(column) - column.null_count
+                if op != Op.VALID:
+                    # Days of a date, micros of a timestamp: exact integers.
+                    keys = column.drop_null().to_numpy(zero_copy_only=False)
+                    self.keys.setdefault(i, []).append(keys.astype(np.int64, copy=False))
+            else:
+                least_greatest = pc.min_max(column).as_py()
+                value = least_greatest["min" if op == Op.MIN else "max"]
+                self.figures[i] = _combine(op, self.figures[i], value)
+
+    def finish(self, directory: str, index: int) -> bytes:
+        """Write the task's sorted keys under ``directory``; the task's figures."""
+        import numpy as np
+
+        if not self.ops:
+            return b""
+        for i, parts in self.keys.items():
+            # Stable: a timsort, linear for keys that come in order (or in sorted runs).
+            keys = np.sort(np.concatenate(parts), kind="stable")
+            if len(keys):
+                _write_keys(directory, f"{i}-{index:05d}.npy", keys)
+        return _encode(self.figures)
+
+
+def _encode(values: Sequence[Any]) -> bytes:
+    """A task's figures as one Arrow row (a least value keeps its type: a decimal too)."""
+    import pyarrow as pa
+
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([v]) for v in values], names=[f"f{i}" for i in range(len(values))]
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _decode(result: bytes | bytearray) -> list[Any]:
+    import pyarrow as pa
+
+    if not result:
+        return []
+    table = pa.ipc.open_stream(pa.py_buffer(bytes(result))).read_all()
+    return [table.column(i)[0].as_py() for i in range(table.num_columns)]
+
+
+def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
+    import numpy as np
+
+    if is_local(directory):
+        folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
+        os.makedirs(folder, exist_ok=True)
+        # Whole or absent: two attempts of the task replace each other's file.
+        temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
+        with open(temporary, "wb") as f:
+            np.save(f, keys, allow_pickle=False)
+        os.replace(temporary, os.path.join(folder, name))
+    else:
+        fs, root = fsspec.core.url_to_fs(directory)
+        with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
+            np.save(f, keys, allow_pickle=False)
+
+
+def _key_files(directory: str, number: int) -> list[np.ndarray[Any, Any]]:
+    """Each task's sorted keys of figure ``number``: mapped, not read, when local."""
+    import numpy as np
+
+    prefix = f"{number}-"
+    if is_local(directory):
+        folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
+        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        return [
+            np.load(os.path.join(folder, n), mmap_mode="r", allow_pickle=False)
+            for n in names
+            if n.startswith(prefix) and n.endswith(".npy")
+        ]
+    fs, root = fsspec.core.url_to_fs(directory)
+    folder = f"{root.rstrip('/')}/{KEYS_DIRECTORY}"
+    paths = sorted(fs.ls(folder, detail=False)) if fs.exists(folder) else []
+    return [
+        np.load(io.BytesIO(fs.cat_file(p)), allow_pickle=False)
+        for p in paths
+        if p.rsplit("/", 1)[-1].startswith(prefix) and p.endswith(".npy")
+    ]
+
+
+def _equal_neighbours(directory: str, number: int) -> int:
+    """How many of the sorted keys of figure ``number`` (all tasks') equal the one before
+    them. The keys are merged range by range, cut at quantiles of the tasks' keys so that a
+    range holds about :data:`MERGE_KEYS` (a key many rows share stays in one range)."""
+    import numpy as np
+
+    arrays = [a for a in _key_files(directory, number) if len(a)]
+    ranges = max(1, -(-sum(len(a) for a in arrays) // MERGE_KEYS))
+    cuts: list[int] = []
+    if ranges > 1:
+        samples = np.sort(
+            np.concatenate(
+                [a[np.linspace(0, len(a) - 1, ranges + 1).astype(np.int64)] for a in arrays]
+            )
+        )
+        quantiles = samples[np.linspace(0, len(samples) - 1, ranges + 1).astype(np.int64)]
+        cuts = [int(c) for c in np.unique(quantiles[1:-1])]
+    equal = 0
+    for start, end in itertools.pairwise([None, *cuts, None]):
+        parts = [
+            a[
+                0 if start is None else int(np.searchsorted(a, start)) : len(a)
+                if end is None
+                else int(np.searchsorted(a, end))
+            ]
+            for a in arrays
+        ]
+        # Sorted runs, one a task: a stable sort (timsort) merges them.
+        merged = np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0, np.int64)
+        equal += int(np.count_nonzero(merged[1:] == merged[:-1]))
+    return equal

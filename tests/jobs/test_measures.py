@@ -1,0 +1,176 @@
+"""The built-in checks' figures measured by the staging write (``jobs.measures``) equal
+those of the read-back pass over the staged files, on the session's SparkSession: NULLs, a
+predicate that is NULL, a partition column, a duplicate key across two tasks (counted
+exactly by the read-back), keys that differ only as Spark's equality does not see, keys
+on an object store.
+
+A write task retried by Spark is tests/jobs/test_task_retry.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs import measures
+from jobs.audit import read_staged
+from jobs.checks import (
+    AcceptedValuesCheck,
+    Check,
+    CheckResults,
+    FreshnessCheck,
+    Measured,
+    NotNullCheck,
+    PredicateCheck,
+    RowCountCheck,
+    UniqueCheck,
+    run_checks,
+)
+from jobs.report import StagedInfo
+from jobs.taskwriter import WriteOptions
+from jobs.writing import ParquetWriter
+
+pytestmark = pytest.mark.spark
+
+NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+SCHEMA = "id long, name string, status string, amount double, updated timestamp, day date"
+CHECKS: list[Check] = [
+    RowCountCheck(min_rows=1, max_rows=100),
+    NotNullCheck(["id", "name"]),
+    UniqueCheck("id"),
+    UniqueCheck(["name", "day"]),
+    AcceptedValuesCheck("status", ["new", "done"]),
+    PredicateCheck("amount >= 0"),
+    PredicateCheck("day >= DATE'2025-06-01'", name="from June"),
+    FreshnessCheck("updated", max_age_s=3600),
+]
+
+
+def _row(i: int, **values: Any) -> tuple[Any, ...]:
+    row = {
+        "id": i,
+        "name": f"n{i}",
+        "status": "new" if i % 2 else "done",
+        "amount": float(i),
+        "updated": dt.datetime(2025, 6, 1, 11, 0) + dt.timedelta(minutes=i),
+        "day": dt.date(2025, 6, 1 + i % 3),
+    }
+    row.update(values)
+    return tuple(row.values())
+
+
+def _frame(spark: SparkSession, *tasks: list[tuple[Any, ...]]) -> DataFrame:
+    """The rows, each list in a task of its own."""
+    rows = [row for task in tasks for row in task]
+    frame = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(tasks)), SCHEMA)
+    sizes = frame.rdd.glom().map(len).collect()
+    assert sizes == [len(t) for t in tasks], "the rows are not in the tasks meant"
+    return frame
+
+
+def _both(
+    spark: SparkSession, frame: DataFrame, base: Path, checks: list[Check] = CHECKS
+) -> tuple[Measured, CheckResults, CheckResults]:
+    """What the write measured, the results judged on it, and those of the read-back."""
+    plan = measures.plan(checks, frame.schema, ("day",))
+    directory = str(base / "staged")
+    written = ParquetWriter().write(
+        frame.select("*", *plan.columns),
+        directory,
+        WriteOptions(("day",), measures=plan.ops),
+    )
+    assert written.measured is not None
+    measured = plan.measured(written.measured, directory, written.rows)
+    info = StagedInfo(directory, {}, files=written.files, rows=written.rows)
+    staged = read_staged(spark, info, frame.schema)
+    assert sorted(staged.columns) == sorted(frame.columns), "hidden columns were written"
+    in_write = run_checks(lambda: staged, checks, now=NOW, measured=measured)
+    read_back = run_checks(staged, checks, now=NOW)
+    return measured, in_write, read_back
+
+
+def test_figures_measured_while_writing_are_those_of_the_read_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    first = [_row(1), _row(2, name=None), _row(3, status="lost", amount=None)]
+    second = [
+        _row(4, amount=-1.0),
+        _row(5, id=None),
+        _row(6, status=None, day=dt.date(2025, 5, 31)),
+    ]
+    measured, in_write, read_back = _both(spark, _frame(spark, first, second), tmp_path)
+
+    # Every check measured: the staged files were not read back for any.
+    assert set(measured.values) == {c.name for c in CHECKS}
+    assert in_write == read_back
+    figures = {r.name: r.figures for r in in_write.checks}
+    assert figures["not_null(id, name)"]["null_rows"] == 2
+    assert figures["unique(id)"] == {
+        "rows": 6,
+        "distinct_keys": 5,
+        "duplicate_rows": 0,
+        "null_key_rows": 1,
+    }
+    assert figures["accepted_values(status)"]["rejected_rows"] == 1
+    assert figures["predicate(amount >= 0)"] == {"rows": 6, "failing_rows": 2, "null_rows": 1}
+    assert figures["from June"]["failing_rows"] == 1
+    assert figures["freshness(updated)"]["newest"] == "2025-06-01T11:06:00+00:00"
+
+
+def test_no_rows_measure_as_the_read_back_does(spark: SparkSession, tmp_path: Path) -> None:
+    measured, in_write, read_back = _both(spark, _frame(spark, [], []), tmp_path)
+
+    assert measured.rows == 0
+    assert in_write == read_back
+    assert [r.passed for r in in_write.checks] == [False, *[True] * 6, False]
+
+
+@pytest.mark.parametrize("merge", [measures.MERGE_KEYS, 2], ids=["one range", "ranges of 2"])
+def test_a_key_twice_in_two_tasks_is_counted_exactly(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merge: int
+) -> None:
+    monkeypatch.setattr(measures, "MERGE_KEYS", merge)
+    # -0.0 and 0.0 are one key to Spark, as two NaNs are.
+    nan = float("nan")
+    first = [_row(1, amount=0.0), _row(2, amount=nan), _row(3)]
+    second = [_row(4), _row(1, amount=-0.0, name="n1b"), _row(6, amount=nan)]
+    checks: list[Check] = [UniqueCheck("id"), UniqueCheck("amount"), UniqueCheck("name")]
+    measured, in_write, read_back = _both(spark, _frame(spark, first, second), tmp_path, checks)
+
+    assert in_write == read_back
+    # An integer key is its own value: its duplicate is counted; equal hashes are a maybe.
+    assert set(measured.values) == {"unique(id)", "unique(name)"}
+    figures = {r.name: r.figures["duplicate_rows"] for r in in_write.checks}
+    assert figures == {"unique(id)": 1, "unique(amount)": 2, "unique(name)": 0}
+    keys = sorted(p.name for p in (tmp_path / "staged" / measures.KEYS_DIRECTORY).iterdir())
+    assert keys == [f"{i}-{t:05d}.npy" for i in (0, 1, 2) for t in (0, 1)]
+
+
+def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
+    spark: SparkSession, s3_bucket: str
+) -> None:
+    # Two write tasks' measures, run here (as a write task runs them), staging on the
+    # session's S3 endpoint: the keys' files are written in place and read back whole.
+    checks: list[Check] = [UniqueCheck("id"), NotNullCheck("id")]
+    plan = measures.plan(checks, spark.createDataFrame([], "id long").schema)
+    directory = f"s3://{s3_bucket}/staging/orders"
+    results = []
+    for index, ids in enumerate([[3, 1, None], [2, 3]]):
+        task = measures.TaskMeasures(plan.ops)
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+        assert [b.num_rows for b in task.strip(iter([batch]))] == [len(ids)]
+        results.append(task.finish(directory, index))
+
+    measured = plan.measured(results, directory, 5)
+
+    assert measured.values == {"unique(id)": (4, 3), "not_null(id)": (1, 1)}
+    fs = fsspec.filesystem("s3")
+    assert sorted(fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False)) == [
+        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.npy" for i in (0, 1)
+    ]
