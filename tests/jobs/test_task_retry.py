@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jobhelpers import Landing, assert_exactly_once, commitpub, write_job
@@ -56,37 +57,48 @@ def test_a_retried_publish_task_reports_blocked_and_the_next_run_is_exactly_once
     )
 
 
-def test_a_write_task_killed_while_moving_its_files_stages_each_row_once(tmp_path: Path) -> None:
-    # The write task's Python worker dies right after renaming the first of its three files
-    # (one per date) into staging; Spark runs the task again, which writes all three anew.
+def _staging_killed_once(tmp_path: Path, point: str, checks: str = "") -> dict[str, Any]:
+    """A run of 30 new rows whose write task's Python worker dies once at ``point``, as the
+    run's ``--json`` report; Spark ran the task again and the run published."""
     landing = Landing(tmp_path / "landing")
     landing.append("orders", "0", 30)
     marks = tmp_path / "marks"
     marks.mkdir()
     job = write_job(tmp_path, spark={"master": "local[1,2]", "conf": {"spark.ui.enabled": False}})
+    job.write_text(job.read_text() + checks)
 
     run = commitpub(
         "run",
         str(job),
         "--json",
-        env={ENV_VAR: "stage.first_attempt_moved@1", MARKS_ENV_VAR: str(marks)},
+        env={ENV_VAR: f"{point}@1", MARKS_ENV_VAR: str(marks)},
         cwd=tmp_path,
     )
 
     assert run.returncode == 0, run.stderr[-3000:]
-    assert [m.name.split(".")[:2] for m in marks.iterdir()] == [["stage", "first_attempt_moved"]]
-    [orders] = json.loads(run.stdout)["publish"]["datasets"]
+    assert [m.name.split(".")[:2] for m in marks.iterdir()] == [point.split(".")]
+    report: dict[str, Any] = json.loads(run.stdout)
+    return report
+
+
+def _published_once(tmp_path: Path) -> int:
+    return assert_exactly_once(
+        tmp_path / "landing",
+        tmp_path / "output",
+        str(tmp_path / "state" / "watermarks"),
+        ["orders"],
+    )
+
+
+def test_a_write_task_killed_while_moving_its_files_stages_each_row_once(tmp_path: Path) -> None:
+    # The write task's Python worker dies right after renaming the first of its three files
+    # (one per date) into staging; Spark runs the task again, which writes all three anew.
+    report = _staging_killed_once(tmp_path, "stage.first_attempt_moved")
+
+    [orders] = report["publish"]["datasets"]
     assert orders["outcome"] == "published", orders
     assert orders["executed"] == 3 + 1, orders  # three files, one watermark
-    assert (
-        assert_exactly_once(
-            tmp_path / "landing",
-            tmp_path / "output",
-            str(tmp_path / "state" / "watermarks"),
-            ["orders"],
-        )
-        == 30
-    )
+    assert _published_once(tmp_path) == 30
 
 
 CHECKS = """
@@ -114,26 +126,11 @@ def test_a_write_task_killed_after_measuring_its_checks_counts_each_row_once(
 ) -> None:
     # The write task's Python worker dies after it wrote its files and its sorted keys,
     # before its figures reached the driver; Spark runs the task again.
-    landing = Landing(tmp_path / "landing")
-    landing.append("orders", "0", 30)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    job = write_job(tmp_path, spark={"master": "local[1,2]", "conf": {"spark.ui.enabled": False}})
-    job.write_text(job.read_text() + CHECKS)
+    report = _staging_killed_once(tmp_path, "stage.task_measured", CHECKS)
 
-    run = commitpub(
-        "run",
-        str(job),
-        "--json",
-        env={ENV_VAR: "stage.task_measured@1", MARKS_ENV_VAR: str(marks)},
-        cwd=tmp_path,
-    )
-
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert [m.name.split(".")[:2] for m in marks.iterdir()] == [["stage", "task_measured"]]
     # Each row once: the keys of an integer column are counted as they are, so the killed
     # attempt's keys, had they stayed beside the retry's, would be 30 duplicates.
-    checks = json.loads(run.stdout)["checks"]["orders"]["checks"]
+    checks = report["checks"]["orders"]["checks"]
     assert [(c["name"], c["passed"]) for c in checks] == [
         ("row_count", True),
         ("unique(id)", True),
@@ -142,12 +139,4 @@ def test_a_write_task_killed_after_measuring_its_checks_counts_each_row_once(
     ]
     assert [c["figures"]["distinct_keys"] for c in checks[1:3]] == [30, 30]
     assert checks[2]["figures"]["duplicate_rows"] == 0
-    assert (
-        assert_exactly_once(
-            tmp_path / "landing",
-            tmp_path / "output",
-            str(tmp_path / "state" / "watermarks"),
-            ["orders"],
-        )
-        == 30
-    )
+    assert _published_once(tmp_path) == 30
