@@ -1,7 +1,9 @@
 """Shared by the benchmark scripts: alternated timing, the table, the ratio line, results JSON.
 
 Every benchmark compares two sides, A (commitpub) and B (what a user would otherwise do), in
-the same process run, alternating A B A B, and reports the median of each side. Each side is
+the same process run, alternating which side goes first (A B, B A, A B, ...: ABBA order, so
+neither side always runs right after the other's warm caches or garbage), and reports the
+median of each side. Each side is
 a callable that does its own untimed setup and returns the seconds its timed part took, so a
 side may time itself with a clock or read the time from elsewhere (Spark's metrics).
 
@@ -60,15 +62,27 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def alternate(
-    a: Side, b: Side, rounds: int, *, label: str = "", names: tuple[str, str] = ("A", "B")
+    a: Side,
+    b: Side,
+    rounds: int,
+    *,
+    label: str = "",
+    names: tuple[str, str] = ("A", "B"),
+    fixed_order: bool = False,
 ) -> tuple[list[float], list[float]]:
-    """Run A B A B ... ``rounds`` times; return the seconds of each side, in order.
-    ``names``: what the progress lines call the first and the second side."""
+    """Run both sides ``rounds`` times, A first in even rounds and B first in odd ones (A B,
+    B A, A B, ...): running one side always first biases the ratio. Return the seconds of
+    each side, in round order. ``names``: what the progress lines call A and B.
+    ``fixed_order``: A first in every round, for sides where B needs what A just did."""
     times_a: list[float] = []
     times_b: list[float] = []
     for i in range(rounds):
-        times_a.append(a())
-        times_b.append(b())
+        if fixed_order or i % 2 == 0:
+            times_a.append(a())
+            times_b.append(b())
+        else:
+            times_b.append(b())
+            times_a.append(a())
         print(
             f"  {label} round {i + 1}/{rounds}: "
             f"{names[0]} {times_a[-1]:.4f}s  {names[1]} {times_b[-1]:.4f}s",

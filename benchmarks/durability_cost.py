@@ -7,7 +7,7 @@ B: the same publish, of the same freshly staged files, with the barriers left ou
 commitpub did before they existed: durable seals and watermarks, file data and renames
 left to the kernel).
 Both sides use publish_local's layout (N files over 10 datasets, filesystem store) in the
-same process run, A B A B; the staging (files created, moved into the run directory) is
+same process run, in ABBA order; the staging (files created, moved into the run directory) is
 *not* synced before the clock starts, as when a Spark task has just written it, so A pays
 for writing it back. publish_local's files are empty: this is the cost in journal commits
 of a publish of many small files; the data of large files adds its own write-back. The ratio is

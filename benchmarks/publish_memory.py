@@ -5,8 +5,8 @@ Each measurement publishes ``datasets`` datasets of 1,000 staged files each (100
 doing all the work (the in-process runner: the most it can ever hold), and reads that
 process's peak resident set size (``VmHWM``). Each dataset's steps are built by a picklable
 builder where the work runs, as a job builds them (the driver never holds every step of
-the run), so what could grow with N is the publisher's own. The sizes alternate, 100k 1M
-100k 1M. Goal: peak <= 512 MiB at 1M and flat: peak(1M) / peak(100k) <= 1.25 is the ratio
+the run), so what could grow with N is the publisher's own. The sizes alternate, 100k 1M,
+1M 100k, ... Goal: peak <= 512 MiB at 1M and flat: peak(1M) / peak(100k) <= 1.25 is the ratio
 line.
 
 The staged files (hard links, as in the other benchmarks) are created once in

@@ -3,7 +3,7 @@
 Each measurement recovers the pending sequences of ``_recovery.py`` (1,000 steps per
 dataset; 100 datasets for 100k steps, 1,000 for 1M) with ``Publisher.recover()`` serially in
 a fresh Python process, the driver doing all the work (the most it can ever hold), and reads
-that process's peak resident set size (``VmHWM``). The sizes alternate, 100k 1M 100k 1M.
+that process's peak resident set size (``VmHWM``). The sizes alternate, 100k 1M, 1M 100k, ...
 Goal: peak <= 1 GiB at 1M and roughly flat: peak(1M) / peak(100k) is the ratio line
 (sequences are streamed one dataset at a time, so it should stay near 1).
 

@@ -170,7 +170,12 @@ def main() -> None:
                 rounds = args.rounds or default_rounds
                 # B (Spark's write and commit) must run first: A publishes what it wrote.
                 times_b, times_a = _common.alternate(
-                    r.spark_write, r.publish, rounds, label=f"N={n}", names=("B", "A")
+                    r.spark_write,
+                    r.publish,
+                    rounds,
+                    label=f"N={n}",
+                    names=("B", "A"),
+                    fixed_order=True,
                 )
                 r.pub.close()
                 rows.append(_common.row("publish vs v1 job commit", n, times_a, times_b))

@@ -290,20 +290,26 @@ class TaskMeasures:
 
         for i, (op, names) in enumerate(self.ops):
             column = batch.column(names[0])
-            if op == Op.ANY_NULL and len(names) > 1:
-                nulls = pc.is_null(column)
-                for name in names[1:]:
-                    nulls = pc.or_(nulls, pc.is_null(batch.column(name)))
-                self.figures[i] += pc.sum(pc.cast(nulls, pa.int64())).as_py() or 0
-            elif op == Op.ANY_NULL:
-                self.figures[i] += column.null_count
+            if op == Op.ANY_NULL:
+                # Arrow knows each column's NULLs: rows are compared only when two or more
+                # of the columns have some.
+                nullable = [c for c in map(batch.column, names) if c.null_count]
+                if len(nullable) > 1:
+                    nulls = pc.is_null(nullable[0])
+                    for other in nullable[1:]:
+                        nulls = pc.or_(nulls, pc.is_null(other))
+                    self.figures[i] += pc.sum(pc.cast(nulls, pa.int64())).as_py() or 0
+                elif nullable:
+                    self.figures[i] += nullable[0].null_count
             elif op == Op.TRUE:
                 self.figures[i] += pc.sum(pc.cast(column, pa.int64())).as_py() or 0
             elif op in {Op.VALID, Op.KEYS, Op.HASHES}:
                 self.figures[i] += len(column) - column.null_count
                 if op != Op.VALID:
                     # Days of a date, micros of a timestamp: exact integers.
-                    keys = column.drop_null().to_numpy(zero_copy_only=False)
+                    if column.null_count:
+                        column = column.drop_null()
+                    keys = column.to_numpy(zero_copy_only=False)
                     self.keys.setdefault(i, []).append(keys.astype(np.int64, copy=False))
             else:
                 least_greatest = pc.min_max(column).as_py()
@@ -317,8 +323,10 @@ class TaskMeasures:
         if not self.ops:
             return b""
         for i, parts in self.keys.items():
-            # Stable: a timsort, linear for keys that come in order (or in sorted runs).
-            keys = np.sort(np.concatenate(parts), kind="stable")
+            keys = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
+                # Stable: a timsort, linear for keys that come in sorted runs.
+                keys = np.sort(keys, kind="stable")
             if len(keys):
                 _write_keys(directory, f"{i}-{index:05d}.npy", keys)
         return _encode(self.figures)

@@ -174,3 +174,28 @@ def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
     assert sorted(fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False)) == [
         f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.npy" for i in (0, 1)
     ]
+
+
+def test_a_tasks_nulls_and_keys_are_counted_whichever_batches_have_them(tmp_path: Path) -> None:
+    # One task's batches, measured as a write task measures them: NULLs in both columns of
+    # a row (counted once), in one column only, in none; keys in order, out of order, NULL.
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([StructField(n, LongType()) for n in ("id", "a", "b")])
+    plan = measures.plan([NotNullCheck(["a", "b"]), UniqueCheck("id")], schema)
+    batches = [
+        {"id": [1, 2, 3], "a": [None, 1, None], "b": [None, None, 1]},
+        {"id": [4, None, 5], "a": [1, 1, 1], "b": [1, None, 1]},
+        {"id": [7, 6, 7], "a": [1, 1, 1], "b": [1, 1, 1]},
+    ]
+    task = measures.TaskMeasures(plan.ops)
+    stripped = task.strip(
+        pa.RecordBatch.from_pydict({k: pa.array(v, pa.int64()) for k, v in b.items()})
+        for b in batches
+    )
+    assert [b.num_rows for b in stripped] == [3, 3, 3]
+    directory = str(tmp_path / "staged")
+
+    measured = plan.measured([task.finish(directory, 0)], directory, 9)
+
+    assert measured.values == {"not_null(a, b)": (4, 2, 3), "unique(id)": (8, 7)}
