@@ -40,11 +40,12 @@ def _quiet(*_: Any) -> None:
     pass
 
 
-def _config(tmp_path: Path) -> BatchConfig:
+def _config(tmp_path: Path, **settings: Any) -> BatchConfig:
     lineage = tmp_path / "lineage.jsonl"
     return batch_config(
         JOB,
         **batch_places(tmp_path),
+        **settings,
         reports=str(tmp_path / "reports"),
         metrics_textfile=str(tmp_path / "metrics.prom"),
         lineage={"transport": {"type": "file", "log_file_path": str(lineage), "append": True}},
@@ -98,10 +99,12 @@ def test_a_recovery_tells_its_observers_each_event_once_in_order(tmp_path: Path)
 
 
 def test_a_run_refused_by_the_lock_records_nothing(tmp_path: Path) -> None:
-    holder = batch_config(JOB, **batch_places(tmp_path))
+    # A short lease: a filesystem lock held by a live run is given up after about a third
+    # of it (the default would make the refused run wait 40 s).
+    holder = batch_config(JOB, **batch_places(tmp_path), lock_ttl_s=3)
     recorder = Recorder()
     run = JobRun(
-        _config(tmp_path),
+        _config(tmp_path, lock_ttl_s=3),
         _no_spark,
         run_id="r2",
         command="run",
