@@ -142,7 +142,17 @@ def strict_converter(
         # JSON and TOML write a whole float as an int; a boolean is never a number.
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(wording.mismatch(wording.scalars[float], value, True))
-        return float(value)
+        if isinstance(value, float):
+            return value
+        # An integer a float cannot hold exactly (past 2**53) is refused, not rounded.
+        try:
+            exact = float(value)
+        except OverflowError:
+            exact = None
+        if exact is None or exact != value:
+            expected = f"{wording.scalars[float]} (an integer a float holds exactly)"
+            raise TypeError(wording.mismatch(expected, value, True))
+        return exact
 
     def only(kind: type, name: Callable[[Any], str], inner: Hook, type_: Any) -> Hook:
         def structure(value: Any, t: Any) -> Any:

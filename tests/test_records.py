@@ -61,11 +61,21 @@ json_scalars = st.one_of(
 )
 
 
+def _float_holds(number: int) -> bool:
+    try:
+        return float(number) == number
+    except OverflowError:
+        return False
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(SCALARS), json_scalars)
 def test_a_scalar_is_taken_only_as_its_own_type(expected: type, value: Any) -> None:
-    # A float takes an int (JSON and TOML write 2.0 as 2); nothing else converts.
-    fits = type(value) is expected or (expected is float and type(value) is int)
+    # A float takes an int (JSON and TOML write 2.0 as 2) that it holds exactly (not one
+    # past 2**53, which it would round); nothing else converts.
+    fits = type(value) is expected or (
+        expected is float and type(value) is int and _float_holds(value)
+    )
     for wording in (JSON, TOML):
         converter = strict_converter(wording)
         if fits:
@@ -74,6 +84,13 @@ def test_a_scalar_is_taken_only_as_its_own_type(expected: type, value: Any) -> N
         else:
             with pytest.raises(TypeError):
                 converter.structure(value, expected)
+
+
+@pytest.mark.parametrize("number", [2**53 + 1, -(2**53) - 1, 10**400])
+def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(number: int) -> None:
+    assert strict_converter(JSON).structure(2**54, float) == 2.0**54
+    with pytest.raises(TypeError, match="an integer a float holds exactly"):
+        strict_converter(JSON).structure(number, float)
 
 
 @pytest.mark.parametrize(
