@@ -29,9 +29,7 @@ The TOML runner (:mod:`jobs.run`) is a Batch driven by a job file and a Source.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -54,7 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.formats import get_format
-from jobs.jobrun import Holds, JobRun
+from jobs.jobrun import Holds, JobRun, new_run_id
 from jobs.lifecycle import (
     BadRecordsSkipped,
     DatasetChecked,
@@ -89,11 +87,6 @@ log = logging.getLogger("commitpub.jobs")
 
 class BatchStateError(CommitPubError, RuntimeError):
     """A :class:`Batch` was used outside its ``with`` block, or entered twice."""
-
-
-def new_run_id() -> str:
-    """A sortable, unique run id: UTC time plus random hex, e.g. ``20250101T120000Z-3fa9c1``."""
-    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
 class Batch:

@@ -318,6 +318,14 @@ _JOB_OR_OPTIONS = click.argument(
 #: ``[JOB.toml] DATASET``, split by :func:`_job_and_dataset`.
 _JOB_AND_DATASET = click.argument("args", metavar="[JOB.toml] DATASET", nargs=-1)
 _AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+_HOLD = click.option(
+    "--hold",
+    "hold_id",
+    metavar="ID",
+    help="Act only on this hold of the dataset (its id, as status and inspect show it); "
+    "refused, nothing changed, if the dataset's hold is another one. Without it, the hold "
+    "the question shows (with --yes: whatever is held).",
+)
 
 
 @main.command(
@@ -387,7 +395,7 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
             unfinished = ", its release is written ahead (release again, or recover, finishes it)"
         elif doc.get("sealed") is False:
             unfinished = ", its release was cut off writing ahead (release again resumes it)"
-        return f"HELD since {held['since']}{by}{unfinished}"
+        return f"HELD (hold {held['id']}) since {held['since']}{by}{unfinished}"
     if doc["discarding"]:
         return "DISCARDING (unfinished: run discard again)"
     if doc["quarantined"] and doc.get("discard_refused"):
@@ -603,6 +611,7 @@ Examples:
   commitpub discard jobs/orders.toml orders --yes   # no question (scripts)
   commitpub discard jobs/orders.toml orders --keep-table   # after a table refused it
   commitpub discard jobs/orders.toml orders --force   # a commit whose record is unreadable
+  commitpub discard jobs/orders.toml orders --yes --hold 3fa9c1d2e4b5   # that hold only
   commitpub discard --job orders-ingest --store state/steps --watermarks state/wm \\
       --staging staging --output warehouse orders"""
 )
@@ -621,15 +630,22 @@ Examples:
     help="Drop a commit whose record cannot be read: nothing of it is rolled back, and what "
     "it published stays (the next run reads that data again).",
 )
+@_HOLD
 def discard(
-    args: tuple[str, ...], yes: bool, keep_table: bool, force: bool, **where: str | None
+    args: tuple[str, ...],
+    yes: bool,
+    keep_table: bool,
+    force: bool,
+    hold_id: str | None,
+    **where: str | None,
 ) -> None:
     """Throw a pending commit (or a held dataset's data) away; its data is extracted again
     by the next run.
 
     Steps already done are rolled back (watermarks set back, files it published deleted),
     its staged files deleted. Watermarks end where they were before it. A held dataset
-    published nothing: its held staged files are deleted and the hold dropped.
+    published nothing: its held staged files are deleted and the hold dropped; only the
+    hold that was shown (or named by --hold), refused if another one holds it meanwhile.
     """
     from jobs import ops
 
@@ -643,14 +659,20 @@ def discard(
 
     if not _store_call(lambda: ops.has_work(config, dataset)):
         nothing()
-    if not yes:
-        hold = None if keep_table else _store_call(lambda: ops.held(config, dataset))
+    expected = hold_id
+    hold = None if yes or keep_table else _store_call(lambda: ops.held(config, dataset))
+    if hold is not None:
+        # The answer is about this hold and no other; one not named is refused under the
+        # lock, no question asked.
+        expected = hold_id or hold.id
+    if not yes and (hold is None or expected == hold.id):
         click.confirm(
             f"Drop the pending commit of {dataset!r} in job {config.name!r}, keeping what it "
             "published in the table and moving its watermarks? Its unfinished steps are skipped"
             if keep_table
-            else f"Discard the held data of {dataset!r} in job {config.name!r}? Its held staged "
-            f"files in {hold.staging_dir} are deleted and its data will be read again"
+            else f"Discard the held data of {dataset!r} in job {config.name!r} (hold {hold.id})? "
+            f"Its held staged files in {hold.staging_dir} are deleted and its data will be read "
+            "again"
             if hold is not None
             else f"Discard the pending commit of {dataset!r} in job {config.name!r}? Its data "
             "will be extracted again",
@@ -659,7 +681,9 @@ def discard(
 
     def go() -> DatasetReport | None:
         try:
-            return ops.discard(config, dataset, keep_table=keep_table, force=force)
+            return ops.discard(
+                config, dataset, keep_table=keep_table, force=force, expected=expected
+            )
         except ops.NothingPendingError:
             return None  # another command finished it meanwhile
 
@@ -689,6 +713,7 @@ def discard(
 Examples:
   commitpub release jobs/orders.toml orders   # after looking at why it was held
   commitpub release jobs/orders.toml orders --yes   # no question (scripts)
+  commitpub release jobs/orders.toml orders --yes --hold 3fa9c1d2e4b5   # that hold only
   commitpub release --job orders-ingest --store state/steps --watermarks state/wm \\
       --staging staging --output warehouse orders
 
@@ -697,13 +722,15 @@ Examples:
 @_JOB_AND_DATASET
 @_batch_job
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def release(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
+@_HOLD
+def release(args: tuple[str, ...], yes: bool, hold_id: str | None, **where: str | None) -> None:
     """Publish a held dataset's data as it was staged, exactly once, though its checks
     failed.
 
     Refused, with nothing changed, if a watermark it moves moved meanwhile or a staged file
-    of it is gone: discard it then (its data is read again). Exit 2 for a dataset that is
-    not held.
+    of it is gone: discard it then (its data is read again). Only the hold that was shown
+    (or named by --hold) is released: refused if another one holds the dataset meanwhile.
+    Exit 2 for a dataset that is not held.
     """
     from jobs import ops
     from publisher import NotHeldError
@@ -711,21 +738,23 @@ def release(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
     _require_places(config, "release")
+    expected = hold_id
     if not yes:
-        # Not held: no question, release under the lock says why (a release to recover?).
+        # Not held (or not the hold named): no question, release under the lock says why.
         hold = _store_call(lambda: ops.held(config, dataset))
-        if hold is not None:
+        if hold is not None and hold_id in (None, hold.id):
             names = ", ".join(str(c.get("name", "?")) for c in hold.checks) or "none named"
             click.confirm(
-                f"Publish the held data of {dataset!r} in job {config.name!r} ({hold.steps} "
-                f"steps, in {hold.staging_dir}) as it was staged, though its checks failed "
-                f"({names})?",
+                f"Publish the held data of {dataset!r} in job {config.name!r} (hold {hold.id}, "
+                f"{hold.steps} steps, in {hold.staging_dir}) as it was staged, though its "
+                f"checks failed ({names})?",
                 abort=True,
             )
+            expected = hold.id  # the one the answer is about, and no other
 
     def go() -> DatasetReport:
         try:
-            return ops.release(config, dataset)
+            return ops.release(config, dataset, expected=expected)
         except NotHeldError as e:
             _fail(str(e), ExitCode.CONFIG)
 

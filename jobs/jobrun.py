@@ -21,7 +21,9 @@ lineage events and the metrics are its observers (:mod:`jobs.observers`).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -222,26 +224,27 @@ class JobRun:
             )
         return self._holds(pub)
 
-    def release(self, dataset: str) -> DatasetReport:
+    def release(self, held: HeldDataset) -> DatasetReport:
         """Publish a held dataset's commit as it was staged (``Publisher.release``), in this
         process: the report records the hold released, the lineage events the dataset
         published with the figures its holding run staged.
+
+        Args:
+            held: the hold as it was read before the lock; released only if it is still the
+                dataset's hold (the publisher reads it again under the lock).
 
         Returns:
             The dataset's report: ``published``, or ``failed``/``quarantined`` if a step
             failed after the seal.
 
         Raises:
-            NotHeldError, WatermarkMovedError, HeldDataMissingError, DiscardInProgressError:
-                as ``Publisher.release`` refuses it; nothing was changed.
+            NotHeldError, HoldReplacedError, WatermarkMovedError, HeldDataMissingError,
+                DiscardInProgressError: as ``Publisher.release`` refuses it; nothing was
+                changed.
         """
-        pub = self.publisher
-        status = pub.status(dataset)
-        if status is None or status.held is None:
-            return pub.release(dataset)  # refused, saying why (a release to recover, say)
-        held = HeldDataset.of(dataset, status.held)
+        dataset = held.dataset
         started = time.monotonic()
-        released = pub.release(dataset)
+        released = self.publisher.release(dataset, expected=held.id)
         staged = (
             None
             if held.run_id is None
@@ -322,6 +325,11 @@ class JobRun:
             self.tell(Closing())
         finally:
             self._stack.close()
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus random hex, e.g. ``20250101T120000Z-3fa9c1``."""
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
 def _quiet(line: str, done: int | None = None, total: int | None = None) -> None:

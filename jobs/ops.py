@@ -23,6 +23,7 @@ from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
 from jobs.formats import CATALOG_NAME
+from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import log_progress
 from jobs.report import newest_reports
 from jobs.session import JobSession, SessionStateError
@@ -170,6 +171,7 @@ def _status_fields(st: DatasetStatus) -> dict[str, Any]:
         "held": None
         if st.held is None
         else {
+            "id": st.held.id,
             "since": st.held.since,
             "run_id": st.held.run_id,
             "staging_dir": st.held.staging_dir,
@@ -402,20 +404,30 @@ def retry(config: BatchConfig, dataset: str) -> bool:
 
 
 def discard(
-    config: BatchConfig, dataset: str, *, keep_table: bool = False, force: bool = False
+    config: BatchConfig,
+    dataset: str,
+    *,
+    keep_table: bool = False,
+    force: bool = False,
+    expected: str | None = None,
 ) -> DatasetReport:
     """Throw a pending sequence away under the job lock (see ``Publisher.discard``; with
-    ``keep_table``, keep what its data steps published and move its watermarks).
+    ``keep_table``, keep what its data steps published and move its watermarks; with
+    ``expected``, only the hold of that id, the one the operator was shown).
 
     Raises:
         NothingPendingError: if the dataset has neither a pending sequence nor a status.
         UnknownDatasetError: if the job holds nothing of the dataset at all.
         DiscardRefusedError: if the sequence names paths outside the job's current
             ``staging.path`` or ``output.path``; nothing was changed.
+        HoldReplacedError: with ``expected``, if the dataset's hold is another one (or it
+            is not held); nothing was changed.
         LockHeldError: if a run holds the job lock.
     """
     return _on_dataset(
-        config, dataset, lambda pub: pub.discard(dataset, keep_table=keep_table, force=force)
+        config,
+        dataset,
+        lambda pub: pub.discard(dataset, keep_table=keep_table, force=force, expected=expected),
     )
 
 
@@ -434,9 +446,13 @@ def held(config: BatchConfig, dataset: str) -> HeldDataset | None:
     return HeldDataset.of(dataset, status.held)
 
 
-def release(config: BatchConfig, dataset: str) -> DatasetReport:
+def release(config: BatchConfig, dataset: str, *, expected: str | None = None) -> DatasetReport:
     """Publish a held dataset's commit as it was staged, exactly once, under the job lock
-    (see ``Publisher.release``).
+    (see ``Publisher.release``); with ``expected``, only the hold of that id (the one the
+    operator was shown and confirmed).
+
+    The hold is read once before the lock, to know whether there is one to release, and
+    once under it, where a hold that is not the one read (or ``expected``) is refused.
 
     A release of a held dataset is recorded like a run (:meth:`jobs.jobrun.JobRun.release`):
     its report ``<run id>-release.json``, and its OpenLineage events where the job has
@@ -445,17 +461,17 @@ def release(config: BatchConfig, dataset: str) -> DatasetReport:
     Raises:
         NotHeldError: if the dataset is not held (it may name a pending release the next
             recovery finishes).
+        HoldReplacedError: if its hold is not ``expected``, or was replaced after it was
+            read; nothing was changed.
         UnknownDatasetError: if the job holds nothing of the dataset at all.
         WatermarkMovedError: if a watermark of the held commit moved; nothing was changed.
         HeldDataMissingError: if a staged file of it is gone; nothing was changed.
         DiscardInProgressError: if a discard of the hold is not finished.
         LockHeldError: if a run holds the job lock.
     """
-    if held(config, dataset) is not None:
+    hold = held(config, dataset)
+    if hold is not None and expected in (None, hold.id):
         # Recorded like a run: its report, and its lineage events where the job has them.
-        from jobs.batch import new_run_id
-        from jobs.jobrun import JobRun
-
         with JobRun(
             config,
             _no_spark,
@@ -465,10 +481,11 @@ def release(config: BatchConfig, dataset: str) -> DatasetReport:
             claim_staging=False,
             log_errors=False,
         ) as run:
-            return run.release(dataset)
+            return run.release(hold)
     try:
-        # Not held: refused under the lock, saying why (its release is written ahead, say).
-        return _on_dataset(config, dataset, lambda pub: pub.release(dataset))
+        # Not held, or not the hold expected: refused under the lock, saying why (its
+        # release is written ahead, say), and recorded nowhere.
+        return _on_dataset(config, dataset, lambda pub: pub.release(dataset, expected=expected))
     except NothingPendingError as e:
         raise NotHeldError(
             f"release of {dataset!r} refused: it is not held (job {config.name!r} has no "

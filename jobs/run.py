@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import fsspec
 
-from jobs.batch import Batch, new_run_id
+from jobs.batch import Batch
 from jobs.commits import join
 from jobs.config import (
     JobConfig,
@@ -38,7 +38,7 @@ from jobs.config import (
     source_class,
     transform_function,
 )
-from jobs.jobrun import JobRun
+from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source

@@ -378,7 +378,12 @@ class Publisher:
         return lift(self.context, dataset)
 
     def discard(
-        self, dataset: str, *, keep_table: bool = False, force: bool = False
+        self,
+        dataset: str,
+        *,
+        keep_table: bool = False,
+        force: bool = False,
+        expected: str | None = None,
     ) -> DatasetReport:
         """Throw away a dataset's pending sequence; its data will be extracted again.
 
@@ -401,7 +406,9 @@ class Publisher:
         A held dataset (:meth:`hold`) has published nothing: its held staged files are
         deleted (only inside the job's run directory that holds them) and the hold dropped.
         The discard is recorded in the hold first, so release refuses it from then on, and
-        discard again finishes one that was killed.
+        discard again finishes one that was killed. With ``expected`` (a hold's
+        :attr:`~publisher.status.Hold.id`, the one an operator was shown), only that hold is
+        discarded: anything else (another hold, no hold) is refused.
 
         Raises:
             DiscardRefusedError: if the sequence names paths outside the job's current
@@ -412,9 +419,12 @@ class Publisher:
             KeepTableRefusedError: with ``keep_table``, if a data step is not done; nothing
                 was changed.
             DatasetHeldError: with ``keep_table``, if the dataset is held.
+            HoldReplacedError: with ``expected``, if the dataset's hold is not that one (or
+                it is not held); nothing was changed.
         """
         with holding(self.lease), self.context.working():
             status = self.context.status_or_default(dataset, "discarding")
+            holds_of.require_hold(dataset, status.held, expected, "discard")
             if status.held is not None:
                 if keep_table:
                     raise DatasetHeldError(
@@ -485,7 +495,7 @@ class Publisher:
             if s.held is not None
         ]
 
-    def release(self, dataset: str) -> DatasetReport:
+    def release(self, dataset: str, *, expected: str | None = None) -> DatasetReport:
         """Publish a held dataset's commit as it was staged, exactly once.
 
         Refused, with nothing changed, when a watermark the commit moves is no longer where
@@ -494,12 +504,19 @@ class Publisher:
         written ahead and sealed, the hold removed, then the sequence executed as a publish
         does. Killed after the seal, the next recovery (or release again) finishes it.
 
+        Args:
+            dataset: the held dataset.
+            expected: the hold to release (its :attr:`~publisher.status.Hold.id`, the one
+                an operator was shown and confirmed); None: whatever the dataset's hold is.
+
         Returns:
             The dataset's report: ``published``, or ``failed``/``quarantined`` if a step
             failed after the seal (counted, as a publish counts it).
 
         Raises:
             NotHeldError: if the dataset is not held.
+            HoldReplacedError: if its hold is not ``expected`` (released or discarded
+                meanwhile, another one held since); naming both, nothing was changed.
             WatermarkMovedError: naming the dataset, the partition, the value the commit
                 starts from and the one committed now.
             HeldDataMissingError: if a staged file of the held commit is gone.
@@ -508,7 +525,7 @@ class Publisher:
         """
         self.require_lock("releasing a held dataset")
         with holding(self.lease), self.context.working():
-            return holds_of.release(self.context, dataset)
+            return holds_of.release(self.context, dataset, expected=expected)
 
     def fence(self) -> None:
         """Fence the commit store with this publisher's token: from now on the store refuses

@@ -45,6 +45,24 @@ class NotHeldError(CommitPubError, LookupError):
     """``release`` of a dataset that is not held."""
 
 
+class HoldReplacedError(CommitPubError):
+    """An operator's ``release`` or ``discard`` named a hold (the one they were shown and
+    confirmed) that is not the dataset's hold any more: it was released or discarded
+    meanwhile, and maybe another run held other data. Nothing was changed; look again.
+
+    Attributes:
+        dataset: the dataset.
+        expected: the identity of the hold the operator confirmed (``Hold.id``).
+        found: the identity of the dataset's hold now, or None if it is not held.
+    """
+
+    def __init__(self, message: str, *, dataset: str, expected: str, found: str | None) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.expected = expected
+        self.found = found
+
+
 class HoldRefusedError(CommitPubError):
     """A dataset cannot be held now (a pending sequence, a quarantine or a discard stands in
     the way, or its staging is not in a run directory of the job). Nothing was changed."""

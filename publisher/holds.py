@@ -59,6 +59,7 @@ from publisher.errors import (
     DiscardInProgressError,
     HeldDataMissingError,
     HoldRefusedError,
+    HoldReplacedError,
     NotHeldError,
     WatermarkMovedError,
 )
@@ -91,6 +92,9 @@ class HeldDataset:
     steps: int
     #: When a discard of it began, if one did and is not finished.
     discarding: str | None = None
+    #: The hold's identity (:attr:`Hold.id <publisher.status.Hold.id>`): what an operator
+    #: confirms, so that release or discard act on this hold and no other.
+    id: str = attrs.field(kw_only=True)
 
     @classmethod
     def of(cls, dataset: str, hold: Hold) -> HeldDataset:
@@ -102,6 +106,7 @@ class HeldDataset:
             hold.checks,
             len(hold.records),
             hold.discarding,
+            id=hold.id,
         )
 
 
@@ -203,8 +208,37 @@ def _steps(dataset: str, hold: Hold) -> list[CommitStep]:
         raise CorruptRecordError(f"the held commit of {dataset!r}: {e}") from e
 
 
-def release(ctx: Context, dataset: str) -> DatasetReport:
-    """Publish the held commit exactly once (see the module docstring).
+def require_hold(
+    dataset: str, record: Hold | None, expected: str | None, doing: str, why_not: str = ""
+) -> None:
+    """Refuse ``doing`` (``"release"``, ``"discard"``) unless the dataset's hold now,
+    ``record``, is the one the operator confirmed, ``expected`` (None: any, or none).
+
+    Raises:
+        HoldReplacedError: naming both holds; ``why_not`` says more when it is not held.
+    """
+    if expected is None or (record is not None and record.id == expected):
+        return
+    found = None if record is None else record.id
+    now = (
+        f"it is not held any more{why_not}"
+        if record is None
+        else f"its hold now is {found} (held since {record.since}"
+        f"{'' if record.run_id is None else f' by run {record.run_id}'}), another one"
+    )
+    raise HoldReplacedError(
+        f"{doing} of {dataset!r} refused, nothing was changed: the hold you confirmed is "
+        f"{expected}, but {now}. Look at it again (commitpub status / inspect) before you "
+        f"{doing} it",
+        dataset=dataset,
+        expected=expected,
+        found=found,
+    )
+
+
+def release(ctx: Context, dataset: str, *, expected: str | None = None) -> DatasetReport:
+    """Publish the held commit exactly once (see the module docstring); with ``expected``,
+    only if the hold is that one (:attr:`Hold.id`).
 
     Returns:
         The dataset's report: ``published``, or ``failed``/``quarantined`` when a step
@@ -212,6 +246,7 @@ def release(ctx: Context, dataset: str) -> DatasetReport:
 
     Raises:
         NotHeldError: if the dataset is not held.
+        HoldReplacedError: if its hold is not ``expected``; nothing was changed.
         DiscardInProgressError: if a discard of the hold began and is not finished.
         WatermarkMovedError: if a watermark moved since the hold; nothing was changed.
         HeldDataMissingError: if a staged file of it is gone; nothing was changed.
@@ -221,12 +256,13 @@ def release(ctx: Context, dataset: str) -> DatasetReport:
     status = ctx.status(dataset)
     record = status.held
     info = ctx.retry.call(lambda: ctx.store.info(ctx.job, dataset))
+    pending = (
+        ": its release is written ahead; the next recovery (commitpub recover) finishes it"
+        if record is None and info.sealed
+        else ""
+    )
+    require_hold(dataset, record, expected, "release", pending)
     if record is None:
-        pending = (
-            ": its release is written ahead; the next recovery (commitpub recover) finishes it"
-            if info.sealed
-            else ""
-        )
         raise NotHeldError(f"release of {dataset!r} refused: it is not held{pending}")
     if record.discarding is not None:
         raise DiscardInProgressError(

@@ -16,6 +16,8 @@ reads; they are dropped when this version rewrites the status.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -65,6 +67,11 @@ class Discarding:
         )
 
 
+#: Hex digits of a hold's identity (:attr:`Hold.id`): 48 bits, so two holds of one dataset
+#: practically never share one, and still short enough to type.
+HOLD_ID_DIGITS = 12
+
+
 @attrs.frozen
 class Hold:
     """A commit kept back because a check of its staged data failed (:mod:`publisher.holds`).
@@ -91,12 +98,31 @@ class Hold:
     #: released, and discard again finishes it.
     discarding: str | None = None
 
+    @property
+    def id(self) -> str:
+        """The hold's identity, as an operator names it (12 hex digits): a digest of what
+        was held (the would-be commit, the failed checks, the staging directory, when, by
+        which run and token). Another hold of the dataset, even of the same run, has another
+        one; marking a discard in the hold does not change it. Derived, not stored, so a
+        hold recorded by an older version has one too.
+        """
+        held = [
+            self.staging_dir,
+            self.since,
+            self.run_id,
+            self.token,
+            list(self.checks),
+            list(self.records),
+        ]
+        text = json.dumps(held, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()[:HOLD_ID_DIGITS]
+
     def describe(self, dataset: str) -> str:
         """Why ``dataset`` is held and where its data is, as reports and refusals say it."""
         names = ", ".join(str(c.get("name", "?")) for c in self.checks) or "none named"
         return (
-            f"dataset {dataset!r} is held since {self.since} (failed checks: {names}); its "
-            f"staged data is in {self.staging_dir}: release or discard it"
+            f"dataset {dataset!r} is held (hold {self.id}) since {self.since} (failed "
+            f"checks: {names}); its staged data is in {self.staging_dir}: release or discard it"
         )
 
 

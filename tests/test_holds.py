@@ -21,6 +21,7 @@ from publisher import (
     HeldDataMissingError,
     HeldDataset,
     HoldRefusedError,
+    HoldReplacedError,
     NotHeldError,
     Outcome,
     Publisher,
@@ -73,11 +74,11 @@ def test_a_held_dataset_is_shown_kept_through_recovery_and_released_exactly_once
     assert job.contents() == {}
     assert job.watermark("a") is None
     [shown] = pub.holds()
-    assert shown == HeldDataset(
-        "a", f"{run_dir}/a", shown.since, "r1", tuple(CHECKS), len(steps), None
-    )
     status = pub.statuses()["a"]
     assert status.held is not None
+    assert shown == HeldDataset(
+        "a", f"{run_dir}/a", shown.since, "r1", tuple(CHECKS), len(steps), None, id=status.held.id
+    )
     assert status.held.checks == tuple(CHECKS)
     # A later run publishing it is refused, naming why; nothing of it changes.
     blocked = pub.publish({"a": job.stage(pub.create_run_dir("r2"), "a")})["a"]
@@ -123,6 +124,64 @@ def test_discarding_a_hold_deletes_only_its_staged_files(job: Job) -> None:
     assert again["a"].outcome == Outcome.PUBLISHED
     assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
     assert job.watermark("a") == 2
+
+
+def test_release_and_discard_act_only_on_the_hold_the_operator_confirmed(job: Job) -> None:
+    pub = job.publisher()
+    held_a(job, pub)
+    first = pub.holds()[0].id
+    # Meanwhile another operator discards that hold, and a later run holds other data.
+    pub.discard("a")
+    held_a(job, pub, "r2")
+    status = job.store().get_status("job", "a")
+    [second] = pub.holds()
+    assert second.id != first
+    staged = job.staged()
+    assert staged == ["r2/a/f0", "r2/a/f1"]
+
+    for act in (
+        lambda: pub.release("a", expected=first),
+        lambda: pub.discard("a", expected=first),
+    ):
+        with pytest.raises(HoldReplacedError, match="refused, nothing was changed") as refused:
+            act()
+        assert (refused.value.dataset, refused.value.expected) == ("a", first)
+        assert refused.value.found == second.id
+        assert first in str(refused.value)
+        assert f"its hold now is {second.id}" in str(refused.value)
+        # The new hold is untouched: its record, its staged files, the watermark.
+        assert job.store().get_status("job", "a") == status
+        assert job.staged() == staged
+        assert job.contents() == {}
+        assert job.watermark("a") is None
+        assert job.store().datasets("job") == []
+
+    # The one confirmed is acted on; a dataset no longer held is refused naming it.
+    assert pub.release("a", expected=second.id).outcome == Outcome.PUBLISHED
+    assert job.watermark("a") == 2
+    with pytest.raises(HoldReplacedError, match="it is not held any more") as gone:
+        pub.discard("a", expected=second.id)
+    assert gone.value.found is None
+    assert job.contents() == {"a/f0": "a-0\n", "a/f1": "a-1\n"}
+
+
+def test_a_holds_identity_stays_while_its_discard_is_unfinished(job: Job) -> None:
+    pub = job.publisher()
+    held_a(job, pub)
+    status = pub.status("a")
+    assert status is not None
+    assert status.held is not None
+    hold = status.held
+    assert len(hold.id) == 12
+    # What a discard killed after marking the hold leaves: the same hold, discarding.
+    marked = attrs.evolve(hold, discarding="2026-11-27T00:00:00+00:00")
+    assert marked.id == hold.id
+    # Another hold of the same run, at the same second, of other data: another identity.
+    assert attrs.evolve(hold, records=hold.records[:1]).id != hold.id
+    assert attrs.evolve(hold, token=(hold.token or 0) + 1).id != hold.id
+
+    assert pub.discard("a", expected=hold.id).outcome == Outcome.DISCARDED
+    assert job.staged() == []
 
 
 def test_release_is_refused_when_the_watermark_moved_and_nothing_changes(job: Job) -> None:

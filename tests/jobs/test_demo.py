@@ -20,7 +20,11 @@ def _assert_held_and_released(out: str) -> None:
     # What else run 3 publishes and stages depends on what the recovery could finish.
     assert re.search(r"^run 3    partial \(exit 3\), (.+, )?held 1, \d+ records staged$", out, re.M)
     assert "status   commitpub status job.toml (exit 0):" in out
-    assert re.search(r"\| {3}orders: HELD since \S+ by run \S+, \d+ steps held, not published", out)
+    assert re.search(
+        r"\| {3}orders: HELD \(hold [0-9a-f]{12}\) since \S+ by run \S+, \d+ steps held, "
+        "not published",
+        out,
+    )
     assert re.search(
         r"\| {5}failed check accepted_values\(currency\) \(error\): 1 of \d+ rows", out
     )

@@ -110,7 +110,9 @@ def test_each_failed_check_and_the_held_datasets_are_gauges(tmp_path: Path) -> N
         )
     )
     report.checks["clicks"] = CheckResults((result("positive", Severity.ERROR, True),))
-    report.held["orders"] = HeldDataset("orders", "/s/r1/orders", "2025-01-01", "r1", (), 3)
+    report.held["orders"] = HeldDataset(
+        "orders", "/s/r1/orders", "2025-01-01", "r1", (), 3, id="0123456789ab"
+    )
 
     export(config, report)
 

@@ -12,7 +12,9 @@ seal.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +24,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from jobhelpers import commitpub, write_job
+from jobhelpers import COMMITPUB, commitpub, write_job
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from jobs import ops
 from jobs.config import JobConfig, load_config
+from jobs.jobrun import JobRun, new_run_id
 from jobs.locking import held_lock, open_publisher
+from publisher import HoldReplacedError
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
 
@@ -50,20 +55,27 @@ class HeldJob:
         self.base = base
         self.file = write_job(base, **stores)
         self.config: JobConfig = load_config(self.file)
+        self.staging_dir = self.hold("r1", ROWS, CHECKS)
+
+    def hold(
+        self, run_id: str, files: dict[str, list[dict[str, Any]]], checks: list[dict[str, Any]]
+    ) -> Path:
+        """Hold ``orders`` as run ``run_id`` whose checks failed: ``files`` staged in its
+        run directory, a watermark step from nothing to 50; its staging directory."""
         pub = open_publisher(self.config)
         try:
-            run_dir = Path(pub.create_run_dir("r1"))
-            self.staging_dir = run_dir / HELD
-            self.staging_dir.mkdir()
+            staging_dir = Path(pub.create_run_dir(run_id)) / HELD
+            staging_dir.mkdir()
             steps: list[CommitStep] = []
-            for name, rows in ROWS.items():
-                pq.write_table(pa.Table.from_pylist(rows), self.staging_dir / name)
-                dst = Path(self.config.output) / HELD / f"r1-{name}"
-                steps.append(FsRenameCommitStep.from_staged(str(self.staging_dir / name), str(dst)))
+            for name, rows in files.items():
+                pq.write_table(pa.Table.from_pylist(rows), staging_dir / name)
+                dst = Path(self.config.output) / HELD / f"{run_id}-{name}"
+                steps.append(FsRenameCommitStep.from_staged(str(staging_dir / name), str(dst)))
             steps.append(WatermarkCommitStep(self.config.watermarks_url, HELD, "0", None, 50))
-            pub.hold(HELD, steps, staging_dir=str(self.staging_dir), checks=CHECKS, run_id="r1")
+            pub.hold(HELD, steps, staging_dir=str(staging_dir), checks=checks, run_id=run_id)
         finally:
             pub.close()
+        return staging_dir
 
     def run(self, *args: str, code: int = 0, **kw: Any) -> Any:
         done = commitpub(args[0], str(self.file), *args[1:], **kw)
@@ -91,6 +103,12 @@ class HeldJob:
     def pending(self) -> list[str]:
         with open_store(self.config.store_url) as st:
             return st.datasets(self.config.name)
+
+    def hold_id(self) -> str:
+        """The id of the dataset's hold, as ``status --json`` shows it."""
+        [shown] = self.json("status")["without_pending"]
+        hold_id: str = shown["held"]["id"]
+        return hold_id
 
     def held(self) -> list[str]:
         held: list[str] = self.json("status")["held"]
@@ -126,7 +144,10 @@ def test_status_and_inspect_show_why_a_dataset_is_held_and_where_its_data_is(
     assert doc["pending"] == []
     [shown] = doc["without_pending"]
     assert shown["dataset"] == HELD
+    hold_id = shown["held"]["id"]
+    assert len(hold_id) == 12
     assert shown["held"] == {
+        "id": hold_id,
         "since": shown["held"]["since"],
         "run_id": "r1",
         "staging_dir": str(job.staging_dir),
@@ -138,7 +159,7 @@ def test_status_and_inspect_show_why_a_dataset_is_held_and_where_its_data_is(
     at = next(i for i, line in enumerate(text) if line.startswith(f"  {HELD}: "))
     since = shown["held"]["since"]
     assert text[at : at + 5] == [
-        f"  {HELD}: HELD since {since} by run r1, 3 steps held, not published",
+        f"  {HELD}: HELD (hold {hold_id}) since {since} by run r1, 3 steps held, not published",
         '    failed check row_count: {"severity": "error", "rows": 4, "min": 10}',
         '    failed check not_null(id): {"severity": "error", "nulls": 1}',
         f"    staged data: {job.staging_dir}",
@@ -155,7 +176,8 @@ def test_status_and_inspect_show_why_a_dataset_is_held_and_where_its_data_is(
     ]
     text = job.run("inspect", HELD).stdout.splitlines()
     assert text[0] == (
-        f"{HELD}: HELD since {since} by run r1, 3 steps, 0 done, 0 attempts, not written ahead"
+        f"{HELD}: HELD (hold {hold_id}) since {since} by run r1, 3 steps, 0 done, 0 attempts, "
+        "not written ahead"
     )
     assert text[1] == '  failed check row_count: {"severity": "error", "rows": 4, "min": 10}'
     assert text[-1].startswith("  [   2] todo watermark.cas ")
@@ -165,8 +187,9 @@ def test_status_and_inspect_show_why_a_dataset_is_held_and_where_its_data_is(
 def test_release_publishes_the_held_data_exactly_once(job: HeldJob) -> None:
     declined = job.run("release", HELD, code=1, input="n\n")
     assert (
-        f"Publish the held data of '{HELD}' in job 'test-job' (3 steps, in {job.staging_dir}) "
-        "as it was staged, though its checks failed (row_count, not_null(id))?"
+        f"Publish the held data of '{HELD}' in job 'test-job' (hold {job.hold_id()}, 3 steps, "
+        f"in {job.staging_dir}) as it was staged, though its checks failed "
+        "(row_count, not_null(id))?"
     ) in declined.stdout
     assert "Aborted" in declined.stderr
     job.unchanged()
@@ -245,8 +268,8 @@ def test_discard_of_a_held_dataset_deletes_its_staged_data_to_be_read_again(
 ) -> None:
     declined = job.run("discard", HELD, code=1, input="n\n")
     assert (
-        f"Discard the held data of '{HELD}' in job 'test-job'? Its held staged files in "
-        f"{job.staging_dir} are deleted and its data will be read again"
+        f"Discard the held data of '{HELD}' in job 'test-job' (hold {job.hold_id()})? Its held "
+        f"staged files in {job.staging_dir} are deleted and its data will be read again"
     ) in declined.stdout
     job.unchanged()
     kept = job.run("discard", HELD, "--yes", "--keep-table", code=1)
@@ -299,6 +322,105 @@ def test_a_batch_job_is_released_from_options(job: HeldJob) -> None:
     assert job.published() == EVERY_ROW
 
 
+#: What a later run holds of ``orders`` after the first hold was discarded: other rows.
+OTHER_ROWS = {"part-0.parquet": [{"id": 100, "name": "later"}]}
+
+
+def _asking(job: HeldJob, command: str, stderr: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``commitpub COMMAND JOB.toml orders`` started, and waiting for the operator's answer
+    to its question (read up to the question, which it asks before taking the lock)."""
+    with stderr.open("wb") as err:
+        asking = subprocess.Popen(
+            [COMMITPUB, command, str(job.file), HELD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    assert asking.stdout is not None
+    shown = b""
+    while not shown.endswith(b"[y/N]: "):
+        chunk = os.read(asking.stdout.fileno(), 4096)
+        assert chunk, f"{command} ended without asking: {shown!r} {stderr.read_text()}"
+        shown += chunk
+    return asking, shown.decode()
+
+
+@pytest.mark.parametrize("command", ["release", "discard"])
+def test_a_yes_to_a_hold_replaced_meanwhile_is_refused_and_changes_nothing(
+    job: HeldJob, command: str, tmp_path: Path
+) -> None:
+    first = job.hold_id()
+    asking, question = _asking(job, command, tmp_path / "asking.err")
+    assert f"(hold {first}" in question
+    # While the operator reads the question, another one discards that hold and a later run
+    # holds other data of the dataset.
+    job.run("discard", HELD, "--yes")
+    later = job.hold("r2", OTHER_ROWS, [{"name": "row_count", "rows": 1, "min": 10}])
+    second = job.hold_id()
+    assert second != first
+    with open_store(job.config.store_url) as st:
+        record = st.get_status(job.config.name, HELD)
+    staged = {p.name: p.read_bytes() for p in later.iterdir()}
+
+    out, _ = asking.communicate(b"y\n")
+
+    said = " ".join((tmp_path / "asking.err").read_text().split())
+    assert asking.returncode == 1, f"{out!r} {said}"
+    assert f"HoldReplacedError: {command} of '{HELD}' refused, nothing was changed" in said
+    assert f"the hold you confirmed is {first}, but its hold now is {second}" in said
+    # The later hold is untouched: its record, its staged files, the watermark.
+    with open_store(job.config.store_url) as st:
+        assert st.get_status(job.config.name, HELD) == record
+        assert st.datasets(job.config.name) == []
+    assert {p.name: p.read_bytes() for p in later.iterdir()} == staged
+    assert job.published() == []
+    assert job.watermark() is None
+    # Looked at again, the later hold is what a release publishes, once.
+    job.run("release", HELD, "--yes", "--hold", second)
+    assert job.published() == OTHER_ROWS["part-0.parquet"]
+    assert job.watermark() == 50
+
+
+def test_a_release_run_refuses_a_hold_replaced_after_it_was_read(job: HeldJob) -> None:
+    read = ops.held(job.config, HELD)  # what ops.release reads before the job lock
+    assert read is not None
+    job.run("discard", HELD, "--yes")
+    later = job.hold("r2", OTHER_ROWS, CHECKS)
+    second = job.hold_id()
+
+    def no_spark() -> Any:
+        raise AssertionError("a release starts no Spark")
+
+    run = JobRun(job.config, no_spark, run_id=new_run_id(), command="release", claim_staging=False)
+    with pytest.raises(HoldReplacedError) as refused, run:
+        run.release(read)
+
+    assert (refused.value.expected, refused.value.found) == (read.id, second)
+    assert job.held() == [HELD]
+    assert job.hold_id() == second
+    assert sorted(p.name for p in later.iterdir()) == sorted(OTHER_ROWS)
+    assert (job.pending(), job.published(), job.watermark()) == ([], [], None)
+    last = job.json("status")["last_run"]
+    assert (last["command"], last["exit_code"]) == ("release", 1)
+    assert last["error"].startswith(f"HoldReplacedError: release of '{HELD}' refused")
+
+
+def test_hold_names_the_hold_a_command_acts_on(job: HeldJob) -> None:
+    hold_id = job.hold_id()
+    for command in ("release", "discard"):
+        refused = job.run(command, HELD, "--yes", "--hold", "0123456789ab", code=1)
+        said = " ".join(refused.stderr.split())
+        assert (
+            f"HoldReplacedError: {command} of '{HELD}' refused, nothing was changed: the hold "
+            f"you confirmed is 0123456789ab, but its hold now is {hold_id}"
+        ) in said
+        job.unchanged()
+    # Named with its id, without --yes: the question is asked about it, and it is discarded.
+    done = job.run("discard", HELD, "--hold", hold_id, input="y\n")
+    assert f"(hold {hold_id})?" in done.stdout
+    assert (job.held(), job.staged(), job.published()) == ([], [], [])
+
+
 def _killed_at(job: HeldJob, point: str) -> None:
     done = job.run("release", HELD, "--yes", code=-signal.SIGKILL, env={ENV_VAR: f"{point}@1"})
     assert done.stdout == ""
@@ -312,8 +434,9 @@ def test_release_killed_after_its_seal_is_finished_by_release_again(job: HeldJob
     assert [(p["dataset"], p["sealed"], p["steps"]) for p in doc["pending"]] == [(HELD, True, 3)]
     assert job.published() == []
     assert (
-        f"  {HELD}: HELD since {doc['pending'][0]['held']['since']} by run r1, its release is "
-        "written ahead (release again, or recover, finishes it), 3 steps, 0 attempts, age "
+        f"  {HELD}: HELD (hold {doc['pending'][0]['held']['id']}) since "
+        f"{doc['pending'][0]['held']['since']} by run r1, its release is written ahead "
+        "(release again, or recover, finishes it), 3 steps, 0 attempts, age "
     ) in job.run("status").stdout
 
     done = job.run("release", HELD, "--yes")
@@ -355,8 +478,8 @@ def test_discard_killed_after_marking_the_hold_is_finished_by_discard_again(job:
     [shown] = doc["without_pending"]
     assert shown["held"]["discarding"] is not None
     assert (
-        f"  {HELD}: HELD since {shown['held']['since']} by run r1, DISCARDING (unfinished: run "
-        "discard again), 3 steps held, not published"
+        f"  {HELD}: HELD (hold {shown['held']['id']}) since {shown['held']['since']} by run "
+        "r1, DISCARDING (unfinished: run discard again), 3 steps held, not published"
     ) in job.run("status").stdout
     # What was being thrown away is never published.
     refused = job.run("release", HELD, "--yes", code=1)
