@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -318,10 +319,27 @@ _JOB_OR_OPTIONS = click.argument(
 #: ``[JOB.toml] DATASET``, split by :func:`_job_and_dataset`.
 _JOB_AND_DATASET = click.argument("args", metavar="[JOB.toml] DATASET", nargs=-1)
 _AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def _hold_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A hold's id as ``--hold`` takes it: the hex digits ``status`` shows."""
+    from publisher.status import HOLD_ID_DIGITS
+
+    if value is None:
+        return None
+    if re.fullmatch(f"[0-9a-f]{{{HOLD_ID_DIGITS}}}", value.lower()) is None:
+        raise click.BadParameter(
+            f"a hold's id is {HOLD_ID_DIGITS} hex digits, as commitpub status shows it "
+            f"(HELD (hold 3fa9c1d2e4b5) ...), got {value!r}"
+        )
+    return value.lower()
+
+
 _HOLD = click.option(
     "--hold",
     "hold_id",
     metavar="ID",
+    callback=_hold_id,
     help="Act only on this hold of the dataset (its id, as status and inspect show it); "
     "refused, nothing changed, if the dataset's hold is another one. Without it, the hold "
     "the question shows (with --yes: whatever is held).",

@@ -28,6 +28,12 @@ sequence ahead (several chunks) leaves an unsealed sequence beside the hold: rec
 both alone (aborting it would delete the held files), release resumes the write-ahead, and
 discard drops it with the held data.
 
+**Identity.** An operator decides on the hold they were shown, and may take minutes to
+answer; meanwhile that hold may be discarded and another run hold other data. Each hold has
+an identity (:attr:`Hold.id <publisher.status.Hold.id>`, a digest of its record), and
+release and discard given the one confirmed (``expected``) refuse, under the lock and with
+nothing changed, any other hold (:func:`require_hold`, :class:`HoldReplacedError`).
+
 **Discard** of a held dataset (:func:`discard_held`): the discard is recorded in the hold
 first (from then on release refuses), then the staged files its steps name are deleted
 (fenced, and only inside the job's staging roots), then its staging directory (only inside

@@ -415,6 +415,9 @@ def test_hold_names_the_hold_a_command_acts_on(job: HeldJob) -> None:
             f"you confirmed is 0123456789ab, but its hold now is {hold_id}"
         ) in said
         job.unchanged()
+    bad = job.run("release", HELD, "--yes", "--hold", "r1", code=2)
+    assert "Invalid value for '--hold': a hold's id is 12 hex digits" in bad.stderr
+    job.unchanged()
     # Named with its id, without --yes: the question is asked about it, and it is discarded.
     done = job.run("discard", HELD, "--hold", hold_id, input="y\n")
     assert f"(hold {hold_id})?" in done.stdout
