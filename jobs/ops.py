@@ -420,8 +420,9 @@ def discard(
         UnknownDatasetError: if the job holds nothing of the dataset at all.
         DiscardRefusedError: if the sequence names paths outside the job's current
             ``staging.path`` or ``output.path``; nothing was changed.
-        HoldReplacedError: with ``expected``, if the dataset's hold is another one (or it
-            is not held); nothing was changed.
+        HoldReplacedError: with ``expected``, if the dataset's hold is another one, or it
+            is not held but has a pending sequence or status; nothing was changed. (With
+            neither, NothingPendingError: what the operator wanted gone is gone.)
         LockHeldError: if a run holds the job lock.
     """
     return _on_dataset(
