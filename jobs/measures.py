@@ -10,21 +10,23 @@ predicate, accepted values, a time) is a hidden column that Spark evaluates besi
 with the expression the read-back's aggregate has (:mod:`jobs.checks`), which the task
 counts and leaves out of the files.
 
-A unique key is exact. Each task sorts its rows' keys and writes them into the staging
-directory (:data:`KEYS_DIRECTORY`, hidden: not data, deleted with the staging directory; a
-retried attempt replaces its task's file): one integer, date or timestamp column as its
-values, any other key as Spark's 64-bit ``xxhash64`` of its columns (a hidden column). The
-driver merges the tasks' sorted keys range by range (at most :data:`MERGE_KEYS` in memory at
-once) and counts equal neighbours. Values are the keys themselves: the duplicates are
-counted. Equal keys always have equal hashes, so no equal hashes means no duplicate; equal
-hashes may be two keys that share one, and the check is then computed by the read-back
-pass over the staged data (:func:`jobs.checks.run_checks`), as a check that is not measured
-is.
+A unique key is exact. Each task sorts its rows' keys, counts its own equal neighbours and
+writes the keys into the staging directory (:data:`KEYS_DIRECTORY`, hidden: not data,
+deleted with the staging directory; a retried attempt replaces its task's file): one
+integer, date or timestamp column as its values, any other key as Spark's 64-bit
+``xxhash64`` of its columns (a hidden column). A keys' file is Parquet, delta-encoded in
+row groups that know their least and greatest key: consecutive ids take a few bytes. The
+task's figures carry its least and greatest key, so the driver reads only the files of
+tasks whose key ranges overlap (data written in key order reads none) and merges those
+range by range (about :data:`MERGE_KEYS` in memory at once), counting equal neighbours.
+Values are the keys themselves: the duplicates are counted. Equal keys always have equal
+hashes, so no equal hashes means no duplicate; equal hashes may be two keys that share one,
+and the check is then computed by the read-back pass over the staged data
+(:func:`jobs.checks.run_checks`), as a check that is not measured is.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import logging
 import os
@@ -59,8 +61,10 @@ log = logging.getLogger("commitpub.jobs")
 HIDDEN = "__commitpub_measure_"
 #: The directory in a staging directory that holds the tasks' sorted keys.
 KEYS_DIRECTORY = "_commitpub_keys"
-#: Keys the driver holds at once while it looks for equal ones (8 bytes each).
+#: Keys the driver holds at once, about, while it looks for equal ones (8 bytes each).
 MERGE_KEYS = 1 << 25
+#: Keys in a row group of a keys' file: the driver reads a file's keys a group at a time.
+KEY_GROUP = 1 << 16
 
 
 class Op:
@@ -76,7 +80,8 @@ class Op:
     MIN = "min"
     #: The greatest value.
     MAX = "max"
-    #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file.
+    #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file, and
+    #: the task's figure is ``[rows with a key, least, greatest, equal neighbours, task]``.
     KEYS = "keys"
     #: As :attr:`KEYS`, the column holding 64-bit hashes of the keys.
     HASHES = "hashes"
@@ -84,6 +89,8 @@ class Op:
 
 #: The figures that are counts, summed over the tasks.
 _COUNTS = frozenset({Op.TRUE, Op.VALID, Op.ANY_NULL, Op.KEYS, Op.HASHES})
+#: The figures whose task keys go to a keys' file.
+_KEYED = frozenset({Op.KEYS, Op.HASHES})
 
 
 #: A check's values (what its ``judge`` is given) from the figures of the whole write, the
@@ -110,12 +117,19 @@ class Plan:
         """The checks' figures from the write's task results and its keys' files; a check
         whose key hashes collide is left out (computed on the data instead)."""
         figures: list[Any] = [0 if op in _COUNTS else None for op, _ in self.ops]
+        spans: dict[int, list[_Span]] = {}
         for result in results:
             for i, value in enumerate(_decode(result)):
-                figures[i] = _combine(self.ops[i][0], figures[i], value)
+                if self.ops[i][0] in _KEYED:
+                    keyed, least, greatest, same, task = value
+                    figures[i] += keyed
+                    if keyed:
+                        spans.setdefault(i, []).append(_Span(least, greatest, same, task))
+                else:
+                    figures[i] = _combine(self.ops[i][0], figures[i], value)
 
         def equal(number: int) -> int:
-            return _equal_neighbours(directory, number)
+            return _equal_neighbours(directory, number, spans.get(number, []))
 
         found: dict[str, tuple[Any, ...]] = {}
         for name, values in self.checks:
@@ -310,7 +324,8 @@ class TaskMeasures:
                     if column.null_count:
                         column = column.drop_null()
                     keys = column.to_numpy(zero_copy_only=False)
-                    self.keys.setdefault(i, []).append(keys.astype(np.int64, copy=False))
+                    # A copy: a view would keep the whole batch's buffers alive.
+                    self.keys.setdefault(i, []).append(np.array(keys, np.int64))
             else:
                 least_greatest = pc.min_max(column).as_py()
                 value = least_greatest["min" if op == Op.MIN else "max"]
@@ -322,13 +337,20 @@ class TaskMeasures:
 
         if not self.ops:
             return b""
-        for i, parts in self.keys.items():
-            keys = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        for i, (op, _) in enumerate(self.ops):
+            if op not in _KEYED:
+                continue
+            parts = self.keys.get(i, [])
+            keys = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else None
+            if keys is None or not len(keys):
+                self.figures[i] = [0, None, None, 0, index]
+                continue
             if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
                 # Stable: a timsort, linear for keys that come in sorted runs.
                 keys = np.sort(keys, kind="stable")
-            if len(keys):
-                _write_keys(directory, f"{i}-{index:05d}.npy", keys)
+            equal = int(np.count_nonzero(keys[1:] == keys[:-1]))
+            _write_keys(directory, _key_file(i, index), keys)
+            self.figures[i] = [self.figures[i], int(keys[0]), int(keys[-1]), equal, index]
         return _encode(self.figures)
 
 
@@ -354,74 +376,127 @@ def _decode(result: bytes | bytearray) -> list[Any]:
     return [table.column(i)[0].as_py() for i in range(table.num_columns)]
 
 
-def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
-    import numpy as np
+@attrs.frozen
+class _Span:
+    """A task's keys of one figure: the least, the greatest, how many equal the one before
+    them, and the task (its keys' file)."""
 
+    least: int
+    greatest: int
+    equal: int
+    task: int
+
+
+def _key_file(number: int, task: int) -> str:
+    return f"{number}-{task:05d}.parquet"
+
+
+def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"key": keys})
+    # Sorted keys, delta-encoded: consecutive ids take bits, not bytes; each row group's
+    # statistics say its least and greatest key.
+    options: dict[str, Any] = {
+        "row_group_size": KEY_GROUP,
+        "compression": "none",
+        "use_dictionary": False,
+        "column_encoding": {"key": "DELTA_BINARY_PACKED"},
+    }
     if is_local(directory):
         folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
         os.makedirs(folder, exist_ok=True)
         # Whole or absent: two attempts of the task replace each other's file.
         temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
-        with open(temporary, "wb") as f:
-            np.save(f, keys, allow_pickle=False)
+        pq.write_table(table, temporary, **options)
         os.replace(temporary, os.path.join(folder, name))
     else:
         fs, root = fsspec.core.url_to_fs(directory)
         with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
-            np.save(f, keys, allow_pickle=False)
+            pq.write_table(table, f, **options)
 
 
-def _key_files(directory: str, number: int) -> list[np.ndarray[Any, Any]]:
-    """Each task's sorted keys of figure ``number``: mapped, not read, when local."""
-    import numpy as np
+class _KeyGroups:
+    """The row groups of one task's keys' file, each with its least and greatest key."""
 
-    prefix = f"{number}-"
-    if is_local(directory):
-        folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
-        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-        return [
-            np.load(os.path.join(folder, n), mmap_mode="r", allow_pickle=False)
-            for n in names
-            if n.startswith(prefix) and n.endswith(".npy")
+    def __init__(self, directory: str, name: str) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if is_local(directory):
+            source: Any = os.path.join(local_path(directory), KEYS_DIRECTORY, name)
+        else:
+            fs, root = fsspec.core.url_to_fs(directory)
+            source = pa.BufferReader(fs.cat_file(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}"))
+        self.file = pq.ParquetFile(source)
+        meta = self.file.metadata
+        self.groups: list[tuple[int, int, int]] = []  # least, greatest, keys
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(0).statistics
+            self.groups.append((int(stats.min), int(stats.max), meta.row_group(g).num_rows))
+
+    def between(self, start: int | None, end: int | None) -> np.ndarray[Any, Any]:
+        """The sorted keys ``start <= key < end`` (None: unbounded)."""
+        import numpy as np
+
+        wanted = [
+            g
+            for g, (least, greatest, _) in enumerate(self.groups)
+            if (start is None or greatest >= start) and (end is None or least < end)
         ]
-    fs, root = fsspec.core.url_to_fs(directory)
-    folder = f"{root.rstrip('/')}/{KEYS_DIRECTORY}"
-    paths = sorted(fs.ls(folder, detail=False)) if fs.exists(folder) else []
-    return [
-        np.load(io.BytesIO(fs.cat_file(p)), allow_pickle=False)
-        for p in paths
-        if p.rsplit("/", 1)[-1].startswith(prefix) and p.endswith(".npy")
-    ]
+        if not wanted:
+            return np.empty(0, np.int64)
+        keys: np.ndarray[Any, Any]
+        keys = self.file.read_row_groups(wanted, columns=["key"]).column(0).to_numpy()
+        low = 0 if start is None else int(np.searchsorted(keys, start))
+        high = len(keys) if end is None else int(np.searchsorted(keys, end))
+        return keys[low:high]
 
 
-def _equal_neighbours(directory: str, number: int) -> int:
+def _equal_neighbours(directory: str, number: int, spans: Sequence[_Span]) -> int:
     """How many of the sorted keys of figure ``number`` (all tasks') equal the one before
-    them. The keys are merged range by range, cut at quantiles of the tasks' keys so that a
+    them. A task whose keys' range overlaps no other's counted its own; the files of tasks
+    whose ranges overlap are merged range by range, cut at row groups' least keys so that a
     range holds about :data:`MERGE_KEYS` (a key many rows share stays in one range)."""
+    equal = 0
+    for cluster in _overlapping(spans):
+        if len(cluster) == 1:
+            equal += cluster[0].equal
+        else:
+            files = [_KeyGroups(directory, _key_file(number, s.task)) for s in cluster]
+            equal += _merged_equal(files)
+    return equal
+
+
+def _overlapping(spans: Sequence[_Span]) -> list[list[_Span]]:
+    """The spans in groups whose ranges overlap, chained (a shared key is an overlap)."""
+    clusters: list[list[_Span]] = []
+    greatest = 0
+    for span in sorted(spans, key=lambda s: (s.least, s.greatest)):
+        if clusters and span.least <= greatest:
+            clusters[-1].append(span)
+            greatest = max(greatest, span.greatest)
+        else:
+            clusters.append([span])
+            greatest = span.greatest
+    return clusters
+
+
+def _merged_equal(files: Sequence[_KeyGroups]) -> int:
     import numpy as np
 
-    arrays = [a for a in _key_files(directory, number) if len(a)]
-    ranges = max(1, -(-sum(len(a) for a in arrays) // MERGE_KEYS))
+    groups = sorted((least, keys) for f in files for least, _, keys in f.groups)
     cuts: list[int] = []
-    if ranges > 1:
-        samples = np.sort(
-            np.concatenate(
-                [a[np.linspace(0, len(a) - 1, ranges + 1).astype(np.int64)] for a in arrays]
-            )
-        )
-        quantiles = samples[np.linspace(0, len(samples) - 1, ranges + 1).astype(np.int64)]
-        cuts = [int(c) for c in np.unique(quantiles[1:-1])]
+    held = 0
+    for least, keys in groups:
+        if held + keys > MERGE_KEYS and held and (not cuts or least > cuts[-1]):
+            cuts.append(least)
+            held = 0
+        held += keys
     equal = 0
     for start, end in itertools.pairwise([None, *cuts, None]):
-        parts = [
-            a[
-                0 if start is None else int(np.searchsorted(a, start)) : len(a)
-                if end is None
-                else int(np.searchsorted(a, end))
-            ]
-            for a in arrays
-        ]
         # Sorted runs, one a task: a stable sort (timsort) merges them.
-        merged = np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0, np.int64)
+        merged = np.sort(np.concatenate([f.between(start, end) for f in files]), kind="stable")
         equal += int(np.count_nonzero(merged[1:] == merged[:-1]))
     return equal

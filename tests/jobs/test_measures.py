@@ -149,7 +149,7 @@ def test_a_key_twice_in_two_tasks_is_counted_exactly(
     figures = {r.name: r.figures["duplicate_rows"] for r in in_write.checks}
     assert figures == {"unique(id)": 1, "unique(amount)": 2, "unique(name)": 0}
     keys = sorted(p.name for p in (tmp_path / "staged" / measures.KEYS_DIRECTORY).iterdir())
-    assert keys == [f"{i}-{t:05d}.npy" for i in (0, 1, 2) for t in (0, 1)]
+    assert keys == [f"{i}-{t:05d}.parquet" for i in (0, 1, 2) for t in (0, 1)]
 
 
 def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
@@ -172,7 +172,7 @@ def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
     assert measured.values == {"unique(id)": (4, 3), "not_null(id)": (1, 1)}
     fs = fsspec.filesystem("s3")
     assert sorted(fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False)) == [
-        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.npy" for i in (0, 1)
+        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.parquet" for i in (0, 1)
     ]
 
 
@@ -199,3 +199,55 @@ def test_a_tasks_nulls_and_keys_are_counted_whichever_batches_have_them(tmp_path
     measured = plan.measured([task.finish(directory, 0)], directory, 9)
 
     assert measured.values == {"not_null(a, b)": (4, 2, 3), "unique(id)": (8, 7)}
+
+
+def _measure_tasks(
+    directory: str, tasks: list[list[int | None]], checks: list[Check] | None = None
+) -> tuple[measures.Plan, list[bytes]]:
+    """Each list of ids measured as one write task measures its rows."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([StructField("id", LongType())])
+    plan = measures.plan(checks or [UniqueCheck("id")], schema)
+    results = []
+    for index, ids in enumerate(tasks):
+        task = measures.TaskMeasures(plan.ops)
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
+        assert [b.num_rows for b in task.strip(iter([batch]))] == [len(ids)]
+        results.append(task.finish(directory, index))
+    return plan, results
+
+
+def test_tasks_whose_keys_do_not_overlap_count_their_own_and_no_file_is_read(
+    tmp_path: Path,
+) -> None:
+    # Keys written in order (ids, dates): each task's range is its own, so its own count of
+    # equal keys is the count; the keys' files are not needed (deleted here to show it).
+    import shutil
+
+    directory = str(tmp_path / "staged")
+    plan, results = _measure_tasks(directory, [[1, 1, 2, 3], [4, 5, 5, 5], [9, 8, None]])
+    shutil.rmtree(tmp_path / "staged" / measures.KEYS_DIRECTORY)
+
+    assert plan.measured(results, directory, 11).values == {"unique(id)": (10, 7)}
+
+
+@pytest.mark.parametrize("merge", [measures.MERGE_KEYS, 1], ids=["one range", "ranges of 1"])
+def test_ranges_that_touch_or_overlap_are_merged_and_the_others_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merge: int
+) -> None:
+    monkeypatch.setattr(measures, "MERGE_KEYS", merge)
+    monkeypatch.setattr(measures, "KEY_GROUP", 2)  # several row groups a file
+    directory = str(tmp_path / "staged")
+    low, high = -(2**63), 2**63 - 1
+    tasks: list[list[int | None]] = [
+        [low, 0, 3],  # shares 3 with the next task: one duplicate
+        [3, 4, 7, 7],  # and 7 with itself
+        [100, 101, high],  # overlaps the last task, by its extreme keys too
+        [200, high, 102],
+        [10, 11],  # alone: its file is not read
+    ]
+    plan, results = _measure_tasks(directory, tasks)
+    (tmp_path / "staged" / measures.KEYS_DIRECTORY / "0-00004.parquet").unlink()
+
+    assert plan.measured(results, directory, 15).values == {"unique(id)": (15, 12)}
