@@ -602,10 +602,19 @@ class PredicateCheck(_BuiltinCheck):
 
     def check_schema(self, types: Mapping[str, DataType], df: DataFrame) -> None:
         from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as sf
         from pyspark.sql import types as st
 
         # Planned, not run: an analysis names an unknown column or a syntax error without a
-        # job (on Spark Connect: one analysis request).
+        # job (on Spark Connect: one analysis request). One plans the predicate and the
+        # read-back's aggregates together; a predicate that fails it is planned alone, for
+        # the error to say what is wrong.
+        try:
+            fields = df.agg(sf.first(self._predicate()), *self.aggregates()).schema.fields
+            if isinstance(fields[0].dataType, st.BooleanType):
+                return
+        except AnalysisException:
+            pass
         try:
             type_ = df.select(self._predicate().alias("p")).schema.fields[0].dataType
             if isinstance(type_, st.BooleanType):
