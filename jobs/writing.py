@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 import errno
 import functools
 import os
@@ -38,7 +39,7 @@ from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 #: What ``Publisher.publish`` takes for a dataset: a picklable function returning its steps.
 StepsBuilder = Callable[[], Sequence[CommitStep]]
@@ -325,7 +326,32 @@ def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -
         *[_column(name).cast("string").alias(name) for name in partition_by],
     )
     task = functools.partial(_write_task, directory, options, secrets.token_hex(8))
-    return tuple(bytes(row[1] or b"") for row in frame.mapInArrow(task, _TASK_RESULT).collect())
+    with _batches_cut_by_rows(frame.sparkSession):
+        results = frame.mapInArrow(task, _TASK_RESULT).collect()
+    return tuple(bytes(row[1] or b"") for row in results)
+
+
+#: Spark's cap on the bytes of an Arrow batch it sends to a Python task (since Spark 4).
+MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+#: The value of :data:`MAX_BYTES_PER_BATCH` that turns its check off.
+_NO_BYTE_CAP = str(2**31 - 1)
+
+
+@contextlib.contextmanager
+def _batches_cut_by_rows(spark: SparkSession) -> Iterator[None]:
+    """The staging write's Arrow batches cut by rows only
+    (``spark.sql.execution.arrow.maxRecordsPerBatch``, 10,000 by default), unless the
+    session sets :data:`MAX_BYTES_PER_BATCH` itself: Spark measures a batch's bytes after
+    every row it adds, a walk over each column's buffers that costs a sixth of the write's
+    CPU, more with every column. The session's setting is left as it was."""
+    if spark.conf.get(MAX_BYTES_PER_BATCH, None) is not None:
+        yield
+        return
+    spark.conf.set(MAX_BYTES_PER_BATCH, _NO_BYTE_CAP)
+    try:
+        yield
+    finally:
+        spark.conf.unset(MAX_BYTES_PER_BATCH)
 
 
 def _column(name: str) -> Any:

@@ -178,3 +178,25 @@ def _parquet_columns(path: Path) -> list[tuple[str, int, str, str]]:
         (c.path, c.max_definition_level, c.physical_type, str(c.logical_type))
         for c in (schema.column(i) for i in range(len(schema)))
     ]
+
+
+@pytest.mark.parametrize("setting", [None, "1m"], ids=["unset", "set by the session"])
+def test_the_write_cuts_batches_by_rows_and_leaves_the_sessions_byte_cap_as_it_was(
+    spark: SparkSession, tmp_path: Path, setting: str | None
+) -> None:
+    from jobs.writing import MAX_BYTES_PER_BATCH, _batches_cut_by_rows
+
+    if setting is not None:
+        spark.conf.set(MAX_BYTES_PER_BATCH, setting)
+    try:
+        with _batches_cut_by_rows(spark):
+            # Spark measures no batch's bytes (2**31 - 1: its check is off), unless the
+            # session set a cap of its own.
+            assert spark.conf.get(MAX_BYTES_PER_BATCH) == setting or str(2**31 - 1)
+        written = ParquetWriter().write(
+            spark.range(0, 100, 1, 2), str(tmp_path / "staged"), WriteOptions()
+        )
+        assert written.rows == 100
+        assert spark.conf.get(MAX_BYTES_PER_BATCH, None) == setting
+    finally:
+        spark.conf.unset(MAX_BYTES_PER_BATCH)
