@@ -80,6 +80,9 @@ class Op:
     MIN = "min"
     #: The greatest value.
     MAX = "max"
+    #: Rows whose value is not NULL and not one of the op's values, and the least such
+    #: value: ``{"rows": ..., "least": ...}``.
+    REJECTED = "rejected"
     #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file, and
     #: the task's figure is ``[rows with a key, least, greatest, equal neighbours, task]``.
     KEYS = "keys"
@@ -91,6 +94,16 @@ class Op:
 _COUNTS = frozenset({Op.TRUE, Op.VALID, Op.ANY_NULL, Op.KEYS, Op.HASHES})
 #: The figures whose task keys go to a keys' file.
 _KEYED = frozenset({Op.KEYS, Op.HASHES})
+
+#: What a task measures: the op, its columns and the op's values (:attr:`Op.REJECTED`'s).
+MeasureOp = tuple[str, tuple[str, ...], tuple[Any, ...]]
+
+
+def _start(op: str) -> Any:
+    """A figure before any row."""
+    if op == Op.REJECTED:
+        return {"rows": 0, "least": None}
+    return 0 if op in _COUNTS else None
 
 
 #: A check's values (what its ``judge`` is given) from the figures of the whole write, the
@@ -104,19 +117,19 @@ class Plan:
 
     Args:
         columns: the hidden columns' expressions, each aliased to its name.
-        ops: what each task measures, ``(op, columns)`` (:class:`Op`; data or hidden
-            columns), given to the write tasks.
+        ops: what each task measures, ``(op, columns, values)`` (:class:`Op`; data or
+            hidden columns), given to the write tasks.
         checks: each measured check's name and how its values come from the figures.
     """
 
     columns: tuple[Column, ...] = ()
-    ops: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    ops: tuple[MeasureOp, ...] = ()
     checks: tuple[tuple[str, _Values], ...] = ()
 
     def measured(self, results: Sequence[bytes | bytearray], directory: str, rows: int) -> Measured:
         """The checks' figures from the write's task results and its keys' files; a check
         whose key hashes collide is left out (computed on the data instead)."""
-        figures: list[Any] = [0 if op in _COUNTS else None for op, _ in self.ops]
+        figures: list[Any] = [_start(op) for op, _, _ in self.ops]
         spans: dict[int, list[_Span]] = {}
         for result in results:
             for i, value in enumerate(_decode(result)):
@@ -153,11 +166,11 @@ def plan(checks: Sequence[Check], schema: StructType, partition_by: Sequence[str
 
     types = {f.name: f.dataType for f in schema.fields}
     columns: list[Column] = []
-    ops: list[tuple[str, tuple[str, ...]]] = []
+    ops: list[MeasureOp] = []
     measured: list[tuple[str, _Values]] = []
 
-    def measure(op: str, *names: str) -> int:
-        ops.append((op, names))
+    def measure(op: str, *names: str, values: tuple[Any, ...] = ()) -> int:
+        ops.append((op, names, values))
         return len(ops) - 1
 
     def hide(expression: Column) -> str:
@@ -183,6 +196,11 @@ def plan(checks: Sequence[Check], schema: StructType, partition_by: Sequence[str
                 # Spark hashes -0.0 as 0.0 and every NaN alike, as count(DISTINCT) compares.
                 hashed = sf.xxhash64(*(_col(c) for c in check.columns))
                 values = _unique(measure(Op.HASHES, hide(sf.when(check.keyed(), hashed))))
+        elif isinstance(check, AcceptedValuesCheck) and _arrow_compares(
+            types[check.column], check.values, check.column in partition_by
+        ):
+            # Compared by pyarrow as Spark compares them: no hidden column.
+            values = _rejected(measure(Op.REJECTED, check.column, values=check.values))
         elif isinstance(check, AcceptedValuesCheck):
             # The value where it is not accepted: counted, and its least is the example.
             column = _col(check.column)
@@ -207,6 +225,10 @@ def _no_values(figures: Sequence[Any], rows: int, equal: Callable[[int], int]) -
 
 def _pick(numbers: Sequence[int]) -> _Values:
     return lambda figures, rows, equal: tuple(figures[i] for i in numbers)
+
+
+def _rejected(number: int) -> _Values:
+    return lambda figures, rows, equal: (figures[number]["rows"], figures[number]["least"])
 
 
 def _predicate(true: int, valid: int) -> _Values:
@@ -247,6 +269,23 @@ def _comparable(type_: DataType) -> bool:
     )
 
 
+def _arrow_compares(type_: DataType, values: Sequence[Any], partition: bool) -> bool:
+    """Whether pyarrow tells the column's accepted values as Spark's ``isin`` does: a
+    string compared by its bytes, an integer or a boolean, as the task gets them (a
+    partition column reaches it as text)."""
+    from pyspark.sql import types as st
+
+    if partition:
+        return False
+    if isinstance(type_, st.StringType):
+        return getattr(type_, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    if isinstance(type_, st.BooleanType):
+        return all(isinstance(v, bool) for v in values)
+    return isinstance(type_, st.ByteType | st.ShortType | st.IntegerType | st.LongType) and all(
+        isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 for v in values
+    )
+
+
 def _integral(type_: DataType) -> bool:
     """Whether the task's values of the type are exact 64-bit integers (days, micros)."""
     from pyspark.sql import types as st
@@ -266,6 +305,9 @@ def _integral(type_: DataType) -> bool:
 def _combine(op: str, a: Any, b: Any) -> Any:
     if op in _COUNTS:
         return a + b
+    if op == Op.REJECTED:
+        least = [v["least"] for v in (a, b) if v["least"] is not None]
+        return {"rows": a["rows"] + b["rows"], "least": min(least) if least else None}
     if a is None or b is None:
         return b if a is None else a
     return min(a, b) if op == Op.MIN else max(a, b)
@@ -276,9 +318,9 @@ class TaskMeasures:
     batches and passes them on without the hidden columns, :meth:`finish` writes the keys'
     files and returns the task's figures."""
 
-    def __init__(self, ops: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+    def __init__(self, ops: Sequence[MeasureOp]) -> None:
         self.ops = list(ops)
-        self.figures: list[Any] = [0 if op in _COUNTS else None for op, _ in self.ops]
+        self.figures: list[Any] = [_start(op) for op, _, _ in self.ops]
         self.keys: dict[int, list[np.ndarray[Any, Any]]] = {}
 
     def strip(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -302,7 +344,7 @@ class TaskMeasures:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        for i, (op, names) in enumerate(self.ops):
+        for i, (op, names, values) in enumerate(self.ops):
             column = batch.column(names[0])
             if op == Op.ANY_NULL:
                 # Arrow knows each column's NULLs: rows are compared only when two or more
@@ -326,6 +368,8 @@ class TaskMeasures:
                     keys = column.to_numpy(zero_copy_only=False)
                     # A copy: a view would keep the whole batch's buffers alive.
                     self.keys.setdefault(i, []).append(np.array(keys, np.int64))
+            elif op == Op.REJECTED:
+                self.figures[i] = _combine(op, self.figures[i], _rejected_of(column, values))
             else:
                 least_greatest = pc.min_max(column).as_py()
                 value = least_greatest["min" if op == Op.MIN else "max"]
@@ -337,7 +381,7 @@ class TaskMeasures:
 
         if not self.ops:
             return b""
-        for i, (op, _) in enumerate(self.ops):
+        for i, (op, _, _) in enumerate(self.ops):
             if op not in _KEYED:
                 continue
             parts = self.keys.get(i, [])
@@ -352,6 +396,21 @@ class TaskMeasures:
             _write_keys(directory, _key_file(i, index), keys)
             self.figures[i] = [self.figures[i], int(keys[0]), int(keys[-1]), equal, index]
         return _encode(self.figures)
+
+
+def _rejected_of(column: pa.Array, values: Sequence[Any]) -> dict[str, Any]:
+    """The rows of ``column`` not NULL and not one of ``values``, and the least of them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.int64())
+    # is_in is false, not NULL, for a NULL: a NULL is not checked.
+    accepted = pc.is_in(column, value_set=pa.array(values, column.type))
+    rejected = pc.and_(pc.invert(accepted), pc.is_valid(column))
+    rows = pc.sum(pc.cast(rejected, pa.int64())).as_py() or 0
+    least = pc.min(column.filter(rejected)).as_py() if rows else None
+    return {"rows": rows, "least": least}
 
 
 def _encode(values: Sequence[Any]) -> bytes:

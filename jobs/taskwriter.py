@@ -39,9 +39,9 @@ class WriteOptions:
     max_records_per_file: int | None = None
     #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: snappy.
     compression: str | None = None
-    #: What the write task measures for checks, each ``(op, columns)``
+    #: What the write task measures for checks, each ``(op, columns, values)``
     #: (:mod:`jobs.measures`); it leaves the hidden columns out of the files.
-    measures: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    measures: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...] = ()
 
 
 #: Rows a row group holds at least, unless its file or the task's rows end first, or the

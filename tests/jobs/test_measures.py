@@ -251,3 +251,53 @@ def test_ranges_that_touch_or_overlap_are_merged_and_the_others_are_not(
     (tmp_path / "staged" / measures.KEYS_DIRECTORY / "0-00004.parquet").unlink()
 
     assert plan.measured(results, directory, 15).values == {"unique(id)": (15, 12)}
+
+
+def test_accepted_values_compared_in_the_task_are_those_spark_compares(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Strings, integers of each width and booleans are compared by pyarrow in the write
+    # task; a partition column (text in the task) and a double by Spark, beside the data.
+    frame = spark.createDataFrame(
+        [
+            ("a", 1, 1, True, 0.5, "x"),
+            ("b", None, 2, None, 1.5, "y"),
+            (None, 300, 3, False, -0.0, "y"),
+            ("ä", 7, 4, True, float("nan"), "z"),
+        ],
+        "s string, i int, b tinyint, t boolean, d double, day string",
+    )
+    checks: list[Check] = [
+        AcceptedValuesCheck("s", ["a", "b"]),
+        AcceptedValuesCheck("i", [1, 300, 2**40]),
+        AcceptedValuesCheck("b", [1, 2]),
+        AcceptedValuesCheck("t", [True]),
+        AcceptedValuesCheck("d", [0.0, float("nan")]),
+        AcceptedValuesCheck("day", ["x", "y"]),
+    ]
+    plan = measures.plan(checks, frame.schema, ("day",))
+    in_task = {op[1][0] for op in plan.ops if op[0] == measures.Op.REJECTED}
+    assert in_task == {"s", "i", "b", "t"}
+    directory = str(tmp_path / "staged")
+    written = ParquetWriter().write(
+        frame.select("*", *plan.columns), directory, WriteOptions(("day",), measures=plan.ops)
+    )
+    assert written.measured is not None
+    measured = plan.measured(written.measured, directory, written.rows)
+    info = StagedInfo(directory, {}, files=written.files, rows=written.rows)
+    staged = read_staged(spark, info, frame.schema)
+
+    in_write = run_checks(lambda: staged, checks, now=NOW, measured=measured)
+    assert in_write == run_checks(staged, checks, now=NOW)
+    figures = {
+        r.name: (r.figures["rejected_rows"], r.figures.get("example")) for r in in_write.checks
+    }
+    assert figures == {
+        "accepted_values(s)": (1, "ä"),
+        "accepted_values(i)": (1, 7),
+        "accepted_values(b)": (2, 3),
+        "accepted_values(t)": (1, False),
+        # Spark's isin takes -0.0 for 0.0 and no NaN for NaN.
+        "accepted_values(d)": (2, 0.5),
+        "accepted_values(day)": (1, "z"),
+    }
