@@ -15,10 +15,11 @@ writes the keys into the staging directory (:data:`KEYS_DIRECTORY`, hidden: not 
 deleted with the staging directory; a retried attempt replaces its task's file): one
 integer, date or timestamp column as its values, any other key as Spark's 64-bit
 ``xxhash64`` of its columns (a hidden column). A keys' file is Parquet, delta-encoded in
-row groups that know their least and greatest key: consecutive ids take a few bytes. The
-task's figures carry its least and greatest key, so the driver reads only the files of
-tasks whose key ranges overlap (data written in key order reads none) and merges those
-range by range (about :data:`MERGE_KEYS` in memory at once), counting equal neighbours.
+row groups that know their least and greatest key. A task whose keys are consecutive
+integers (ids of a sequence) writes none: its least and greatest key say them all. The
+task's figures carry its least and greatest key, so the driver reads only the keys of
+tasks whose ranges overlap (data written in key order reads none) and merges those range
+by range (about :data:`MERGE_KEYS` in memory at once), counting equal neighbours.
 Values are the keys themselves: the duplicates are counted. Equal keys always have equal
 hashes, so no equal hashes means no duplicate; equal hashes may be two keys that share one,
 and the check is then computed by the read-back pass over the staged data
@@ -134,10 +135,11 @@ class Plan:
         for result in results:
             for i, value in enumerate(_decode(result)):
                 if self.ops[i][0] in _KEYED:
-                    keyed, least, greatest, same, task = value
+                    keyed, least, greatest, same, task, stored = value
                     figures[i] += keyed
                     if keyed:
-                        spans.setdefault(i, []).append(_Span(least, greatest, same, task))
+                        span = _Span(least, greatest, same, task, bool(stored))
+                        spans.setdefault(i, []).append(span)
                 else:
                     figures[i] = _combine(self.ops[i][0], figures[i], value)
 
@@ -387,14 +389,18 @@ class TaskMeasures:
             parts = self.keys.get(i, [])
             keys = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else None
             if keys is None or not len(keys):
-                self.figures[i] = [0, None, None, 0, index]
+                self.figures[i] = [0, None, None, 0, index, 0]
                 continue
             if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
                 # Stable: a timsort, linear for keys that come in sorted runs.
                 keys = np.sort(keys, kind="stable")
             equal = int(np.count_nonzero(keys[1:] == keys[:-1]))
-            _write_keys(directory, _key_file(i, index), keys)
-            self.figures[i] = [self.figures[i], int(keys[0]), int(keys[-1]), equal, index]
+            least, greatest = int(keys[0]), int(keys[-1])
+            # Consecutive integers (ids of a sequence) are their least and greatest: no file.
+            stored = equal or greatest - least != len(keys) - 1
+            if stored:
+                _write_keys(directory, _key_file(i, index), keys)
+            self.figures[i] = [self.figures[i], least, greatest, equal, index, int(stored)]
         return _encode(self.figures)
 
 
@@ -438,12 +444,14 @@ def _decode(result: bytes | bytearray) -> list[Any]:
 @attrs.frozen
 class _Span:
     """A task's keys of one figure: the least, the greatest, how many equal the one before
-    them, and the task (its keys' file)."""
+    them, the task, and whether its keys are in its keys' file (or are every integer from
+    the least to the greatest)."""
 
     least: int
     greatest: int
     equal: int
     task: int
+    stored: bool = True
 
 
 def _key_file(number: int, task: int) -> str:
@@ -474,6 +482,28 @@ def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
         fs, root = fsspec.core.url_to_fs(directory)
         with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
             pq.write_table(table, f, **options)
+
+
+class _Consecutive:
+    """A task's keys that are every integer from ``least`` to ``greatest``, made when
+    read, in groups as a keys' file has them."""
+
+    def __init__(self, least: int, greatest: int) -> None:
+        self.least, self.greatest = least, greatest
+        self.groups = [
+            (start, min(start + KEY_GROUP - 1, greatest), min(KEY_GROUP, greatest - start + 1))
+            for start in range(least, greatest + 1, KEY_GROUP)
+        ]
+
+    def between(self, start: int | None, end: int | None) -> np.ndarray[Any, Any]:
+        """The keys ``start <= key < end`` (None: unbounded)."""
+        import numpy as np
+
+        low = self.least if start is None else max(self.least, start)
+        high = self.greatest + 1 if end is None else min(self.greatest + 1, end)
+        # From the least: greatest + 1 may be past the greatest 64-bit integer.
+        keys: np.ndarray[Any, Any] = np.arange(max(0, high - low), dtype=np.int64)
+        return keys + np.int64(low)
 
 
 class _KeyGroups:
@@ -523,7 +553,12 @@ def _equal_neighbours(directory: str, number: int, spans: Sequence[_Span]) -> in
         if len(cluster) == 1:
             equal += cluster[0].equal
         else:
-            files = [_KeyGroups(directory, _key_file(number, s.task)) for s in cluster]
+            files = [
+                _KeyGroups(directory, _key_file(number, s.task))
+                if s.stored
+                else _Consecutive(s.least, s.greatest)
+                for s in cluster
+            ]
             equal += _merged_equal(files)
     return equal
 
@@ -542,7 +577,7 @@ def _overlapping(spans: Sequence[_Span]) -> list[list[_Span]]:
     return clusters
 
 
-def _merged_equal(files: Sequence[_KeyGroups]) -> int:
+def _merged_equal(files: Sequence[_KeyGroups | _Consecutive]) -> int:
     import numpy as np
 
     groups = sorted((least, keys) for f in files for least, _, keys in f.groups)

@@ -149,7 +149,8 @@ def test_a_key_twice_in_two_tasks_is_counted_exactly(
     figures = {r.name: r.figures["duplicate_rows"] for r in in_write.checks}
     assert figures == {"unique(id)": 1, "unique(amount)": 2, "unique(name)": 0}
     keys = sorted(p.name for p in (tmp_path / "staged" / measures.KEYS_DIRECTORY).iterdir())
-    assert keys == [f"{i}-{t:05d}.parquet" for i in (0, 1, 2) for t in (0, 1)]
+    # The first task's ids are consecutive: its least and greatest say them, no file.
+    assert keys == [f"{i}-{t:05d}.parquet" for i in (0, 1, 2) for t in (0, 1)][1:]
 
 
 def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
@@ -171,8 +172,9 @@ def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
 
     assert measured.values == {"unique(id)": (4, 3), "not_null(id)": (1, 1)}
     fs = fsspec.filesystem("s3")
-    assert sorted(fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False)) == [
-        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-0000{i}.parquet" for i in (0, 1)
+    # The second task's keys are consecutive: no file.
+    assert fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False) == [
+        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-00000.parquet"
     ]
 
 
@@ -243,14 +245,22 @@ def test_ranges_that_touch_or_overlap_are_merged_and_the_others_are_not(
     tasks: list[list[int | None]] = [
         [low, 0, 3],  # shares 3 with the next task: one duplicate
         [3, 4, 7, 7],  # and 7 with itself
-        [100, 101, high],  # overlaps the last task, by its extreme keys too
+        [100, 101, high],  # overlaps the next two, by its extreme keys too
         [200, high, 102],
-        [10, 11],  # alone: its file is not read
+        [10, 12],  # alone: its file is not read
+        [20, 21, 22],  # consecutive: no file; shares 22 with the next
+        [22, 25],
+        [high - 1, high],  # consecutive up to the greatest 64-bit integer
     ]
     plan, results = _measure_tasks(directory, tasks)
-    (tmp_path / "staged" / measures.KEYS_DIRECTORY / "0-00004.parquet").unlink()
+    folder = tmp_path / "staged" / measures.KEYS_DIRECTORY
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"0-0000{t}.parquet" for t in (0, 1, 2, 3, 4, 6)
+    ]
+    (folder / "0-00004.parquet").unlink()
 
-    assert plan.measured(results, directory, 15).values == {"unique(id)": (15, 12)}
+    # 22 keys; equal neighbours: 3, 7, 22 and high twice.
+    assert plan.measured(results, directory, 22).values == {"unique(id)": (22, 17)}
 
 
 def test_accepted_values_compared_in_the_task_are_those_spark_compares(

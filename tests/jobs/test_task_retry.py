@@ -128,8 +128,8 @@ def test_a_write_task_killed_after_measuring_its_checks_counts_each_row_once(
     # before its figures reached the driver; Spark runs the task again.
     report = _staging_killed_once(tmp_path, "stage.task_measured", CHECKS)
 
-    # Each row once: the keys of an integer column are counted as they are, so the killed
-    # attempt's keys, had they stayed beside the retry's, would be 30 duplicates.
+    # Each row once: only the retry's figures reach the driver, and its keys' file (if its
+    # keys need one) replaced the killed attempt's.
     checks = report["checks"]["orders"]["checks"]
     assert [(c["name"], c["passed"]) for c in checks] == [
         ("row_count", True),
