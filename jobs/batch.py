@@ -65,7 +65,7 @@ from jobs.lifecycle import (
     Published,
     RunDirCreated,
 )
-from jobs.measures import Plan, plan
+from jobs.measures import Plan, discard_keys, plan
 from jobs.progress import Progress
 from jobs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
@@ -501,6 +501,7 @@ class Batch:
         if dataset in self._measures:
             measures, written = self._measures[dataset]
             measured = measures.measured(written.measured or (), info.directory, written.rows)
+            discard_keys(info.directory)
         audited = audit(
             self._run.start_spark(),
             self._publisher,

@@ -32,6 +32,7 @@ import itertools
 import logging
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -452,6 +453,23 @@ class _Span:
     equal: int
     task: int
     stored: bool = True
+
+
+def discard_keys(directory: str) -> None:
+    """Delete the tasks' keys' files of a staging directory once the checks' figures are
+    taken: before the publish, which makes the staged files durable (a local file system
+    then need never write the keys to disk). One left behind goes with the staging
+    directory."""
+    try:
+        if is_local(directory):
+            shutil.rmtree(os.path.join(local_path(directory), KEYS_DIRECTORY), ignore_errors=True)
+            return
+        fs, root = fsspec.core.url_to_fs(directory)
+        folder = f"{root.rstrip('/')}/{KEYS_DIRECTORY}"
+        if fs.exists(folder):
+            fs.rm(folder, recursive=True)
+    except OSError as e:
+        log.warning("could not delete the checks' keys under %s: %s", directory, e)
 
 
 def _key_file(number: int, task: int) -> str:

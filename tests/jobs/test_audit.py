@@ -31,6 +31,7 @@ from jobs.checks import (
 from jobs.commits import staged_files
 from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
+from jobs.measures import KEYS_DIRECTORY
 from publisher import Outcome
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
@@ -215,6 +216,9 @@ def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
     assert open_store(places["store"]).datasets(JOB) == []
     staged = sorted(Path(held.staging_dir).rglob("*.parquet"))
     assert staged
+    # The keys the write tasks sorted for the unique check went once it was judged.
+    assert (Path(held.staging_dir) / KEYS_DIRECTORY).parent.is_dir()
+    assert not (Path(held.staging_dir) / KEYS_DIRECTORY).exists()
     written = _written(batch)
     assert written["exit_code"] == 3
     assert written["held"]["orders"]["checks"][0]["figures"]["rows"] == 7
