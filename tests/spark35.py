@@ -11,7 +11,8 @@ Then :data:`TESTS` run in it, in one pytest process: a ``Batch`` and the runner,
 end-to-end runs with their SIGKILLed drivers (the crash points a Spark run meets), Spark
 task retries, the demo, the standalone cluster and the checks on staged data (the functions
 their one aggregation uses, the read-back of staged files, the figures the staging write
-measures, held datasets). The process exits with pytest's code.
+measures, held datasets), and the staging write itself (its files, its Arrow batches). The
+process exits with pytest's code.
 
     .venv/bin/python tests/spark35.py [PYTEST ARGS...]
 """
@@ -45,6 +46,7 @@ TESTS = [
     "tests/jobs/test_checks.py",
     "tests/jobs/test_audit.py",
     "tests/jobs/test_measures.py",
+    "tests/jobs/test_local_staging.py",
 ]
 
 #: Pins that differ under pyspark 3.5: pyspark itself, and the py4j it ships with.
