@@ -16,6 +16,7 @@ reads; they are dropped when this version rewrites the status.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -98,13 +99,14 @@ class Hold:
     #: released, and discard again finishes it.
     discarding: str | None = None
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """The hold's identity, as an operator names it (12 hex digits): a digest of what
         was held (the would-be commit, the failed checks, the staging directory, when, by
         which run and token). Another hold of the dataset, even of the same run, has another
         one; marking a discard in the hold does not change it. Derived, not stored, so a
-        hold recorded by an older version has one too.
+        hold recorded by an older version has one too; worked out once per record read (a
+        digest of every held step).
         """
         held = [
             self.staging_dir,
