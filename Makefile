@@ -17,7 +17,11 @@ PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 # Bytecode compiled at install: uv leaves it to first import otherwise, and where
 # PYTHONDONTWRITEBYTECODE is set every process (each Spark driver and Python worker the
 # tests start) would compile pyspark and the rest again.
-UV := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt
+# No cache: pyspark comes only as source, and uv's cache kept a new copy of its unpacked
+# source and built wheel (about 2 GB) for every fresh checkout's install, which filled the
+# disk of a machine making checkouts often. Every install downloads afresh instead.
+UV := $(BIN)/uv pip install --quiet --no-cache --compile-bytecode --python $(BIN)/python \
+	-c constraints.txt
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

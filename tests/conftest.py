@@ -17,6 +17,8 @@ and Azurite (tests/azure_helpers.py), each started on the first test that asks f
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,13 @@ def pytest_configure(config: pytest.Config) -> None:
             "filterwarnings",
             "ignore:distutils Version classes are deprecated:DeprecationWarning:pyspark",
         )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The free space where the tests write, at the start: a disk filled by something else
+    fails hundreds of tests at once, and the log then says what there was."""
+    where = Path(tempfile.gettempdir())
+    return f"disk: {shutil.disk_usage(where).free / 2**30:.1f} GiB free in {where}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

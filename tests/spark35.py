@@ -75,8 +75,10 @@ def environment() -> Path:
     venv = cache / f"pyspark-{PYSPARK}-py{sys.version_info.major}{sys.version_info.minor}"
     stamp = venv / ".commitpub-constraints-sha256"
     python = str(venv / "bin" / "python")
-    # uv, installed beside this interpreter by make, takes seconds where pip takes minutes.
-    uv = [str(Path(sys.executable).with_name("uv")), "pip", "install", "--python", python]
+    # uv, installed beside this interpreter by make, takes seconds where pip takes minutes;
+    # without its cache, as .venv's install (the Makefile says why).
+    uv = [str(Path(sys.executable).with_name("uv")), "pip", "install", "--no-cache"]
+    uv += ["--python", python]
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / f"{venv.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

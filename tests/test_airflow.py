@@ -76,7 +76,8 @@ def airflow_bin() -> Path:
             # uv (installed beside us by make) takes seconds where pip takes minutes.
             uv = Path(sys.executable).with_name("uv")
             install = (
-                [str(uv), "pip", "install", "--python", python]
+                # Without uv's cache, as .venv's install (the Makefile says why).
+                [str(uv), "pip", "install", "--no-cache", "--python", python]
                 if uv.exists()
                 else [python, "-m", "pip", "install", "--disable-pip-version-check"]
             )
