@@ -32,7 +32,6 @@ import itertools
 import logging
 import os
 import secrets
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +48,7 @@ from jobs.checks import (
     RowCountCheck,
     UniqueCheck,
 )
+from publisher.staging import delete_tree
 from store.urls import is_local, local_path
 
 if TYPE_CHECKING:
@@ -461,13 +461,7 @@ def discard_keys(directory: str) -> None:
     then need never write the keys to disk). One left behind goes with the staging
     directory."""
     try:
-        if is_local(directory):
-            shutil.rmtree(os.path.join(local_path(directory), KEYS_DIRECTORY), ignore_errors=True)
-            return
-        fs, root = fsspec.core.url_to_fs(directory)
-        folder = f"{root.rstrip('/')}/{KEYS_DIRECTORY}"
-        if fs.exists(folder):
-            fs.rm(folder, recursive=True)
+        delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
     except OSError as e:
         log.warning("could not delete the checks' keys under %s: %s", directory, e)
 

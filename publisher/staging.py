@@ -244,7 +244,7 @@ def _files_under(url: str) -> list[str]:
     return sorted(fs.find(path))
 
 
-def _delete_tree(path: str) -> None:
+def delete_tree(path: str) -> None:
     """Delete a file or a directory tree. Errors are raised: the caller decides."""
     local = _local_path(path)
     if local is None:
@@ -472,7 +472,7 @@ def cleanup(
         if staging_dir is not None:
             aside = None if later is None else _set_aside(roots, staging_dir, later)
             if aside is None:
-                _delete_tree(staging_dir)
+                delete_tree(staging_dir)
             else:
                 failpoint("publish.leftovers_set_aside")
                 _cleaner().submit(aside, guard, dataset)
@@ -570,7 +570,7 @@ def delete_held(run_dir: str, staging_dir: str, guard: Guard) -> None:
         FencedError: from ``guard``, if this run may no longer delete; nothing was deleted.
     """
     guard(f"deleting the held staging {staging_dir}")
-    _delete_tree(staging_dir)
+    delete_tree(staging_dir)
     finish_run(run_dir, guard)
 
 
@@ -799,7 +799,7 @@ def _delete_run_dir(entry: str) -> None:
     if local is not None:
         for name in _names(entry):
             if name != RUN_MARKER:
-                _delete_tree(f"{local}/{name}")
+                delete_tree(f"{local}/{name}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{local}/{RUN_MARKER}")
         os.rmdir(local)

@@ -153,7 +153,7 @@ def test_a_key_twice_in_two_tasks_is_counted_exactly(
     assert keys == [f"{i}-{t:05d}.parquet" for i in (0, 1, 2) for t in (0, 1)][1:]
 
 
-def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
+def test_keys_on_an_object_store_are_written_merged_and_discarded_through_fsspec(
     spark: SparkSession, s3_bucket: str
 ) -> None:
     # Two write tasks' measures, run here (as a write task runs them), staging on the
@@ -176,6 +176,11 @@ def test_keys_on_an_object_store_are_written_and_merged_through_fsspec(
     assert fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False) == [
         f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-00000.parquet"
     ]
+    # Once the checks are judged the keys go, and only they.
+    fs.pipe_file(f"{directory}/part-00000.parquet", b"staged")
+    measures.discard_keys(directory)
+    fs.invalidate_cache()
+    assert fs.ls(directory, detail=False) == [f"{s3_bucket}/staging/orders/part-00000.parquet"]
 
 
 def test_a_tasks_nulls_and_keys_are_counted_whichever_batches_have_them(tmp_path: Path) -> None:
