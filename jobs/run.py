@@ -41,7 +41,7 @@ from jobs.config import (
 from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
-from jobs.sources import Source
+from jobs.sources import Source, SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
@@ -147,7 +147,7 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
     source: Source = source_class(config.source.type)(config.source.path, config.source.options)
     source.bad_records = config.source.bad_records
     transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source, _datasets(source, config))
+    plan = _plan(batch, source, _datasets(source, config), config.file)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -203,21 +203,49 @@ def _datasets(source: Source, config: JobConfig) -> list[str]:
     )
 
 
-def _plan(batch: Batch, source: Source, datasets: list[str]) -> dict[str, Ranges]:
-    """Per dataset, the partitions with new records: (committed, high) watermarks."""
+def _plan(
+    batch: Batch, source: Source, datasets: list[str], job_file: str | None
+) -> dict[str, Ranges]:
+    """Per dataset, the partitions with new records: (committed, high) watermarks.
+
+    A dataset with a partition that went backwards (:meth:`Source.went_backwards`) is failed
+    instead, counted towards its quarantine: read on from the committed watermark, the run
+    would skip what was landed again below it, for good.
+    """
     plan: dict[str, Ranges] = {}
     for dataset in datasets:
         if dataset in batch.held:
             continue
         ranges = {}
+        behind: dict[str, str] = {}
         for partition in source.partitions(dataset):
             high = source.high_watermark(dataset, partition)
             committed = batch.committed(dataset, partition)
-            if source.has_records(committed, high):
+            why = source.went_backwards(dataset, partition, committed, high)
+            if why is not None:
+                behind[partition] = why
+            elif source.has_records(committed, high):
                 ranges[partition] = (committed, high)
-        if ranges:
+        if behind:
+            batch.fail(dataset, _went_backwards(dataset, behind, job_file))
+        elif ranges:
             plan[dataset] = ranges
     return plan
+
+
+def _went_backwards(
+    dataset: str, behind: dict[str, str], job_file: str | None
+) -> SourceWentBackwardsError:
+    """The one line telling an operator which partition went backwards and what to do."""
+    partition, why = next(iter(behind.items()))
+    more = f" (and {len(behind) - 1} more partitions)" if len(behind) > 1 else ""
+    return SourceWentBackwardsError(
+        f"source went backwards: {dataset}/{partition} {why}{more}; nothing of {dataset} "
+        f"was read, as reading on from the committed watermark would skip what lies below "
+        f"it. To re-ingest it deliberately, run `commitpub set-watermark "
+        f"{job_file or 'JOB.toml'} {dataset} {partition} VALUE` (VALUE: the watermark to "
+        "read from, null for the partition's beginning)"
+    )
 
 
 def _transformed(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from store import JsonScalar
+from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -49,6 +50,14 @@ class SourceDataError(CommitPubError, ValueError):
     The message names the file and the line. Raised in Spark tasks, it reaches the driver as
     the last line of a Python traceback inside Spark's error, and the run reports that line
     whole (a custom :class:`Source` can raise it too).
+    """
+
+
+class SourceWentBackwardsError(SourceDataError):
+    """A partition of the source now ends before its committed watermark, or was re-landed
+    below it (:meth:`Source.went_backwards`): reading on from the committed watermark would
+    skip records silently. Only that dataset fails; an operator sets the watermark
+    deliberately with ``commitpub set-watermark``.
     """
 
 
@@ -128,6 +137,37 @@ class Source(abc.ABC):
     def has_records(self, start: JsonScalar, end: JsonScalar) -> bool:
         """True when there may be records between ``start`` and ``end``."""
         return start != end
+
+    def went_backwards(
+        self, dataset: str, partition: str, committed: JsonScalar, high: JsonScalar
+    ) -> str | None:
+        """Why the partition now lies behind its committed watermark, or None when it does
+        not: the run fails the dataset (:class:`SourceWentBackwardsError`) rather than read
+        on from ``committed`` and skip what was landed again below it.
+
+        The default compares ``high`` (:meth:`high_watermark`, read this run) with
+        ``committed`` when both are numbers or both strings: a high watermark below the
+        committed one is a partition wiped and landed again, a recreated topic, a restored
+        backup. Override it for watermarks ordered otherwise, or to say more (the landing
+        source also looks at its segments).
+
+        Args:
+            dataset: the dataset.
+            partition: the partition.
+            committed: its committed watermark; None when nothing was ever committed.
+            high: its high watermark now.
+
+        Returns:
+            One line, e.g. ``"high watermark 6 is below the committed 10"``, or None.
+        """
+        if committed is None or not _ordered(committed, high):
+            return None
+        if high < committed:  # type: ignore[operator]  # _ordered: both numbers or strings
+            return (
+                f"high watermark {encode_value(high)} is below the committed "
+                f"{encode_value(committed)}"
+            )
+        return None
 
     def read_dataset(
         self,
@@ -228,6 +268,38 @@ class LandingSource(Source):
 
     def has_records(self, start: JsonScalar, end: JsonScalar) -> bool:
         return _offset(start, "start") < _offset(end, "end")
+
+    def went_backwards(
+        self, dataset: str, partition: str, committed: JsonScalar, high: JsonScalar
+    ) -> str | None:
+        """A high watermark below the committed offset, or a segment starting below the
+        committed offset that ends below it too, before a later segment.
+
+        The second holds in no append-only partition: the segment that held the committed
+        offset's record when it was committed starts below it and only grows, and every
+        segment made since starts at or past it. So the last segment starting below the
+        committed offset ends at or past it, unless the partition was landed again (say
+        ``0..5`` re-landed, then a new segment at ``20``: the high watermark is past the
+        committed ``10``, yet offsets ``6..9`` are gone and ``0..5`` are new).
+        """
+        if committed is None:
+            return None
+        start, end = _offset(committed, "committed"), _offset(high, "high")
+        if end < start:
+            return f"high watermark {end} is below the committed {start}"
+        segments = self.segments(dataset, partition)
+        below = [i for i, s in enumerate(segments) if s.first < start]
+        if not below or below[-1] == len(segments) - 1:
+            return None  # the last segment starts below: its end is the high watermark
+        seg = segments[below[-1]]
+        seg_end = seg.first + _complete_lines(seg.path)
+        if seg_end >= start:
+            return None
+        return (
+            f"segment {os.path.basename(seg.path)} starts at offset {seg.first} and ends at "
+            f"{seg_end}, below the committed {start}, while the next one starts at "
+            f"{segments[below[-1] + 1].first}: it was landed again"
+        )
 
     def read(
         self,
@@ -440,6 +512,16 @@ def _offset(value: JsonScalar, what: str) -> int:
             f"landing watermarks are integer offsets; the {what} watermark is {value!r}"
         )
     return value
+
+
+def _ordered(a: JsonScalar, b: JsonScalar) -> bool:
+    """Whether two watermarks compare with ``<``: both numbers (not booleans), or both
+    strings."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return (isinstance(a, int | float) and isinstance(b, int | float)) or (
+        isinstance(a, str) and isinstance(b, str)
+    )
 
 
 def _subdirs(path: str) -> list[str]:
