@@ -954,12 +954,15 @@ def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str 
     if as_json:
         click.echo(json.dumps(attrs.asdict(done), indent=2, ensure_ascii=False))
         return
+    cleared = "; its failure for a source that went backwards is cleared" if done.cleared else ""
     if not done.changed:
-        click.echo(f"{dataset}/{partition}: the watermark is {json.dumps(done.old)} already")
+        click.echo(
+            f"{dataset}/{partition}: the watermark is {json.dumps(done.old)} already{cleared}"
+        )
         return
     click.echo(
         f"{dataset}/{partition}: watermark set from {json.dumps(done.old)} to "
-        f"{json.dumps(done.new)}; the next run reads the partition from there"
+        f"{json.dumps(done.new)}; the next run reads the partition from there{cleared}"
     )
 
 

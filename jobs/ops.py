@@ -28,6 +28,7 @@ from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import log_progress
 from jobs.report import newest_reports
 from jobs.session import JobSession, SessionStateError
+from jobs.sources import SourceWentBackwardsError
 from jobs.watermarks import Adopted, adopt
 from publisher import (
     DatasetReport,
@@ -563,6 +564,9 @@ class WatermarkSet:
     new: JsonScalar
     #: False when the watermark already held the new value (nothing was written).
     changed: bool
+    #: The dataset's failure for a source that went backwards was cleared (its quarantine
+    #: lifted): the next run reads it.
+    cleared: bool = False
 
 
 def set_watermark(
@@ -578,7 +582,9 @@ def set_watermark(
 
     One compare-and-set, carrying the lock's fencing token: killed anywhere, the watermark
     holds the old value or the new one, and a run or command that took the lock over since
-    is never overwritten.
+    is never overwritten. Then the dataset's failure for a source that went backwards, if
+    that is its last one, is cleared (its quarantine lifted), so the next run reads it;
+    killed before that, the command run again clears it.
 
     Args:
         dataset: the dataset, one the job holds something of.
@@ -622,18 +628,25 @@ def set_watermark(
         wm = job.watermarks
         old = wm.get(dataset, partition)
         failpoint("set_watermark.checked")
-        if encode_value(old) == encode_value(value):
-            return WatermarkSet(dataset, partition, old, value, changed=False)
-        if confirm is not None and not confirm(old):
-            return WatermarkSet(dataset, partition, old, old, changed=False)
-        pub.require_lock(f"setting the watermark of {dataset}/{partition}")
-        if not wm.compare_and_set(dataset, partition, old, value, token=pub.context.token):
-            raise WatermarkChangedError(
-                f"set-watermark of {dataset}/{partition} refused: the watermark moved from "
-                f"{encode_value(old)} to {encode_value(wm.get(dataset, partition))} while it "
-                "was being set; nothing was changed"
-            )
-        failpoint("set_watermark.set")
+        changed = encode_value(old) != encode_value(value)
+        if changed:
+            if confirm is not None and not confirm(old):
+                return WatermarkSet(dataset, partition, old, old, changed=False)
+            pub.require_lock(f"setting the watermark of {dataset}/{partition}")
+            if not wm.compare_and_set(dataset, partition, old, value, token=pub.context.token):
+                raise WatermarkChangedError(
+                    f"set-watermark of {dataset}/{partition} refused: the watermark moved "
+                    f"from {encode_value(old)} to {encode_value(wm.get(dataset, partition))} "
+                    "while it was being set; nothing was changed"
+                )
+            failpoint("set_watermark.set")
+        # The runs that found the source gone backwards stop failing it now: the operator
+        # said where to read from. Killed before this, running the command again clears it.
+        cleared = st is not None and SourceWentBackwardsError.found_in(st.last_error) is not None
+        if cleared:
+            pub.retry(dataset)
+        if not changed:
+            return WatermarkSet(dataset, partition, old, value, changed=False, cleared=cleared)
         log.info(
             "set the watermark of %s/%s of job %s from %s to %s",
             dataset,
@@ -642,4 +655,4 @@ def set_watermark(
             encode_value(old),
             encode_value(value),
         )
-        return WatermarkSet(dataset, partition, old, value, changed=True)
+        return WatermarkSet(dataset, partition, old, value, changed=True, cleared=cleared)

@@ -210,7 +210,9 @@ def _plan(
 
     A dataset with a partition that went backwards (:meth:`Source.went_backwards`) is failed
     instead, counted towards its quarantine: read on from the committed watermark, the run
-    would skip what was landed again below it, for good.
+    would skip what was landed again below it, for good. So is one an earlier run failed so,
+    until an operator sets its watermark or retries it: records landed since may have
+    lifted the high watermark past the committed one again, which hides nothing re-landed.
     """
     plan: dict[str, Ranges] = {}
     for dataset in datasets:
@@ -226,26 +228,19 @@ def _plan(
                 behind[partition] = why
             elif source.has_records(committed, high):
                 ranges[partition] = (committed, high)
+        earlier = SourceWentBackwardsError.found_in(batch.failing.get(dataset))
         if behind:
-            batch.fail(dataset, _went_backwards(dataset, behind, job_file))
+            partition, why = next(iter(behind.items()))
+            more = f" (and {len(behind) - 1} more partitions)" if len(behind) > 1 else ""
+            found = f"{dataset}/{partition} {why}{more}"
+            batch.fail(dataset, SourceWentBackwardsError.of(dataset, partition, found, job_file))
+        elif earlier is not None:
+            found, partition = earlier
+            error = SourceWentBackwardsError.again(dataset, partition, found, job_file)
+            batch.fail(dataset, error)
         elif ranges:
             plan[dataset] = ranges
     return plan
-
-
-def _went_backwards(
-    dataset: str, behind: dict[str, str], job_file: str | None
-) -> SourceWentBackwardsError:
-    """The one line telling an operator which partition went backwards and what to do."""
-    partition, why = next(iter(behind.items()))
-    more = f" (and {len(behind) - 1} more partitions)" if len(behind) > 1 else ""
-    return SourceWentBackwardsError(
-        f"source went backwards: {dataset}/{partition} {why}{more}; nothing of {dataset} "
-        f"was read, as reading on from the committed watermark would skip what lies below "
-        f"it. To re-ingest it deliberately, run `commitpub set-watermark "
-        f"{job_file or 'JOB.toml'} {dataset} {partition} VALUE` (VALUE: the watermark to "
-        "read from, null for the partition's beginning)"
-    )
 
 
 def _transformed(

@@ -56,9 +56,55 @@ class SourceDataError(CommitPubError, ValueError):
 class SourceWentBackwardsError(SourceDataError):
     """A partition of the source now ends before its committed watermark, or was re-landed
     below it (:meth:`Source.went_backwards`): reading on from the committed watermark would
-    skip records silently. Only that dataset fails; an operator sets the watermark
-    deliberately with ``commitpub set-watermark``.
+    skip records silently. Only that dataset fails, run after run, until an operator sets
+    the watermark deliberately with ``commitpub set-watermark`` (or ``retry``).
+
+    The message is one line: :meth:`of` words it, and :meth:`found_in` finds it again in the
+    dataset's status, so a later run fails the dataset too though records landed since lift
+    its high watermark past the committed one again.
     """
+
+    _BEGINS = "SourceWentBackwardsError: source went backwards: "
+    _EARLIER = ", as an earlier run found, and no watermark of it was set since"
+
+    @classmethod
+    def of(
+        cls, dataset: str, partition: str, found: str, job_file: str | None
+    ) -> SourceWentBackwardsError:
+        """The error for ``found`` (``"orders/0 high watermark 6 is below the committed
+        10"``), naming the command that sets the partition's watermark."""
+        return cls(
+            f"source went backwards: {found}; nothing of {dataset} was read, as reading on "
+            "from the committed watermark would skip what lies below it. To re-ingest it "
+            f"deliberately, run `commitpub set-watermark {job_file or 'JOB.toml'} {dataset} "
+            f"{partition} VALUE` (VALUE: the watermark to read from, null for the "
+            "partition's beginning)"
+        )
+
+    @classmethod
+    def again(
+        cls, dataset: str, partition: str, found: str, job_file: str | None
+    ) -> SourceWentBackwardsError:
+        """The error of a run that found nothing wrong itself, for what an earlier one
+        found: records landed since hide nothing landed again below the watermark."""
+        return cls.of(
+            dataset,
+            partition,
+            f"{found}{cls._EARLIER} (records landed since hide nothing landed again below "
+            f"it; if it holds what it held, `commitpub retry {job_file or 'JOB.toml'} "
+            f"{dataset}`)",
+            job_file,
+        )
+
+    @classmethod
+    def found_in(cls, last_error: str | None) -> tuple[str, str] | None:
+        """What an earlier run found and its partition, when a dataset's last error (as
+        its status keeps it) is this error; else None."""
+        if last_error is None or cls._BEGINS not in last_error:
+            return None
+        found = last_error.split(cls._BEGINS, 1)[1].split(";", 1)[0].split(cls._EARLIER, 1)[0]
+        partition = found.split("/", 1)[1].split(" ", 1)[0] if "/" in found else "PARTITION"
+        return found, partition
 
 
 class BadRecordError(SourceDataError):

@@ -16,8 +16,9 @@ from jobhelpers import Landing, commitpub, output_rows, write_job
 import commitsteps
 from commitsteps import WatermarkCommitStep
 from jobs.config import JobConfig, load_config
+from jobs.errors import error_text
 from jobs.exitcodes import ExitCode
-from jobs.sources import LandingSource, Source
+from jobs.sources import LandingSource, Source, SourceWentBackwardsError
 from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
 from store.failpoints import ENV_VAR
 
@@ -41,6 +42,13 @@ def _watermark(config: JobConfig, dataset: str, partition: str) -> JsonScalar:
         return wm.get(dataset, partition)
     finally:
         wm.close()
+
+
+def _failure(config: JobConfig, dataset: str) -> str:
+    """The dataset's last error as its status keeps it; "" without a status."""
+    with open_store(config.store_url) as store:
+        status = store.get_status(config.name, dataset)
+    return "" if status is None else str(status["last_error"])
 
 
 def _run(job_file: Path, code: ExitCode) -> str:
@@ -78,22 +86,35 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
     assert _serials(tmp_path, "orders") == first
     assert _watermark(config, "orders", "0") == 10
 
-    # Failed again: quarantined (exit 3), the other dataset still goes on.
+    # 7 more records land after the 6 (offsets 6..12): the high watermark, 13, is past the
+    # committed 10 again, yet offsets 0..9 are new. What the last run found stands: failed
+    # again, now quarantined (exit 3); the other dataset still goes on.
+    relanded.append("orders", "0", 7)
     landing.append("clicks", "0", 1)
     out = _run(job_file, ExitCode.PARTIAL)
-    quarantined = "quarantined orders: SourceWentBackwardsError: source went backwards: orders/0 "
-    assert quarantined in out
+    quarantined = [line for line in out.splitlines() if line.startswith("quarantined orders:")]
+    assert quarantined == [
+        "quarantined orders: SourceWentBackwardsError: source went backwards: "
+        "orders/0 high watermark 6 is below the committed 10, as an earlier run found, and no "
+        "watermark of it was set since (records landed since hide nothing landed again below "
+        f"it; if it holds what it held, `commitpub retry {job_file} orders`); nothing of "
+        "orders was read, as reading on from the committed watermark would skip what lies "
+        f"below it. To re-ingest it deliberately, run `commitpub set-watermark {job_file} "
+        "orders 0 VALUE` (VALUE: the watermark to read from, null for the partition's "
+        "beginning)"
+    ]
     assert len(output_rows(tmp_path / "output", "clicks")) == 6
     assert _serials(tmp_path, "orders") == first
+    _run(job_file, ExitCode.PARTIAL)  # quarantined: skipped, nothing read
+    assert _serials(tmp_path, "orders") == first
 
-    # The operator reads it from offset 0; 7 more records arrive meanwhile.
-    relanded.append("orders", "0", 7)
+    # The operator reads it from offset 0: the failure and its quarantine are cleared.
     told = commitpub("set-watermark", str(job_file), "orders", "0", "0", "--yes")
     assert told.returncode == 0, told.stderr
     assert told.stdout.splitlines() == [
-        "orders/0: watermark set from 10 to 0; the next run reads the partition from there"
+        "orders/0: watermark set from 10 to 0; the next run reads the partition from there; "
+        "its failure for a source that went backwards is cleared"
     ]
-    assert commitpub("retry", str(job_file), "orders").returncode == 0
     _run(job_file, ExitCode.OK)
     # The 13 re-landed records exactly once, beside the 10 published before.
     assert _serials(tmp_path, "orders") == sorted(first + list(range(1001, 1014)))
@@ -110,15 +131,23 @@ def test_set_watermark_killed_anywhere_leaves_old_or_new_and_ends_exactly_once(
     _run(job_file, ExitCode.OK)
     first = _serials(tmp_path, "orders")
     _relanded(tmp_path, "orders", "0", 6, serial=1000)
+    _run(job_file, ExitCode.FAILURE)
     args = ("set-watermark", str(job_file), "orders", "0", "null", "--yes")
 
+    # Killed before and after its compare-and-set: the old value or the new one, and the
+    # dataset's failure still recorded (runs go on refusing it) until it is run again.
     for point, left in (("set_watermark.checked", 10), ("set_watermark.set", None)):
         killed = commitpub(*args, env={ENV_VAR: f"{point}@1"})
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert _watermark(config, "orders", "0") == left, point
+        assert _failure(config, "orders").startswith("ExtractError: SourceWentBackwardsError")
     again = commitpub(*args)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines() == ["orders/0: the watermark is null already"]
+    assert again.stdout.splitlines() == [
+        "orders/0: the watermark is null already; its failure for a source that went "
+        "backwards is cleared"
+    ]
+    assert _failure(config, "orders") == ""
 
     _run(job_file, ExitCode.OK)  # the lock a killed command left is taken over
     assert _serials(tmp_path, "orders") == sorted(first + list(range(1001, 1007)))
@@ -205,6 +234,18 @@ class _Strings(Source):
 
     def read(self, spark, dataset, partition, start, end):  # type: ignore[no-untyped-def]
         raise NotImplementedError
+
+
+def test_a_failure_for_a_source_that_went_backwards_is_found_again_in_its_status() -> None:
+    found = "orders/p0 high watermark 6 is below the committed 10"
+    first = SourceWentBackwardsError.of("orders", "p0", found, "job.toml")
+    again = SourceWentBackwardsError.again("orders", "p0", found, "job.toml")
+    for error in (first, again):
+        status = f"ExtractError: {error_text(error)}"
+        assert SourceWentBackwardsError.found_in(status) == (found, "p0")
+    assert str(again).count("as an earlier run found") == 1
+    assert SourceWentBackwardsError.found_in("ExtractError: BadRecordError: x") is None
+    assert SourceWentBackwardsError.found_in(None) is None
 
 
 def test_a_sources_high_watermark_below_the_committed_one_went_backwards() -> None:
