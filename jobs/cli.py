@@ -916,7 +916,8 @@ def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str 
     topic recreated, a backup restored): runs fail its dataset until its watermark is set
     deliberately. Takes the job lock; refused while a commit of the dataset is pending or
     held. One compare-and-set from the value shown: killed anywhere, the watermark holds the
-    old value or the new one.
+    old value or the new one. Then the dataset's failure for a source that went backwards
+    is cleared (its quarantine lifted); killed before that, run it again.
     """
     from jobs import ops
 

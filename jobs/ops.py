@@ -607,8 +607,10 @@ def set_watermark(
 
     try:
         encode_value(value)
-    except TypeError as e:
-        raise ConfigurationError(f"set-watermark of {dataset}/{partition}: {e}") from e
+    except (TypeError, ValueError) as e:  # not a scalar; NaN or an infinity
+        raise ConfigurationError(
+            f"set-watermark of {dataset}/{partition}: {value!r} is not a watermark: {e}"
+        ) from e
     with JobSession(config) as job:
         pub = job.open(claim_staging=False).publisher
         _known(job, dataset)

@@ -5,6 +5,7 @@ lets the operator ingest the re-landed records exactly once. The real CLI throug
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ from jobs.config import JobConfig, load_config
 from jobs.errors import error_text
 from jobs.exitcodes import ExitCode
 from jobs.sources import LandingSource, Source, SourceWentBackwardsError
+from publisher import DatasetStatus
+from publisher import status as status_record
 from store import JsonScalar, LeaseKeeper, open_lock, open_store, open_watermarks
 from store.failpoints import ENV_VAR
 
@@ -154,13 +157,45 @@ def test_set_watermark_killed_anywhere_leaves_old_or_new_and_ends_exactly_once(
     assert _watermark(config, "orders", "0") == 6
 
 
-def _job(tmp_path: Path, committed: int = 10) -> tuple[Path, JobConfig]:
-    job_file = write_job(tmp_path)
+def _job(tmp_path: Path, committed: int = 10, **tables: dict[str, str]) -> tuple[Path, JobConfig]:
+    job_file = write_job(tmp_path, **tables)
     config = load_config(job_file)
     wm = open_watermarks(config.watermarks_url, job=config.name)
     assert wm.compare_and_set("orders", "0", None, committed)
     wm.close()
     return job_file, config
+
+
+@pytest.mark.parametrize("backend", ["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def test_set_watermark_killed_at_each_point_on_each_store_then_run_again(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    tables = {}
+    if backend == "redis":
+        url = request.getfixturevalue("redis_url")
+        tables = {"store": {"url": url}, "watermarks": {"url": url}}
+    job_file, config = _job(tmp_path, **tables)
+    found = "orders/0 high watermark 6 is below the committed 10"
+    error = error_text(SourceWentBackwardsError.of("orders", "0", found, str(job_file)))
+    with open_store(config.store_url) as store:
+        # As a run that found the partition gone backwards twice (max_attempts 2) left it.
+        failed = DatasetStatus(attempts=2, quarantined=True, last_error=f"ExtractError: {error}")
+        status_record.write(store, config.name, "orders", failed, token=None)
+    args = ("set-watermark", str(job_file), "orders", "0", "0", "--yes")
+    for point, left in (("set_watermark.checked", 10), ("set_watermark.set", 0)):
+        killed = commitpub(*args, env={ENV_VAR: f"{point}@1"})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert _watermark(config, "orders", "0") == left, point
+        assert _failure(config, "orders") == f"ExtractError: {error}", point
+    # The lease of the killed command is taken over (its holder is dead), then cleared.
+    again = commitpub(*args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "orders/0: the watermark is 0 already; its failure for a source that went backwards "
+        "is cleared"
+    ]
+    assert _failure(config, "orders") == ""
+    assert _watermark(config, "orders", "0") == 0
 
 
 def test_set_watermark_is_fenced_by_the_job_lock(tmp_path: Path) -> None:
@@ -212,10 +247,23 @@ def test_set_watermark_asks_shows_both_values_and_works_for_a_batch_job(tmp_path
     assert said_yes.stdout.endswith(f"[y/N]: {told}\n")
     assert _watermark(config, "orders", "0") == 3
 
+    same = commitpub("set-watermark", *where, "orders", "0", "3", "--json")
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout) == {
+        "dataset": "orders",
+        "partition": "0",
+        "old": 3,
+        "new": 3,
+        "changed": False,
+        "cleared": False,
+    }
     for bad in ("[1]", "abc", '{"a": 1}'):
         refused = commitpub("set-watermark", *where, "orders", "0", bad, "--yes")
         assert refused.returncode == ExitCode.CONFIG, refused.stderr
         assert "VALUE must be a JSON scalar" in refused.stderr
+    not_finite = commitpub("set-watermark", *where, "orders", "0", "NaN", "--yes")
+    assert not_finite.returncode == ExitCode.CONFIG, not_finite.stderr
+    assert "nan is not a watermark" in not_finite.stderr
     unknown = commitpub("set-watermark", *where, "ordres", "0", "3", "--yes")
     assert unknown.returncode == ExitCode.CONFIG, unknown.stderr
     assert "dataset 'ordres' is not a dataset of job 'test-job'" in unknown.stderr
