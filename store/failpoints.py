@@ -308,7 +308,8 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "set_watermark.set",
         _DRIVER,
         "set-watermark",
-        "`commitpub set-watermark` set the new value (one compare-and-set), not yet told",
+        "`commitpub set-watermark` set the new value (one compare-and-set); the dataset's "
+        "failure not yet cleared",
     ),
 )
 
