@@ -231,7 +231,8 @@ def _plan(
         earlier = SourceWentBackwardsError.found_in(batch.failing.get(dataset))
         if behind:
             partition, why = next(iter(behind.items()))
-            more = f" (and {len(behind) - 1} more partitions)" if len(behind) > 1 else ""
+            others = len(behind) - 1
+            more = f" (and {others} more partition{'s' * (others > 1)})" if others else ""
             found = f"{dataset}/{partition} {why}{more}"
             batch.fail(dataset, SourceWentBackwardsError.of(dataset, partition, found, job_file))
         elif earlier is not None:

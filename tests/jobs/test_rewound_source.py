@@ -68,14 +68,16 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
     config = load_config(job_file)
     landing = Landing(tmp_path / "landing")
     landing.append("orders", "0", 10)
+    landing.append("orders", "1", 4)
     landing.append("clicks", "0", 3)
     _run(job_file, ExitCode.OK)
     first = _serials(tmp_path, "orders")
-    assert len(first) == 10
+    assert len(first) == 14
 
     # Re-landed from offset 0 with 6 records (a re-sync); clicks goes on as usual.
     relanded = _relanded(tmp_path, "orders", "0", 6, serial=1000)
     landing.append("clicks", "0", 2)
+    late = landing.append("orders", "1", 2)  # not read while the dataset fails
     out = _run(job_file, ExitCode.FAILURE)
     failed = [line for line in out.splitlines() if line.startswith("failed orders:")]
     assert failed == [
@@ -87,7 +89,7 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
     ]
     assert len(output_rows(tmp_path / "output", "clicks")) == 5  # the other dataset went on
     assert _serials(tmp_path, "orders") == first
-    assert _watermark(config, "orders", "0") == 10
+    assert (_watermark(config, "orders", "0"), _watermark(config, "orders", "1")) == (10, 4)
 
     # 7 more records land after the 6 (offsets 6..12): the high watermark, 13, is past the
     # committed 10 again, yet offsets 0..9 are new. What the last run found stands: failed
@@ -119,9 +121,12 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
         "its failure for a source that went backwards is cleared"
     ]
     _run(job_file, ExitCode.OK)
-    # The 13 re-landed records exactly once, beside the 10 published before.
-    assert _serials(tmp_path, "orders") == sorted(first + list(range(1001, 1014)))
-    assert _watermark(config, "orders", "0") == 13
+    # The 13 re-landed records exactly once, beside the 14 published before, and partition
+    # 1's 2 records that waited.
+    relanded_serials = list(range(1001, 1014))
+    expected = sorted(first + relanded_serials + [r["serial"] for r in late])
+    assert _serials(tmp_path, "orders") == expected
+    assert (_watermark(config, "orders", "0"), _watermark(config, "orders", "1")) == (13, 6)
 
 
 @pytest.mark.spark
