@@ -225,6 +225,13 @@ class Batch:
         ``report.skipped``."""
         return dict(self._holds.reasons)
 
+    @property
+    def failing(self) -> Mapping[str, str]:
+        """Datasets whose last attempts failed (counted towards their quarantine), neither
+        quarantined nor held: each one's last error, ``"ErrorType: message"``. A publish
+        that succeeds, or ``commitpub retry``, clears it."""
+        return dict(self._holds.failing)
+
     def committed(self, dataset: str, partition: str) -> JsonScalar:
         """The committed watermark of a dataset's partition (a JSON scalar), or None when
         nothing was ever committed there. Pending commits were recovered on entering.

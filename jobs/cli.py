@@ -1,5 +1,5 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``release``, ``unlock``, ``adopt-watermarks`` and ``demo``.
+``discard``, ``release``, ``unlock``, ``adopt-watermarks``, ``set-watermark`` and ``demo``.
 
 The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
 --watermarks URL`` (see :func:`jobs.config.operator_config`). Exit codes: see
@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+import attrs
 import click
 
 from jobs import exitcodes, formats
@@ -889,6 +890,81 @@ def adopt_watermarks(
                 f"  {partition}: kept the job's value {own!r}; the legacy one ({legacy!r}) "
                 "stays where it is"
             )
+
+
+@main.command(
+    "set-watermark",
+    epilog=f"""\b
+Examples:
+  commitpub set-watermark jobs/orders.toml orders 0 0   # read partition 0 from offset 0
+  commitpub set-watermark jobs/orders.toml orders 0 null --yes   # from its beginning
+  commitpub set-watermark --job orders-ingest --store state/steps --watermarks state/wm \\
+      orders p0 1200
+
+{_EXIT_CODES}""",
+)
+@click.argument("args", nargs=-1, metavar="[JOB.toml] DATASET PARTITION VALUE")
+@_batch_job
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_AS_JSON
+def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str | None) -> None:
+    """Set a partition's committed watermark to VALUE; the next run reads the partition
+    from there.
+
+    VALUE is JSON: 0, "2025-01-01T00:00:00", null (never committed: read from the
+    beginning). For a source that went backwards (a partition wiped and landed again, a
+    topic recreated, a backup restored): runs fail its dataset until its watermark is set
+    deliberately. Takes the job lock; refused while a commit of the dataset is pending or
+    held. One compare-and-set from the value shown: killed anywhere, the watermark holds the
+    old value or the new one. Then the dataset's failure for a source that went backwards
+    is cleared (its quarantine lifted); killed before that, run it again.
+    """
+    from jobs import ops
+
+    if len(args) == 4 or (len(args) == 3 and _by_options(where)):
+        job_file, (dataset, partition, raw) = (args[0] if len(args) == 4 else None), args[-3:]
+    else:
+        raise click.UsageError(
+            f"expected JOB.toml DATASET PARTITION VALUE, or {_BATCH_JOB_USAGE} DATASET "
+            "PARTITION VALUE"
+        )
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = []  # refused below, as a list is
+    if isinstance(value, list | dict):
+        raise click.UsageError(
+            "VALUE must be a JSON scalar: 0, '\"2025-01-01T00:00:00\"' (a string in its "
+            f"quotes), null; got {raw!r}"
+        )
+    config = _operator_config(job_file, where)
+    where_shown = f"{dataset}/{partition} in job {config.name!r}"
+
+    def confirm(old: Any) -> bool:
+        if yes:
+            return True
+        return click.confirm(
+            f"Set the watermark of {where_shown} from {json.dumps(old)} to "
+            f"{json.dumps(value)}? The next run reads the partition from there",
+            abort=True,
+        )
+
+    done = _store_call(
+        lambda: ops.set_watermark(config, dataset, partition, value, confirm=confirm)
+    )
+    if as_json:
+        click.echo(json.dumps(attrs.asdict(done), indent=2, ensure_ascii=False))
+        return
+    cleared = "; its failure for a source that went backwards is cleared" if done.cleared else ""
+    if not done.changed:
+        click.echo(
+            f"{dataset}/{partition}: the watermark is {json.dumps(done.old)} already{cleared}"
+        )
+        return
+    click.echo(
+        f"{dataset}/{partition}: watermark set from {json.dumps(done.old)} to "
+        f"{json.dumps(done.new)}; the next run reads the partition from there{cleared}"
+    )
 
 
 T = TypeVar("T")

@@ -21,7 +21,9 @@ __all__ = [
     "DatasetQuarantinedError",
     "ExtractError",
     "LockHeldError",
+    "SetWatermarkRefusedError",
     "UnadoptedWatermarksError",
+    "WatermarkChangedError",
     "error_text",
 ]
 
@@ -53,6 +55,17 @@ class DatasetQuarantinedError(CommitPubError):
 class DatasetPendingError(CommitPubError):
     """A dataset given to :meth:`jobs.Batch.stage` still has a pending commit that its
     recovery could not finish: new data would be published ahead of it."""
+
+
+class SetWatermarkRefusedError(CommitPubError):
+    """``commitpub set-watermark`` refused a dataset whose commit is pending, held or being
+    discarded: that commit moves the watermark from the value it recorded. Nothing was
+    changed; the message says what to do first."""
+
+
+class WatermarkChangedError(CommitPubError):
+    """``commitpub set-watermark`` found the watermark no longer at the value the operator
+    was shown (a run or another command moved it): nothing was changed."""
 
 
 class ExtractError(CommitPubError):

@@ -74,6 +74,9 @@ class Holds:
     quarantined: frozenset[str]
     #: Held by failed checks of their staged data (until ``release`` or ``discard``).
     held: frozenset[str]
+    #: Datasets whose last attempts failed, neither quarantined nor held: their last error
+    #: as their status keeps it (``"ErrorType: message"``).
+    failing: Mapping[str, str] = attrs.field(factory=dict)
 
 
 class JobRun:
@@ -262,7 +265,10 @@ class JobRun:
         reasons: dict[str, str] = {}
         quarantined: set[str] = set()
         held: set[str] = set()
+        failing: dict[str, str] = {}
         for dataset, status in pub.statuses().items():
+            if status.attempts and not status.quarantined and status.held is None:
+                failing[dataset] = status.last_error or ""
             if status.held is not None:
                 reasons[dataset] = HELD_REASON
                 held.add(dataset)
@@ -280,7 +286,7 @@ class JobRun:
             self.tell(DatasetSkipped(dataset, why))
         for dataset, why in sorted(reasons.items()):
             log.warning("nothing new for %s in this run: %s", dataset, why)
-        return Holds(reasons, frozenset(quarantined), frozenset(held))
+        return Holds(reasons, frozenset(quarantined), frozenset(held), failing)
 
     def start_spark(self) -> SparkSession:
         """The run's session, started (by its factory) at the first use; its runner then

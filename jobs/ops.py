@@ -1,9 +1,9 @@
 """What the operator on call runs: status, inspect, retry, discard, release, unlock,
-adopt-watermarks. No Spark needed.
+adopt-watermarks, set-watermark. No Spark needed.
 
 Reading commands (:func:`status`, :func:`inspect`, :func:`held`) take no lock and change
 nothing. Changing commands (:func:`retry`, :func:`discard`, :func:`release`,
-:func:`adopt_watermarks`) take the job lock first,
+:func:`adopt_watermarks`, :func:`set_watermark`) take the job lock first,
 exactly like a run, so they never race one; :func:`unlock` frees only a lease whose holder is
 dead or stopped renewing it (see ``store.JobLock.force_unlock``).
 """
@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import attrs
 import cattrs
 
 import commitsteps
@@ -27,6 +28,7 @@ from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import log_progress
 from jobs.report import newest_reports
 from jobs.session import JobSession, SessionStateError
+from jobs.sources import SourceWentBackwardsError
 from jobs.watermarks import Adopted, adopt
 from publisher import (
     DatasetReport,
@@ -38,7 +40,8 @@ from publisher import (
     verify_all,
 )
 from publisher import status as status_record
-from store import Connections, Lease, SequenceInfo, connecting_only, fencing
+from store import Connections, JsonScalar, Lease, SequenceInfo, connecting_only, fencing
+from store.base import encode_value
 from store.errors import (
     CommitPubError,
     ConfigurationError,
@@ -46,6 +49,7 @@ from store.errors import (
     ForeignStoreError,
     StoreError,
 )
+from store.failpoints import failpoint
 from store.urls import redact
 
 if TYPE_CHECKING:
@@ -548,3 +552,109 @@ def adopt_watermarks(
             )
             log.info("adopted the legacy watermarks of %s: %s", dataset, done[-1])
         return done
+
+
+@attrs.frozen
+class WatermarkSet:
+    """What :func:`set_watermark` did: the partition's value before and after."""
+
+    dataset: str
+    partition: str
+    old: JsonScalar
+    new: JsonScalar
+    #: False when the watermark already held the new value (nothing was written).
+    changed: bool
+    #: The dataset's failure for a source that went backwards was cleared (its quarantine
+    #: lifted): the next run reads it.
+    cleared: bool = False
+
+
+def set_watermark(
+    config: BatchConfig,
+    dataset: str,
+    partition: str,
+    value: JsonScalar,
+    *,
+    confirm: Callable[[JsonScalar], bool] | None = None,
+) -> WatermarkSet:
+    """Set a partition's committed watermark to ``value``, under the job lock: the next run
+    reads the partition from there (a source re-landed on purpose is ingested once more).
+
+    One compare-and-set, carrying the lock's fencing token: killed anywhere, the watermark
+    holds the old value or the new one, and a run or command that took the lock over since
+    is never overwritten. Then the dataset's failure for a source that went backwards, if
+    that is its last one, is cleared (its quarantine lifted), so the next run reads it;
+    killed before that, the command run again clears it.
+
+    Args:
+        dataset: the dataset, one the job holds something of.
+        partition: the partition (one never committed has the value None).
+        value: the new watermark, a JSON scalar (None: read from the beginning).
+        confirm: asked, under the lock and after the checks, with the current value; the
+            new one is set from exactly that value only if it answers True.
+
+    Raises:
+        SetWatermarkRefusedError: if a commit of the dataset is pending, held or being
+            discarded (it moves the watermark from the value it recorded); nothing changed.
+        WatermarkChangedError: if the watermark moved between reading and setting it (a
+            run of the job that does not take the lock, say); nothing changed.
+        UnknownDatasetError: if the job holds nothing of the dataset.
+        ConfigurationError: if ``value`` is not a JSON scalar.
+        LockHeldError: if a run holds the job lock; nothing changed.
+        FencedError: if another run took the lock over; nothing changed.
+    """
+    from jobs.errors import SetWatermarkRefusedError, WatermarkChangedError
+
+    try:
+        encode_value(value)
+    except (TypeError, ValueError) as e:  # not a scalar; NaN or an infinity
+        raise ConfigurationError(
+            f"set-watermark of {dataset}/{partition}: {value!r} is not a watermark: {e}"
+        ) from e
+    with JobSession(config) as job:
+        pub = job.open(claim_staging=False).publisher
+        _known(job, dataset)
+        st = pub.status(dataset)
+        if dataset in {p.dataset for p in pub.pending()}:
+            raise SetWatermarkRefusedError(
+                f"set-watermark of {dataset}/{partition} refused: a commit of {dataset!r} is "
+                "pending and moves its watermarks from the values it recorded. Let it finish "
+                "(`commitpub recover`, or the next run) or throw it away (`commitpub "
+                "discard`), then set the watermark; nothing was changed"
+            )
+        if st is not None and st.held is not None:
+            raise SetWatermarkRefusedError(
+                f"set-watermark of {dataset}/{partition} refused: {st.held.describe(dataset)}; "
+                "then set the watermark. Nothing was changed"
+            )
+        wm = job.watermarks
+        old = wm.get(dataset, partition)
+        failpoint("set_watermark.checked")
+        changed = encode_value(old) != encode_value(value)
+        if changed:
+            if confirm is not None and not confirm(old):
+                return WatermarkSet(dataset, partition, old, old, changed=False)
+            pub.require_lock(f"setting the watermark of {dataset}/{partition}")
+            if not wm.compare_and_set(dataset, partition, old, value, token=pub.context.token):
+                raise WatermarkChangedError(
+                    f"set-watermark of {dataset}/{partition} refused: the watermark moved "
+                    f"from {encode_value(old)} to {encode_value(wm.get(dataset, partition))} "
+                    "while it was being set; nothing was changed"
+                )
+            failpoint("set_watermark.set")
+        # The runs that found the source gone backwards stop failing it now: the operator
+        # said where to read from. Killed before this, running the command again clears it.
+        cleared = st is not None and SourceWentBackwardsError.found_in(st.last_error) is not None
+        if cleared:
+            pub.retry(dataset)
+        if not changed:
+            return WatermarkSet(dataset, partition, old, value, changed=False, cleared=cleared)
+        log.info(
+            "set the watermark of %s/%s of job %s from %s to %s",
+            dataset,
+            partition,
+            config.name,
+            encode_value(old),
+            encode_value(value),
+        )
+        return WatermarkSet(dataset, partition, old, value, changed=True, cleared=cleared)

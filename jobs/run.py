@@ -41,7 +41,7 @@ from jobs.config import (
 from jobs.jobrun import JobRun, new_run_id
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
-from jobs.sources import Source
+from jobs.sources import Source, SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
@@ -147,7 +147,7 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
     source: Source = source_class(config.source.type)(config.source.path, config.source.options)
     source.bad_records = config.source.bad_records
     transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source, _datasets(source, config))
+    plan = _plan(batch, source, _datasets(source, config), config.file)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -203,19 +203,43 @@ def _datasets(source: Source, config: JobConfig) -> list[str]:
     )
 
 
-def _plan(batch: Batch, source: Source, datasets: list[str]) -> dict[str, Ranges]:
-    """Per dataset, the partitions with new records: (committed, high) watermarks."""
+def _plan(
+    batch: Batch, source: Source, datasets: list[str], job_file: str | None
+) -> dict[str, Ranges]:
+    """Per dataset, the partitions with new records: (committed, high) watermarks.
+
+    A dataset with a partition that went backwards (:meth:`Source.went_backwards`) is failed
+    instead, counted towards its quarantine: read on from the committed watermark, the run
+    would skip what was landed again below it, for good. So is one an earlier run failed so,
+    until an operator sets its watermark or retries it: records landed since may have
+    lifted the high watermark past the committed one again, which hides nothing re-landed.
+    """
     plan: dict[str, Ranges] = {}
     for dataset in datasets:
         if dataset in batch.held:
             continue
         ranges = {}
+        behind: dict[str, str] = {}
         for partition in source.partitions(dataset):
             high = source.high_watermark(dataset, partition)
             committed = batch.committed(dataset, partition)
-            if source.has_records(committed, high):
+            why = source.went_backwards(dataset, partition, committed, high)
+            if why is not None:
+                behind[partition] = why
+            elif source.has_records(committed, high):
                 ranges[partition] = (committed, high)
-        if ranges:
+        earlier = SourceWentBackwardsError.found_in(batch.failing.get(dataset))
+        if behind:
+            partition, why = next(iter(behind.items()))
+            others = len(behind) - 1
+            more = f" (and {others} more partition{'s' * (others > 1)})" if others else ""
+            found = f"{dataset}/{partition} {why}{more}"
+            batch.fail(dataset, SourceWentBackwardsError.of(dataset, partition, found, job_file))
+        elif earlier is not None:
+            found, partition = earlier
+            error = SourceWentBackwardsError.again(dataset, partition, found, job_file)
+            batch.fail(dataset, error)
+        elif ranges:
             plan[dataset] = ranges
     return plan
 

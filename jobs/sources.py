@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from store import JsonScalar
+from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -50,6 +51,60 @@ class SourceDataError(CommitPubError, ValueError):
     the last line of a Python traceback inside Spark's error, and the run reports that line
     whole (a custom :class:`Source` can raise it too).
     """
+
+
+class SourceWentBackwardsError(SourceDataError):
+    """A partition of the source now ends before its committed watermark, or was re-landed
+    below it (:meth:`Source.went_backwards`): reading on from the committed watermark would
+    skip records silently. Only that dataset fails, run after run, until an operator sets
+    the watermark deliberately with ``commitpub set-watermark`` (or ``retry``).
+
+    The message is one line: :meth:`of` words it, and :meth:`found_in` finds it again in the
+    dataset's status, so a later run fails the dataset too though records landed since lift
+    its high watermark past the committed one again.
+    """
+
+    _BEGINS = "SourceWentBackwardsError: source went backwards: "
+    _EARLIER = ", as an earlier run found, and no watermark of it was set since"
+
+    @classmethod
+    def of(
+        cls, dataset: str, partition: str, found: str, job_file: str | None
+    ) -> SourceWentBackwardsError:
+        """The error for ``found`` (``"orders/0 high watermark 6 is below the committed
+        10"``), naming the command that sets the partition's watermark."""
+        return cls(
+            f"source went backwards: {found}; nothing of {dataset} was read, as reading on "
+            "from the committed watermark would skip what lies below it. To re-ingest it "
+            f"deliberately, run `commitpub set-watermark {job_file or 'JOB.toml'} {dataset} "
+            f"{partition} VALUE` (VALUE: the watermark to read from, null for the "
+            "partition's beginning)"
+        )
+
+    @classmethod
+    def again(
+        cls, dataset: str, partition: str, found: str, job_file: str | None
+    ) -> SourceWentBackwardsError:
+        """The error of a run that found nothing wrong itself, for what an earlier one
+        found: records landed since hide nothing landed again below the watermark."""
+        return cls.of(
+            dataset,
+            partition,
+            f"{found}{cls._EARLIER} (records landed since hide nothing landed again below "
+            f"it; if it holds what it held, `commitpub retry {job_file or 'JOB.toml'} "
+            f"{dataset}`)",
+            job_file,
+        )
+
+    @classmethod
+    def found_in(cls, last_error: str | None) -> tuple[str, str] | None:
+        """What an earlier run found and its partition, when a dataset's last error (as
+        its status keeps it) is this error; else None."""
+        if last_error is None or cls._BEGINS not in last_error:
+            return None
+        found = last_error.split(cls._BEGINS, 1)[1].split(";", 1)[0].split(cls._EARLIER, 1)[0]
+        partition = found.split("/", 1)[1].split(" ", 1)[0] if "/" in found else "PARTITION"
+        return found, partition
 
 
 class BadRecordError(SourceDataError):
@@ -128,6 +183,37 @@ class Source(abc.ABC):
     def has_records(self, start: JsonScalar, end: JsonScalar) -> bool:
         """True when there may be records between ``start`` and ``end``."""
         return start != end
+
+    def went_backwards(
+        self, dataset: str, partition: str, committed: JsonScalar, high: JsonScalar
+    ) -> str | None:
+        """Why the partition now lies behind its committed watermark, or None when it does
+        not: the run fails the dataset (:class:`SourceWentBackwardsError`) rather than read
+        on from ``committed`` and skip what was landed again below it.
+
+        The default compares ``high`` (:meth:`high_watermark`, read this run) with
+        ``committed`` when both are numbers or both strings: a high watermark below the
+        committed one is a partition wiped and landed again, a recreated topic, a restored
+        backup. Override it for watermarks ordered otherwise, or to say more (the landing
+        source also looks at its segments).
+
+        Args:
+            dataset: the dataset.
+            partition: the partition.
+            committed: its committed watermark; None when nothing was ever committed.
+            high: its high watermark now.
+
+        Returns:
+            One line, e.g. ``"high watermark 6 is below the committed 10"``, or None.
+        """
+        if committed is None or not _ordered(committed, high):
+            return None
+        if high < committed:  # type: ignore[operator]  # _ordered: both numbers or strings
+            return (
+                f"high watermark {encode_value(high)} is below the committed "
+                f"{encode_value(committed)}"
+            )
+        return None
 
     def read_dataset(
         self,
@@ -228,6 +314,38 @@ class LandingSource(Source):
 
     def has_records(self, start: JsonScalar, end: JsonScalar) -> bool:
         return _offset(start, "start") < _offset(end, "end")
+
+    def went_backwards(
+        self, dataset: str, partition: str, committed: JsonScalar, high: JsonScalar
+    ) -> str | None:
+        """A high watermark below the committed offset, or a segment starting below the
+        committed offset that ends below it too, before a later segment.
+
+        The second holds in no append-only partition: the segment that held the committed
+        offset's record when it was committed starts below it and only grows, and every
+        segment made since starts at or past it. So the last segment starting below the
+        committed offset ends at or past it, unless the partition was landed again (say
+        ``0..5`` re-landed, then a new segment at ``20``: the high watermark is past the
+        committed ``10``, yet offsets ``6..9`` are gone and ``0..5`` are new).
+        """
+        if committed is None:
+            return None
+        start, end = _offset(committed, "committed"), _offset(high, "high")
+        if end < start:
+            return f"high watermark {end} is below the committed {start}"
+        segments = self.segments(dataset, partition)
+        below = [i for i, s in enumerate(segments) if s.first < start]
+        if not below or below[-1] == len(segments) - 1:
+            return None  # the last segment starts below: its end is the high watermark
+        seg = segments[below[-1]]
+        seg_end = seg.first + _complete_lines(seg.path)
+        if seg_end >= start:
+            return None
+        return (
+            f"segment {os.path.basename(seg.path)} starts at offset {seg.first} and ends at "
+            f"{seg_end}, below the committed {start}, while the next one starts at "
+            f"{segments[below[-1] + 1].first}: it was landed again"
+        )
 
     def read(
         self,
@@ -440,6 +558,16 @@ def _offset(value: JsonScalar, what: str) -> int:
             f"landing watermarks are integer offsets; the {what} watermark is {value!r}"
         )
     return value
+
+
+def _ordered(a: JsonScalar, b: JsonScalar) -> bool:
+    """Whether two watermarks compare with ``<``: both numbers (not booleans), or both
+    strings."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return (isinstance(a, int | float) and isinstance(b, int | float)) or (
+        isinstance(a, str) and isinstance(b, str)
+    )
 
 
 def _subdirs(path: str) -> list[str]:

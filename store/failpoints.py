@@ -298,6 +298,19 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "adopt",
         "`commitpub adopt-watermarks` copied the watermarks, the old ones not yet cleared",
     ),
+    CrashPoint(
+        "set_watermark.checked",
+        _DRIVER,
+        "set-watermark",
+        "`commitpub set-watermark` holds the lock and checked the dataset, changed nothing",
+    ),
+    CrashPoint(
+        "set_watermark.set",
+        _DRIVER,
+        "set-watermark",
+        "`commitpub set-watermark` set the new value (one compare-and-set); the dataset's "
+        "failure not yet cleared",
+    ),
 )
 
 _EXTRA: dict[str, CrashPoint] = {}
