@@ -52,6 +52,7 @@ from jobs.lifecycle import (
     StoresChecked,
 )
 from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
+from jobs.preflight import require_tasks_password
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, now, staged_figures
 from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
@@ -165,8 +166,9 @@ class JobRun:
         """Open the job and start recording the run (see the module's description).
 
         Raises:
-            ConfigurationError: if the session's workers cannot import commitpub, a store
-                is volatile, the staging root is not the job's.
+            ConfigurationError: if the Spark tasks would not get a Redis URL's password
+                (:mod:`jobs.preflight`), the session's workers cannot import commitpub, a
+                store is volatile, the staging root is not the job's.
             LockHeldError: if a live run holds the job lock; nothing was changed.
             UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
                 watermarks to be adopted.
@@ -174,10 +176,13 @@ class JobRun:
         self._started = time.monotonic()
         self.tell(RunEntering())
         stack = self._stack
-        if not callable(self._spark):
+        given = None if callable(self._spark) else self._spark
+        # What can never work is refused before the lock and before Spark (jobs.preflight).
+        require_tasks_password(self.config, given)
+        if given is not None:
             # Started already: workers that cannot import commitpub are refused before the
             # lock, not found out by the first task after Spark's retries.
-            check_python(self._spark)
+            check_python(given)
         if self._progress is None:
             self.say = stack.enter_context(showing(on_terminal()))
         job = self._job = JobSession(self.config, runner=self.runner)
