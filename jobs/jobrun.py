@@ -52,7 +52,7 @@ from jobs.lifecycle import (
     StoresChecked,
 )
 from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
-from jobs.preflight import require_tasks_password
+from jobs.preflight import preflight
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, now, staged_figures
 from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
@@ -166,9 +166,10 @@ class JobRun:
         """Open the job and start recording the run (see the module's description).
 
         Raises:
-            ConfigurationError: if the Spark tasks would not get a Redis URL's password
-                (:mod:`jobs.preflight`), the session's workers cannot import commitpub, a
-                store is volatile, the staging root is not the job's.
+            ConfigurationError: for what can never work (:func:`jobs.preflight.preflight`:
+                a Redis password the Spark tasks would not get, a session's workers that
+                cannot import commitpub, a staging root that is not the job's, ...), a
+                store that is volatile.
             LockHeldError: if a live run holds the job lock; nothing was changed.
             UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
                 watermarks to be adopted.
@@ -176,13 +177,12 @@ class JobRun:
         self._started = time.monotonic()
         self.tell(RunEntering())
         stack = self._stack
-        given = None if callable(self._spark) else self._spark
-        # What can never work is refused before the lock and before Spark (jobs.preflight).
-        require_tasks_password(self.config, given)
-        if given is not None:
-            # Started already: workers that cannot import commitpub are refused before the
-            # lock, not found out by the first task after Spark's retries.
-            check_python(given)
+        # What can never work is refused before the lock and before Spark.
+        preflight(
+            self.config,
+            None if callable(self._spark) else self._spark,
+            claim_staging=self._claim_staging,
+        )
         if self._progress is None:
             self.say = stack.enter_context(showing(on_terminal()))
         job = self._job = JobSession(self.config, runner=self.runner)

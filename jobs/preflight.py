@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
-from jobs.spark import remote_of
+from jobs.spark import SparkRunner, check_python, remote_of
+from publisher import staging
 from store.errors import ConfigurationError
 from store.urls import REDIS_PASSWORD_ENV, redact, redis_password
 
@@ -42,6 +43,57 @@ log = logging.getLogger("commitpub.jobs")
 
 #: The Spark setting that gives executors (and a local master's Python workers) the variable.
 EXECUTOR_PASSWORD_CONF = f"spark.executorEnv.{REDIS_PASSWORD_ENV}"
+
+
+def preflight(config: BatchConfig, spark: SparkSession | None, *, claim_staging: bool) -> None:
+    """Everything a run (``commitpub run`` and ``recover``, a ``jobs.Batch``) can check
+    before it takes the job lock and starts Spark, in one place; each check reads only.
+
+    Args:
+        config: the job's checked settings.
+        spark: the run's session if it is started (a ``Batch`` given one); None when the
+            run starts its own.
+        claim_staging: whether the run claims the job's staging path.
+
+    Raises:
+        ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument):
+            a Redis URL's password the Spark tasks would not get
+            (:func:`require_tasks_password`); a session whose local workers cannot import
+            commitpub (:func:`jobs.spark.check_python`) or that runs speculative tasks (in
+            the session, or in ``[spark] conf``); a staging path that is another job's or
+            holds what no job marked (:func:`require_staging`).
+    """
+    require_tasks_password(config, spark)
+    if spark is not None:
+        check_python(spark)
+        SparkRunner(spark)  # refuses a session with speculative execution
+    elif isinstance(config, OperatorConfig):
+        speculation = config.spark_conf.get("spark.speculation", "false")
+        if speculation.lower() == "true":
+            raise config.naming.error(
+                "key 'spark.conf' sets spark.speculation = true: it must be off for "
+                "commitpub, a speculative copy of a publish task would execute the same "
+                "commit twice at once"
+            )
+    if claim_staging:
+        require_staging(config)
+
+
+def require_staging(config: BatchConfig) -> None:
+    """Refuse a staging path :meth:`publisher.Publisher.claim_staging` would refuse once the
+    lock is held (reads only; the run claims it after taking the lock).
+
+    Raises:
+        ConfigurationError: naming the key, if another job marked the staging path, or it
+            holds entries no job marked.
+    """
+    if not config.staging:
+        return
+    try:
+        staging.check_claim(config.staging, config.name)
+    except ConfigurationError as e:
+        naming = config.naming
+        raise naming.error(f"{naming.the('staging.path')}: {e}") from e
 
 
 def _redis_urls(config: BatchConfig) -> dict[str, str]:

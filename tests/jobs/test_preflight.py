@@ -255,3 +255,40 @@ def test_discard_of_a_batch_job_without_its_staging_asks_for_it_before_the_lock(
     )
     assert "give option '--staging' and option '--output'" in line
     assert _token(redis_url) is None
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("case", ["another job's", "unmarked entries"])
+def test_a_staging_path_the_job_cannot_claim_takes_no_lock(
+    tmp_path: Path, redis_url: str, case: str
+) -> None:
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    if case == "another job's":
+        (staging / ".commitpub-job").write_text("other-job")
+        said = "belongs to job 'other-job'"
+    else:
+        (staging / "someone-elses").mkdir()
+        said = "already holds entries (someone-elses)"
+    Landing(tmp_path / "landing").append("events", "p0", 3)
+    path = _redis_job(tmp_path, redis_url, redis_url)
+    for command in ("run", "recover"):
+        done = commitpub(command, str(path), env=NO_JAVA, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [done.stderr.strip()]
+        assert "key 'staging.path'" in done.stderr
+        assert said in done.stderr
+    assert _token(redis_url) is None
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.redis
+def test_speculative_tasks_in_the_job_file_are_refused_before_the_lock(
+    tmp_path: Path, redis_url: str
+) -> None:
+    Landing(tmp_path / "landing").append("events", "p0", 3)
+    spark = {"master": "local[2]", "conf": {"spark.speculation": True}}
+    path = _redis_job(tmp_path, redis_url, redis_url, spark=spark)
+    line = _refused(tmp_path, "run", str(path))
+    assert "key 'spark.conf' sets spark.speculation = true" in line
+    assert _token(redis_url) is None
