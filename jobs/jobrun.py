@@ -94,6 +94,8 @@ class JobRun:
             lineage and metrics.
         claim_staging: whether the run claims the job's staging root (a ``release`` stages
             nothing).
+        spark_tasks: whether the run's work may run in Spark tasks (a ``release`` runs in
+            this process only): a Redis password they would not get is refused then.
         log_errors: whether the error that stops the run is logged (``release``: its caller
             says it).
     """
@@ -108,6 +110,7 @@ class JobRun:
         progress: Progress | None = None,
         observers: Sequence[RunObserver] = (),
         claim_staging: bool = True,
+        spark_tasks: bool = True,
         log_errors: bool = True,
     ) -> None:
         self.config = config
@@ -130,6 +133,7 @@ class JobRun:
         self._job: JobSession | None = None
         self._stack = ExitStack()
         self._claim_staging = claim_staging
+        self._spark_tasks = spark_tasks
         #: Datasets found free of legacy watermarks still to adopt.
         self._adopted: set[str] = set()
         self._started = time.monotonic()
@@ -182,6 +186,7 @@ class JobRun:
             self.config,
             None if callable(self._spark) else self._spark,
             claim_staging=self._claim_staging,
+            spark_tasks=self._spark_tasks,
         )
         if self._progress is None:
             self.say = stack.enter_context(showing(on_terminal()))

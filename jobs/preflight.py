@@ -45,7 +45,13 @@ log = logging.getLogger("commitpub.jobs")
 EXECUTOR_PASSWORD_CONF = f"spark.executorEnv.{REDIS_PASSWORD_ENV}"
 
 
-def preflight(config: BatchConfig, spark: SparkSession | None, *, claim_staging: bool) -> None:
+def preflight(
+    config: BatchConfig,
+    spark: SparkSession | None,
+    *,
+    claim_staging: bool = True,
+    spark_tasks: bool = True,
+) -> None:
     """Everything a run (``commitpub run`` and ``recover``, a ``jobs.Batch``) can check
     before it takes the job lock and starts Spark, in one place; each check reads only.
 
@@ -54,6 +60,7 @@ def preflight(config: BatchConfig, spark: SparkSession | None, *, claim_staging:
         spark: the run's session if it is started (a ``Batch`` given one); None when the
             run starts its own.
         claim_staging: whether the run claims the job's staging path.
+        spark_tasks: whether the run's work may run in Spark tasks.
 
     Raises:
         ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument):
@@ -63,7 +70,8 @@ def preflight(config: BatchConfig, spark: SparkSession | None, *, claim_staging:
             the session, or in ``[spark] conf``); a staging path that is another job's or
             holds what no job marked (:func:`require_staging`).
     """
-    require_tasks_password(config, spark)
+    if spark_tasks:
+        require_tasks_password(config, spark)
     if spark is not None:
         check_python(spark)
         SparkRunner(spark)  # refuses a session with speculative execution
