@@ -181,6 +181,8 @@ def require_tasks_password(config: BatchConfig, spark: SparkSession | None) -> N
     """
     naming = config.naming
     passwords = _passwords(config)
+    if not passwords:
+        return
     if len(set(passwords.values())) > 1:
         keys = " and ".join(naming.the(key) for key in passwords)
         raise naming.error(
