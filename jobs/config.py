@@ -71,6 +71,7 @@ from store.urls import (
     redact,
     require_no_credentials,
     split_scheme,
+    url_problem,
 )
 
 R = TypeVar("R", bound=SettingsRecord)
@@ -580,9 +581,18 @@ def _problem(error: BaseException, path: tuple[str, ...], naming: Naming) -> tup
 
 
 def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
-    """An absolute path for a relative one; URLs (``scheme://...``) are kept as they are."""
+    """An absolute path for a relative one; URLs (``scheme://...``) are kept as they are.
+
+    Raises:
+        ConfigurationError: naming ``key``, for an empty value or one whose shape is wrong
+            (:func:`store.urls.url_problem`: a mistyped scheme, a Redis URL's path that is
+            not a database number, ...), before anything connects.
+    """
     if not value.strip():
         raise naming.error(f"{naming.the(key)} must not be empty")
+    problem = url_problem(value)
+    if problem is not None:
+        raise naming.error(f"{naming.the(key)}: {problem}")
     if not is_local(value) or value.lower().startswith("file://"):
         return value
     path = Path(value).expanduser()

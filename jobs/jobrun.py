@@ -52,6 +52,7 @@ from jobs.lifecycle import (
     StoresChecked,
 )
 from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
+from jobs.preflight import preflight
 from jobs.progress import Progress, on_terminal, showing
 from jobs.report import RunReport, now, staged_figures
 from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
@@ -96,6 +97,8 @@ class JobRun:
             lineage and metrics.
         claim_staging: whether the run claims the job's staging root (a ``release`` stages
             nothing).
+        spark_tasks: whether the run's work may run in Spark tasks (a ``release`` runs in
+            this process only): a Redis password they would not get is refused then.
         log_errors: whether the error that stops the run is logged (``release``: its caller
             says it).
     """
@@ -110,6 +113,7 @@ class JobRun:
         progress: Progress | None = None,
         observers: Sequence[RunObserver] = (),
         claim_staging: bool = True,
+        spark_tasks: bool = True,
         log_errors: bool = True,
     ) -> None:
         self.config = config
@@ -132,6 +136,7 @@ class JobRun:
         self._job: JobSession | None = None
         self._stack = ExitStack()
         self._claim_staging = claim_staging
+        self._spark_tasks = spark_tasks
         #: Datasets found free of legacy watermarks still to adopt.
         self._adopted: set[str] = set()
         self._started = time.monotonic()
@@ -168,8 +173,10 @@ class JobRun:
         """Open the job and start recording the run (see the module's description).
 
         Raises:
-            ConfigurationError: if the session's workers cannot import commitpub, a store
-                is volatile, the staging root is not the job's.
+            ConfigurationError: for what can never work (:func:`jobs.preflight.preflight`:
+                a Redis password the Spark tasks would not get, a session's workers that
+                cannot import commitpub, a staging root that is not the job's, ...), a
+                store that is volatile.
             LockHeldError: if a live run holds the job lock; nothing was changed.
             UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
                 watermarks to be adopted.
@@ -177,10 +184,13 @@ class JobRun:
         self._started = time.monotonic()
         self.tell(RunEntering())
         stack = self._stack
-        if not callable(self._spark):
-            # Started already: workers that cannot import commitpub are refused before the
-            # lock, not found out by the first task after Spark's retries.
-            check_python(self._spark)
+        # What can never work is refused before the lock and before Spark.
+        preflight(
+            self.config,
+            None if callable(self._spark) else self._spark,
+            claim_staging=self._claim_staging,
+            spark_tasks=self._spark_tasks,
+        )
         if self._progress is None:
             self.say = stack.enter_context(showing(on_terminal()))
         job = self._job = JobSession(self.config, runner=self.runner)

@@ -484,6 +484,7 @@ def release(config: BatchConfig, dataset: str, *, expected: str | None = None) -
             command="release",
             progress=log_progress,
             claim_staging=False,
+            spark_tasks=False,
             log_errors=False,
         ) as run:
             return run.release(hold)

@@ -3,9 +3,10 @@ and a :class:`~jobs.sources.Source`.
 
 One run of a job, in order:
 
-1. **Enter the batch**: check the stores, take the job lock (before Spark starts: a lock
-   held by a live run changes nothing), fence the store, claim staging, recover pending
-   commits in Spark tasks.
+1. **Enter the batch**: refuse what can never work (:mod:`jobs.preflight`: a ``source.path``
+   that does not exist, a Redis password the Spark tasks would not get), check the stores,
+   take the job lock (before Spark starts: a lock held by a live run changes nothing),
+   fence the store, claim staging, recover pending commits in Spark tasks.
 2. **Plan**: per dataset and partition, read the committed watermark and the source's high
    watermark, once. The run reads exactly the records between the two. Datasets the batch
    holds (quarantined, or a commit recovery could not finish) get nothing new.
@@ -27,8 +28,6 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import fsspec
-
 from jobs.batch import Batch
 from jobs.commits import join
 from jobs.config import (
@@ -39,13 +38,13 @@ from jobs.config import (
     transform_function,
 )
 from jobs.jobrun import JobRun, new_run_id
+from jobs.preflight import prepare_own_session, require_source
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source, SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
-from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -80,6 +79,9 @@ def run_job(
             store, a staging path that is not the job's, a run id used before).
     """
     say = progress or log_progress
+    # Before the lock: a source.path typo is refused with nothing taken or written (and
+    # again once the lock is held, should the path have gone meanwhile).
+    require_source(config, _source(config))
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
@@ -118,6 +120,8 @@ def _spark(
     """The run's session: ``spark``, or one built from ``[spark]`` when first asked for and
     stopped after."""
     built: list[SparkSession] = []
+    if spark is None:
+        prepare_own_session(config)
 
     def session() -> SparkSession:
         if spark is not None:
@@ -143,11 +147,16 @@ def _recorded(report: RunReport) -> Iterator[None]:
             raise  # refused before it changed anything: no report, the caller says why
 
 
-def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
+def _source(config: JobConfig) -> Source:
     source: Source = source_class(config.source.type)(config.source.path, config.source.options)
+    return source
+
+
+def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
+    source = _source(config)
     source.bad_records = config.source.bad_records
     transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source, _datasets(source, config), config.file)
+    plan = _plan(batch, source, require_source(config, source), config.file)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -183,24 +192,6 @@ def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
                 skipped.first,
             )
             batch.bad_records(dataset, skipped.count, skipped.first)
-
-
-def _datasets(source: Source, config: JobConfig) -> list[str]:
-    """The source's datasets.
-
-    Raises:
-        ConfigurationError: naming ``source.path`` if it does not exist or holds no dataset:
-            a typo there would otherwise be a run with nothing new, forever.
-    """
-    datasets = source.datasets()
-    if datasets or source.path is None:
-        return datasets
-    fs, where = fsspec.core.url_to_fs(source.path)
-    found = "does not exist" if not fs.exists(where) else "holds no dataset"
-    raise ConfigurationError(
-        f"{config.file}: key 'source.path': {redact(source.path)} {found} (the "
-        f"{config.source.type} source found no dataset there)"
-    )
 
 
 def _plan(

@@ -260,7 +260,7 @@ def build_session(config: OperatorConfig) -> SparkSession:
 
     ensure_python()
     builder = SparkSession.builder.appName(f"commitpub {config.name}")
-    remote = _remote(config)
+    remote = remote_of(config)
     if remote:
         builder = builder.remote(remote)
     elif config.spark_master:
@@ -294,7 +294,7 @@ def _classic_conf() -> dict[str, str]:
     return conf
 
 
-def _remote(config: OperatorConfig) -> str | None:
+def remote_of(config: OperatorConfig) -> str | None:
     """The Spark Connect server a job's session connects to: ``[spark] remote``, which wins
     over a different ``SPARK_REMOTE`` (logged), else ``SPARK_REMOTE``'s (pyspark reads it).
 

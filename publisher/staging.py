@@ -275,25 +275,42 @@ def claim(root: str, job: str) -> None:
     Raises:
         StagingClaimError: if another job marked the root, or it holds unmarked entries.
     """
+    if check_claim(root, job):
+        return
+    local = _local_path(root)
+    if local is not None:
+        os.makedirs(local, exist_ok=True)
     marker = _join(root, ROOT_MARKER)
-    owner = _owner(marker)
-    if owner is None:
-        # A marker another process is writing right now sits beside it under a temporary name.
-        entries = [n for n in _names(root) if n != ROOT_MARKER and not n.startswith(TEMP_PREFIX)]
-        if entries:
-            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-            raise StagingClaimError(
-                f"staging path {root} already holds entries ({shown}) and is not marked as "
-                f"the staging of job {job!r} (no {ROOT_MARKER} file naming it). Recovery "
-                "deletes run directories in the staging path, so commitpub only takes an "
-                "empty directory, or one it marked itself: point staging.path at a new, "
-                "empty directory"
-            )
-        local = _local_path(root)
-        if local is not None:
-            os.makedirs(local, exist_ok=True)
-        if not _create_exclusive(marker, job.encode()):
-            owner = _owner(marker)  # another process marked it at the same moment
+    if not _create_exclusive(marker, job.encode()):
+        _require_owner(root, _owner(marker), job)  # another process marked it at that moment
+
+
+def check_claim(root: str, job: str) -> bool:
+    """Whether ``root`` is ``job``'s staging already; False if :func:`claim` would mark it.
+    Reads only: a run checks this before it takes the job lock, and claims after.
+
+    Raises:
+        StagingClaimError: if another job marked the root, or it holds unmarked entries.
+    """
+    owner = _owner(_join(root, ROOT_MARKER))
+    if owner is not None:
+        _require_owner(root, owner, job)
+        return True
+    # A marker another process is writing right now sits beside it under a temporary name.
+    entries = [n for n in _names(root) if n != ROOT_MARKER and not n.startswith(TEMP_PREFIX)]
+    if entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise StagingClaimError(
+            f"staging path {root} already holds entries ({shown}) and is not marked as "
+            f"the staging of job {job!r} (no {ROOT_MARKER} file naming it). Recovery "
+            "deletes run directories in the staging path, so commitpub only takes an "
+            "empty directory, or one it marked itself: point staging.path at a new, "
+            "empty directory"
+        )
+    return False
+
+
+def _require_owner(root: str, owner: str | None, job: str) -> None:
     if owner is not None and owner != job:
         raise StagingClaimError(
             f"staging path {root} belongs to job {owner!r}; give each job a staging path of "

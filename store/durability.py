@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from store.errors import VolatileStoreError
+from store.errors import ConfigurationError, VolatileStoreError
 
 #: The opt-out named in every refusal; the jobs layer reads it from the job's TOML.
 ALLOW_VOLATILE_SETTING = "store.allow_volatile = true"
@@ -113,7 +113,7 @@ def require_durable(
     warnings: list[str] = []
     for url, keys in by_url.items():
         where = f"{' and '.join(keys)} ({url})"
-        answer = asked[url].durability()
+        answer = _ask(asked[url], keys)
         if answer.durable is False:
             reasons = "; ".join(answer.problems)
             if allow_volatile:
@@ -153,6 +153,19 @@ def require_durable(
             )
         raise VolatileStoreError("\n".join([*refusals, *unproven, *hints]))
     return warnings
+
+
+def _ask(obj: HasDurability, keys: Sequence[str]) -> Durability:
+    """``obj``'s durability; a store refused for its configuration (a database the server
+    lacks, a wrong password) is told by the keys its URL comes from.
+
+    Raises:
+        ConfigurationError: naming ``keys``.
+    """
+    try:
+        return obj.durability()
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{' and '.join(keys)}: {e}") from e
 
 
 def unknown_durability(obj: object) -> Durability:

@@ -114,11 +114,11 @@ from store.errors import (
 from store.failpoints import failpoint
 from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
-from store.urls import decode_name, encode_name, redact, without_password
+from store.urls import REDIS_PASSWORD_ENV, decode_name, encode_name, redact, without_password
 
 log = logging.getLogger("commitpub.lock")
 
-PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
+PASSWORD_ENV = REDIS_PASSWORD_ENV
 # How long a seal waits for the append-only file: with appendfsync everysec Redis fsyncs
 # every second, so this is many rounds of that.
 _WAITAOF_TIMEOUT_MS = 10_000
@@ -151,10 +151,27 @@ def connect(url: str) -> redis.Redis:
         raise ConfigurationError(f"bad Redis URL {redact(url)!r}: {e}") from e
 
 
+def _missing_database(url: str, error: redis.exceptions.ResponseError) -> None:
+    """Raise a configuration error if ``error`` is the server refusing the URL's database.
+
+    Raises:
+        ConfigurationError: naming the URL; a database the server does not have is no
+            store that could answer later.
+    """
+    if "DB index is out of range" in str(error):
+        raise ConfigurationError(
+            f"Redis at {url} has no such database ({error}): the number after the port is "
+            "the database, below the server's `databases` setting (16 unless redis.conf says)"
+        ) from error
+
+
 def _call(url: str, fn: Callable[[], T]) -> T:
     """Run ``fn``, translating redis-py errors into commitpub's at the boundary."""
     try:
         return fn()
+    except redis.exceptions.ResponseError as e:
+        _missing_database(url, e)
+        raise StoreError(f"Redis at {url} failed: {e}") from e
     except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError) as e:
         # A ConnectionError subclass in redis-py, but waiting will not make it pass.
         raise ConfigurationError(
@@ -211,6 +228,7 @@ class _RedisBase:
             appendonly, policy = config.get("appendonly"), config.get("maxmemory-policy")
             fsync: str | None = config.get("appendfsync")
         except redis.exceptions.ResponseError as config_refused:
+            _missing_database(self.url, config_refused)
             try:
                 persistence, memory = self._client.info("persistence"), self._client.info("memory")
             except redis.exceptions.ResponseError as info_refused:

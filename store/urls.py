@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 from store.errors import ConfigurationError, CredentialsInUrlError
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+#: Where a Redis store, watermark store or lock finds its password when its URL has none:
+#: always so in Spark tasks, which get the URL without its password.
+REDIS_PASSWORD_ENV = "COMMITPUB_REDIS_PASSWORD"  # noqa: S105 -- the variable name, not a secret
 
 # A single path component must stay below common filesystem name limits (255 bytes).
 _MAX_NAME_BYTES = 240
@@ -79,6 +83,25 @@ def without_password(url: str) -> str:
         + (f"?{query}" if query else "")
         + (f"#{parts.fragment}" if parts.fragment else "")
     )
+
+
+def redis_password(url: str) -> str | None:
+    """The password a Redis URL carries (``redis://:secret@host``, or ``?password=`` as
+    redis-py reads it), or None: for URLs of other schemes too.
+
+    Raises:
+        ConfigurationError: if ``url`` looks like a URL but cannot be parsed.
+    """
+    if not _SCHEME.match(url) or url.split("://", 1)[0].lower() not in _REDIS_SCHEMES:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:
+        raise ConfigurationError(f"malformed URL {redact(url)!r}: {e}") from e
+    if parts.password is not None:
+        return unquote(parts.password)
+    found = parse_qs(parts.query).get("password")
+    return found[0] if found else None
 
 
 def require_no_credentials(url: str, what: str) -> str:
@@ -175,3 +198,90 @@ def canonical_url(url: str) -> str:
         path = "/0"  # redis-py's default database
     query = "&".join(p for p in parts.query.split("&") if p and not _SECRET_PARAM.match("&" + p))
     return urlunsplit((scheme, netloc, path, query, ""))
+
+
+# -- the shape of a configured URL, checked before anything connects ---------------------------
+
+#: Schemes a store, staging or output is written with. A bare path that starts with one of
+#: them and ":" or "//" ("redis//host:6379/0", "s3:/bucket") is a mistyped URL: taken as
+#: it is, it would quietly be a directory of that name under the working directory.
+_WELL_KNOWN_SCHEMES = frozenset(
+    {
+        "file",
+        "memory",
+        "redis",
+        "rediss",
+        "unix",
+        "s3",
+        "s3a",
+        "s3n",
+        "gs",
+        "gcs",
+        "az",
+        "abfs",
+        "abfss",
+        "hdfs",
+        "postgres",
+        "postgresql",
+    }
+)
+_MISTYPED = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)(?::(?!//)|//)")
+#: Object stores: the URL's host is the bucket or container, which cannot be left out.
+_BUCKET_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss"})
+_REDIS_DB = re.compile(r"/?|/[0-9]+")
+#: The Redis backend's schemes (``unix`` is a socket's).
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with the shape of a configured URL or path, or None if nothing is.
+
+    Only what can be told from the text, so it is checked before anything connects: a
+    mistyped scheme (``redis//host``, ``s3:/bucket``), a URL that does not parse (a port
+    that is not a number, a bad IPv6 host), an object store URL without its bucket, a Redis
+    URL without a host or whose path is not a database number (redis-py would read
+    ``/0/extra`` as database 0 and ``/1/2`` as database 12), a ``unix://`` URL without its
+    socket's path. Schemes it does not know (a backend registered by a user) pass.
+
+    Returns:
+        A phrase to follow the key's name ("looks like a mistyped redis:// URL ..."), or
+        None.
+    """
+    if not _SCHEME.match(url):
+        return _mistyped_url(url)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError as e:
+        return f"{redact(url)!r} is not a well-formed URL ({e})"
+    scheme = parts.scheme.lower()
+    shown = redact(url)
+    missing = (
+        f"bucket ({scheme}://bucket/prefix)"
+        if scheme in _BUCKET_SCHEMES and not parts.netloc
+        else "socket (unix:///path/to/redis.sock)"
+        if scheme == "unix" and not parts.path
+        else f"host ({scheme}://host:6379/0)"
+        if scheme in _DEFAULT_PORTS and not parts.hostname
+        else None
+    )
+    if missing is not None:
+        return f"{shown!r} names no {missing}"
+    if scheme in _DEFAULT_PORTS and not _REDIS_DB.fullmatch(parts.path):
+        return (
+            f"{shown!r}: the path of a Redis URL is its database number and nothing else "
+            f"(/0), got {parts.path!r}"
+        )
+    return None
+
+
+def _mistyped_url(path: str) -> str | None:
+    """What :func:`url_problem` says of a bare path that starts like a known URL."""
+    mistyped = _MISTYPED.match(path)
+    if mistyped is None or mistyped.group(1).lower() not in _WELL_KNOWN_SCHEMES:
+        return None
+    scheme = mistyped.group(1).lower()
+    return (
+        f"{path!r} looks like a mistyped {scheme}:// URL (a local path starting with "
+        f"{mistyped.group(0)!r}); write {scheme}://..., or ./{path} for a directory of that name"
+    )

@@ -31,7 +31,15 @@ from store.framing import (
     unframe_record,
 )
 from store.redis import RedisCommitStepStore
-from store.urls import decode_name, encode_name, has_credentials, redact, require_no_credentials
+from store.urls import (
+    decode_name,
+    encode_name,
+    has_credentials,
+    redact,
+    redis_password,
+    require_no_credentials,
+    url_problem,
+)
 
 
 @pytest.fixture
@@ -181,6 +189,59 @@ def test_require_no_credentials() -> None:
         require_no_credentials("s3://key:topsecret@bucket/x", "src")
     assert "topsecret" not in str(info.value)
     assert "src" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis//localhost:6379/0", "looks like a mistyped redis:// URL"),
+        ("redis:/localhost:6379/0", "looks like a mistyped redis:// URL"),
+        ("S3:/bucket/x", "looks like a mistyped s3:// URL"),
+        ("redis://h:6379/0/extra", "database number and nothing else (/0), got '/0/extra'"),
+        ("redis://h:6379/1/2", "got '/1/2'"),
+        ("rediss://:pw@h:6379/x", "got '/x'"),
+        ("redis://h:port/0", "not a well-formed URL"),
+        ("redis:///0", "names no host"),
+        ("s3:///prefix", "names no bucket (s3://bucket/prefix)"),
+        ("gs:///prefix", "names no bucket (gs://bucket/prefix)"),
+        ("unix://", "names no socket"),
+    ],
+)
+def test_url_problem_names_what_is_wrong(url: str, problem: str) -> None:
+    found = url_problem(url)
+    assert found is not None
+    assert problem in found
+    assert "pw" not in found
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "state/steps",
+        "./redis//x",
+        "/srv/redis:6379",
+        "redis/steps",
+        "file:///srv/x",
+        "redis://h:6379/0",
+        "redis://h",
+        "rediss://user:pw@h:6380/15?ssl_cert_reqs=none",
+        "unix:///run/redis.sock?db=1",
+        "s3://bucket",
+        "memory://x",
+        "mystore+x://anything/at/all",
+    ],
+)
+def test_url_problem_passes_well_formed_urls_and_paths(url: str) -> None:
+    assert url_problem(url) is None
+
+
+def test_redis_password_of_a_url() -> None:
+    assert redis_password("redis://:s%40cret@h:6379/0") == "s@cret"
+    assert redis_password("rediss://user:pw@h/0") == "pw"
+    assert redis_password("redis://h/0?password=q&db=1") == "q"
+    assert redis_password("redis://h/0") is None
+    assert redis_password("s3://key:pw@bucket/x") is None
+    assert redis_password("state/steps") is None
 
 
 @pytest.mark.parametrize(

@@ -365,6 +365,12 @@ def _claim(config: JobConfig) -> None:
         pub.close()
 
 
+def _landing(directory: Path) -> None:
+    """A landing zone with one (empty) dataset where write_job's source.path points: the
+    source is checked before anything else of a run."""
+    (directory / "landing" / "events" / "p0").mkdir(parents=True)
+
+
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command gets as far as starting Spark."""
@@ -385,6 +391,7 @@ def test_cli_exits_2_naming_the_key_before_spark_starts(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["run", str(tmp_path / "missing.toml")])
     assert result.exit_code == 2
     assert "does not exist" in result.output
+    _landing(tmp_path)
     result = CliRunner().invoke(main, ["run", str(write_job(tmp_path)), "--run-id", "../x"])
     assert result.exit_code == 2
     assert "run id '../x'" in result.output
@@ -393,6 +400,7 @@ def test_cli_exits_2_naming_the_key_before_spark_starts(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("no_spark")
 def test_a_lock_whose_tokens_went_back_is_a_configuration_error(tmp_path: Path) -> None:
     path = write_job(tmp_path)
+    _landing(tmp_path)
     config = load_config(path)
     with open_store(config.store_url) as st:
         st.fence(config.name, 10**6)  # seen from a lock whose counter is gone since
@@ -412,6 +420,7 @@ def test_two_jobs_cannot_share_a_staging_path(tmp_path: Path) -> None:
     _claim(first)  # its own mark: fine, again and again
     other_dir = tmp_path / "other"
     other_dir.mkdir()
+    _landing(other_dir)
     path = write_job(
         other_dir, job={"name": "other-job"}, staging={"path": str(tmp_path / "staging")}
     )

@@ -65,23 +65,19 @@ def test_a_source_path_that_does_not_exist_or_holds_no_dataset_exits_2_naming_it
 
     missing = commitpub("--log-format", "plain", "run", str(job), "--run-id", "r1", env=env)
     assert missing.returncode == 2, missing.stderr
-    # Each said once in the log: the error, and a recovery with nothing to count.
-    errors = [line for line in missing.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1, missing.stderr
-    assert errors[0].endswith(": fix it and rerun"), missing.stderr
-    assert missing.stderr.count("recovering pending commits (0/0)") == 1, missing.stderr
-    # Its first line does not say "nothing to do"; its last says what to do.
-    assert missing.stdout.splitlines()[0] == "run r1: bad configuration (nothing published)"
-    assert missing.stdout.splitlines()[-1].startswith(
-        f"error: {job}: key 'source.path': {tmp_path / 'landin'} does not exist"
-    ), missing.stdout
-    assert missing.stdout.splitlines()[-1].endswith(": fix it and rerun")
+    # Refused before the lock, as any configuration error: one line, said once, no report.
+    assert missing.stderr.splitlines() == [
+        f"commitpub: error: {job}: key 'source.path': {tmp_path / 'landin'} does not exist "
+        "(the landing source found no dataset there): fix it and rerun"
+    ]
+    assert missing.stdout == ""
+    assert not (tmp_path / "state" / "reports").exists()
 
     (tmp_path / "landin").mkdir()
     empty = commitpub("run", str(job), "--run-id", "r2", env=env)
     assert empty.returncode == 2, empty.stderr
-    assert f"key 'source.path': {tmp_path / 'landin'} holds no dataset" in empty.stdout
-    assert _report(tmp_path, "r2")["exit_code"] == 2
+    assert f"key 'source.path': {tmp_path / 'landin'} holds no dataset" in empty.stderr
+    assert not (tmp_path / "state" / "reports").exists()
 
     # A dataset there with nothing new yet: a run with nothing to do.
     (tmp_path / "landin" / "orders" / "0").mkdir(parents=True)

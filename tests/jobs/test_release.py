@@ -25,6 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from jobhelpers import COMMITPUB, commitpub, write_job
+from redis_helpers import RedisProcess
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs import ops
@@ -494,3 +495,21 @@ def test_discard_killed_after_marking_the_hold_is_finished_by_discard_again(job:
     assert done.stdout == f"{HELD}: discarded (discarded, 3 steps)\n"
     assert (job.held(), job.pending(), job.staged(), job.published()) == ([], [], [], [])
     assert job.watermark() is None
+
+
+@pytest.mark.redis
+def test_release_runs_in_this_process_with_a_password_only_in_the_store_url(
+    tmp_path: Path,
+) -> None:
+    # No Spark task takes part in a release, so no COMMITPUB_REDIS_PASSWORD is needed.
+    with RedisProcess(tmp_path / "redis", options={"requirepass": "s3cret"}) as server:
+        url = server.url.replace("redis://", "redis://:s3cret@")
+        (tmp_path / "job").mkdir()
+        job = HeldJob(
+            tmp_path / "job",
+            {"job": {"name": "test-job", "reports": "reports"}, "store": {"url": url}},
+        )
+        done = job.run("release", HELD, "--yes", env={"COMMITPUB_REDIS_PASSWORD": ""})
+        assert done.stdout == f"{HELD}: released (published, 3 steps)\n"
+        assert job.published() == EVERY_ROW
+        assert job.watermark() == 50

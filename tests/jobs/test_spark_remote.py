@@ -69,3 +69,5 @@ def test_a_master_beside_spark_remote_is_refused_before_spark_starts(tmp_path: P
     )
     assert "s3cr3t" not in done.stderr
     assert not (tmp_path / "output").exists()
+    # Refused before the lock: no store, lock or report was made.
+    assert not (tmp_path / "state").exists()
