@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from store import clock
+from store import clock, formats
 from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, FencedError, LockHeldError, StoreUnavailableError
 
@@ -459,7 +459,8 @@ class Lease:
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """The lease as stored (JSON), with its format version."""
+        return formats.stamped(attrs.asdict(self), formats.LEASE)
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True).encode()
@@ -469,10 +470,12 @@ class Lease:
         """Decode a stored lease.
 
         Raises:
+            NewerFormatError: if a newer commitpub wrote it.
             CorruptRecordError: if ``data`` is not a lease, naming ``where``.
         """
         try:
             doc = json.loads(data)
+            formats.check_doc(doc, f"{where} (lease)", formats.LEASE)
             return cls(**{f.name: doc[f.name] for f in attrs.fields(cls) if f.name in doc})
         except (ValueError, TypeError, AttributeError) as e:
             raise CorruptRecordError(f"{where}: unreadable lease: {e}") from e
