@@ -246,8 +246,9 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
         click.echo(
             f"{report.command} {report.run_id}: {report.status} ({counts or _nothing(report)})"
         )
+        newer = report.outcomes.newer_format
         for dataset, error in sorted(report.errors.items()):
-            click.echo(f"failed {dataset}: {error}")
+            click.echo(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
         for dataset, error in sorted(report.extract_quarantined.items()):
             click.echo(f"quarantined {dataset}: {error}")
         for dataset, reason in sorted(report.skipped.items()):

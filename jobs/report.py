@@ -200,7 +200,8 @@ class RunReport:
             "published": len(self.published),
             "quarantined": len(self.quarantined),
             "held": len(self.held),
-            "failed": len(self.failed),
+            "newer_format": len(self.outcomes.newer_format),
+            "failed": len(self.failed) - len(self.outcomes.newer_format),
         }
 
     @property

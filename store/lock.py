@@ -459,11 +459,11 @@ class Lease:
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The lease as stored (JSON), with its format version."""
-        return formats.stamped(attrs.asdict(self), formats.LEASE)
+        return attrs.asdict(self)
 
     def to_json(self) -> bytes:
-        return json.dumps(self.to_dict(), sort_keys=True).encode()
+        """The lease as stored: JSON, with its format version."""
+        return json.dumps(formats.stamped(self.to_dict(), formats.LEASE), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str, where: str) -> Lease:

@@ -906,7 +906,7 @@ class RedisJobLock(_RedisBase, JobLock):
         if holder is not None and holder.holder_dead():
             expected = holder.owner  # taken over at once: its process is gone
         lease = Lease.new(job, 0, ttl_s)
-        doc = json.dumps(lease.to_dict())
+        doc = lease.to_json()
         result = _call(self.url, lambda: self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)]))
         if isinstance(result, bytes | str):
             held = Lease.from_json(result, f"{self.url} lock of {job!r}")
@@ -917,7 +917,7 @@ class RedisJobLock(_RedisBase, JobLock):
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         renewed = lease.renewed(ttl_s)
-        doc = json.dumps(renewed.to_dict())
+        doc = renewed.to_json()
         key = self._lock_keys(lease.job)[0]
         if not _call(
             self.url, lambda: self._renew(keys=[key], args=[lease.owner, doc, _ms(ttl_s)])
