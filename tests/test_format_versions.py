@@ -19,11 +19,18 @@ import redis
 
 import commitsteps
 import store
-from commitsteps import FsRenameCommitStep
+from commitsteps import FsRenameCommitStep, WatermarkCommitStep
 from jobs.report import newest_reports, staged_figures
-from publisher import DatasetStatus
+from publisher import DatasetStatus, Outcome, Publisher
 from publisher import status as status_record
-from publisher.staging import RUN_MARKER, RunMarker, decode_marker, encode_marker, sweep
+from publisher.staging import (
+    RUN_MARKER,
+    RunMarker,
+    create_run_dir,
+    decode_marker,
+    encode_marker,
+    sweep,
+)
 from store import CorruptRecordError, Lease, NewerFormatError, formats
 from store.framing import (
     CHUNK_MAGIC,
@@ -382,3 +389,73 @@ def test_a_run_report_carries_its_version_and_a_newer_one_is_skipped(tmp_path: P
     (reports / "r1-run.json").write_text(json.dumps({formats.KEY: 2, **doc}))
     assert staged_figures(str(reports), "r1", "orders") is None
     assert list(newest_reports(str(reports))) == []
+
+
+# -- recovery ------------------------------------------------------------------------------------
+class _Commit:
+    """A commit of ``orders``: one rename out of a run directory of the job, one watermark."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.staging, self.output = base / "staging", base / "output"
+        self.wm_url = str(base / "wm")
+        run_dir = Path(create_run_dir(str(self.staging), "job", "r1", None))
+        self.src = run_dir / "orders" / "part-0.parquet"
+        self.src.parent.mkdir(parents=True)
+        self.src.write_bytes(b"rows")
+        self.dst = self.output / "orders" / "r1-part-0.parquet"
+        self.steps = [
+            FsRenameCommitStep.from_staged(str(self.src), str(self.dst)),
+            WatermarkCommitStep(self.wm_url, "orders", "0", None, 50),
+        ]
+        self.store = store.open_store(str(base / "steps"))
+        self.publisher = Publisher(
+            self.store,
+            "job",
+            max_attempts=3,
+            staging_roots=[str(self.staging)],
+            output_roots=[str(self.output)],
+            stores=[self.wm_url],
+        )
+
+    def records(self, version: int = 1) -> list[bytes]:
+        return [b"cs%d" % version + commitsteps.dumps(s)[3:] for s in self.steps]
+
+
+def test_recovery_neither_aborts_nor_sweeps_an_unsealed_sequence_of_a_newer_format(
+    tmp_path: Path,
+) -> None:
+    commit = _Commit(tmp_path)
+    commit.store.append("job", "orders", commit.records(version=2), seal=False)
+
+    report = commit.publisher.recover()
+
+    [orders] = report.datasets
+    assert orders.outcome == Outcome.NEWER_FORMAT
+    assert orders.error is not None
+    assert "NewerFormatError: step record: " in orders.error
+    assert report.newer_format == ["orders"]
+    assert report.aborted == []
+    assert report.sweep_skipped is not None
+    assert commit.src.read_bytes() == b"rows"  # an abort would have deleted it
+    assert commit.store.get("job", "orders") == commit.records(version=2)
+    assert commit.store.get_status("job", "orders") is None  # nothing counted
+
+
+def test_recovery_stops_at_a_watermark_of_a_newer_format_and_keeps_the_commit(
+    tmp_path: Path,
+) -> None:
+    commit = _Commit(tmp_path)
+    wm = store.open_watermarks(commit.wm_url, job="job")
+    assert wm.compare_and_set("orders", "0", None, 40)
+    [version] = (tmp_path / "wm").rglob("v*.json")
+    version.write_text(json.dumps({formats.KEY: 2, "value": 40, "token": None}))
+    commit.store.put_sequence("job", "orders", commit.records())
+
+    for _ in range(4):  # more than max_attempts: still neither counted nor quarantined
+        [orders] = commit.publisher.recover().datasets
+        assert orders.outcome == Outcome.NEWER_FORMAT
+        assert orders.attempts == 0
+    assert commit.store.get_status("job", "orders") is None
+    assert commit.store.is_sealed("job", "orders")
+    assert json.loads(version.read_text())[formats.KEY] == 2
