@@ -142,6 +142,15 @@ def test_discard_refuses_a_newer_commit_with_the_advice_and_changes_nothing(job:
     job.untouched()
 
 
+def test_retry_refuses_a_newer_commit_and_changes_nothing(job: Job) -> None:
+    code, out, err = job.run("retry", "orders")
+    assert code == 2, out + err
+    assert "commitpub: error: " in err
+    assert NEWER in err
+    assert ADVICE in err
+    job.untouched()
+
+
 def test_recover_leaves_a_newer_commit_as_it_is_and_exits_2(job: Job) -> None:
     code, out, err = job.run("recover")
     assert code == 2, out + err
