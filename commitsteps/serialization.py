@@ -6,6 +6,12 @@ class from the registry (:func:`commitsteps.register`); cattrs builds the instan
 fields with a strict converter (:func:`store.records.strict_converter`: a string field given
 a number is an error, not a conversion, and a key the class does not know is an error too).
 
+The ``1`` of ``cs1`` is the record's format version (:data:`store.formats.STEP_RECORD`),
+read before anything else: ``cs2 ...`` is a record of a newer commitpub, refused as such
+(:class:`~store.errors.NewerFormatError`), never as corrupt. Within version 1 a field the
+class does not know makes the record corrupt: a newer commitpub that adds a field to a step
+writes a new version (docs/storage-format.md#format-versions).
+
 Records of older versions: an ``fs.rename`` record whose ``size`` is null or missing (size
 was optional before) loads as :class:`~commitsteps.fs.LegacyFsRenameCommitStep`, which is
 verified by the strict rule. Nothing writes such a record any more.
@@ -14,6 +20,7 @@ verified by the strict rule. Nothing writes such a record any more.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 
 import cattrs
@@ -22,11 +29,14 @@ from cattrs.strategies import configure_union_passthrough
 from commitsteps.base import CommitStep, class_for, tag_of
 from commitsteps.errors import StepValueError
 from commitsteps.fs import FsRenameCommitStep, LegacyFsRenameCommitStep
+from store import formats
 from store.base import JsonScalar
 from store.errors import CorruptRecordError
 from store.records import error_messages, strict_converter
 
-FORMAT = b"cs1"
+FORMAT = b"cs%d" % formats.STEP_RECORD
+#: The start of a step record of any version: ``cs<version> ``.
+_ANY_FORMAT = re.compile(rb"cs(\d{1,9}) ")
 _converter = strict_converter(forbid_extra_keys=True, arrays_only=True)
 configure_union_passthrough(JsonScalar, _converter)
 
@@ -85,14 +95,19 @@ def loads(data: bytes) -> CommitStep:
     """Rebuild a step from :func:`dumps` output.
 
     Raises:
-        CorruptRecordError: if the record is truncated, altered, of another format version, or
-            its fields do not fit the class.
+        NewerFormatError: if a newer commitpub wrote it (``cs2 ...``, say).
+        CorruptRecordError: if the record is truncated or altered, or its fields do not fit
+            the class.
         UnknownStepTypeError: if no registered class has the record's tag.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise CorruptRecordError(f"a step record is bytes, got {type(data).__name__}")
     data = bytes(data)
     head, payload = data[:13], data[13:]
+    if head[:3] != FORMAT or head[3:4] != b" ":
+        newer = _ANY_FORMAT.match(data)
+        if newer is not None:
+            formats.check("step record", int(newer.group(1)), formats.STEP_RECORD)
     if len(head) < 13 or head[:3] != FORMAT or head[3:4] != b" " or head[12:13] != b" ":
         raise CorruptRecordError(f"not a commitpub step record (starts {data[:16]!r})")
     # Compared as text, not parsed: int() would also take "645E8404" or " 45e8404" for the

@@ -52,7 +52,7 @@ from jobs.errors import (
     error_text,
 )
 from jobs.formats import get_format
-from jobs.jobrun import Holds, JobRun, new_run_id
+from jobs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
 from jobs.lifecycle import (
     BadRecordsSkipped,
     DatasetChecked,
@@ -590,6 +590,11 @@ class Batch:
                 f"dataset {dataset!r} of job {self.config.name!r} is held by failed checks "
                 "of its staged data: nothing new is ingested for it until `commitpub "
                 "release` or `commitpub discard` (see `commitpub status`)"
+            )
+        if self._holds.reasons.get(dataset) == NEWER_REASON:
+            raise DatasetPendingError(
+                f"dataset {dataset!r} of job {self.config.name!r}: its pending commit or "
+                f"status was {NEWER_REASON}; nothing new is published ahead of it"
             )
         if dataset in self._holds.reasons:
             raise DatasetPendingError(

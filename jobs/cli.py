@@ -247,15 +247,21 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
         click.echo(
             f"{report.command} {report.run_id}: {report.status} ({counts or _nothing(report)})"
         )
+        newer = report.outcomes.newer_format
         for dataset, error in sorted(report.errors.items()):
-            click.echo(f"failed {dataset}: {error}")
+            click.echo(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
         for dataset, error in sorted(report.extract_quarantined.items()):
             click.echo(f"quarantined {dataset}: {error}")
         for dataset, reason in sorted(report.skipped.items()):
             click.echo(f"skipped {dataset}: {reason}")
         click.echo(f"report: {report.path}")
         # The last line says what happened and what to do, when there is something to do.
-        told = outcome(report.failed, report.quarantined, sorted(report.held))
+        told = outcome(
+            report.failed,
+            report.quarantined,
+            sorted(report.held),
+            report.outcomes.newer_format,
+        )
         if report.error:
             click.echo(f"error: {report.message or report.error}")
         elif told is not None:
@@ -415,12 +421,16 @@ def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
         elif doc.get("sealed") is False:
             unfinished = ", its release was cut off writing ahead (release again resumes it)"
         return f"HELD (hold {held['id']}) since {held['since']}{by}{unfinished}"
+    if doc.get("newer_format"):
+        return (
+            "WRITTEN BY A NEWER COMMITPUB (upgrade commitpub to read it; do not discard it): "
+            f"{doc['newer_format']}"
+        )
     if doc["discarding"]:
         return "DISCARDING (unfinished: run discard again)"
-    if doc["quarantined"] and doc.get("discard_refused"):
-        return "QUARANTINED (discard refused by the table: retry publishes the commit as it stands)"
     if doc["quarantined"]:
-        return "QUARANTINED"
+        refused = " (discard refused by the table: retry publishes the commit as it stands)"
+        return f"QUARANTINED{refused if doc.get('discard_refused') else ''}"
     if otherwise is not None:
         return otherwise
     return "UNREADABLE" if doc["sealed"] is None else "sealed" if doc["sealed"] else "unsealed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import textwrap
 
-from store.errors import ConfigurationError, FencedError, LockHeldError
+from store.errors import ConfigurationError, FencedError, LockHeldError, NewerFormatError
 
 
 class ExitCode(enum.IntEnum):
@@ -19,7 +19,8 @@ class ExitCode(enum.IntEnum):
     OK = 0
     #: A dataset failed, or the run itself did.
     FAILURE = 1
-    #: Bad configuration or usage: the job file, an argument, a store refused at start.
+    #: Bad configuration or usage: the job file, an argument, a store refused at start; or
+    #: a deployment error: a commit or status written by a newer commitpub.
     CONFIG = 2
     #: Partial: some datasets are quarantined (skipped until an operator acts).
     PARTIAL = 3
@@ -50,10 +51,11 @@ def for_error(error: BaseException) -> ExitCode:
     """The exit code of a run or command that stopped on ``error``.
 
     A lock held by another run, or lost to one (a store refused this run's token), is 75;
-    a configuration or usage error is 2; anything else is 1.
+    a configuration or usage error, or a record written by a newer commitpub (this one is
+    the wrong version to run: a deployment error), is 2; anything else is 1.
     """
     if isinstance(error, LockHeldError | FencedError):
         return ExitCode.LOCKED
-    if isinstance(error, ConfigurationError):
+    if isinstance(error, ConfigurationError | NewerFormatError):
         return ExitCode.CONFIG
     return ExitCode.FAILURE

@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("commitpub.jobs")
 
+#: Why a dataset whose commit or status a newer commitpub wrote gets nothing new.
+NEWER_REASON = "written by a newer commitpub: upgrade to read it, do not discard it"
+
 
 @attrs.frozen
 class Holds:
@@ -220,9 +223,11 @@ class JobRun:
         """
         pub = self.publisher
         pending = pub.pending()
-        if not callable(self._spark) or any(not p.status.quarantined for p in pending):
+        if not callable(self._spark) or any(
+            not p.status.quarantined and p.newer_format is None for p in pending
+        ):
             # A session given is started already; a factory is called only for work (recovery
-            # skips quarantined commits).
+            # skips quarantined commits, and those a newer commitpub wrote).
             self.start_spark()
         what = "recovering pending commits" + (" in Spark tasks" if self.runner.started else "")
         self.say(what, 0, len(pending))
@@ -271,12 +276,20 @@ class JobRun:
     def _holds(self, pub: Publisher) -> Holds:
         """The datasets that get nothing new in this run: held by failed checks,
         quarantined, or still pending after recovery (their commit failed again)."""
-        pending = {p.dataset for p in pub.pending()}
-        reasons: dict[str, str] = {}
+        listed = pub.pending()
+        pending = {p.dataset for p in listed}
+        reasons: dict[str, str] = {
+            p.dataset: NEWER_REASON for p in listed if p.newer_format is not None
+        }
         quarantined: set[str] = set()
         held: set[str] = set()
         failing: dict[str, str] = {}
         for dataset, status in pub.statuses().items():
+            if status.newer_format is not None:
+                reasons[dataset] = NEWER_REASON
+                continue
+            if dataset in reasons:
+                continue
             if status.attempts and not status.quarantined and status.held is None:
                 failing[dataset] = status.last_error or ""
             if status.held is not None:
@@ -290,7 +303,7 @@ class JobRun:
                     # Quarantined by failed extracts: reported as such on every run (exit 3).
                     error = status.last_error or "quarantined"
                     self.tell(ExtractQuarantined(dataset, error))
-        for dataset in sorted(pending - quarantined - held):
+        for dataset in sorted(pending - quarantined - held - set(reasons)):
             reasons[dataset] = "its pending commit failed"
         for dataset, why in reasons.items():
             self.tell(DatasetSkipped(dataset, why))

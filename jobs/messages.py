@@ -20,6 +20,7 @@ from store.errors import (
     ConfigurationError,
     FencedError,
     LockHeldError,
+    NewerFormatError,
     StoreUnavailableError,
 )
 
@@ -115,15 +116,21 @@ def explain(error: BaseException) -> Message:
 
 
 def outcome(
-    failed: Sequence[str], quarantined: Sequence[str], held: Sequence[str]
+    failed: Sequence[str],
+    quarantined: Sequence[str],
+    held: Sequence[str],
+    newer: Sequence[str] = (),
 ) -> Message | None:
     """The one line that ends a run whose datasets failed, were quarantined or were held,
-    though the run itself did not fail (exit 1 or 3): what happened and what to do.
+    though the run itself did not fail (exit 1, 2 or 3): what happened and what to do.
 
     Args:
-        failed: the datasets that failed this time (retried by the next run).
+        failed: the datasets that failed this time (retried by the next run); those in
+            ``newer`` are told as such only.
         quarantined: the datasets quarantined (skipped until ``retry`` or ``discard``).
         held: the datasets held by a failed check (skipped until ``release`` or ``discard``).
+        newer: the datasets whose commit or status a newer commitpub wrote (left alone
+            until an upgraded version runs).
 
     Returns:
         The message, or None when every dataset went through.
@@ -131,7 +138,8 @@ def outcome(
     told = [
         Message(key, f"{what}: {', '.join(sorted(names))}", todo)
         for key, names, what, todo in (
-            ("dataset-failed", failed, "failed this time", _RETRIED),
+            ("newer-format", newer, "written by a newer commitpub", _NEWER),
+            ("dataset-failed", [d for d in failed if d not in newer], "failed this time", _RETRIED),
             ("quarantined", quarantined, "quarantined", _QUARANTINED),
             ("held", held, "held by a failed check", _HELD),
         )
@@ -154,8 +162,12 @@ _HELD = (
     "`commitpub status` shows the failed checks; `commitpub release` publishes it as staged, "
     "`commitpub discard` drops it"
 )
+_NEWER = (
+    "left exactly as it is; upgrade commitpub to the version that wrote it (its error above "
+    "names the format), never discard it"
+)
 #: The keys of the messages :func:`outcome` tells.
-OUTCOME_KEYS = ("dataset-failed", "quarantined", "held")
+OUTCOME_KEYS = ("newer-format", "dataset-failed", "quarantined", "held")
 
 
 def _typed(error: BaseException) -> Message | None:
@@ -177,6 +189,9 @@ def _typed(error: BaseException) -> Message | None:
             f"a store could not be reached ({error})",
             f"check that it is up and reachable from here, then {RERUN}",
         )
+    if isinstance(error, NewerFormatError):
+        # Its message names the record, both versions and what to do.
+        return Message("newer-format", str(error), "")
     if isinstance(error, ConfigurationError):
         # Its message names the key or argument and says what to change.
         return Message("configuration", str(error), "fix it and rerun")

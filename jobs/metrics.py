@@ -75,7 +75,7 @@ def registry(
     datasets = gauge(
         "commitpub_last_run_datasets", "Datasets of the last run by outcome.", "outcome"
     )
-    for outcome in ("recovered", "aborted", "published", "quarantined", "failed"):
+    for outcome in ("recovered", "aborted", "published", "quarantined", "failed", "newer_format"):
         datasets.labels(job, outcome).set(counts[outcome])
     skipped = gauge(
         "commitpub_last_run_bad_records_skipped",

@@ -47,6 +47,7 @@ from store.errors import (
     ConfigurationError,
     CorruptRecordError,
     ForeignStoreError,
+    NewerFormatError,
     StoreError,
 )
 from store.failpoints import failpoint
@@ -160,9 +161,11 @@ def last_report(config: BatchConfig) -> dict[str, Any] | None:
 def _status_fields(st: DatasetStatus) -> dict[str, Any]:
     """A dataset status as ``status`` and ``inspect`` show it."""
     return {
+        # A newer commitpub wrote it: not corrupt, not quarantined; upgrade, never discard.
+        "newer_format": st.newer_format,
         "attempts": st.attempts,
         "quarantined": st.quarantined,
-        "last_error": st.last_error,
+        "last_error": None if st.newer_format else st.last_error,
         "first_failed": st.first_failed,
         "discarding": None
         if st.discarding is None
@@ -207,6 +210,7 @@ def status(config: BatchConfig) -> dict[str, Any]:
                 "written_at": item.written_at,
                 "age_s": None if item.written_at is None else round(now - item.written_at, 1),
                 "error": item.error,
+                "newer_format": item.newer_format,
             }
             for item in pub.pending()
         ]
@@ -286,7 +290,7 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         st = job.store
         try:
             info: SequenceInfo | None = st.info(config.name, dataset)
-        except CorruptRecordError as e:
+        except (CorruptRecordError, NewerFormatError) as e:
             info, unreadable = None, f"{type(e).__name__}: {e}"
         status_doc = status_record.read_or_quarantined(st, config.name, dataset)
         pending = not (
@@ -308,12 +312,20 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
             try:
                 # Streamed, so the records before a damaged one are still shown.
                 records.extend(st.iter_records(config.name, dataset))
-            except CorruptRecordError as e:
+            except (CorruptRecordError, NewerFormatError) as e:
                 unreadable = f"{type(e).__name__}: {e}"
     steps = _decoded(config, dataset, records)
     failing = _failing_step(status_doc, steps)
     for doc in steps:
         doc["failing"] = doc["index"] == failing
+    newer = (status_doc.newer_format if status_doc is not None else None) or next(
+        (
+            why.removeprefix(_NEWER)
+            for why in [unreadable, *(s.get("error") for s in steps)]
+            if why is not None and why.startswith(_NEWER)
+        ),
+        None,
+    )
     return {
         "job": config.name,
         "dataset": dataset,
@@ -322,12 +334,17 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         "token": None if info is None or not pending else info.token,
         "written_at": None if info is None or not pending else info.written_at,
         **_status_fields(status_doc or DatasetStatus()),
+        "newer_format": newer,
         "steps": steps,
         "done": sum(1 for s in steps if s.get("verified")),
         "failing_step": failing,
         # Why the store could not read the sequence (or its rest, after the steps shown).
         "unreadable": unreadable,
     }
+
+
+#: How ``inspect`` names an error of a record a newer commitpub wrote.
+_NEWER = f"{NewerFormatError.__name__}: "
 
 
 def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> list[dict[str, Any]]:

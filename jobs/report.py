@@ -28,7 +28,8 @@ from jobs.exitcodes import ExitCode
 from jobs.files import write_whole
 from jobs.spark import TaskInfo
 from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
-from store import JsonScalar
+from store import JsonScalar, formats
+from store.errors import NewerFormatError
 from store.urls import is_local, local_path, redact
 
 log = logging.getLogger("commitpub.jobs")
@@ -163,6 +164,9 @@ class RunReport:
         """What ``commitpub`` exits with (see :class:`~jobs.exitcodes.ExitCode`)."""
         if self.error is not None:
             return self.error_exit_code
+        if self.outcomes.newer_format:
+            # This version cannot read what a newer one wrote: a deployment error.
+            return ExitCode.CONFIG
         if self.failed:
             return ExitCode.FAILURE
         if self.quarantined or self.held:
@@ -174,6 +178,8 @@ class RunReport:
         code = self.exit_code
         if code == ExitCode.LOCKED:
             return "lost the job lock" if self.lock_token is not None else code.meaning
+        if code == ExitCode.CONFIG and self.error is None:
+            return "written by a newer commitpub"
         return {
             ExitCode.OK: "ok",
             ExitCode.PARTIAL: "partial",
@@ -194,7 +200,8 @@ class RunReport:
             "published": len(self.published),
             "quarantined": len(self.quarantined),
             "held": len(self.held),
-            "failed": len(self.failed),
+            "newer_format": len(self.outcomes.newer_format),
+            "failed": len(self.failed) - len(self.outcomes.newer_format),
         }
 
     @property
@@ -258,9 +265,8 @@ converter.register_unstructure_hook(RunReport, _unstructure_report)
 
 
 def as_json(report: RunReport) -> dict[str, Any]:
-    """The report as the JSON document a run writes."""
-    doc: dict[str, Any] = converter.unstructure(report)
-    return doc
+    """The report as the JSON document a run writes, with its format version."""
+    return formats.stamped(converter.unstructure(report), formats.RUN_REPORT)
 
 
 def write_report(report: RunReport, reports: str) -> str:
@@ -292,16 +298,19 @@ def staged_figures(reports: str, run_id: str, dataset: str) -> tuple[int, int] |
     path = posixpath.join(reports, f"{run_id}-run.json")
     try:
         fs, p = fsspec.core.url_to_fs(path)
-        staged = json.loads(fs.cat_file(p))["staged"][dataset]
+        doc = json.loads(fs.cat_file(p))
+        formats.check_doc(doc, path, formats.RUN_REPORT)
+        staged = doc["staged"][dataset]
         return int(staged["rows"]), int(staged["files"])
-    except (OSError, ValueError, LookupError, TypeError) as e:
+    except (OSError, ValueError, LookupError, TypeError, AttributeError, NewerFormatError) as e:
         log.debug("the staged figures of %s by run %s are not known: %s", dataset, run_id, e)
         return None
 
 
 def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
     """The job's readable run reports, newest (last written) first, each with its
-    ``"path"``; nothing if the reports directory does not exist."""
+    ``"path"``; nothing if the reports directory does not exist. One a newer commitpub
+    wrote is skipped, with a warning: its fields may not mean what this version reads."""
     fs, root = fsspec.core.url_to_fs(reports)
     try:
         names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
@@ -310,7 +319,11 @@ def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
     for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
         try:
             doc: dict[str, Any] = json.loads(fs.cat_file(path))
-        except (OSError, ValueError):
+            formats.check_doc(doc, path, formats.RUN_REPORT)
+        except (OSError, ValueError, AttributeError):
+            continue
+        except NewerFormatError as e:
+            log.warning("run report skipped: %s", e)
             continue
         doc["path"] = path
         yield doc

@@ -28,11 +28,17 @@ from publisher.context import Context
 from publisher.errors import CorruptStatusError, DatasetHeldError
 from publisher.execution import finish, ordered
 from publisher.quarantine import fail, skipped
-from publisher.reports import DatasetReport, Outcome, dataset_report, describe
+from publisher.reports import DatasetReport, Outcome, dataset_report, describe, newer_format
 from publisher.runner import current_attempt
 from publisher.staging import StagedPath
 from publisher.status import DatasetStatus
-from store.errors import CommitPubError, ConfigurationError, FencedError, ForeignStoreError
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    FencedError,
+    ForeignStoreError,
+    NewerFormatError,
+)
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -78,6 +84,8 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         status = ctx.status(dataset)
     except CorruptStatusError as e:
         return fail(ctx, dataset, DatasetStatus(), e, started, steps=())
+    except NewerFormatError as e:  # left as it is, for an upgraded version
+        return newer_format(dataset, e, started)
     try:
         pending = ctx.retry.call(lambda: ctx.store.exists(ctx.job, dataset))
         if status.discarding is not None and not pending:

@@ -21,7 +21,7 @@ from publisher.commit import PublishItem, StepsBuilder, publish_group
 from publisher.confinement import Roots
 from publisher.context import Context
 from publisher.deadlines import DeadlineError, RunDeadlineError
-from publisher.discard import discard_one
+from publisher.discard import discard_one, status_to_discard
 from publisher.discard import keep_table as keep_table_of
 from publisher.errors import DatasetHeldError
 from publisher.holds import HeldDataset
@@ -423,7 +423,7 @@ class Publisher:
                 it is not held); nothing was changed.
         """
         with holding(self.lease), self.context.working():
-            status = self.context.status_or_default(dataset, "discarding")
+            status = status_to_discard(self.context, dataset, force=force)
             holds_of.require_hold(dataset, status.held, expected, "discard")
             if status.held is not None:
                 if keep_table:

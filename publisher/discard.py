@@ -60,10 +60,10 @@ from publisher.execution import (
     undone_all,
     verify_all,
 )
-from publisher.reports import DatasetReport, Outcome, dataset_report, describe
+from publisher.reports import DatasetReport, Outcome, dataset_report, describe, newer_format
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus, Discarding
-from store.errors import FencedError
+from store.errors import FencedError, NewerFormatError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -79,15 +79,45 @@ def discard_one(ctx: Context, dataset: str, *, force: bool = False) -> DatasetRe
 
     A status without a sequence (a quarantine, an unreadable status) is removed. A sequence
     that cannot be read is dropped only with ``force``: nothing of what it may have
-    published can be rolled back (see :data:`UNREADABLE`).
+    published can be rolled back (see :data:`UNREADABLE`). Nor is a sequence or status a
+    newer commitpub wrote: it is not corrupt, an upgraded version reads it.
 
     Raises:
         DiscardRefusedError: if the sequence names a path outside the job's current roots,
             or cannot be read and ``force`` is not given; nothing was changed.
+        NewerFormatError: if a newer commitpub wrote the sequence or the status and
+            ``force`` is not given; nothing was changed.
     """
     started = time.monotonic()
-    status = ctx.status_or_default(dataset, "discarding")
+    status = status_to_discard(ctx, dataset, force=force)
     return _discard(ctx, dataset, status, started, resuming=False, force=force)
+
+
+def status_to_discard(ctx: Context, dataset: str, *, force: bool) -> DatasetStatus:
+    """The status a discard goes by: an unreadable one is taken as none; one a newer
+    commitpub wrote is refused, or taken as none with ``force``.
+
+    Raises:
+        NewerFormatError: if a newer commitpub wrote it and ``force`` is not given.
+    """
+    try:
+        return ctx.status_or_default(dataset, "discarding")
+    except NewerFormatError as e:
+        if not force:
+            raise _newer_refused(dataset, e) from e
+        log.warning(
+            "discard --force of %s: a status of a newer commitpub is dropped: %s", dataset, e
+        )
+        return DatasetStatus()
+
+
+def _newer_refused(dataset: str, error: NewerFormatError) -> NewerFormatError:
+    """The refusal of a discard of what a newer commitpub wrote, with its advice."""
+    return NewerFormatError(
+        f"discard of {dataset!r} refused, nothing was changed: {error.where}",
+        error.found,
+        error.reads,
+    )
 
 
 #: What dropping an unreadable sequence leaves, said before and after it is done.
@@ -107,6 +137,8 @@ def resume_discard(
         report = _discard(ctx, dataset, status, started, resuming=True)
     except FencedError:
         raise
+    except NewerFormatError as e:  # left as it is, for an upgraded version to finish
+        return newer_format(dataset, e, started)
     except TableDiscardRefusedError as e:  # recorded as a quarantine: skipped from now on
         return dataset_report(
             dataset, Outcome.QUARANTINED, started, error=describe(e), keeps_staging=None
@@ -120,6 +152,21 @@ def resume_discard(
     return report
 
 
+def _drop_unreadable(
+    ctx: Context, dataset: str, error: BaseException, started: float
+) -> DatasetReport:
+    """Drop a sequence this version cannot read, rolling nothing back (``--force``)."""
+    log.warning("dropping the unreadable pending commit of %s: %s", dataset, UNREADABLE)
+    ctx.remove(dataset)
+    return dataset_report(
+        dataset,
+        Outcome.DISCARDED,
+        started,
+        error=f"unreadable, dropped without rolling anything back ({UNREADABLE}): "
+        f"{describe(error)}",
+    )
+
+
 def _discard(
     ctx: Context,
     dataset: str,
@@ -131,6 +178,10 @@ def _discard(
 ) -> DatasetReport:
     try:
         steps = ctx.load(dataset)
+    except NewerFormatError as e:
+        if not force:
+            raise _newer_refused(dataset, e) from e
+        return _drop_unreadable(ctx, dataset, e, started)
     except PERMANENT as e:
         if not (force or resuming):
             raise DiscardRefusedError(
@@ -140,15 +191,7 @@ def _discard(
                 "retry`, or drop it with `commitpub discard --force` and delete what it "
                 "published by hand before the next run"
             ) from e
-        log.warning("dropping the unreadable pending commit of %s: %s", dataset, UNREADABLE)
-        ctx.remove(dataset)
-        return dataset_report(
-            dataset,
-            Outcome.DISCARDED,
-            started,
-            error=f"unreadable, dropped without rolling anything back ({UNREADABLE}): "
-            f"{describe(e)}",
-        )
+        return _drop_unreadable(ctx, dataset, e, started)
     if not steps:
         # No sequence (or an empty one): only a status is left to go.
         ctx.remove(dataset)

@@ -48,11 +48,11 @@ from publisher.deadlines import (
     set_doing,
 )
 from publisher.quarantine import fail
-from publisher.reports import DatasetReport, Outcome, dataset_report
+from publisher.reports import DatasetReport, Outcome, dataset_report, newer_format
 from publisher.staging import Later, cleanup
 from publisher.status import DatasetStatus
 from store import FenceCheck, note_progress
-from store.errors import FencedError
+from store.errors import FencedError, NewerFormatError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -193,6 +193,9 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         failpoint("publish.after_remove")
     except FencedError:
         raise  # another run owns the job now; its recovery finishes this sequence
+    except NewerFormatError as e:
+        # A watermark a newer commitpub wrote, say: not counted, the sequence kept for it.
+        return newer_format(dataset, e, started)
     except DeadlineError as e:
         # Counted like any failure, then the run stops: the abandoned step may still be
         # running, and nothing more of this run should start beside it.

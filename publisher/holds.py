@@ -72,8 +72,9 @@ from publisher.errors import (
 from publisher.execution import clean_up, delete_staged, finish, ordered, verify_all
 from publisher.reports import DatasetReport, Outcome, dataset_report
 from publisher.status import DatasetStatus, Hold
+from store import formats
 from store.base import encode_value
-from store.errors import ConfigurationError, CorruptRecordError
+from store.errors import ConfigurationError, CorruptRecordError, NewerFormatError
 from store.failpoints import failpoint
 from store.urls import is_local, local_path
 
@@ -417,11 +418,12 @@ def kept_run_dirs(ctx: Context) -> tuple[str, ...] | None:
         return None
     kept = set()
     for dataset, doc in docs.items():
-        if doc.get("held") is None:
+        # A newer commitpub's status may keep a hold where this version does not look.
+        if doc.get("held") is None and doc.get(formats.KEY, formats.STATUS) == formats.STATUS:
             continue
         try:
             record = status_record.decode(doc, dataset, ctx.store).held
-        except CorruptRecordError as e:
+        except (CorruptRecordError, NewerFormatError) as e:
             log.warning("the hold of %s cannot be read: %s", dataset, e)
             return None
         if record is not None:

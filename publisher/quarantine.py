@@ -22,7 +22,7 @@ from publisher.errors import CorruptStatusError, DatasetHeldError, DiscardInProg
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus
-from store.errors import CommitPubError, FencedError
+from store.errors import CommitPubError, FencedError, NewerFormatError
 from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
@@ -123,6 +123,23 @@ def record_failure(ctx: Context, dataset: str, error: BaseException) -> DatasetR
     return fail(ctx, dataset, status, error, started, steps=())
 
 
+def _refuse_newer(ctx: Context, dataset: str) -> None:
+    """Refuse a retry of a sequence a newer commitpub wrote: this version can never run it.
+    A corrupt one may be retried (its record restored from a backup, say).
+
+    Raises:
+        NewerFormatError: naming the record and both versions.
+    """
+    try:
+        ctx.load(dataset)
+    except NewerFormatError as e:
+        raise NewerFormatError(
+            f"retry of {dataset!r} refused, nothing was changed: {e.where}", e.found, e.reads
+        ) from e
+    except PERMANENT:
+        return
+
+
 def lift(ctx: Context, dataset: str) -> bool:
     """Lift a dataset's quarantine, as :meth:`publisher.Publisher.retry` documents: a
     pending sequence is tried again by the next recovery; without one, the status goes."""
@@ -142,6 +159,8 @@ def lift(ctx: Context, dataset: str) -> bool:
     pending = ctx.store.exists(ctx.job, dataset)
     if status is None and not pending:
         return False
+    if pending:
+        _refuse_newer(ctx, dataset)
     failpoint("retry.before_write")
     if pending:
         status_record.write(

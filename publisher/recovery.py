@@ -6,7 +6,10 @@ quarantine. An unsealed one never ran: its staged files are deleted and it is dr
 (:func:`publisher.execution.abort`), so the data is extracted again. A discard an operator
 began is finished instead (:func:`publisher.discard.resume_discard`). A quarantined
 dataset is left alone; so is a held one, unless its release sealed its sequence (the hold
-is dropped and the sequence finished: :func:`publisher.holds.resume_release`).
+is dropped and the sequence finished: :func:`publisher.holds.resume_release`). So is a
+dataset whose sequence or status a newer commitpub wrote
+(:class:`~store.errors.NewerFormatError`): not executed, aborted, quarantined or deleted,
+reported as :attr:`~publisher.reports.Outcome.NEWER_FORMAT`, for an upgraded version.
 """
 
 from __future__ import annotations
@@ -19,21 +22,29 @@ from publisher.discard import resume_discard
 from publisher.execution import abort, finish, verify_all
 from publisher.holds import held_report, resume_release
 from publisher.quarantine import fail, skipped
-from publisher.reports import DatasetReport, Outcome, dataset_report, describe
+from publisher.reports import DatasetReport, Outcome, dataset_report, describe, newer_format
 from publisher.retry import PERMANENT
 from publisher.status import DatasetStatus
-from store.errors import FencedError
+from store.errors import FencedError, NewerFormatError
 from store.failpoints import failpoint
 
 
 def recover_one(ctx: Context, dataset: str) -> DatasetReport:
     """Finish a sealed sequence (verify, execute what is missing, verify again) or abort an
-    unsealed one; finish an operator's discard that was killed half-way."""
+    unsealed one; finish an operator's discard that was killed half-way. One a newer
+    commitpub wrote is left as it is (nothing of it is rewritten, not even its status)."""
     started = time.monotonic()
+    try:
+        return _recover_one(ctx, dataset, started)
+    except NewerFormatError as e:
+        return newer_format(dataset, e, started)
+
+
+def _recover_one(ctx: Context, dataset: str, started: float) -> DatasetReport:
     failpoint("recover.dataset_started")
     try:
         status = ctx.status(dataset)
-    except FencedError:
+    except (FencedError, NewerFormatError):
         raise
     except Exception as e:  # counted as a failed attempt; an unreadable status is one too
         return fail(ctx, dataset, DatasetStatus(), e, started, steps=None)
@@ -43,7 +54,7 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
         record = status.held
         try:
             resumed = resume_release(ctx, dataset, status)
-        except FencedError:
+        except (FencedError, NewerFormatError):
             raise
         except Exception as e:  # counted as a failed attempt; the hold stays
             return fail(ctx, dataset, status, e, started, steps=None, steps_total=0)
@@ -76,7 +87,9 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
         ctx.confine(steps)
         done = verify_all(steps)
         failpoint("recover.after_verify")
-    except FencedError:
+    except (FencedError, NewerFormatError):
+        # A newer one's: raised before anything was executed or removed; an unsealed one
+        # is not aborted either, as this version cannot know what a newer one's seal is.
         raise
     except Exception as e:  # counted as a failed attempt
         return fail(ctx, dataset, status, e, started, steps=None, steps_total=0)

@@ -30,10 +30,14 @@ class Outcome(enum.StrEnum):
     BLOCKED = "blocked"  # a pending sequence must be recovered before new data is published
     DISCARDED = "discarded"  # an operator's discard: done steps rolled back, sequence removed
     HELD = "held"  # kept back by a failed check; its staged data waits for release or discard
+    #: Its commit or status was written by a newer commitpub: left exactly as it is (not
+    #: executed, aborted, quarantined or deleted) for an upgraded version. A run exits 2.
+    NEWER_FORMAT = "newer_format"
 
 
-#: Outcomes that make a run fail (exit 1): the dataset did not get where it should.
-FAILING = frozenset({Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED})
+#: Outcomes that make a run fail (exit 1; 2 for :attr:`Outcome.NEWER_FORMAT`): the dataset
+#: did not get where it should.
+FAILING = frozenset({Outcome.FAILED, Outcome.REFUSED, Outcome.BLOCKED, Outcome.NEWER_FORMAT})
 #: Outcomes after which nothing is left to do for the dataset.
 SETTLED = frozenset({Outcome.PUBLISHED, Outcome.RECOVERED, Outcome.ABORTED, Outcome.DISCARDED})
 
@@ -70,6 +74,14 @@ def dataset_report(dataset: str, outcome: Outcome, started: float, **fields: Any
         host=socket.gethostname(),
         pid=os.getpid(),
         **fields,
+    )
+
+
+def newer_format(dataset: str, error: BaseException, started: float) -> DatasetReport:
+    """The report of a dataset whose commit or status a newer commitpub wrote: nothing of
+    it was touched. Its staging is unknown (None), so the orphan sweep is skipped."""
+    return dataset_report(
+        dataset, Outcome.NEWER_FORMAT, started, error=describe(error), keeps_staging=None
     )
 
 
@@ -122,6 +134,11 @@ class Outcomes:
     @property
     def held(self) -> list[str]:
         return self.by_outcome(Outcome.HELD)
+
+    @property
+    def newer_format(self) -> list[str]:
+        """Datasets whose commit or status a newer commitpub wrote (left as they are)."""
+        return self.by_outcome(Outcome.NEWER_FORMAT)
 
     @property
     def failed(self) -> list[str]:

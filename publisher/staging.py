@@ -80,7 +80,8 @@ import fsspec
 from commitsteps import CommitStep
 from publisher.confinement import Roots, normalize
 from publisher.converter import from_json, to_json
-from store.errors import CommitPubError, ConfigurationError, FencedError
+from store import formats
+from store.errors import CommitPubError, ConfigurationError, FencedError, NewerFormatError
 from store.failpoints import failpoint
 from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, create_exclusive, fsync_path
 from store.urls import is_local, local_path, split_scheme
@@ -144,19 +145,24 @@ class MarkerError(CommitPubError, ValueError):
 
 
 def encode_marker(marker: RunMarker) -> bytes:
-    """The bytes of a marker file."""
-    return json.dumps(to_json(marker), sort_keys=True).encode()
+    """The bytes of a marker file, with its format version."""
+    return json.dumps(formats.stamped(to_json(marker), formats.RUN_MARKER), sort_keys=True).encode()
 
 
 def decode_marker(data: bytes, where: str) -> RunMarker:
     """A marker from its bytes.
 
     Raises:
+        NewerFormatError: if a newer commitpub wrote it (its directory is left alone).
         MarkerError: naming ``where``, if it is not a marker.
     """
     try:
         # A marker is read from a shared directory: hostile until checked.
-        marker = from_json(json.loads(data), RunMarker)
+        doc = json.loads(data)
+        if isinstance(doc, dict):
+            formats.check_doc(doc, f"{where} (run marker)", formats.RUN_MARKER)
+            doc = {k: v for k, v in doc.items() if k != formats.KEY}
+        marker = from_json(doc, RunMarker)
         check_run_id(marker.run_id)
     except ValueError as e:
         raise MarkerError(f"{where}: not a run marker ({e})") from e
@@ -554,7 +560,7 @@ def _sweepable_run_dir(roots: Roots, path: str, later: Later) -> str | None:
         return None
     try:
         marker = read_marker(run_dir)
-    except MarkerError:
+    except (MarkerError, NewerFormatError):
         return None
     if marker is None:
         return None
@@ -572,7 +578,7 @@ def owned_run_dir(roots: Roots, path: str, job: str) -> str | None:
         return None
     try:
         marker = read_marker(run_dir)
-    except MarkerError:
+    except (MarkerError, NewerFormatError):
         return None
     if marker is None or marker.job != job or marker.dir_name != posixpath.basename(run_dir):
         return None
@@ -743,7 +749,7 @@ def _judge(entry: str, name: str, job: str, token: int | None) -> tuple[str, str
         )
     try:
         marker = read_marker(entry)
-    except MarkerError as e:
+    except (MarkerError, NewerFormatError) as e:
         return "leave", f"{e}; left alone"
     if marker is None:
         return _judge_unmarked(entry, local)

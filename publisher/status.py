@@ -9,8 +9,13 @@ strict (``"attempts": "3"`` or ``"quarantined": "no"`` is an error, never a conv
 naming the dataset and the field; the publisher quarantines that dataset instead of failing
 the run, and ``discard`` removes the record.
 
-Keys this version does not know are ignored, so a status written by a newer version still
-reads; they are dropped when this version rewrites the status.
+Each status carries its format version (``"format_version"``, :data:`store.formats.STATUS`;
+one without it is of version 1). One of a newer version is refused with
+:class:`~store.errors.NewerFormatError`, never taken for corrupt: reading commands show it
+as written by a newer commitpub (:meth:`DatasetStatus.newer`), and nothing rewrites it.
+Within a version, keys this version does not know are ignored (a newer version adds only
+fields an older one may safely not know without bumping the version); they are dropped
+when this version rewrites the status.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import attrs
 
 from publisher.converter import from_json, to_json
 from publisher.errors import CorruptStatusError
-from store import CommitStepStore
-from store.errors import CorruptRecordError
+from store import CommitStepStore, formats
+from store.errors import CorruptRecordError, NewerFormatError
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -158,6 +163,25 @@ class DatasetStatus:
         """How a dataset with an unreadable status is shown: quarantined, with the reason."""
         return cls(quarantined=True, last_error=f"{type(error).__name__}: {error}")
 
+    @classmethod
+    def newer(cls, error: NewerFormatError) -> DatasetStatus:
+        """How a dataset whose status or commit a newer commitpub wrote is shown: not
+        quarantined, not corrupt, with the error (see :attr:`newer_format`)."""
+        return cls(last_error=f"{NEWER}: {error}")
+
+    @property
+    def newer_format(self) -> str | None:
+        """The error of a status made by :meth:`newer`: its record was written by a newer
+        commitpub (an upgrade reads it); None for any other status."""
+        if self.last_error is None or not self.last_error.startswith(f"{NEWER}: "):
+            return None
+        return self.last_error.removeprefix(f"{NEWER}: ")
+
+
+#: How :meth:`DatasetStatus.newer` names its error. No status is written with it: nothing
+#: writes the status of a dataset a newer commitpub wrote.
+NEWER = NewerFormatError.__name__
+
 
 def _where(dataset: str, store: CommitStepStore) -> str:
     return f"status of dataset {dataset!r} in {store.url}"
@@ -167,24 +191,31 @@ def decode(doc: Mapping[str, Any], dataset: str, store: CommitStepStore) -> Data
     """A :class:`DatasetStatus` from the JSON object a store holds.
 
     Raises:
+        NewerFormatError: if a newer commitpub wrote it.
         CorruptStatusError: naming the dataset and each field that does not fit.
     """
     try:
-        return from_json(doc, DatasetStatus, path="status")
+        formats.check_doc(doc, _where(dataset, store), formats.STATUS)
+    except CorruptRecordError as e:
+        raise CorruptStatusError(str(e)) from e
+    try:
+        return from_json(
+            {k: v for k, v in doc.items() if k != formats.KEY}, DatasetStatus, path="status"
+        )
     except ValueError as e:
         raise CorruptStatusError(f"{_where(dataset, store)}: {e}") from e
 
 
 def encode(status: DatasetStatus) -> dict[str, Any]:
-    """The JSON object of a status, as the store keeps it."""
-    doc: dict[str, Any] = to_json(status)
-    return doc
+    """The JSON object of a status, as the store keeps it, with its format version."""
+    return formats.stamped(to_json(status), formats.STATUS)
 
 
 def read(store: CommitStepStore, job: str, dataset: str) -> DatasetStatus | None:
     """The dataset's status, or None when it has none.
 
     Raises:
+        NewerFormatError: if a newer commitpub wrote it.
         CorruptStatusError: if the record is not a JSON object or a field does not fit.
         StoreUnavailableError: if the store cannot be reached.
     """
@@ -200,12 +231,15 @@ def read(store: CommitStepStore, job: str, dataset: str) -> DatasetStatus | None
 def read_or_quarantined(store: CommitStepStore, job: str, dataset: str) -> DatasetStatus | None:
     """:func:`read`, but an unreadable status is shown as a quarantine naming the error.
 
-    For reading commands and metrics, which report a dataset and must not fail on it.
+    For reading commands and metrics, which report a dataset and must not fail on it; one
+    a newer commitpub wrote is shown as such (:meth:`DatasetStatus.newer`).
     """
     try:
         return read(store, job, dataset)
     except CorruptStatusError as e:
         return DatasetStatus.unreadable(e)
+    except NewerFormatError as e:
+        return DatasetStatus.newer(e)
 
 
 def read_all(store: CommitStepStore, job: str) -> dict[str, DatasetStatus]:
@@ -236,6 +270,8 @@ def read_all(store: CommitStepStore, job: str) -> dict[str, DatasetStatus]:
             out[dataset] = decode(doc, dataset, store)
         except CorruptStatusError as e:
             out[dataset] = DatasetStatus.unreadable(e)
+        except NewerFormatError as e:
+            out[dataset] = DatasetStatus.newer(e)
     return out
 
 

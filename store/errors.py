@@ -49,6 +49,35 @@ class CorruptRecordError(StoreError, ValueError):
     """
 
 
+class NewerFormatError(StoreError):
+    """A record, chunk or file was written by a newer commitpub, in a format version this
+    version does not read (an upgrade under way, or a rollback to an older version).
+
+    It is not corrupt: an upgraded commitpub reads it. Nothing of it is executed, aborted,
+    quarantined or deleted; the dataset waits, and a run that meets it exits 2 (a deployment
+    error). Not a :class:`CorruptRecordError`, so nothing that drops or quarantines an
+    unreadable record takes it for one.
+
+    Args:
+        where: the record, chunk or file, and what kind it is.
+        found: the format version it was written in.
+        reads: the highest version of that kind this version reads.
+    """
+
+    def __init__(self, where: str, found: int, reads: int) -> None:
+        super().__init__(
+            f"{where}: written by commitpub format {found} (this version reads up to "
+            f"{reads}); upgrade commitpub to read it; do not discard it"
+        )
+        self.where = where
+        self.found = found
+        self.reads = reads
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Crosses processes (a Spark task's recovery); the arguments are not the message.
+        return (type(self), (self.where, self.found, self.reads))
+
+
 class SequenceSealedError(StoreError):
     """A record was added to a sequence that is already sealed."""
 

@@ -9,26 +9,33 @@ one per list element. A *chunk* is what the filesystem store writes in one atomi
     trailer: b"CPEND" | crc32 of everything before the trailer (4 bytes)
 
 Any truncation or alteration is detected: every record has its own checksum, the header gives
-the count, and the trailer checksums the whole chunk.
+the count, and the trailer checksums the whole chunk. The version byte of a record and the
+digit of ``CPCHUNK1`` are their format versions (:mod:`store.formats`), read before anything
+else: a higher one is a record or chunk of a newer commitpub, refused as such
+(:class:`~store.errors.NewerFormatError`), not as corrupt.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from store import formats
 from store.errors import CorruptRecordError
 
-RECORD_VERSION = 1
+RECORD_VERSION = formats.FRAMED_RECORD
 _REC_HEAD = struct.Struct(">BI")
 _LEN = struct.Struct(">I")
 #: A record's length in a chunk and its framing head, packed at once.
 _LEN_REC_HEAD = struct.Struct(">IBI")
-CHUNK_MAGIC = b"CPCHUNK1\n"
+CHUNK_MAGIC = b"CPCHUNK%d\n" % formats.CHUNK
+#: The start of a chunk of any version: ``CPCHUNK<version>\n``.
+_ANY_CHUNK = re.compile(rb"CPCHUNK(\d{1,9})\n")
 CHUNK_END = b"CPEND"
 
 
@@ -54,13 +61,13 @@ def unframe_record(data: bytes, where: str) -> bytes:
     """Check a framed record and return its payload.
 
     Raises:
-        CorruptRecordError: if the record is truncated, altered or of another version.
+        NewerFormatError: if a newer commitpub wrote it (its version byte is higher).
+        CorruptRecordError: if the record is truncated or altered.
     """
     if len(data) < _REC_HEAD.size:
         raise CorruptRecordError(f"{where}: truncated record ({len(data)} bytes)")
     version, crc = _REC_HEAD.unpack_from(data)
-    if version != RECORD_VERSION:
-        raise CorruptRecordError(f"{where}: unknown record format version {version}")
+    formats.check(f"{where} (framed record)", version, RECORD_VERSION)
     payload = data[_REC_HEAD.size :]
     if zlib.crc32(payload) != crc:
         raise CorruptRecordError(f"{where}: checksum mismatch (record altered or truncated)")
@@ -104,9 +111,14 @@ def decode_chunk_header(
             that is intact but was moved, renamed or copied from another sequence is corrupt.
 
     Raises:
+        NewerFormatError: if a newer commitpub wrote it (``CPCHUNK2``, say).
         CorruptRecordError: if the chunk is truncated, altered or not the one expected.
     """
     if not data.startswith(CHUNK_MAGIC):
+        magic = _ANY_CHUNK.match(data)
+        if magic is None:
+            raise CorruptRecordError(f"{where}: not a commitpub chunk (bad magic)")
+        formats.check(f"{where} (chunk)", int(magic.group(1)), formats.CHUNK)
         raise CorruptRecordError(f"{where}: not a commitpub chunk (bad magic)")
     tail = len(CHUNK_END) + _LEN.size
     if len(data) < len(CHUNK_MAGIC) + _LEN.size + tail or data[-tail : -_LEN.size] != CHUNK_END:

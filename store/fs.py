@@ -91,6 +91,7 @@ from typing import Any
 
 import attrs
 
+from store import formats
 from store.base import (
     CommitStepStore,
     JsonScalar,
@@ -532,6 +533,7 @@ class FsWatermarkStore(WatermarkStore):
                 raise translate_error(e, path) from e
             try:
                 doc = json.loads(data)
+                formats.check_doc(doc, f"{path} (watermark)", formats.WATERMARK)
                 token = doc.get("token")
                 if token is not None and not isinstance(token, int):
                     raise TypeError(f"token {token!r}")
@@ -562,7 +564,7 @@ class FsWatermarkStore(WatermarkStore):
             )
         if encode_value(current) != encode_value(expected):
             return False
-        doc = {"value": value, "token": token}
+        doc = formats.stamped({"value": value, "token": token}, formats.WATERMARK)
         data = json.dumps(doc, ensure_ascii=False, allow_nan=False).encode()
         new = version + 1
         try:

@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from store import clock
+from store import clock, formats
 from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, FencedError, LockHeldError, StoreUnavailableError
 
@@ -462,17 +462,20 @@ class Lease:
         return attrs.asdict(self)
 
     def to_json(self) -> bytes:
-        return json.dumps(self.to_dict(), sort_keys=True).encode()
+        """The lease as stored: JSON, with its format version."""
+        return json.dumps(formats.stamped(self.to_dict(), formats.LEASE), sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str, where: str) -> Lease:
         """Decode a stored lease.
 
         Raises:
+            NewerFormatError: if a newer commitpub wrote it.
             CorruptRecordError: if ``data`` is not a lease, naming ``where``.
         """
         try:
             doc = json.loads(data)
+            formats.check_doc(doc, f"{where} (lease)", formats.LEASE)
             return cls(**{f.name: doc[f.name] for f in attrs.fields(cls) if f.name in doc})
         except (ValueError, TypeError, AttributeError) as e:
             raise CorruptRecordError(f"{where}: unreadable lease: {e}") from e

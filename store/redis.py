@@ -91,6 +91,7 @@ import attrs
 import redis
 import redis.exceptions
 
+from store import formats
 from store.base import (
     CommitStepStore,
     JsonScalar,
@@ -112,6 +113,7 @@ from store.errors import (
     StoreUnavailableError,
 )
 from store.failpoints import failpoint
+from store.formats import check_doc
 from store.framing import frame_records, unframe_record
 from store.lock import JobLock, Lease
 from store.urls import REDIS_PASSWORD_ENV, decode_name, encode_name, redact, without_password
@@ -389,6 +391,23 @@ def _watermark_fsync_note(fsync: str | None, why: str) -> str:
     )
 
 
+def _seal(raw: Any, seal_key: str) -> dict[str, Any]:
+    """A sequence's seal as JSON, checked to be one this version reads.
+
+    Raises:
+        NewerFormatError: if a newer commitpub sealed it.
+        CorruptRecordError: if it is not a JSON object.
+    """
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise CorruptRecordError(f"{seal_key}: unreadable seal") from e
+    if not isinstance(doc, dict):
+        raise CorruptRecordError(f"{seal_key}: unreadable seal (not a JSON object)")
+    check_doc(doc, f"{seal_key} (seal)", formats.SEAL)
+    return doc
+
+
 def _version(raw: object) -> tuple[int, ...] | None:
     """``"7.0.15"`` as ``(7, 0, 15)``; None for anything else."""
     try:
@@ -444,10 +463,11 @@ local count = redis.call('LLEN', KEYS[1])
 if ARGV[2] == '1' then
   local token = ARGV[1] == '' and 'null' or ARGV[1]
   redis.call('SET', KEYS[2],
-    '{"count": ' .. count .. ', "token": ' .. token .. ', "at": ' .. ARGV[3] .. '}')
+    '{"format_version": SEAL_FORMAT, "count": ' .. count .. ', "token": ' .. token ..
+    ', "at": ' .. ARGV[3] .. '}')
 end
 return {'ok', count}
-"""
+""".replace("SEAL_FORMAT", str(formats.SEAL))
 
 # KEYS[1] fence, KEYS[2..] a sequence's keys; ARGV[1] token ("" for none). Deletes the keys
 # unless a higher token was seen, which it returns instead.
@@ -592,7 +612,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         expected = None
         if raw_seal is not None:
             try:
-                expected = int(json.loads(raw_seal)["count"])
+                expected = int(_seal(raw_seal, seal_key)["count"])
             except (ValueError, KeyError, TypeError) as e:
                 raise CorruptRecordError(f"{seal_key}: unreadable seal") from e
         where = f"{self.url} {seq}"
@@ -623,11 +643,8 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         length, raw_seal = _call(self.url, run)
         token = written_at = None
         if raw_seal is not None:
-            try:
-                seal_doc = json.loads(raw_seal)
-                token, written_at = seal_doc.get("token"), seal_doc.get("at")
-            except (ValueError, AttributeError) as e:
-                raise CorruptRecordError(f"{seal_key}: unreadable seal") from e
+            seal_doc = _seal(raw_seal, seal_key)
+            token, written_at = seal_doc.get("token"), seal_doc.get("at")
         return SequenceInfo(
             exists=length > 0 or raw_seal is not None,
             sealed=raw_seal is not None,
@@ -907,7 +924,7 @@ class RedisJobLock(_RedisBase, JobLock):
         if holder is not None and holder.holder_dead():
             expected = holder.owner  # taken over at once: its process is gone
         lease = Lease.new(job, 0, ttl_s)
-        doc = json.dumps(lease.to_dict())
+        doc = lease.to_json()
         result = _call(self.url, lambda: self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)]))
         if isinstance(result, bytes | str):
             held = Lease.from_json(result, f"{self.url} lock of {job!r}")
@@ -918,7 +935,7 @@ class RedisJobLock(_RedisBase, JobLock):
 
     def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
         renewed = lease.renewed(ttl_s)
-        doc = json.dumps(renewed.to_dict())
+        doc = renewed.to_json()
         key = self._lock_keys(lease.job)[0]
         if not _call(
             self.url, lambda: self._renew(keys=[key], args=[lease.owner, doc, _ms(ttl_s)])

@@ -124,7 +124,7 @@ def test_many_records_are_read_across_batches(
     seq, seal, _status = redis_store._keys("job", "ds")
     assert client.llen(seq) == 12_345
     seal_doc = json.loads(client.get(seal) or b"")
-    assert seal_doc == {"count": 12_345, "token": None, "at": seal_doc["at"]}
+    assert seal_doc == {"format_version": 1, "count": 12_345, "token": None, "at": seal_doc["at"]}
     assert records == redis_store.get("job", "ds")
 
 

@@ -348,6 +348,7 @@ def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job
     assert doc["without_pending"] == [
         {
             "dataset": "events",
+            "newer_format": None,
             "attempts": 1,
             "quarantined": False,
             "last_error": "ValueError: events/0/1.jsonl line 3: not JSON",
