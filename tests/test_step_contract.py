@@ -11,10 +11,12 @@ from typing import Any
 import attrs
 import fsspec
 import pytest
+from table_helpers import delta_rows, iceberg_rows, iceberg_table, sql_catalog, write_staged
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from commitsteps.testing import JOB, CommitStepContract
+from store.connections import Connections, connecting_only
 
 DATA = b"0123456789"
 
@@ -244,3 +246,65 @@ def test_the_kit_passes_the_correct_step_directly(tmp_path: Path) -> None:
         ]
     ):
         getattr(contract, test)(MarkerStep(str(tmp_path / str(i) / "_SUCCESS")))
+
+
+# -- the table steps ---------------------------------------------------------------------------
+class _TableStep(CommitStepContract):
+    """The table step of a fresh table's first append, its files already renamed into place
+    (the renames run before it, in the same phase), the catalog connected as a job does."""
+
+    fmt = ""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> Iterator[CommitStep]:
+        base = str(tmp_path)
+        staging_dir = f"{base}/staging/r1/orders"
+        staged = write_staged(f"{staging_dir}/ts_date=2024-01-01/part-0.parquet", [1, 2, 3])
+        catalogs = sql_catalog(base)
+        with connecting_only(Connections(catalogs=catalogs)):
+            if self.fmt == "iceberg":
+                steps = commitsteps.IcebergAppendCommitStep.steps_for(
+                    [staged],
+                    staging_dir=staging_dir,
+                    catalog="main",
+                    namespace="contract",
+                    table="orders",
+                    location=f"{base}/output/contract.db/orders",
+                    job=JOB,
+                    run_id="r1",
+                    partition_by="ts_date",
+                )
+            else:
+                steps = commitsteps.DeltaAppendCommitStep.steps_for(
+                    [staged],
+                    staging_dir=staging_dir,
+                    table_uri=f"{base}/output/orders",
+                    job=JOB,
+                    dataset="orders",
+                    run_id="r1",
+                    partition_by="ts_date",
+                )
+            *renames, table = steps
+            for rename in renames:
+                rename.execute()
+            self.catalogs = catalogs
+            yield table
+
+    def effect(self, step: CommitStep) -> Any:
+        if self.fmt == "iceberg":
+            from pyiceberg.exceptions import NoSuchTableError
+
+            try:
+                return iceberg_rows(iceberg_table(self.catalogs, "contract.orders"))
+            except NoSuchTableError:
+                return None
+        uri = step.table_uri  # type: ignore[attr-defined]
+        return delta_rows(uri) if Path(uri, "_delta_log").exists() else None
+
+
+class TestIcebergAppend(_TableStep):
+    fmt = "iceberg"
+
+
+class TestDeltaAppend(_TableStep):
+    fmt = "delta"
