@@ -3,6 +3,8 @@ shown to catch steps that break the contract."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,6 +154,31 @@ class TestUserMarkerStep(CommitStepContract):
     def effect(self, step: CommitStep) -> Any:
         assert isinstance(step, MarkerStep)
         return _text(step.path)
+
+
+def _example_steps() -> Any:
+    """examples/own_steps.py, the README's own step, imported as the example's job does."""
+    spec = importlib.util.spec_from_file_location(
+        "own_steps", Path(__file__).parent.parent / "examples" / "own_steps.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = sys.modules.setdefault("own_steps", importlib.util.module_from_spec(spec))
+    if not hasattr(module, "ManifestStep"):
+        spec.loader.exec_module(module)
+    return module
+
+
+class TestExampleManifestStep(CommitStepContract):
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        step: CommitStep = _example_steps().ManifestStep(
+            str(tmp_path / "out" / "_MANIFEST"), '{"rows": 3}'
+        )
+        return step
+
+    def effect(self, step: CommitStep) -> Any:
+        return _text(step.path)  # type: ignore[attr-defined]
 
 
 # -- broken steps: the kit fails them ------------------------------------------------------------
