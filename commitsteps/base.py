@@ -66,6 +66,11 @@ class CommitStep(abc.ABC):
     #: Steps of a sequence execute in ascending phase, in written order within a phase:
     #: data movement (0) before watermarks (1), so a watermark never runs ahead of its data.
     phase: ClassVar[int] = 0
+    #: On a step's first publish the publisher checks :meth:`verify` right after
+    #: :meth:`execute` and fails the dataset if it is False. True skips that check for a
+    #: class whose ``execute()`` returns only once its effect is proven (the built-in renames
+    #: and watermark compare-and-sets); recovery verifies every step regardless.
+    verified_by_execute: ClassVar[bool] = False
 
     @abc.abstractmethod
     def verify(self) -> bool:

@@ -439,6 +439,9 @@ class _LocalRenames:
 class _Rename(CommitStep):
     """What both rename classes share; :meth:`_expected` is the size known, if any."""
 
+    #: A rename that returns has moved (or copied and proven) the file: no second look.
+    verified_by_execute = True
+
     src: str = attrs.field(validator=_check_url)
     dst: str = attrs.field(validator=_check_url)
 

@@ -77,6 +77,8 @@ class WatermarkCommitStep(CommitStep):
     """
 
     phase = 1
+    #: ``execute()`` returns only after its compare-and-set succeeded or found ``value``.
+    verified_by_execute = True
 
     watermarks_url: str = attrs.field(validator=_check_url)
     dataset: str = attrs.field(validator=_check_name)

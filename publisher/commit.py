@@ -211,6 +211,8 @@ def _execute(ctx: Context, prepared: _Prepared) -> DatasetReport:
         prepared.status,
         prepared.started,
         outcome=Outcome.PUBLISHED,
+        # Each step is verified right after it executed (not the renames and watermarks,
+        # whose execute proves its effect), not all again at the end.
         verify_after=False,
         staging_dir=prepared.item.staging_dir,
     )

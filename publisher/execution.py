@@ -161,6 +161,8 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         started: when the work on the dataset began (:func:`time.monotonic`).
         outcome: the dataset's outcome once finished.
         verify_after: verify every step again before removing the sequence (recovery).
+            Otherwise (a first publish) each group is verified right after it executed,
+            unless its class is ``verified_by_execute`` (:func:`_check_executed`).
         staging_dir: the dataset's staging directory, deleted once it is published.
 
     Returns:
@@ -179,14 +181,18 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
                 ctx.guard(f"executing the steps of {dataset!r}")
                 _execute_group(ctx, dataset, group, index[id(group[0])])
                 executed += len(group)
+                if not verify_after:
+                    _check_executed(dataset, group, index)
                 note_progress()
             # What this phase did lasts before the next phase (or the removal) relies on it.
             barriers.after_phase(phase)
         if verify_after:
             failed = [i for i, ok in enumerate(verify_all(steps)) if not ok]
             if failed:
+                classes = ", ".join(sorted({type(steps[i]).__qualname__ for i in failed}))
                 raise StepError(
-                    f"steps {failed[:10]} of {dataset} still do not verify after execution"
+                    f"steps {failed[:10]} of {dataset} ({classes}) still do not verify after "
+                    "execution"
                 )
         failpoint("publish.after_last_step")
         ctx.remove(dataset)
@@ -225,6 +231,27 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         attempts=status.attempts,
         conflicts=_conflicts(steps),
     )
+
+
+def _check_executed(dataset: str, group: list[CommitStep], index: dict[int, int]) -> None:
+    """On a first publish, ``verify()`` of a group just executed, unless its class trusts its
+    own ``execute()`` (:attr:`CommitStep.verified_by_execute`, the built-in renames and
+    watermarks): a step that does not verify right after executing fails its dataset here,
+    before a later phase (a watermark) runs, not in a recovery after a crash.
+
+    Raises:
+        StepError: naming the class and the first steps that do not verify.
+    """
+    cls = type(group[0])
+    if cls.verified_by_execute:
+        return
+    failed = [s for s, ok in zip(group, cls.verify_many(group), strict=True) if not ok]
+    if failed:
+        raise StepError(
+            f"{cls.__qualname__}.verify() is False right after execute(): steps "
+            f"{[index[id(s)] for s in failed[:10]]} of {dataset}, the first {failed[0]!r}; "
+            "verify() must be True once execute() has brought the effect about"
+        )
 
 
 def _conflicts(steps: Sequence[CommitStep]) -> int:

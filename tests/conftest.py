@@ -36,7 +36,7 @@ from s3_helpers import MotoS3Process
 jvm.configure(os.environ)
 
 # Plain asserts in the shared contract suites report their operands like those in test modules.
-pytest.register_assert_rewrite("store.testing")
+pytest.register_assert_rewrite("store.testing", "commitsteps.testing")
 
 #: The real servers this session started, for the summary at the end of the test log.
 _STARTED: list[str] = []

@@ -239,6 +239,37 @@ def test_discard_deletes_what_a_user_step_published(job: Job) -> None:
     assert job.published() == []
 
 
+@commitsteps.register("tests.publisher.never-verifies")
+@attrs.frozen
+class NeverVerifiesStep(MarkerStep):
+    """A user step with a wrong verify(): it publishes its marker, but never says so."""
+
+    def verify(self) -> bool:
+        return False
+
+
+@pytest.mark.redis
+def test_a_step_that_does_not_verify_after_execute_fails_its_first_publish(job: Job) -> None:
+    pub = job.publisher(max_attempts=2)
+    wrong = NeverVerifiesStep(str(job.output / "a" / "_SUCCESS"))
+    right = MarkerStep(str(job.output / "b" / "_SUCCESS"))
+    report = pub.publish({"a": [*job.stage("a"), wrong], "b": [*job.stage("b"), right]})
+    assert report["b"].outcome == Outcome.PUBLISHED
+    assert report["a"].outcome == Outcome.FAILED
+    assert report["a"].attempts == 1
+    assert (
+        "StepError: NeverVerifiesStep.verify() is False right after execute(): steps [3] of a"
+        in (report["a"].error or "")
+    )
+    # Found before the watermark (a later phase) moved; the sealed sequence stays.
+    assert open_watermarks(job.wm_url, job="job").get("a", "0") is None
+    assert open_watermarks(job.wm_url, job="job").get("b", "0") == 3
+    assert job.store().is_sealed("job", "a")
+    again = pub.recover()["a"]
+    assert again.outcome == Outcome.QUARANTINED
+    assert "of a (NeverVerifiesStep) still do not verify after execution" in (again.error or "")
+
+
 @pytest.mark.redis
 def test_one_dataset_whose_steps_cannot_be_built_does_not_stop_the_others(job: Job) -> None:
     def broken() -> list[CommitStep]:

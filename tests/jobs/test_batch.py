@@ -112,6 +112,26 @@ def test_leaving_the_block_publishes_every_staged_dataset_once_with_the_users_st
     assert sorted(r["seq"] for r in _rows(tmp_path / "output", "orders")) == list(range(40))
 
 
+def test_a_users_step_whose_verify_is_wrong_fails_its_first_publish(
+    spark: SparkSession, tmp_path: Path, usersteps: Any
+) -> None:
+    marker = tmp_path / "output" / "orders" / "_DONE"
+    with _batch(spark, tmp_path, run_id="b1") as batch:
+        batch.stage("orders", _orders(spark, 0, 10), watermarks={"p0": 10})
+        batch.stage("clicks", spark.range(5).withColumnRenamed("id", "n"), watermarks={"p0": 5})
+        batch.add_steps("orders", [usersteps.WrongVerifyStep(str(marker), "b1")])
+
+    report = batch.report
+    assert report.exit_code == 1
+    assert report.published == ["clicks"]
+    assert report.failed == ["orders"]
+    assert "WrongVerifyStep.verify() is False right after execute()" in report.errors["orders"]
+    # Found in the same publish, before the watermark moved; the commit stays for recovery.
+    wm = open_watermarks(str(tmp_path / "state" / "wm"), job=JOB)
+    assert (wm.get("orders", "p0"), wm.get("clicks", "p0")) == (None, 5)
+    assert open_store(str(tmp_path / "state" / "steps")).datasets(JOB) == ["orders"]
+
+
 def test_a_block_that_raises_publishes_nothing_and_leaves_no_staging(
     spark: SparkSession, tmp_path: Path
 ) -> None:

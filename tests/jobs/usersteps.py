@@ -37,3 +37,17 @@ class DoneMarkerStep(commitsteps.CommitStep):
 
     def published_paths(self) -> tuple[str, ...]:
         return (self.path,)
+
+
+@commitsteps.register("tests.wrong-verify-marker")
+@attrs.frozen
+class WrongVerifyStep(DoneMarkerStep):
+    """A user's step with a wrong verify(): it writes its marker, but never says it did."""
+
+    def verify(self) -> bool:
+        return False
+
+    def execute(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "w") as f:
+            f.write(f"{self.content}\n")
