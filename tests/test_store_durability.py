@@ -162,8 +162,9 @@ def test_where_config_and_info_are_refused_it_cannot_tell_and_is_refused(
     s = store.open_store(server.url)
     answer = s.durability()
     assert answer.durable is None
-    (note,) = answer.notes
+    note, replication = answer.notes
     assert "check by hand that the server runs with `appendonly yes` and" in note
+    assert replication.startswith("INFO replication is refused to this client (unknown command")
     with pytest.raises(VolatileStoreError) as refused:
         require_durable({"store.url": s}, allow_volatile=False)
     message = str(refused.value)
