@@ -327,17 +327,24 @@ def _owner(marker: str) -> str | None:
 
 @attrs.frozen
 class TokenRecord:
-    """The highest fencing token a run of ``job`` used in a staging root, and when."""
+    """The highest fencing token a run of ``job`` used in a staging root, and when.
+
+    ``forgotten`` is set by the first run refused because the lock handed out a token used
+    before: every later run is refused too (the lock's counter moves on with each refused
+    run, so the next one would pass unseen) until an operator has set things right and
+    deletes the file.
+    """
 
     job: str
     token: int
     at: str = ""
+    forgotten: int | None = None
 
 
 def note_token(root: str, job: str, token: int) -> None:
-    """Refuse ``token`` if a run of ``job`` used it, or a newer one, in ``root``; else
-    record it as the highest. Nothing is checked in a root the job has not claimed (no run
-    of it staged there).
+    """Refuse ``token`` if a run of ``job`` used it, or a newer one, in ``root``, or such a
+    refusal is not yet cleared; else record it as the highest. Nothing is checked in a root
+    the job has not claimed (no run of it staged there).
 
     Raises:
         StoreRolledBackError: naming both tokens, the file, and what to do.
@@ -347,32 +354,44 @@ def note_token(root: str, job: str, token: int) -> None:
         return
     where = _join(root, TOKEN_FILE)
     data = _read(where)
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if data is not None:
         try:
             seen = from_json(json.loads(data), TokenRecord)
         except ValueError as e:
             raise MarkerError(f"{where}: not a token record ({e})") from e
-        if seen.token >= token:
-            raise StoreRolledBackError(
-                f"the store forgot acknowledged writes: token {token} was already used; the "
-                f"job lock of {job!r} handed out token {token}, but a run of the job used "
-                f"token {seen.token} before ({where}, {seen.at or 'time unknown'}). The "
-                "lock's store lost writes it had acknowledged (a Redis replica promoted "
-                "before it caught up, a restore from a backup), so its watermarks and "
-                "pending commits may be older than what was published, and a paused run "
-                "holding the old token would not be fenced. Nothing was done: compare the "
-                "output with the watermarks (commitpub status) and set them right, then "
-                f"move the lock's token counter past {seen.token} (docs/operations.md, "
-                '"The store forgot acknowledged writes")'
-            )
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    record = json.dumps(to_json(TokenRecord(job, token, now)), sort_keys=True).encode()
+        if seen.forgotten is not None or seen.token >= token:
+            if seen.forgotten is None:
+                _write_token(where, attrs.evolve(seen, forgotten=token, at=now))
+            raise StoreRolledBackError(_forgot(job, seen, token, where))
+    _write_token(where, TokenRecord(job, token, now))
+
+
+def _forgot(job: str, seen: TokenRecord, token: int, where: str) -> str:
+    first = seen.forgotten if seen.forgotten is not None else token
+    now = "" if first == token else f" (now {token})"
+    return (
+        f"the store forgot acknowledged writes: token {first} was already used; the job "
+        f"lock of {job!r} handed out token {first}{now}, but a run of the job used "
+        f"token {seen.token} before ({where}). The lock's store lost writes it had "
+        "acknowledged (a Redis replica promoted before it caught up, a restore from a "
+        "backup), so its watermarks and pending commits may be older than what was "
+        "published, and a paused run holding the old token would not be fenced. Nothing was "
+        "done, and every run is refused until you: compare the output with the watermarks "
+        "(commitpub status) and set them right; move the lock's token counter past "
+        f'{seen.token}; then delete {where} (docs/operations.md, "The store forgot '
+        'acknowledged writes")'
+    )
+
+
+def _write_token(where: str, record: TokenRecord) -> None:
+    data = json.dumps(to_json(record), sort_keys=True).encode()
     local = _local_path(where)
     if local is None:
         fs, path = _remote(where)
-        fs.pipe_file(path, record)  # one PUT: the object is whole or absent
+        fs.pipe_file(path, data)  # one PUT: the object is whole or absent
     else:
-        replace(local, record, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+        replace(local, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
 
 
 # -- run directories -----------------------------------------------------------------------

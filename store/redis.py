@@ -29,6 +29,12 @@ The job lock (:class:`RedisJobLock`): ``P:lock:{<job>}`` holds the lease as JSON
 expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release are Lua
 scripts that act only for the expected owner.
 
+A Redis behind Sentinel is named by ``redis+sentinel://[:password@]host:26379[,host2:port2]
+/service_name[/db]`` (:func:`sentinel_address`): the client asks the Sentinels for the
+service's primary and asks again when the connection fails or the server it reaches has
+become a replica (redis-py's ``Sentinel.master_for``). The password is the Redis servers';
+the Sentinels are asked without one.
+
 The password comes from the URL (``redis://:secret@host:6379/0``) or, preferably, from the
 ``COMMITPUB_REDIS_PASSWORD`` environment variable; it is never written into a record, and a
 pickled store, watermark store or lock (what Spark ships to executors) carries its URL
@@ -75,6 +81,24 @@ a note of :meth:`RedisWatermarkStore.durability` (not a refusal, as for seals); 
 ``appendfsync always`` or run Redis 7.2 or later to close it. With ``appendfsync no``
 Redis never fsyncs and the operating system writes the file back on its own schedule
 (about 30 seconds on Linux by default), and the notes say that much can be lost.
+
+Replicas (docs/guarantees.md#8-durable-stores-only). A failover promotes a replica, and a
+replica that had not received a write loses it with everything after: a seal, a watermark
+move, a lock token handed out again. So every seal, watermark compare-and-set and lock
+token increment is sent in one pipeline, on one connection, with the command that waits
+for its confirmation: ``WAITAOF 1 <replicas> <timeout>`` where the server has WAITAOF (the
+local append-only file and each replica's hold it on disk), else ``WAIT <replicas>
+<timeout>`` (each replica received it). ``<replicas>`` is the number of replicas online
+(INFO replication) when the object first asked, kept for its life: a replica lost later
+fails writes rather than passing unseen. The timeout is ``COMMITPUB_REDIS_WAIT_MS`` (10 s by
+default). A write not confirmed in time is an :class:`~store.errors.OutcomeUnknownError`:
+nothing runs on it, and recovery finds it kept or not; a lock token not confirmed is given
+back with its lease. :meth:`durability` lists in ``replicas`` why they cannot confirm: the
+URL names a replica; a replica not ``online``; one the Sentinels know that the primary has
+lost; fewer online than ``min-replicas-to-write``; or, writing a probe key
+(``P:replication-probe``, expiring in a minute), they do not confirm it in time (with
+WAITAOF a replica without an append-only file never confirms). Such a store is refused at
+run start unless the job allows it (``store.allow_unconfirmed_replicas``).
 """
 
 from __future__ import annotations

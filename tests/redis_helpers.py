@@ -290,12 +290,21 @@ class SentinelProcess(RedisProcess):
         return int(reply.split(b"\r\n")[4])
 
     def wait_for_primary(self, port: int, timeout: float = 30.0) -> None:
-        """Wait until the Sentinel names the server on ``port`` as the primary."""
-        deadline = time.monotonic() + timeout
-        while self.primary_port() != port:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Sentinel did not promote 127.0.0.1:{port} in {timeout}s")
-            time.sleep(0.1)
+        """Wait until the Sentinel names the server on ``port`` as the primary and sees it
+        up (a client asking it right after the switch is told of no usable primary while
+        the new one is still flagged down)."""
+        import redis
+
+        def promoted() -> bool:
+            with redis.Redis(port=self.port) as client:
+                state = client.sentinel_master(self.service)
+            return bool(
+                state["port"] == port
+                and state["is_master"]
+                and not (state["is_sdown"] or state["is_odown"] or state["is_disconnected"])
+            )
+
+        wait_until(f"the Sentinel to promote 127.0.0.1:{port}", promoted, timeout)
 
 
 def wait_until(what: str, done: Callable[[], bool], timeout: float = 15.0) -> None:

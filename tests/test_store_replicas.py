@@ -35,9 +35,10 @@ from store.redis import WAIT_ENV
 pytestmark = pytest.mark.redis
 
 
-def _online(primary: RedisProcess, replicas: int = 1) -> None:
-    """Wait until ``replicas`` replicas are online and confirm a write (on Valkey: in their
-    append-only files, which a replica rewrites right after its first sync)."""
+def _online(primary: RedisProcess, replicas: int = 1, *, on_disk: bool = True) -> None:
+    """Wait until ``replicas`` replicas are online and confirm a write (on Valkey, unless
+    not ``on_disk``: in their append-only files, which a replica rewrites right after its
+    first sync)."""
     client = redis.Redis(port=primary.port)
     wait_until(
         f"{replicas} replica(s) of 127.0.0.1:{primary.port} online",
@@ -54,7 +55,7 @@ def _online(primary: RedisProcess, replicas: int = 1) -> None:
     def confirmed() -> bool:
         pipe = client.pipeline(transaction=False)
         pipe.set("test:probe", "x")
-        if int(client.info("server")["redis_version"].split(".")[0]) >= 8:
+        if on_disk and "valkey_version" in client.info("server"):
             pipe.execute_command("WAITAOF", 0, replicas, 100)
             return bool(pipe.execute()[-1][1] >= replicas)
         pipe.execute_command("WAIT", replicas, 100)
@@ -179,7 +180,7 @@ def test_valkey_replica_without_an_append_only_file_cannot_confirm(tmp_path: Pat
             binary=binary,
         ),
     ):
-        _online(primary)
+        _online(primary, on_disk=False)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv(WAIT_ENV, _WAIT_MS["valkey"])
             (problem,) = store.open_store(primary.url).durability().replicas
