@@ -154,6 +154,8 @@ SENTINEL_PORT = 26379
 # How long a write waits for the append-only file and the replicas by default: with
 # appendfsync everysec Redis fsyncs every second, so this is many rounds of that.
 _WAIT_DEFAULT_MS = 10_000
+# Below the clients' socket timeout (30 s, see connect()).
+_WAIT_MAX_MS = 25_000
 _WAITAOF_SINCE = (7, 2)
 _READ_BATCH = 5_000
 
@@ -585,13 +587,18 @@ def wait_ms() -> int:
     """How long a write waits for its confirmation: ``COMMITPUB_REDIS_WAIT_MS``, else 10 s.
 
     Raises:
-        ConfigurationError: if the variable is set to anything but a positive integer.
+        ConfigurationError: if the variable is set to anything but a whole number of
+            milliseconds from 1 to 25000.
     """
     raw = os.environ.get(WAIT_ENV, "")
     if not raw:
         return _WAIT_DEFAULT_MS
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigurationError(f"{WAIT_ENV} is a number of milliseconds above 0, got {raw!r}")
+    if not raw.isdigit() or not 0 < int(raw) <= _WAIT_MAX_MS:
+        # Past the client's socket timeout the wait would end as a lost connection, which
+        # is retried, not as the outcome unknown it is.
+        raise ConfigurationError(
+            f"{WAIT_ENV} is a number of milliseconds from 1 to {_WAIT_MAX_MS}, got {raw!r}"
+        )
     return int(raw)
 
 

@@ -283,3 +283,16 @@ def test_a_sentinel_url_hides_its_password_and_compares_by_place() -> None:
     allowed = Connections(stores=[url])
     assert allowed.allows("redis+sentinel://sentinel-a,sentinel-b:26379/orders/0")
     assert not allowed.allows("redis+sentinel://sentinel-a/orders/0")
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "ten", "25001"])
+def test_a_wait_that_is_not_a_number_of_milliseconds_is_refused(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.redis import wait_ms
+
+    monkeypatch.setenv(WAIT_ENV, raw)
+    with pytest.raises(store.ConfigurationError, match=f"{WAIT_ENV} is a number of milliseconds"):
+        wait_ms()
+    monkeypatch.setenv(WAIT_ENV, "25000")
+    assert wait_ms() == 25_000
