@@ -50,6 +50,7 @@ def _online(primary: RedisProcess, replicas: int = 1, *, on_disk: bool = True) -
             )
             == replicas
         ),
+        timeout=60,
     )
 
     def confirmed() -> bool:
@@ -61,7 +62,7 @@ def _online(primary: RedisProcess, replicas: int = 1, *, on_disk: bool = True) -
         pipe.execute_command("WAIT", replicas, 100)
         return bool(pipe.execute()[-1] >= replicas)
 
-    wait_until("the replicas to confirm a write", confirmed)
+    wait_until("the replicas to confirm a write", confirmed, timeout=60)
     client.delete("test:probe")
     client.close()
 
@@ -100,7 +101,14 @@ def pair(tmp_path: Path, binary: str | None) -> Iterator[tuple[RedisProcess, Red
     ):
         _online(primary)
         yield primary, replica
-        replica.resume()
+        _kill(replica, primary)
+
+
+def _kill(*servers: RedisProcess) -> None:
+    """SIGKILL the test's servers: nothing of theirs is kept, and a primary stopped by
+    SIGTERM waits up to 10 s (shutdown-timeout) for a replica that lags."""
+    for server in servers:
+        server.kill()
 
 
 def test_seals_moves_and_tokens_wait_for_the_replica(
@@ -202,7 +210,7 @@ def watched(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess, Sentin
                 "the Sentinel to find the replica", lambda: _sentinel_knows_replica(sentinel)
             )
             yield primary, replica, sentinel
-            replica.resume()
+            _kill(sentinel, replica, primary)
 
 
 def _sentinel_knows_replica(sentinel: SentinelProcess) -> bool:

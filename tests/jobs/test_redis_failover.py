@@ -47,7 +47,7 @@ def _online(primary: RedisProcess) -> None:
         pipe.execute_command("WAIT", 1, 100)
         return bool(pipe.execute()[-1] == 1)
 
-    wait_until(f"a replica of 127.0.0.1:{primary.port} to confirm writes", confirmed)
+    wait_until(f"a replica of 127.0.0.1:{primary.port} to confirm writes", confirmed, timeout=60)
     client.delete("test:probe")
     client.close()
 
@@ -73,9 +73,10 @@ def watched(tmp_path: Path) -> Iterator[tuple[RedisProcess, RedisProcess, Sentin
         wait_until("the Sentinel to find the replica", lambda: _knows_replica(sentinel))
         yield primary, replica, sentinel
     finally:
-        replica.resume()
+        # Killed: nothing of theirs is kept, and a primary stopped by SIGTERM waits up to
+        # 10 s (shutdown-timeout) for a replica that lags.
         for server in (sentinel, replica, primary):
-            server.stop()
+            server.kill()
 
 
 def _knows_replica(sentinel: SentinelProcess) -> bool:
