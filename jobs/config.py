@@ -271,6 +271,16 @@ class BatchConfig(SettingsRecord):
         argument="allow_volatile",
         doc="run on stores that can forget what they acknowledged (a warning instead of an error)",
     )
+    #: Run on a Redis whose replicas cannot confirm writes (one not online, one the
+    #: Sentinels know that is not connected, one without an append-only file where WAITAOF
+    #: asks for it), with a warning instead of exit 2.
+    allow_unconfirmed_replicas = Setting[bool](
+        "store.allow_unconfirmed_replicas",
+        default=False,
+        argument="allow_unconfirmed_replicas",
+        doc="run on a Redis whose replicas cannot confirm writes (a warning instead of an "
+        "error); a failover may then publish twice",
+    )
     durability_unknown = Setting[str](
         "store.durability_unknown",
         default=DURABILITY_UNKNOWN[0],

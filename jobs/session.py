@@ -18,7 +18,9 @@
    lock's fencing token and the session's runner;
 4. the commit store is fenced with that token (:func:`jobs.locking.fence`);
 5. the job's staging root is claimed (a run, ``commitpub recover``; not the operator's
-   commands, which stage nothing).
+   commands, which stage nothing);
+6. the lock's token is refused if a run used it, or a newer one, before (recorded in the
+   claimed staging root, :meth:`publisher.Publisher.note_token`), and recorded otherwise.
 
 A reading command (``status``, ``inspect``) takes no lock: the parts it asks for are opened
 at their first use, once each. :meth:`JobSession.close` closes everything in one place, in
@@ -128,6 +130,7 @@ class JobSession:
         fence(pub, keeper)
         if claim_staging:
             self._claim_staging(pub)
+        pub.note_token()
         self._state = "open"
         return self
 
@@ -154,6 +157,7 @@ class JobSession:
             checked,
             allow_volatile=config.allow_volatile,
             durability_unknown=config.durability_unknown,
+            allow_unconfirmed_replicas=config.allow_unconfirmed_replicas,
         )
         for warning in warnings:
             log.warning("store durability: %s", warning)

@@ -46,6 +46,8 @@ _EXECUTOR_ENV = (
     FAILPOINTS_ENV,
     MARKS_ENV_VAR,
     "COMMITPUB_REDIS_PASSWORD",
+    # How long a Redis write waits for its replicas: the same in tasks as on the driver.
+    "COMMITPUB_REDIS_WAIT_MS",
     # Where the object stores are ([s3], [gcs], [azure] tables or the driver's environment,
     # jobs.config.OBJECT_STORE_ENVIRONMENT); credentials are the cluster's.
     "AWS_ENDPOINT_URL",

@@ -553,6 +553,21 @@ class Publisher:
         for root in self.roots.staging:
             staging.claim(root, self.job_name)
 
+    def note_token(self) -> None:
+        """Refuse this publisher's fencing token if a run of the job used it, or a newer
+        one, in a staging root it claimed; record it there otherwise (see
+        :func:`publisher.staging.note_token`): a lock whose store forgot acknowledged
+        writes hands out a token again. Called once the lock is taken and the store fenced.
+
+        Raises:
+            StoreRolledBackError: naming both tokens and what to do.
+        """
+        token = self.context.token
+        if token is None:
+            return
+        for root in self.roots.staging:
+            staging.note_token(root, self.job_name, token)
+
     def sealed(self) -> list[str]:
         """The datasets whose pending sequence is sealed (written ahead whole); reads only."""
         return sorted(p.dataset for p in self.pending() if p.sealed)

@@ -3,6 +3,7 @@
 Layout of a staging root ``ROOT`` that job ``J`` owns::
 
     ROOT/.commitpub-job                 the job's mark of the root: the text "J"
+    ROOT/.commitpub-token               the highest fencing token a run of J used here (JSON)
     ROOT/<run dir>/.commitpub-run       a run directory's marker, written before anything
                                         else in it: job, run id, fencing token (JSON)
     ROOT/<run dir>/<dataset>/...        what the run staged for each dataset
@@ -24,6 +25,14 @@ name is removed with ``rmdir`` (a run killed between creating its directory and 
 its marker). Anything else is reported as a warning and left alone. A run directory is
 emptied before its marker goes, so a sweep killed half-way leaves a directory that is still
 marked, which the next sweep finishes.
+
+**Tokens never go back.** Each run (and each operator command given the staging path)
+records its fencing token in the root (:func:`note_token`) once it holds the job lock, and
+is refused if a run used that token, or a newer one, before: the lock's store then forgot
+writes it had acknowledged (a Redis replica that lagged was promoted, a store restored from
+a backup), so its watermarks and pending commits may be older than the output, and a
+paused run of the old token would not be fenced. The record lives in staging, not in the
+stores, because a failover takes back the stores' fences together with the lock.
 
 **Fencing and the check-then-delete window.** Every batch of deletions here (the sweep of
 one run directory, the clean-up of one dataset's staging, the removal of a finished run
@@ -81,9 +90,15 @@ from commitsteps import CommitStep
 from publisher.confinement import Roots, normalize
 from publisher.converter import from_json, to_json
 from store import formats
-from store.errors import CommitPubError, ConfigurationError, FencedError, NewerFormatError
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    FencedError,
+    NewerFormatError,
+    StoreRolledBackError,
+)
 from store.failpoints import failpoint
-from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, create_exclusive, fsync_path
+from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, create_exclusive, fsync_path, replace
 from store.urls import is_local, local_path, split_scheme
 
 log = logging.getLogger("commitpub.publisher")
@@ -92,6 +107,8 @@ log = logging.getLogger("commitpub.publisher")
 ROOT_MARKER = ".commitpub-job"
 #: A run directory's marker (JSON: :class:`RunMarker`), the first thing written in it.
 RUN_MARKER = ".commitpub-run"
+#: The highest fencing token a run of the job used in this root (JSON: :class:`TokenRecord`).
+TOKEN_FILE = ".commitpub-token"  # noqa: S105 -- a file name, not a secret
 
 _RUN_ID = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 #: What a run id may be: it names a staging directory and prefixes published file names,
@@ -332,6 +349,78 @@ def _owner(marker: str) -> str | None:
         return data.decode()
     except UnicodeDecodeError as e:
         raise StagingClaimError(f"{marker}: unreadable mark of a staging path ({e})") from e
+
+
+# -- the highest token used ------------------------------------------------------------------
+
+
+@attrs.frozen
+class TokenRecord:
+    """The highest fencing token a run of ``job`` used in a staging root, and when.
+
+    ``forgotten`` is set by the first run refused because the lock handed out a token used
+    before: every later run is refused too (the lock's counter moves on with each refused
+    run, so the next one would pass unseen) until an operator has set things right and
+    deletes the file.
+    """
+
+    job: str
+    token: int
+    at: str = ""
+    forgotten: int | None = None
+
+
+def note_token(root: str, job: str, token: int) -> None:
+    """Refuse ``token`` if a run of ``job`` used it, or a newer one, in ``root``, or such a
+    refusal is not yet cleared; else record it as the highest. Nothing is checked in a root
+    the job has not claimed (no run of it staged there).
+
+    Raises:
+        StoreRolledBackError: naming both tokens, the file, and what to do.
+        MarkerError: if the record is unreadable.
+    """
+    if _owner(_join(root, ROOT_MARKER)) != job:
+        return
+    where = _join(root, TOKEN_FILE)
+    data = _read(where)
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    if data is not None:
+        try:
+            seen = from_json(json.loads(data), TokenRecord)
+        except ValueError as e:
+            raise MarkerError(f"{where}: not a token record ({e})") from e
+        if seen.forgotten is not None or seen.token >= token:
+            if seen.forgotten is None:
+                _write_token(where, attrs.evolve(seen, forgotten=token, at=now))
+            raise StoreRolledBackError(_forgot(job, seen, token, where))
+    _write_token(where, TokenRecord(job, token, now))
+
+
+def _forgot(job: str, seen: TokenRecord, token: int, where: str) -> str:
+    first = seen.forgotten if seen.forgotten is not None else token
+    now = "" if first == token else f" (now {token})"
+    return (
+        f"the store forgot acknowledged writes: token {first} was already used; the job "
+        f"lock of {job!r} handed out token {first}{now}, but a run of the job used "
+        f"token {seen.token} before ({where}). The lock's store lost writes it had "
+        "acknowledged (a Redis replica promoted before it caught up, a restore from a "
+        "backup), so its watermarks and pending commits may be older than what was "
+        "published, and a paused run holding the old token would not be fenced. Nothing was "
+        "done, and every run is refused until you: compare the output with the watermarks "
+        "(commitpub status) and set them right; move the lock's token counter past "
+        f'{seen.token}; then delete {where} (docs/operations.md, "The store forgot '
+        'acknowledged writes")'
+    )
+
+
+def _write_token(where: str, record: TokenRecord) -> None:
+    data = json.dumps(to_json(record), sort_keys=True).encode()
+    local = _local_path(where)
+    if local is None:
+        fs, path = _remote(where)
+        fs.pipe_file(path, data)  # one PUT: the object is whole or absent
+    else:
+        replace(local, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
 
 
 # -- run directories -----------------------------------------------------------------------
@@ -703,7 +792,7 @@ def sweep(
     for root in roots:
         for entry in _children(root):
             name = posixpath.basename(entry)
-            if name == ROOT_MARKER or entry in kept:
+            if name in (ROOT_MARKER, TOKEN_FILE) or entry in kept:
                 continue
             action, warning = _judge(entry, name, job, token)
             try:

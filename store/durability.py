@@ -20,6 +20,8 @@ from store.errors import ConfigurationError, VolatileStoreError
 
 #: The opt-out named in every refusal; the jobs layer reads it from the job's TOML.
 ALLOW_VOLATILE_SETTING = "store.allow_volatile = true"
+#: The opt-out named where a store's replicas cannot confirm its writes.
+ALLOW_UNCONFIRMED_REPLICAS_SETTING = "store.allow_unconfirmed_replicas = true"
 #: The opt-out named where a store cannot tell whether it is durable.
 DURABILITY_UNKNOWN_SETTING = 'store.durability_unknown = "warn"'
 
@@ -41,11 +43,17 @@ class Durability:
             change.
         notes: what the operator should know besides: a weaker guarantee that is not a
             reason to refuse, or how the answer was found.
+        replicas: one line per reason the store's replicas cannot confirm its writes (a
+            replica not online, one the Sentinels know that is not connected, one whose
+            confirmation fell short): a failover may then promote a replica that lacks
+            acknowledged writes. Refused unless the job allows it
+            (:data:`ALLOW_UNCONFIRMED_REPLICAS_SETTING`).
     """
 
     durable: bool | None
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    replicas: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         # A store is refused exactly when it names a reason, so the two cannot disagree.
@@ -74,6 +82,7 @@ def require_durable(
     *,
     allow_volatile: bool,
     durability_unknown: str = "refuse",
+    allow_unconfirmed_replicas: bool = False,
 ) -> list[str]:
     """Refuse stores that can silently forget a sealed sequence, fence or watermark, and
     stores that cannot tell whether they can: an unproven store is refused like a volatile
@@ -90,6 +99,9 @@ def require_durable(
         durability_unknown: the job's ``store.durability_unknown``: ``"warn"`` runs on a
             store that cannot tell whether it is durable, with a warning; ``"refuse"`` (the
             default) refuses it.
+        allow_unconfirmed_replicas: the job's ``store.allow_unconfirmed_replicas``: run on a
+            store whose replicas cannot confirm its writes (see :attr:`Durability.replicas`),
+            with a warning instead of the error.
 
     Returns:
         Warnings for the log and the report, one line each: a volatile store allowed by
@@ -97,8 +109,9 @@ def require_durable(
 
     Raises:
         VolatileStoreError: if a store is not durable and ``allow_volatile`` is false, or
-            cannot tell and neither opt-out is set; the message names each such key, its
-            URL, the setting to change and the opt-out.
+            cannot tell and neither opt-out is set, or its replicas cannot confirm writes
+            and ``allow_unconfirmed_replicas`` is false; the message names each such key,
+            its URL, the setting to change and the opt-out.
         StoreUnavailableError: if a store could not be reached to ask.
     """
     by_url: dict[str, list[str]] = {}
@@ -110,10 +123,14 @@ def require_durable(
         raise ValueError(f"durability_unknown is 'refuse' or 'warn', got {durability_unknown!r}")
     refusals: list[str] = []
     unproven: list[str] = []
+    unreplicated: list[str] = []
     warnings: list[str] = []
     for url, keys in by_url.items():
         where = f"{' and '.join(keys)} ({url})"
         answer = _ask(asked[url], keys)
+        if answer.replicas:
+            said = _replicas_verdict(where, answer.replicas, allowed=allow_unconfirmed_replicas)
+            (warnings if allow_unconfirmed_replicas else unreplicated).append(said)
         if answer.durable is False:
             reasons = "; ".join(answer.problems)
             if allow_volatile:
@@ -137,21 +154,17 @@ def require_durable(
                 )
                 continue
         warnings.extend(f"{where}: {note}" for note in answer.notes)
-    if refusals or unproven:
-        hints = []
-        if refusals:
-            hints.append(
-                f"change the setting named above, or set `{ALLOW_VOLATILE_SETTING}` in the "
-                "job's TOML to run anyway (a restart of the store may then publish data twice "
-                "or lose it)"
+    if refusals or unproven or unreplicated:
+        hints = [
+            hint
+            for found, hint in (
+                (refusals, _VOLATILE_HINT),
+                (unproven, _UNPROVEN_HINT),
+                (unreplicated, _REPLICAS_HINT),
             )
-        if unproven:
-            hints.append(
-                "check by hand that the store is durable (for Redis: `appendonly yes` and "
-                "`maxmemory-policy noeviction`), then set "
-                f"`{DURABILITY_UNKNOWN_SETTING}` in the job's TOML to run with a warning"
-            )
-        raise VolatileStoreError("\n".join([*refusals, *unproven, *hints]))
+            if found
+        ]
+        raise VolatileStoreError("\n".join([*refusals, *unproven, *unreplicated, *hints]))
     return warnings
 
 
@@ -166,6 +179,36 @@ def _ask(obj: HasDurability, keys: Sequence[str]) -> Durability:
         return obj.durability()
     except ConfigurationError as e:
         raise ConfigurationError(f"{' and '.join(keys)}: {e}") from e
+
+
+_VOLATILE_HINT = (
+    f"change the setting named above, or set `{ALLOW_VOLATILE_SETTING}` in the job's TOML to "
+    "run anyway (a restart of the store may then publish data twice or lose it)"
+)
+_UNPROVEN_HINT = (
+    "check by hand that the store is durable (for Redis: `appendonly yes` and "
+    f"`maxmemory-policy noeviction`), then set `{DURABILITY_UNKNOWN_SETTING}` in the job's "
+    "TOML to run with a warning"
+)
+_REPLICAS_HINT = (
+    "bring the replicas online (each with `appendonly yes`), or set "
+    f"`{ALLOW_UNCONFIRMED_REPLICAS_SETTING}` in the job's TOML to run anyway (a failover may "
+    "then publish data twice or reuse a fencing token)"
+)
+
+
+def _replicas_verdict(where: str, reasons: Sequence[str], *, allowed: bool) -> str:
+    """The warning (``allowed``) or refusal for a store whose replicas cannot confirm."""
+    joined = "; ".join(reasons)
+    if allowed:
+        return (
+            f"{where}: its replicas cannot confirm writes, allowed by "
+            f"{ALLOW_UNCONFIRMED_REPLICAS_SETTING}: {joined}"
+        )
+    return (
+        f"{where} has replicas that cannot confirm its writes, so a failover may lose sealed "
+        f"commits: {joined}"
+    )
 
 
 def unknown_durability(obj: object) -> Durability:

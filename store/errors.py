@@ -42,6 +42,17 @@ class StoreUnavailableError(StoreError, ConnectionError):
     """The store could not be reached. Transient: the same call may succeed later."""
 
 
+class OutcomeUnknownError(StoreError):
+    """The store acknowledged a write but did not confirm it in time (on its disk, or on
+    its replicas): it may be kept or lost. Nothing runs on it; the next run's recovery
+    finds it done or not."""
+
+
+class StoreRolledBackError(ConfigurationError):
+    """The store forgot writes it had acknowledged: a fencing token it handed out was used
+    before (a replica that lagged promoted after a failover, a restore from a backup)."""
+
+
 class CorruptRecordError(StoreError, ValueError):
     """A record read from a store is truncated, altered or of an unknown format.
 

@@ -29,6 +29,12 @@ The job lock (:class:`RedisJobLock`): ``P:lock:{<job>}`` holds the lease as JSON
 expiry, ``P:lock:{<job>}:token`` the token counter; acquire, renew and release are Lua
 scripts that act only for the expected owner.
 
+A Redis behind Sentinel is named by ``redis+sentinel://[:password@]host:26379[,host2:port2]
+/service_name[/db]`` (:func:`sentinel_address`): the client asks the Sentinels for the
+service's primary and asks again when the connection fails or the server it reaches has
+become a replica (redis-py's ``Sentinel.master_for``). The password is the Redis servers';
+the Sentinels are asked without one.
+
 The password comes from the URL (``redis://:secret@host:6379/0``) or, preferably, from the
 ``COMMITPUB_REDIS_PASSWORD`` environment variable; it is never written into a record, and a
 pickled store, watermark store or lock (what Spark ships to executors) carries its URL
@@ -75,21 +81,41 @@ a note of :meth:`RedisWatermarkStore.durability` (not a refusal, as for seals); 
 ``appendfsync always`` or run Redis 7.2 or later to close it. With ``appendfsync no``
 Redis never fsyncs and the operating system writes the file back on its own schedule
 (about 30 seconds on Linux by default), and the notes say that much can be lost.
+
+Replicas (docs/guarantees.md#8-durable-stores-only). A failover promotes a replica, and a
+replica that had not received a write loses it with everything after: a seal, a watermark
+move, a lock token handed out again. So every seal, watermark compare-and-set and lock
+token increment is sent in one pipeline, on one connection, with the command that waits
+for its confirmation: ``WAITAOF 1 <replicas> <timeout>`` where the server has WAITAOF (the
+local append-only file and each replica's hold it on disk), else ``WAIT <replicas>
+<timeout>`` (each replica received it). ``<replicas>`` is the number of replicas online
+(INFO replication) when the object first asked, kept for its life: a replica lost later
+fails writes rather than passing unseen. The timeout is ``COMMITPUB_REDIS_WAIT_MS`` (10 s by
+default). A write not confirmed in time is an :class:`~store.errors.OutcomeUnknownError`:
+nothing runs on it, and recovery finds it kept or not; a lock token not confirmed is given
+back with its lease. :meth:`durability` lists in ``replicas`` why they cannot confirm: the
+URL names a replica; a replica not ``online``; one the Sentinels know that the primary has
+lost; fewer online than ``min-replicas-to-write``; or, writing a probe key
+(``P:replication-probe``, expiring in a minute), they do not confirm it in time (with
+WAITAOF a replica without an append-only file never confirms). Such a store is refused at
+run start unless the job allows it (``store.allow_unconfirmed_replicas``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 import redis
 import redis.exceptions
+import redis.sentinel
 
 from store import formats
 from store.base import (
@@ -107,6 +133,7 @@ from store.errors import (
     CorruptRecordError,
     FencedError,
     LockHeldError,
+    OutcomeUnknownError,
     SequenceExistsError,
     SequenceSealedError,
     StoreError,
@@ -121,9 +148,16 @@ from store.urls import REDIS_PASSWORD_ENV, decode_name, encode_name, redact, wit
 log = logging.getLogger("commitpub.lock")
 
 PASSWORD_ENV = REDIS_PASSWORD_ENV
-# How long a seal waits for the append-only file: with appendfsync everysec Redis fsyncs
-# every second, so this is many rounds of that.
-_WAITAOF_TIMEOUT_MS = 10_000
+#: The variable that sets how long a write waits for its confirmation (milliseconds).
+WAIT_ENV = "COMMITPUB_REDIS_WAIT_MS"
+#: The scheme of Sentinel URLs, and the Sentinels' default port.
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+# How long a write waits for the append-only file and the replicas by default: with
+# appendfsync everysec Redis fsyncs every second, so this is many rounds of that.
+_WAIT_DEFAULT_MS = 10_000
+# Below the clients' socket timeout (30 s, see connect()).
+_WAIT_MAX_MS = 25_000
 _WAITAOF_SINCE = (7, 2)
 _READ_BATCH = 5_000
 
@@ -140,13 +174,20 @@ def _text(item: bytes | str) -> str:
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for ``url``; the password falls back to ``COMMITPUB_REDIS_PASSWORD``."""
+    """A client for ``url``; the password falls back to ``COMMITPUB_REDIS_PASSWORD``.
+
+    A ``redis+sentinel://`` URL gives a client of the service's current primary, found
+    through the Sentinels it names and found again after a failover (see
+    :func:`sentinel_address`).
+    """
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
+    if parts.scheme not in ("redis", "rediss", "unix", SENTINEL_SCHEME):
         raise ConfigurationError(f"not a Redis URL: {redact(url)!r}")
     kwargs: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 10}
     if parts.password is None and os.environ.get(PASSWORD_ENV):
         kwargs["password"] = os.environ[PASSWORD_ENV]
+    if parts.scheme == SENTINEL_SCHEME:
+        return _sentinel_client(url, kwargs)
     try:
         return redis.Redis.from_url(url, **kwargs)
     except ValueError as e:
@@ -165,6 +206,74 @@ def _missing_database(url: str, error: redis.exceptions.ResponseError) -> None:
             f"Redis at {url} has no such database ({error}): the number after the port is "
             "the database, below the server's `databases` setting (16 unless redis.conf says)"
         ) from error
+
+
+@attrs.frozen
+class SentinelAddress:
+    """What a ``redis+sentinel://`` URL names.
+
+    Attributes:
+        sentinels: the Sentinels asked, as (host, port); the port defaults to 26379.
+        service: the name the Sentinels monitor the primary under (``sentinel monitor``).
+        db: the database number (default 0).
+        username: the Redis servers' user, if any.
+        password: the Redis servers' password from the URL, if any (the Sentinels are
+            asked without one).
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+
+
+def sentinel_address(url: str) -> SentinelAddress:
+    """Parse ``redis+sentinel://[[user]:password@]host[:port][,host2[:port2]...]/service[/db]``.
+
+    Raises:
+        ConfigurationError: naming the URL (its password hidden) and what is wrong.
+    """
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":") if ":" in item else (item.strip(), "", "")
+        host = host.strip("[]")
+        if not host or (port and not port.isdigit()):
+            raise ConfigurationError(
+                f"bad Sentinel URL {redact(url)!r}: {item!r} is not host[:port]"
+            )
+        sentinels.append((host, int(port) if port else SENTINEL_PORT))
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"bad Sentinel URL {redact(url)!r}: expected "
+            "redis+sentinel://[:password@]host:port[,host2:port2]/service_name[/db]"
+        )
+    return SentinelAddress(
+        sentinels=tuple(sentinels),
+        service=path[0],
+        db=int(path[1]) if len(path) == 2 else 0,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
+def _sentinel_client(url: str, kwargs: dict[str, Any]) -> redis.Redis:
+    address = sentinel_address(url)
+    if address.password is not None:
+        kwargs["password"] = address.password
+    if address.username is not None:
+        kwargs["username"] = address.username
+    timeouts = {"socket_timeout": 10, "socket_connect_timeout": 10}
+    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(address.sentinels), sentinel_kwargs=timeouts
+    )
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        address.service, db=address.db, **kwargs
+    )
+    return client
 
 
 def _call(url: str, fn: Callable[[], T]) -> T:
@@ -204,6 +313,8 @@ class _RedisBase:
         # Whether seals wait for WAITAOF, and why not; asked of the server once, when needed.
         self._waitaof: bool | None = None
         self._no_waitaof = ""
+        # How many replicas writes wait for; asked of the server once, when needed.
+        self._replicas: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Executors reconnect from the URL; sockets never travel, and neither does the
@@ -223,6 +334,95 @@ class _RedisBase:
         return _call(self.url, self._durability)
 
     def _durability(self) -> Durability:
+        storage = self._storage_durability()
+        replicas, notes = self._replication()
+        return attrs.evolve(storage, replicas=replicas, notes=(*storage.notes, *notes))
+
+    def _replication(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Why the replicas cannot confirm writes (a reason to refuse unless the job allows
+        it), and notes; see the module docstring."""
+        try:
+            replication = self._client.info("replication")
+        except redis.exceptions.ResponseError as e:
+            return (), (
+                f"INFO replication is refused to this client ({e}): whether replicas "
+                "confirm writes could not be checked",
+            )
+        role = replication.get("role")
+        if role != "master":
+            where = f"{replication.get('master_host')}:{replication.get('master_port')}"
+            return (
+                f"the server is a replica of {where} (role {role!r}), which may be promoted "
+                "or not: point the URL at the primary, or at its Sentinels "
+                f"({SENTINEL_SCHEME}://host:26379/service_name)",
+            ), ()
+        entries = _replica_entries(replication)
+        problems = [
+            f"replica {r.get('ip')}:{r.get('port')} is {r.get('state')!r}, not online: it "
+            "cannot confirm writes, and a failover to it loses them"
+            for r in entries
+            if not _online(r)
+        ]
+        connected = {f"{r.get('ip')}:{r.get('port')}" for r in entries}
+        for address in sorted(self._sentinel_replicas() - connected):
+            problems.append(
+                f"replica {address}, known to the Sentinels, is not connected to the primary: "
+                "it confirms no write, and a failover may promote it (SENTINEL RESET the "
+                "service if it is gone for good)"
+            )
+        online = sum(1 for r in entries if _online(r))
+        try:
+            wanted = int(
+                self._client.config_get("min-replicas-to-write").get("min-replicas-to-write") or 0
+            )
+        except (redis.exceptions.ResponseError, ValueError):
+            wanted = 0
+        if online < wanted:
+            problems.append(
+                f"{online} replica(s) online, fewer than min-replicas-to-write ({wanted})"
+            )
+        if online and not problems:
+            shortfall = self._test_write()
+            if shortfall is not None:
+                problems.append(
+                    f"the replicas did not confirm a test write: {shortfall}. On Redis 7.2 "
+                    "and later (WAITAOF) a replica confirms only once its append-only file "
+                    "holds the write: give each replica `appendonly yes` (one that has just "
+                    "synced rewrites that file first: try again shortly)"
+                )
+        notes: tuple[str, ...] = ()
+        if online and not self._waits_for_aof():
+            notes = (
+                f"writes wait for {online} replica(s) to receive them (WAIT), not to fsync "
+                f"them ({self._no_waitaof}): a failover right after a crash of the primary "
+                "and the promoted replica's machine together may lose them",
+            )
+        return tuple(problems), notes
+
+    def _sentinel_replicas(self) -> set[str]:
+        """``ip:port`` of each replica the Sentinels know (none without Sentinels)."""
+        manager = getattr(self._client.connection_pool, "sentinel_manager", None)
+        service = getattr(self._client.connection_pool, "service_name", None)
+        if manager is None:
+            return set()
+        for sentinel in manager.sentinels:
+            try:
+                known = sentinel.sentinel_slaves(service)
+            except redis.exceptions.RedisError:
+                continue
+            return {f"{r['ip']}:{r['port']}" for r in known}
+        return set()
+
+    def _test_write(self) -> str | None:
+        """Write a probe key and wait for its confirmation as a seal would; why it fell
+        short, or None."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.set(f"{self._prefix}:replication-probe", round(time.time(), 3), px=60_000)
+        if not self._queue_confirmation(pipe):
+            return None
+        return self._shortfall(pipe.execute(raise_on_error=False)[-1])
+
+    def _storage_durability(self) -> Durability:
         problems: list[str] = []
         notes: list[str] = []
         try:
@@ -294,7 +494,7 @@ class _RedisBase:
         )
 
     def _waits_for_aof(self) -> bool:
-        """Whether seals wait for WAITAOF; asked of the server on first use."""
+        """Whether writes wait for WAITAOF; asked of the server on first use."""
         if self._waitaof is None:
             self._waitaof = self._probe_waitaof()
         return self._waitaof
@@ -319,44 +519,137 @@ class _RedisBase:
             return False
         return True
 
-    def _confirm_on_disk(self, client_id: int, doing: str) -> None:
-        """Wait until what the connection ``client_id`` wrote is fsynced to the append-only
-        file (WAITAOF); see the module docstring.
+    def _replicas_to_wait(self) -> int:
+        """How many replicas each write waits for: the primary's replicas that were online
+        when first asked (INFO replication), for the life of this object. A replica that
+        goes away later is still waited for, so its absence fails writes instead of
+        passing unseen."""
+        if self._replicas is None:
+            try:
+                replication = self._client.info("replication")
+            except redis.exceptions.ResponseError:
+                replication = {}
+            self._replicas = sum(1 for r in _replica_entries(replication) if _online(r))
+        return self._replicas
+
+    def _queue_confirmation(self, pipe: Any) -> bool:
+        """Add to the pipeline of a write the command that waits for its confirmation, on
+        the same connection: WAITAOF for the local append-only file and every replica where
+        the server has it, else WAIT for the replicas. False when there is nothing to wait
+        for (Redis before 7.2 without replicas)."""
+        replicas = self._replicas_to_wait()
+        if self._waits_for_aof():
+            pipe.execute_command("WAITAOF", 1, replicas, wait_ms())
+        elif replicas:
+            pipe.execute_command("WAIT", replicas, wait_ms())
+        else:
+            return False
+        return True
+
+    def _shortfall(self, reply: Any) -> str | None:
+        """Why the reply of the command :meth:`_queue_confirmation` added falls short of a
+        confirmation on disk and on every replica, or None when it does not."""
+        replicas = self._replicas_to_wait()
+        if isinstance(reply, redis.exceptions.ResponseError) and "appendonly" in str(reply):
+            # No append-only file at all: nothing to wait for on disk. The durability check
+            # at run start refused this server, or the job allowed it (store.allow_volatile).
+            self._waitaof = False
+            self._no_waitaof = str(reply)
+            return f"WAITAOF failed ({reply}); the replicas were not asked" if replicas else None
+        if isinstance(reply, Exception):
+            return f"{'WAITAOF' if self._waitaof else 'WAIT'} failed: {reply}"
+        if self._waitaof:
+            return _aof_shortfall(reply, replicas)
+        if int(reply) < replicas:
+            return (
+                f"{_of(int(reply), replicas)} confirmed it within {wait_ms()} ms (WAIT); a "
+                "failover to another may lose it"
+            )
+        return None
+
+    def _check_confirmation(self, reply: Any, doing: str) -> None:
+        """Raise unless the reply of the command :meth:`_queue_confirmation` added confirms
+        the write.
 
         Raises:
-            StoreError: the outcome is unknown: Redis acknowledged the write but did not
-                confirm it on disk.
+            OutcomeUnknownError: Redis acknowledged the write but did not confirm it on its
+                disk and on every replica in time.
         """
-
-        def unknown(why: str) -> StoreError:
-            return StoreError(
+        why = self._shortfall(reply)
+        if why is not None:
+            raise OutcomeUnknownError(
                 f"{doing} in {self.url}: outcome unknown: Redis acknowledged it, but {why}; "
                 "nothing of it runs now, and the next run recovers it if Redis kept it"
             )
 
-        pipe = self._client.pipeline(transaction=False)
-        pipe.client_id()
-        pipe.execute_command("WAITAOF", 1, 0, _WAITAOF_TIMEOUT_MS)  # type: ignore[no-untyped-call]
-        try:
-            same, reply = pipe.execute(raise_on_error=False)
-        except redis.exceptions.RedisError as e:
-            raise unknown(f"waiting for the append-only file failed: {e}") from e
-        if isinstance(reply, redis.exceptions.ResponseError) and "appendonly" in str(reply):
-            # No append-only file at all: nothing to wait for. The durability check at run
-            # start refused this server, or the job allowed it (store.allow_volatile).
-            self._waitaof = False
-            self._no_waitaof = str(reply)
-            return
-        if isinstance(reply, Exception):
-            raise unknown(f"WAITAOF failed: {reply}")
-        if same != client_id:
-            raise unknown(f"WAITAOF ran on connection {same}, the seal on {client_id}")
-        if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
-            raise unknown(f"WAITAOF answered {reply!r}")
-        if reply[0] < 1:
-            raise unknown(
-                f"the append-only file did not confirm it within {_WAITAOF_TIMEOUT_MS} ms"
-            )
+    def _confirmed(self, pipe: Any, doing: Callable[[list[Any]], str | None]) -> list[Any]:
+        """Execute a write's pipeline with its confirmation (see :meth:`_queue_confirmation`)
+        and return the write's replies. ``doing`` says, from those replies, what was written
+        (for the message), or None when nothing was (a refused compare-and-set): then the
+        confirmation is not judged.
+
+        Raises:
+            StoreError: see :meth:`_check_confirmation`; or a reply that is an error.
+        """
+        waits = self._queue_confirmation(pipe)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        written = replies[:-1] if waits else replies
+        for reply in written:
+            if isinstance(reply, Exception):
+                raise reply
+        what = doing(written)
+        if waits and what is not None:
+            self._check_confirmation(replies[-1], what)
+        return written
+
+
+def wait_ms() -> int:
+    """How long a write waits for its confirmation: ``COMMITPUB_REDIS_WAIT_MS``, else 10 s.
+
+    Raises:
+        ConfigurationError: if the variable is set to anything but a whole number of
+            milliseconds from 1 to 25000.
+    """
+    raw = os.environ.get(WAIT_ENV, "")
+    if not raw:
+        return _WAIT_DEFAULT_MS
+    if not raw.isdigit() or not 0 < int(raw) <= _WAIT_MAX_MS:
+        # Past the client's socket timeout the wait would end as a lost connection, which
+        # is retried, not as the outcome unknown it is.
+        raise ConfigurationError(
+            f"{WAIT_ENV} is a number of milliseconds from 1 to {_WAIT_MAX_MS}, got {raw!r}"
+        )
+    return int(raw)
+
+
+def _replica_entries(replication: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``slaveN`` entries of INFO replication (redis-py parses each into a dict)."""
+    return [
+        v for k, v in sorted(replication.items()) if k.startswith("slave") and isinstance(v, dict)
+    ]
+
+
+def _online(replica: dict[str, Any]) -> bool:
+    return replica.get("state") == "online"
+
+
+def _aof_shortfall(reply: Any, replicas: int) -> str | None:
+    """Why a WAITAOF reply falls short of the local file and ``replicas``, or None."""
+    if not isinstance(reply, list) or len(reply) != 2:
+        return f"WAITAOF answered {reply!r}"
+    local, confirmed = (int(r) for r in reply)
+    if local < 1:
+        return f"the append-only file did not confirm it within {wait_ms()} ms"
+    if confirmed < replicas:
+        return (
+            f"{_of(confirmed, replicas)} confirmed it in their append-only files within "
+            f"{wait_ms()} ms (WAITAOF); a failover to another may lose it"
+        )
+    return None
+
+
+def _of(confirmed: int, replicas: int) -> str:
+    return f"only {confirmed} of its {replicas} replica(s)"
 
 
 def _setting(fsync: str | None) -> str:
@@ -546,7 +839,7 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         token: int | None = None,
     ) -> dict[str, CommitPubError]:
         """See :meth:`CommitStepStore.put_sequences`: every write-ahead script in one round
-        trip, then one WAITAOF for all of them."""
+        trip, with one confirmation (WAITAOF or WAIT) for all of them."""
         return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
 
     def _write_ahead(
@@ -568,9 +861,12 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
             FencedError: if a higher token was seen (sequences sealed before stay).
         """
         head = [_token_arg(token), 1 if seal else 0, round(time.time(), 3), 1 if fresh else 0]
-        wait = seal and _call(self.url, self._waits_for_aof)
 
-        def run() -> Any:
+        def doing(replies: list[Any]) -> str | None:
+            wrote = any(v[0] == b"ok" for v in replies[1:])
+            return f"sealing {len(sequences)} sequence(s) of {store_name!r}" if wrote else None
+
+        def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             pipe.sadd(self._index(store_name), *(urn for urn, _records in sequences))
             for urn, records in sequences:
@@ -579,15 +875,16 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
                 self._append(
                     keys=[seq, seal_key, self._fence_key(store_name)], args=args, client=pipe
                 )
-            if wait:
-                pipe.client_id()
             failpoint("store.write_ahead.temp_written")
-            return pipe.execute()
+            if not seal:
+                replies: list[Any] = pipe.execute()
+                return replies
+            return self._confirmed(pipe, doing)
 
         replies = _call(self.url, run)
         refused: dict[str, CommitPubError] = {}
         fenced = None
-        for (urn, _records), verdict in zip(sequences, replies[1:], strict=False):
+        for (urn, _records), verdict in zip(sequences, replies[1:], strict=True):
             if verdict[0] == b"fenced":
                 fenced = fenced or _fenced(
                     store_name, int(token or 0), int(verdict[1]), f"writing ahead {urn!r}", self.url
@@ -598,10 +895,6 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
                 )
             elif verdict[0] == b"exists":
                 refused[urn] = SequenceExistsError.pending(self.url, store_name, urn)
-        if wait:
-            self._confirm_on_disk(
-                int(replies[-1]), f"sealing {len(sequences)} sequence(s) of {store_name!r}"
-            )
         if fenced is not None:
             raise fenced
         return refused
@@ -830,25 +1123,21 @@ class RedisWatermarkStore(_RedisBase, WatermarkStore):
             "" if token is None else token,
         ]
         keys = [key, self._token_key(dataset)]
-        wait = _call(self.url, self._waits_for_aof)
+
+        def doing(replies: list[Any]) -> str | None:
+            moved = replies[0] == 1
+            return f"moving the {self.describe(dataset, partition)} to {value!r}" if moved else None
 
         def run() -> Any:
             pipe = self._client.pipeline(transaction=False)
             self._cas(keys=keys, args=args, client=pipe)
-            if wait:
-                pipe.client_id()
-            return pipe.execute()
+            return self._confirmed(pipe, doing)[0]
 
-        replies = _call(self.url, run)
-        result = replies[0]
+        result = _call(self.url, run)
         if isinstance(result, list):
             raise FencedError(
                 f"{self.describe(dataset, partition)} in {self.url}: compare-and-set with "
                 f"fencing token {token} refused, it was last set under token {int(result[1])}"
-            )
-        if result and wait:
-            self._confirm_on_disk(
-                int(replies[-1]), f"moving the {self.describe(dataset, partition)} to {value!r}"
             )
         return bool(result)
 
@@ -925,7 +1214,24 @@ class RedisJobLock(_RedisBase, JobLock):
             expected = holder.owner  # taken over at once: its process is gone
         lease = Lease.new(job, 0, ttl_s)
         doc = lease.to_json()
-        result = _call(self.url, lambda: self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)]))
+
+        def doing(replies: list[Any]) -> str | None:
+            taken = isinstance(replies[0], int)
+            return f"taking the job lock of {job!r} (token {replies[0]})" if taken else None
+
+        def run() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            self._acquire(keys=keys, args=[expected, doc, _ms(ttl_s)], client=pipe)
+            return self._confirmed(pipe, doing)[0]
+
+        try:
+            result = _call(self.url, run)
+        except OutcomeUnknownError:
+            # The token is not confirmed: this run must not use it. The lease goes, so the
+            # next run need not wait for it (best effort: it expires anyway).
+            with contextlib.suppress(StoreError):
+                _call(self.url, lambda: self._renew(keys=[keys[0]], args=[lease.owner, "", ""]))
+            raise
         if isinstance(result, bytes | str):
             held = Lease.from_json(result, f"{self.url} lock of {job!r}")
             raise LockHeldError(

@@ -37,14 +37,17 @@ _REGISTRY: dict[Kind, dict[str, _Backend]] = {
     "commit_stores": {
         "redis": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
+        "redis+sentinel": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
     },
     "watermark_stores": {
         "redis": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
+        "redis+sentinel": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
     },
     "job_locks": {
         "redis": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
+        "redis+sentinel": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
     },
 }
 _DEFAULT: dict[Kind, _Backend] = {
@@ -131,7 +134,8 @@ def open_store(url: str) -> CommitStepStore:
 
     Args:
         url: ``file:///var/lib/commitpub``, a plain path, ``s3://bucket/prefix``,
-            ``redis://[:password@]host:6379/0`` or ``rediss://...`` (TLS).
+            ``redis://[:password@]host:6379/0``, ``rediss://...`` (TLS) or
+            ``redis+sentinel://[:password@]host:26379[,host2:26379]/service_name[/db]``.
 
     Raises:
         ConfigurationError: if the URL is not usable.

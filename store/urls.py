@@ -53,13 +53,20 @@ def redact(url: str) -> str:
             return url
         netloc = parts.netloc
         if parts.password is not None:
-            user = parts.username or ""
-            host = parts.hostname or ""
-            netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+            # From the text, not .hostname/.port: a Sentinel URL names several hosts.
+            hosts = _hosts(parts.netloc)
+            for host in hosts.split(","):
+                _ = urlsplit(f"//{host}").port  # raises ValueError on a port that is no number
+            netloc = f"{parts.username or ''}:***@{hosts}"
     except ValueError:
         # Unparseable (bad IPv6 host, non-numeric port): keep only the scheme.
         return url.split("://", 1)[0] + "://***" if "://" in url else "***"
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _hosts(netloc: str) -> str:
+    """The ``host:port[,host2:port2]`` part of a URL's netloc, without user or password."""
+    return netloc.rpartition("@")[2]
 
 
 def without_password(url: str) -> str:
@@ -143,7 +150,7 @@ def decode_name(encoded: str) -> str:
     return unquote(encoded)
 
 
-_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379}
+_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "redis+sentinel": 26379}
 
 
 def is_local(url: str) -> bool:
@@ -173,6 +180,18 @@ def local_path(url: str) -> str:
     return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
 
 
+def _canonical_host(host_port: str, default_port: int | None) -> str:
+    """``Host:port`` in lower case with the default port filled in (one of a Sentinel URL's
+    several hosts, or the only one).
+
+    Raises:
+        ValueError: if the port is not a number.
+    """
+    parts = urlsplit(f"//{host_port}")
+    port = parts.port or default_port
+    return (parts.hostname or "") + (f":{port}" if port else "")
+
+
 def canonical_url(url: str) -> str:
     """One spelling per place a URL names, without credentials, to compare configured and
     recorded URLs: ``file://`` + absolute path for local paths; otherwise the scheme and host
@@ -186,15 +205,17 @@ def canonical_url(url: str) -> str:
         return "file://" + local_path(url)
     try:
         parts = urlsplit(url)
-        port = parts.port
+        scheme = parts.scheme.lower()
+        hosts = ",".join(
+            _canonical_host(h, _DEFAULT_PORTS.get(scheme)) for h in _hosts(parts.netloc).split(",")
+        )
     except ValueError as e:
         raise ConfigurationError(f"malformed URL {redact(url)!r}: {e}") from e
-    scheme = parts.scheme.lower()
-    port = port or _DEFAULT_PORTS.get(scheme)
-    host = (parts.hostname or "").lower()
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{port}" if port else "")
+    netloc = (f"{parts.username}@" if parts.username else "") + hosts
     path = posixpath.normpath(parts.path) if parts.path not in ("", "/") else ""
-    if scheme in _DEFAULT_PORTS and not path:
+    if scheme == "redis+sentinel" and path.count("/") == 1:
+        path += "/0"  # the service's default database
+    elif scheme in _DEFAULT_PORTS and not path:
         path = "/0"  # redis-py's default database
     query = "&".join(p for p in parts.query.split("&") if p and not _SECRET_PARAM.match("&" + p))
     return urlunsplit((scheme, netloc, path, query, ""))

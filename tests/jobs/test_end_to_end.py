@@ -95,5 +95,8 @@ def test_every_record_exactly_once_through_sigkills(spark: SparkSession, tmp_pat
     )
     assert checked == sum(landing.next.values()) == 3 * 2 * 250 + 3 * 40 + 1 + 3 * 60
     assert store.datasets(config.name) == []
-    # Only the job's mark of its staging path is left there.
-    assert [p.name for p in (tmp_path / "staging").iterdir()] == [".commitpub-job"]
+    # Only the job's mark of its staging path and the highest token used are left there.
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
+        ".commitpub-job",
+        ".commitpub-token",
+    ]

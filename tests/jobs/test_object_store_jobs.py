@@ -125,8 +125,11 @@ def test_job_runs_recovers_and_publishes_exactly_once_on_an_object_store(
     assert status["pending"] == [], status
 
     fs.invalidate_cache()
-    # Staging swept clean but for the job's mark of it.
-    assert fs.find(f"{remote}/staging") == [f"{remote}/staging/.commitpub-job".split("://")[-1]]
+    # Staging swept clean but for the job's mark of it and the highest token used there.
+    assert fs.find(f"{remote}/staging") == [
+        f"{remote}/staging/{name}".split("://")[-1]
+        for name in (".commitpub-job", ".commitpub-token")
+    ]
     local_output = tmp_path / "output"
     fs.get(f"{remote}/output/", str(local_output), recursive=True)
     checked = assert_exactly_once(

@@ -214,7 +214,10 @@ def test_the_own_job_example_killed_anywhere_and_rerun_publishes_every_record_on
     report = json.loads(newest.read_text())
     assert (report["exit_code"], report["published"]) == (0, ["clicks", "orders"])
     assert steps.datasets(JOB) == []
-    assert sorted(p.name for p in (base / "staging").iterdir()) == [".commitpub-job"]
+    assert sorted(p.name for p in (base / "staging").iterdir()) == [
+        ".commitpub-job",
+        ".commitpub-token",
+    ]
 
     manifests = [
         json.loads(p.read_text()) for p in (base / "output" / "orders" / "_manifests").iterdir()

@@ -56,9 +56,13 @@ def test_runs_publish_hive_partitioned_parquet_exactly_once(
     dataset = ds.dataset(tmp_path / "output" / "orders", format="parquet", partitioning="hive")
     assert "ts_date" in dataset.schema.names
     assert dataset.count_rows() == 100
-    # Nothing left behind: no pending commit, no staging but the job's mark of it.
+    # Nothing left behind: no pending commit, no staging but the job's mark of it and the
+    # highest token used.
     assert open_store(config.store_url).datasets(config.name) == []
-    assert [p.name for p in (tmp_path / "staging").iterdir()] == [".commitpub-job"]
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
+        ".commitpub-job",
+        ".commitpub-token",
+    ]
 
     report = json.loads(Path(first.path or "").read_text())
     assert Path(first.path or "").parent == tmp_path / "state" / "reports"
@@ -190,6 +194,7 @@ def test_what_staging_holds_besides_the_jobs_runs_is_reported_and_left_alone(
     # The run's own directory went once everything in it was published.
     assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
         ".commitpub-job",
+        ".commitpub-token",
         "copied-by-hand",
     ]
 
@@ -238,4 +243,7 @@ def test_a_transform_that_returns_no_dataframe_is_a_configuration_error(
         report.error or ""
     )
     assert not (tmp_path / "output").exists()
-    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [".commitpub-job"]
+    assert sorted(p.name for p in (tmp_path / "staging").iterdir()) == [
+        ".commitpub-job",
+        ".commitpub-token",
+    ]
