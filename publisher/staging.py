@@ -386,7 +386,9 @@ def note_token(root: str, job: str, token: int) -> None:
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if data is not None:
         try:
-            seen = from_json(json.loads(data), TokenRecord)
+            doc = json.loads(data)
+            formats.check_doc(doc, f"{where} (token record)", formats.TOKEN_RECORD)
+            seen = from_json({k: v for k, v in doc.items() if k != formats.KEY}, TokenRecord)
         except ValueError as e:
             raise MarkerError(f"{where}: not a token record ({e})") from e
         if seen.forgotten is not None or seen.token >= token:
@@ -414,7 +416,7 @@ def _forgot(job: str, seen: TokenRecord, token: int, where: str) -> str:
 
 
 def _write_token(where: str, record: TokenRecord) -> None:
-    data = json.dumps(to_json(record), sort_keys=True).encode()
+    data = json.dumps(formats.stamped(to_json(record), formats.TOKEN_RECORD)).encode()
     local = _local_path(where)
     if local is None:
         fs, path = _remote(where)

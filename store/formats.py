@@ -47,6 +47,8 @@ WATERMARK = 1
 LEASE = 1
 #: A run directory's marker, ``.commitpub-run`` (JSON).
 RUN_MARKER = 1
+#: The highest fencing token a job's runs used in a staging root, ``.commitpub-token`` (JSON).
+TOKEN_RECORD = 1
 #: A run report, ``<run id>-<command>.json``.
 RUN_REPORT = 1
 

@@ -25,10 +25,13 @@ from publisher import DatasetStatus, Outcome, Publisher
 from publisher import status as status_record
 from publisher.staging import (
     RUN_MARKER,
+    TOKEN_FILE,
     RunMarker,
+    claim,
     create_run_dir,
     decode_marker,
     encode_marker,
+    note_token,
     sweep,
 )
 from store import CorruptRecordError, Lease, NewerFormatError, formats
@@ -459,3 +462,17 @@ def test_recovery_stops_at_a_watermark_of_a_newer_format_and_keeps_the_commit(
     assert commit.store.get_status("job", "orders") is None
     assert commit.store.is_sealed("job", "orders")
     assert json.loads(version.read_text())[formats.KEY] == 2
+
+
+def test_a_token_record_carries_its_version_and_a_newer_one_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "staging"
+    claim(str(root), "job")
+    note_token(str(root), "job", 3)
+    record = root / TOKEN_FILE
+    doc = json.loads(record.read_text())
+    assert doc[formats.KEY] == formats.TOKEN_RECORD == 1
+    record.write_text(json.dumps({k: v for k, v in doc.items() if k != formats.KEY}))
+    note_token(str(root), "job", 4)  # one written before the key existed still reads
+    record.write_text(json.dumps({**doc, "token": 4, formats.KEY: 2}))
+    _refused_as_newer(lambda: note_token(str(root), "job", 5))
+    assert json.loads(record.read_text())[formats.KEY] == 2  # left as it was
