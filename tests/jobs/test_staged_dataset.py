@@ -89,3 +89,22 @@ def test_a_link_to_a_file_is_listed_for_confinement_to_refuse(tmp_path: Path) ->
     refusals = Roots([str(staging)], ["/out"]).refusals(steps)
     refused = {s.src: type(e) for s, e in zip(steps, refusals, strict=True) if e is not None}
     assert refused == {f"{staging}/link.parquet": StagedLinkError}
+
+
+def test_the_files_reported_are_the_commit_and_nothing_else_in_staging(tmp_path: Path) -> None:
+    # Staging also holds what a failed task attempt wrote there (files of its own names):
+    # the commit renames only the files the accepted attempts reported, in path order.
+    staging = tmp_path / "staging"
+    _stage(staging)
+    reported = (("top.parquet", 3), ("d=2024-01-01/part-1.parquet", 12))
+    mark = Mark("2024-01-01", 100, 200)
+
+    steps = StagedDataset("orders", str(staging), "/out", "r7", "/wm", (mark,), files=reported)()
+
+    assert steps == [
+        FsRenameCommitStep(
+            f"{staging}/d=2024-01-01/part-1.parquet", "/out/d=2024-01-01/r7-part-1.parquet", 12
+        ),
+        FsRenameCommitStep(f"{staging}/top.parquet", "/out/r7-top.parquet", 3),
+        WatermarkCommitStep("/wm", "orders", "2024-01-01", 100, 200),
+    ]
