@@ -84,6 +84,11 @@ class StagedDataset:
         for rel, size in sorted(self.files):
             prefix, name = posixpath.split(rel)
             found.append((f"{prefix}/" if prefix else "", name, size))
+        if found and not _present(join(self.staging_dir, found[0][0] + found[0][1])):
+            # Published by an earlier attempt of the publish task (no file is renamed before
+            # the seal, so none is gone while the commit is unpublished): nothing staged is
+            # left to publish (MissingSourceError), never a commit of done renames.
+            return []
         return found
 
     def after_data(self) -> list[CommitStep]:
@@ -114,6 +119,15 @@ def staged_files(root: str) -> dict[str, int]:
     ``_temporary`` and hidden checksum files are not data. On an object store the sizes
     come from the listing, not from a request per file."""
     return {f"{directory}{name}": size for directory, name, size in _listing(root)}
+
+
+def _present(url: str) -> bool:
+    """Whether a staged file is at ``url`` (a local link counts: the rename refuses it)."""
+    if is_local(url):
+        return os.path.lexists(local_path(url))
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache(posixpath.dirname(path))  # a worker run before may have listed it
+    return bool(fs.exists(path))
 
 
 def _listing(root: str) -> list[tuple[str, str, int]]:

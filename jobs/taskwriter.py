@@ -90,7 +90,7 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
     batches: Iterator[pa.RecordBatch],
 ) -> list[StagedFile]:
     """Write one Spark partition's record batches under ``directory``; returns the files
-    written (none for no rows), in the order they were begun.
+    written (none for no rows).
 
     On an object store each file appears whole when it is closed, so files are written in
     place. Locally an attempt writes into its own hidden directory and then renames each
@@ -189,8 +189,7 @@ class _TaskFiles:
         self.buffered_bytes = 0
         #: partition -> (writer, its sink or None, rows in the file, its relative path)
         self.open: dict[str, tuple[Any, Any, int, str]] = {}
-        #: Each file's relative path -> its number, in the order the files were begun.
-        self.order: dict[str, int] = {}
+        #: Files begun: the next file's number.
         self.begun = 0
         self.written: list[StagedFile] = []
 
@@ -207,12 +206,12 @@ class _TaskFiles:
 
     def finish(self) -> list[StagedFile]:
         """Write what is buffered and close every file; the files written, in the order
-        they were begun."""
+        they were closed."""
         for partition in list(self.buffered):
             self._flush(partition)
         for partition in list(self.open):
             self._close(partition)
-        return sorted(self.written, key=lambda f: self.order[f.path])
+        return self.written
 
     def abandon(self) -> None:
         """After an error: leave the open files unfinished, and an object store's never
@@ -257,7 +256,6 @@ class _TaskFiles:
             self._close(next(iter(self.open)))
         name = f"{self.prefix}-{self.begun}.parquet"
         rel = f"{partition}/{name}" if partition else name
-        self.order[rel] = self.begun
         self.begun += 1
         path = f"{self.root}/{rel}"
         sink = None

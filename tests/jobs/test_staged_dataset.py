@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from commitsteps import FsRenameCommitStep, StagedLinkError, WatermarkCommitStep
+from commitsteps import (
+    FsRenameCommitStep,
+    MissingSourceError,
+    StagedLinkError,
+    WatermarkCommitStep,
+)
 from jobs.commits import Mark, StagedDataset, staged_files
 from publisher.confinement import Roots
 
@@ -108,3 +113,16 @@ def test_the_files_reported_are_the_commit_and_nothing_else_in_staging(tmp_path:
         FsRenameCommitStep(f"{staging}/top.parquet", "/out/r7-top.parquet", 3),
         WatermarkCommitStep("/wm", "orders", "2024-01-01", 100, 200),
     ]
+
+
+def test_reported_files_already_renamed_away_are_no_commit(tmp_path: Path) -> None:
+    # An earlier attempt of the publish task published them (its staging directory still
+    # there): a retry builds no commit of done renames, it finds nothing staged.
+    reported = (("d=2024-01-01/part-0.parquet", 11), ("top.parquet", 3))
+    (tmp_path / "staging" / "d=2024-01-01").mkdir(parents=True)
+    staged = StagedDataset(
+        "orders", str(tmp_path / "staging"), "/out", "r7", "/wm", (), files=reported
+    )
+
+    with pytest.raises(MissingSourceError, match="no staged files for orders"):
+        staged()

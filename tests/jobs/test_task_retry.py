@@ -1,10 +1,12 @@
 """Spark retries a task whose Python worker died. A publish task's retry reports the
 dataset ``blocked`` (outcome unknown until the next run), never ``refused``, and the next run
-ends exactly once; a staging write task's retry replaces what the killed attempt staged, so
-the run publishes each row once, and the checks' figures it measured count each row once.
+ends exactly once. A staging write task's retry, whose rows come in another order than the
+killed attempt's, stages files of its own names: only the files of the attempt whose result
+Spark accepted are published, whatever the killed attempt left in staging, and the checks'
+figures count exactly those.
 
-A real ``commitpub run`` in its own process, on ``local[1,2]`` (one core, a task may fail
-twice before the job fails), with the executor's Python worker SIGKILLing itself at a
+A real ``commitpub run`` in its own process, on ``local[1,N]`` (one core, a task may fail
+N - 1 times before the job fails), with the executor's Python worker SIGKILLing itself at a
 fail point; Spark starts a new worker and runs the task again.
 """
 
@@ -208,3 +210,18 @@ def test_a_write_task_retried_with_its_rows_in_another_order_publishes_each_row_
         (30, 30, 0, 0),
         (30, 3, 27, 0),
     ]
+
+
+def test_speculative_execution_is_refused_before_anything_is_staged(tmp_path: Path) -> None:
+    # A speculative copy of a write task would stage its rows beside the original's: the
+    # run refuses the session as Spark starts, before the staging write.
+    Landing(tmp_path / "landing").append("orders", "0", 5)
+    spark = {"master": "local[1]", "conf": {"spark.ui.enabled": False, "spark.speculation": True}}
+    job = write_job(tmp_path, spark=spark)
+
+    run = commitpub("run", str(job), "--json", cwd=tmp_path)
+
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "spark.speculation must be off" in run.stderr
+    assert not list((tmp_path / "staging").rglob("*.parquet"))
+    assert not (tmp_path / "output").exists()
