@@ -55,10 +55,18 @@ class Audited:
 
 
 def read_staged(
-    spark: SparkSession, info: StagedInfo, schema: StructType, *, tasks: int | None = None
+    spark: SparkSession,
+    info: StagedInfo,
+    schema: StructType,
+    *,
+    tasks: int | None = None,
+    files: Sequence[str] | None = None,
 ) -> DataFrame:
     """The staged data of a dataset, read back in Spark tasks, with the staged DataFrame's
     schema.
+
+    ``files`` are the staged files, relative to the staging directory, as the write
+    reported them (what the commit publishes); None: those listed in the directory.
 
     The files are shared out among ``tasks`` Spark tasks (default: Spark's default
     parallelism). Each task reads its files with pyarrow, locally or through fsspec, as the staging
@@ -69,7 +77,9 @@ def read_staged(
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
-    files = sorted(staged_files(info.directory)) if not info.empty else []
+    if files is None:
+        files = [] if info.empty else list(staged_files(info.directory))
+    files = sorted(files)
     if not files:
         return spark.createDataFrame([], schema)
     stored = set(_file_columns(join(info.directory, files[0])))
@@ -181,6 +191,7 @@ def audit(
     run_id: str,
     reports: str,
     measured: Measured | None = None,
+    files: Sequence[str] | None = None,
 ) -> Audited:
     """Run ``dataset``'s checks on its staged data; hold it when an ``error`` check fails.
 
@@ -196,13 +207,15 @@ def audit(
         reports: the job's reports directory, for the rows of its last published run.
         measured: the checks' figures the staging write measured (:mod:`jobs.measures`):
             the staged files are read back only for the checks it did not measure.
+        files: the staged files the commit publishes, relative to the staging directory
+            (None: those listed there); the only ones read back.
 
     Returns:
         The results, and the hold when the dataset was held.
     """
     previous = previous_rows(reports, dataset) if _needs_previous(checks) else None
     results = run_checks(
-        lambda: read_staged(spark, info, schema),
+        lambda: read_staged(spark, info, schema, files=files),
         checks,
         previous_rows=previous,
         measured=measured,

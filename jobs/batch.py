@@ -187,6 +187,9 @@ class Batch:
         self._schemas: dict[str, StructType] = {}
         #: What the staging write measured of each dataset's checks, and how to read it.
         self._measures: dict[str, tuple[Plan, Written]] = {}
+        #: The files of each staged dataset, as its write's accepted task attempts reported
+        #: them (None: listed from its staging directory): what is checked and published.
+        self._files: dict[str, tuple[tuple[str, int], ...] | None] = {}
         self._block_started = time.monotonic()
 
     @property
@@ -342,6 +345,9 @@ class Batch:
             written = self.writer.write(df, directory, options)
             if measures is not None and written.measured is not None:
                 self._measures[dataset] = (measures, written)
+            self._files[dataset] = (
+                None if written.staged is None else tuple((f.path, f.size) for f in written.staged)
+            )
             info = StagedInfo(
                 directory,
                 partitions,
@@ -473,6 +479,7 @@ class Batch:
                 empty=info.empty,
                 extra=extra,
                 partition_by=self._partition_by.get(dataset, ()),
+                files=self._files.get(dataset),
             )
             sequences[dataset] = self.writer.commit(staged_dataset)
             if dataset in self._checks:
@@ -505,6 +512,7 @@ class Batch:
         self._run.say(f"checking the staged data of {dataset} in Spark tasks")
         started = time.monotonic()
         measured = None
+        files = self._files.get(dataset)
         if dataset in self._measures:
             measures, written = self._measures[dataset]
             measured = measures.measured(written.measured or (), info.directory, written.rows)
@@ -520,6 +528,7 @@ class Batch:
             run_id=self.run_id,
             reports=self.config.reports,
             measured=measured,
+            files=None if files is None else [path for path, _ in files],
         )
         self._run.tell(DatasetChecked(dataset, audited.results, time.monotonic() - started))
         if audited.held is not None:

@@ -28,10 +28,11 @@ class Mark:
 class StagedDataset:
     """Builds a dataset's commit sequence where the publish task runs; picklable.
 
-    Calling it lists the dataset's staged files from the filesystem (never from what the
-    driver remembers) and returns a rename for each, then one watermark step per partition,
-    then ``extra`` (the user's own steps). File names get the run id in front, so reruns
-    never collide.
+    Calling it returns a rename for each of the dataset's staged files, then one watermark
+    step per partition, then ``extra`` (the user's own steps). The files are those the
+    write's tasks reported (``files``), each from the attempt whose result Spark accepted:
+    anything else in the staging directory (what a failed attempt left) is not published
+    and goes with it. File names get the run id in front, so reruns never collide.
     """
 
     dataset: str
@@ -47,9 +48,13 @@ class StagedDataset:
     extra: tuple[CommitStep, ...] = ()
     #: The columns the files are partitioned by (``stage(partition_by=...)``).
     partition_by: tuple[str, ...] = ()
+    #: The staged files, each its path relative to ``staging_dir`` (``/`` separated) and its
+    #: size, as the write reported them. None: a writer that does not report them (see
+    #: :class:`jobs.writing.Written`); the staging directory is listed when called.
+    files: tuple[tuple[str, int], ...] | None = None
 
     def __call__(self) -> list[CommitStep]:
-        files = [] if self.empty else _listing(self.staging_dir)
+        files = [] if self.empty else self._files()
         if not files and not self.empty:
             raise MissingSourceError(f"no staged files for {self.dataset} under {self.staging_dir}")
         # Joined once per directory, not per file: a commit holds one rename per staged file.
@@ -66,6 +71,25 @@ class StagedDataset:
                 FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{named}{name}", size)
             )
         return [*steps, *self.after_data()]
+
+    def relative_paths(self) -> list[str]:
+        """The staged files' paths relative to ``staging_dir``, in their order."""
+        return [f"{directory}{name}" for directory, name, _ in self._files()]
+
+    def _files(self) -> list[tuple[str, str, int]]:
+        """The staged files as ``(directory, name, size)`` (see :func:`_listing`)."""
+        if self.files is None:
+            return _listing(self.staging_dir)
+        found = []
+        for rel, size in sorted(self.files):
+            prefix, name = posixpath.split(rel)
+            found.append((f"{prefix}/" if prefix else "", name, size))
+        if found and not _present(join(self.staging_dir, found[0][0] + found[0][1])):
+            # Published by an earlier attempt of the publish task (no file is renamed before
+            # the seal, so none is gone while the commit is unpublished): nothing staged is
+            # left to publish (MissingSourceError), never a commit of done renames.
+            return []
+        return found
 
     def after_data(self) -> list[CommitStep]:
         """What follows the data in the commit: the watermark steps, then ``extra``."""
@@ -95,6 +119,15 @@ def staged_files(root: str) -> dict[str, int]:
     ``_temporary`` and hidden checksum files are not data. On an object store the sizes
     come from the listing, not from a request per file."""
     return {f"{directory}{name}": size for directory, name, size in _listing(root)}
+
+
+def _present(url: str) -> bool:
+    """Whether a staged file is at ``url`` (a local link counts: the rename refuses it)."""
+    if is_local(url):
+        return os.path.lexists(local_path(url))
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache(posixpath.dirname(path))  # a worker run before may have listed it
+    return bool(fs.exists(path))
 
 
 def _listing(root: str) -> list[tuple[str, str, int]]:

@@ -12,7 +12,8 @@ counts and leaves out of the files.
 
 A unique key is exact. Each task sorts its rows' keys, counts its own equal neighbours and
 writes the keys into the staging directory (:data:`KEYS_DIRECTORY`, hidden: not data,
-deleted with the staging directory; a retried attempt replaces its task's file): one
+deleted with the staging directory; each attempt of a task writes a file of its own name,
+which its figures name, so only the accepted attempt's keys are read): one
 integer, date or timestamp column as its values, any other key as Spark's 64-bit
 ``xxhash64`` of its columns (a hidden column). A keys' file is Parquet, delta-encoded in
 row groups that know their least and greatest key. A task whose keys are consecutive
@@ -86,7 +87,9 @@ class Op:
     #: value: ``{"rows": ..., "least": ...}``.
     REJECTED = "rejected"
     #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file, and
-    #: the task's figure is ``[rows with a key, least, greatest, equal neighbours, task]``.
+    #: the task's figure is ``[rows with a key, least, greatest, equal neighbours, task, its
+    #: attempt's id or None]`` (None: no keys' file, the keys are every integer from the
+    #: least to the greatest).
     KEYS = "keys"
     #: As :attr:`KEYS`, the column holding 64-bit hashes of the keys.
     HASHES = "hashes"
@@ -136,16 +139,16 @@ class Plan:
         for result in results:
             for i, value in enumerate(_decode(result)):
                 if self.ops[i][0] in _KEYED:
-                    keyed, least, greatest, same, task, stored = value
+                    keyed, least, greatest, same, task, attempt = value
                     figures[i] += keyed
                     if keyed:
-                        span = _Span(least, greatest, same, task, bool(stored))
-                        spans.setdefault(i, []).append(span)
+                        file = None if attempt is None else _key_file(i, task, attempt)
+                        spans.setdefault(i, []).append(_Span(least, greatest, same, file))
                 else:
                     figures[i] = _combine(self.ops[i][0], figures[i], value)
 
         def equal(number: int) -> int:
-            return _equal_neighbours(directory, number, spans.get(number, []))
+            return _equal_neighbours(directory, spans.get(number, []))
 
         found: dict[str, tuple[Any, ...]] = {}
         for name, values in self.checks:
@@ -378,8 +381,9 @@ class TaskMeasures:
                 value = least_greatest["min" if op == Op.MIN else "max"]
                 self.figures[i] = _combine(op, self.figures[i], value)
 
-    def finish(self, directory: str, index: int) -> bytes:
-        """Write the task's sorted keys under ``directory``; the task's figures."""
+    def finish(self, directory: str, index: int, attempt: int) -> bytes:
+        """Write the task's sorted keys under ``directory``, in files of the task's
+        ``index`` and its ``attempt``'s id; the task's figures."""
         import numpy as np
 
         if not self.ops:
@@ -390,7 +394,7 @@ class TaskMeasures:
             parts = self.keys.get(i, [])
             keys = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else None
             if keys is None or not len(keys):
-                self.figures[i] = [0, None, None, 0, index, 0]
+                self.figures[i] = [0, None, None, 0, index, None]
                 continue
             if len(keys) > 1 and not bool((keys[1:] >= keys[:-1]).all()):
                 # Stable: a timsort, linear for keys that come in sorted runs.
@@ -398,10 +402,11 @@ class TaskMeasures:
             equal = int(np.count_nonzero(keys[1:] == keys[:-1]))
             least, greatest = int(keys[0]), int(keys[-1])
             # Consecutive integers (ids of a sequence) are their least and greatest: no file.
-            stored = equal or greatest - least != len(keys) - 1
-            if stored:
-                _write_keys(directory, _key_file(i, index), keys)
-            self.figures[i] = [self.figures[i], least, greatest, equal, index, int(stored)]
+            stored = None
+            if equal or greatest - least != len(keys) - 1:
+                _write_keys(directory, _key_file(i, index, attempt), keys)
+                stored = attempt
+            self.figures[i] = [self.figures[i], least, greatest, equal, index, stored]
         return _encode(self.figures)
 
 
@@ -445,14 +450,13 @@ def _decode(result: bytes | bytearray) -> list[Any]:
 @attrs.frozen
 class _Span:
     """A task's keys of one figure: the least, the greatest, how many equal the one before
-    them, the task, and whether its keys are in its keys' file (or are every integer from
-    the least to the greatest)."""
+    them, and the keys' file that holds them (None: they are every integer from the least
+    to the greatest)."""
 
     least: int
     greatest: int
     equal: int
-    task: int
-    stored: bool = True
+    file: str | None
 
 
 def discard_keys(directory: str) -> None:
@@ -466,8 +470,8 @@ def discard_keys(directory: str) -> None:
         log.warning("could not delete the checks' keys under %s: %s", directory, e)
 
 
-def _key_file(number: int, task: int) -> str:
-    return f"{number}-{task:05d}.parquet"
+def _key_file(number: int, task: int, attempt: int) -> str:
+    return f"{number}-{task:05d}-{attempt}.parquet"
 
 
 def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
@@ -486,7 +490,7 @@ def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
     if is_local(directory):
         folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
         os.makedirs(folder, exist_ok=True)
-        # Whole or absent: two attempts of the task replace each other's file.
+        # Whole or absent, under its name.
         temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
         pq.write_table(table, temporary, **options)
         os.replace(temporary, os.path.join(folder, name))
@@ -555,8 +559,8 @@ class _KeyGroups:
         return keys[low:high]
 
 
-def _equal_neighbours(directory: str, number: int, spans: Sequence[_Span]) -> int:
-    """How many of the sorted keys of figure ``number`` (all tasks') equal the one before
+def _equal_neighbours(directory: str, spans: Sequence[_Span]) -> int:
+    """How many of the sorted keys of one figure (all tasks', ``spans``) equal the one before
     them. A task whose keys' range overlaps no other's counted its own; the files of tasks
     whose ranges overlap are merged range by range, cut at row groups' least keys so that a
     range holds about :data:`MERGE_KEYS` (a key many rows share stays in one range)."""
@@ -566,9 +570,9 @@ def _equal_neighbours(directory: str, number: int, spans: Sequence[_Span]) -> in
             equal += cluster[0].equal
         else:
             files = [
-                _KeyGroups(directory, _key_file(number, s.task))
-                if s.stored
-                else _Consecutive(s.least, s.greatest)
+                _Consecutive(s.least, s.greatest)
+                if s.file is None
+                else _KeyGroups(directory, s.file)
                 for s in cluster
             ]
             equal += _merged_equal(files)

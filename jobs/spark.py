@@ -434,14 +434,16 @@ class SparkRunner:
 
     Raises:
         ConfigurationError: if speculative execution is on: a speculative copy of a task
-            would publish the same datasets twice at once.
+            would publish the same datasets twice at once (the run makes this runner when
+            Spark starts, so a staging write is refused it too).
     """
 
     def __init__(self, spark: SparkSession, *, tasks: int | None = None) -> None:
         if (spark.conf.get("spark.speculation", "false") or "").lower() == "true":
             raise ConfigurationError(
                 "spark.speculation must be off for commitpub: a speculative copy of a publish "
-                "task would execute the same commit twice at once"
+                "task would execute the same commit twice at once, and one of a staging write "
+                "task would stage its rows beside the original's"
             )
         if tasks is not None and tasks < 1:
             raise ConfigurationError(f"tasks must be >= 1, got {tasks}")

@@ -5,7 +5,12 @@ the partition columns last and in Spark's string form) and writes them under the
 directory in the layout Spark's own writer gives them: ``column=value`` directories named
 exactly as Spark names them (:func:`escape_path_name`, :data:`DEFAULT_PARTITION`), the
 partition columns left out of the files, and files named
-``part-<task>-<write id>-<n>.parquet``.
+``part-<task>-<write id>-<attempt id>-<n>.parquet``: each attempt of a task writes names of
+its own, so no attempt ever replaces or completes another's files. It returns what it wrote
+(:class:`StagedFile`), and only the files named by the attempts whose results Spark accepted
+are the dataset's (:mod:`jobs.writing`): what a failed attempt left in staging, or an
+orphaned worker of a lost executor still wrote there after its attempt failed, is never
+published and goes with the staging directory.
 
 Each task keeps one open file per partition directory and gathers the rows it receives
 for it into row groups of at least :data:`MIN_ROWS_PER_GROUP` rows (Spark hands a task its
@@ -28,6 +33,16 @@ from store.urls import is_local, local_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+@attrs.frozen
+class StagedFile:
+    """A file a write task staged: its path relative to the staging directory (``/``
+    separated), its size in bytes and its rows."""
+
+    path: str
+    size: int
+    rows: int
 
 
 @attrs.frozen
@@ -71,28 +86,30 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
     options: WriteOptions,
     write_id: str,
     index: int,
-    attempt: int,
+    attempt: TaskAttempt,
     batches: Iterator[pa.RecordBatch],
-) -> int:
-    """Write one Spark partition's record batches under ``directory``; returns the number
-    of files written (none for no rows).
+) -> list[StagedFile]:
+    """Write one Spark partition's record batches under ``directory``; returns the files
+    written (none for no rows).
 
     On an object store each file appears whole when it is closed, so files are written in
     place. Locally an attempt writes into its own hidden directory and then renames each
-    file into place (``os.replace``: a file is whole or absent, and two attempts of one task,
-    a retry after a crash or a speculative copy, replace each other's identical files
-    instead of writing into one). What an attempt killed halfway leaves behind is hidden
-    (not data) and goes with the staging directory.
+    file into place (a file is whole or absent). Either way an attempt's file names are its
+    own (``attempt.id``), so two attempts of one task, a retry after a crash or a late write
+    of an attempt already given up, never replace nor add to each other's files: which of
+    them are the dataset's is said by the attempt whose result Spark accepted. What an
+    attempt killed halfway leaves behind goes with the staging directory.
     """
     local = is_local(directory)
     fs: Any = None
     if local:
         root = local_path(directory)
-        target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt}")
+        target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt.id}")
     else:
         fs, root = fsspec.core.url_to_fs(directory)
         target = root
-    files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}")
+    first = attempt.number == 0
+    files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}-{attempt.id}", first)
     try:
         for batch in batches:
             for partition, rows in _split(batch, options.partition_by):
@@ -102,8 +119,18 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
         files.abandon()
         raise
     if local and written:
-        _move_into_place(written, target, root, first_attempt=attempt == 0)
-    return len(written)
+        _move_into_place([f.path for f in written], target, root, first_attempt=first)
+    return written
+
+
+@attrs.frozen
+class TaskAttempt:
+    """Which attempt of a Spark task writes: its number among the task's attempts (0 the
+    first, whose crash points fire) and an id no other attempt of the write has (Spark's
+    ``TaskContext.taskAttemptId()``, unique in the application)."""
+
+    number: int
+    id: int
 
 
 def _split(
@@ -147,19 +174,24 @@ def _split(
 class _TaskFiles:
     """The Parquet files a task has open, one per partition directory, and those done."""
 
-    def __init__(self, root: str, fs: Any, options: WriteOptions, prefix: str) -> None:
+    def __init__(
+        self, root: str, fs: Any, options: WriteOptions, prefix: str, first_attempt: bool
+    ) -> None:
         self.root = root
         self.fs = fs
         self.prefix = prefix
+        self.first_attempt = first_attempt
         self.compression = options.compression or "snappy"
         self.per_file = options.max_records_per_file
         self.group = min(self.per_file or MIN_ROWS_PER_GROUP, MIN_ROWS_PER_GROUP)
         self.buffered: dict[str, list[pa.RecordBatch]] = {}
         self.buffered_rows: dict[str, int] = {}
         self.buffered_bytes = 0
-        #: partition -> (writer, its sink or None, rows in the file)
-        self.open: dict[str, tuple[Any, Any, int]] = {}
-        self.written: list[str] = []
+        #: partition -> (writer, its sink or None, rows in the file, its relative path)
+        self.open: dict[str, tuple[Any, Any, int, str]] = {}
+        #: Files begun: the next file's number.
+        self.begun = 0
+        self.written: list[StagedFile] = []
 
     def add(self, partition: str, rows: pa.RecordBatch) -> None:
         self.buffered.setdefault(partition, []).append(rows)
@@ -172,8 +204,9 @@ class _TaskFiles:
             # Many partition values, each short of a row group: the fullest is written.
             self._flush(max(self.buffered_rows, key=self.buffered_rows.__getitem__))
 
-    def finish(self) -> list[str]:
-        """Write what is buffered and close every file; the files written, relative."""
+    def finish(self) -> list[StagedFile]:
+        """Write what is buffered and close every file; the files written, in the order
+        they were closed."""
         for partition in list(self.buffered):
             self._flush(partition)
         for partition in list(self.open):
@@ -183,7 +216,7 @@ class _TaskFiles:
     def abandon(self) -> None:
         """After an error: leave the open files unfinished, and an object store's never
         written (a local one is in the attempt's hidden directory)."""
-        for writer, sink, _ in self.open.values():
+        for writer, sink, _, _ in self.open.values():
             # The error being handled is the one to report, not a failure to close after it.
             with contextlib.suppress(Exception):
                 writer.close()
@@ -202,26 +235,28 @@ class _TaskFiles:
         self.buffered_bytes -= sum(batch.nbytes for batch in batches)
         table = pa.Table.from_batches([writable(batch) for batch in batches])
         while table.num_rows:
-            writer, sink, rows = self.open.get(partition) or self._new_file(partition, table.schema)
+            writer, sink, rows, rel = self.open.get(partition) or self._new_file(
+                partition, table.schema
+            )
             n = (
                 table.num_rows
                 if self.per_file is None
                 else min(table.num_rows, self.per_file - rows)
             )
             writer.write_table(table.slice(0, n), row_group_size=MAX_ROWS_PER_GROUP)
-            self.open[partition] = (writer, sink, rows + n)
+            self.open[partition] = (writer, sink, rows + n, rel)
             table = table.slice(n)
             if self.per_file is not None and rows + n >= self.per_file:
                 self._close(partition)
 
-    def _new_file(self, partition: str, schema: pa.Schema) -> tuple[Any, Any, int]:
+    def _new_file(self, partition: str, schema: pa.Schema) -> tuple[Any, Any, int, str]:
         import pyarrow.parquet as pq
 
         if len(self.open) >= MAX_OPEN_FILES:
             self._close(next(iter(self.open)))
-        name = f"{self.prefix}-{len(self.written)}.parquet"
+        name = f"{self.prefix}-{self.begun}.parquet"
         rel = f"{partition}/{name}" if partition else name
-        self.written.append(rel)
+        self.begun += 1
         path = f"{self.root}/{rel}"
         sink = None
         if self.fs is None:
@@ -230,15 +265,21 @@ class _TaskFiles:
         else:
             sink = self.fs.open(path, "wb")
             writer = pq.ParquetWriter(sink, schema, compression=self.compression)
-        return writer, sink, 0
+        return writer, sink, 0, rel
 
     def _close(self, partition: str) -> None:
-        writer, sink, _ = self.open.pop(partition)
+        writer, sink, rows, rel = self.open.pop(partition)
         try:
             writer.close()
+            # The footer is written: the sink has every byte (an object store's upload
+            # counts them as they come).
+            size = os.path.getsize(f"{self.root}/{rel}") if sink is None else sink.tell()
         finally:
             if sink is not None:
                 sink.close()
+        self.written.append(StagedFile(rel, size, rows))
+        if self.first_attempt:  # a task's retry must not crash at the same point again
+            failpoint("stage.file_closed")
 
 
 def writable(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -323,7 +364,7 @@ def _move_into_place(
     written: list[str], attempt_dir: str, root: str, *, first_attempt: bool
 ) -> None:
     """Rename an attempt's files, relative to its directory, to the same places under
-    ``root``; then remove the attempt's directory."""
+    ``root`` (names no other attempt has); then remove the attempt's directory."""
     made: set[str] = set()
     for rel in written:
         final = os.path.join(root, rel)

@@ -27,14 +27,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep, MissingSourceError
-from jobs.commits import StagedDataset, join, staged_files
+from jobs.commits import StagedDataset, join
 from jobs.config import BatchConfig
 from jobs.errors import BatchArgumentError
 from jobs.formats import CATALOG_NAME, get_format
-from jobs.taskwriter import WriteOptions, write_partition
+from jobs.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
 from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
@@ -47,13 +46,34 @@ StepsBuilder = Callable[[], Sequence[CommitStep]]
 
 @attrs.frozen
 class Written:
-    """What a write left in a staging directory, and the figures its tasks measured for
-    checks (:mod:`jobs.measures`; None: the writer measures nothing)."""
+    """What a write staged, and the figures its tasks measured for checks
+    (:mod:`jobs.measures`; None: the writer measures nothing).
+
+    ``staged`` names the dataset's files as the write's tasks reported them, each from the
+    attempt whose result Spark accepted: the commit publishes those and nothing else in the
+    staging directory, and the checks read and count those. None: a writer that does not
+    say (one of your own that writes with Spark's own writer); its staging directory is
+    listed instead, and must then hold only its files.
+    """
 
     files: int
     rows: int
     bytes: int
     measured: tuple[builtins.bytes, ...] | None = None
+    staged: tuple[StagedFile, ...] | None = None
+
+    @classmethod
+    def of(
+        cls, staged: Sequence[StagedFile], measured: tuple[builtins.bytes, ...] | None = None
+    ) -> Written:
+        """What the files ``staged`` hold, with the figures ``measured``."""
+        return cls(
+            files=len(staged),
+            rows=sum(f.rows for f in staged),
+            bytes=sum(f.size for f in staged),
+            measured=measured,
+            staged=tuple(sorted(staged, key=lambda f: f.path)),
+        )
 
 
 class Writer(abc.ABC):
@@ -91,8 +111,11 @@ class ParquetWriter(Writer):
     is the commit, so Spark's own commit protocol is left out: no task-attempt directories
     merged at job commit, no checksum sidecars, no ``_SUCCESS``, and no Hadoop S3A
     connector on the nodes. A file's name is fixed by the task's partition and an id of
-    this write, so a retried task writes the same names again (it replaces, never adds) and
-    a later write into the same directory never meets them.
+    this write and the task attempt's own id, so a later write into the same directory
+    never meets them, and two attempts of a task never share one: the files published are
+    those the accepted attempt of each task reported, whatever a failed attempt (or an
+    orphaned worker of a lost executor, still writing after its attempt failed) left in
+    staging.
     """
 
     format = "parquet"
@@ -103,8 +126,8 @@ class ParquetWriter(Writer):
             raise FileExistsError(
                 errno.EEXIST, "a staging directory is written once; it exists already", directory
             )
-        measured = _write_with_arrow(frame, directory, options)
-        return attrs.evolve(count(directory), measured=measured)
+        staged, measured = _write_with_arrow(frame, directory, options)
+        return Written.of(staged, measured)
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         # The files are published by renames: the staged dataset builds them itself.
@@ -214,7 +237,7 @@ class DeltaCommit:
 
 
 def _staged_urls(staged: StagedDataset) -> list[str]:
-    files = staged_files(staged.staging_dir)
+    files = staged.relative_paths()
     if not files:
         raise MissingSourceError(f"no staged files for {staged.dataset} under {staged.staging_dir}")
     return [join(staged.staging_dir, rel) for rel in files]
@@ -288,37 +311,26 @@ def writer_for(config: BatchConfig) -> Writer:
     return get_format(config.output_format).writer(config)
 
 
-def count(directory: str) -> Written:
-    """Files, rows (from each Parquet footer) and bytes under a staging directory, local or
-    on an object store."""
-    import pyarrow.parquet as pq
-
-    files = staged_files(directory)
-    fs = None if is_local(directory) else fsspec.core.url_to_fs(directory)[0]
-    rows = 0
-    for rel in files:
-        path = join(directory, rel)
-        if fs is None:
-            rows += pq.read_metadata(local_path(path)).num_rows
-        else:
-            with fs.open(path, "rb") as f:
-                rows += pq.read_metadata(f).num_rows
-    return Written(files=len(files), rows=rows, bytes=sum(files.values()))
+#: The result schema of the write tasks: each returns the files it wrote and the figures
+#: it measured for checks.
+_TASK_RESULT = "files array<struct<path: string, size: bigint, rows: bigint>>, measured binary"
 
 
-#: The result schema of the write tasks: each returns how many files it wrote and the
-#: figures it measured for checks.
-_TASK_RESULT = "files long, measured binary"
-
-
-def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -> tuple[bytes, ...]:
+def _write_with_arrow(
+    frame: DataFrame, directory: str, options: WriteOptions
+) -> tuple[list[StagedFile], tuple[bytes, ...]]:
     """Stage ``frame`` from the Spark tasks: each writes its Arrow batches with pyarrow.
 
     The partition columns reach the tasks as Spark's own string form of their values (a
     cast in the session's time zone, as Spark's writer names its directories), last.
 
+    Spark returns the result of one attempt of each task, the one it accepted (speculation
+    is refused: :class:`jobs.spark.SparkRunner`), so the files and figures returned are
+    exactly those of the accepted attempts.
+
     Returns:
-        Each task's measured figures (:class:`jobs.measures.TaskMeasures`).
+        The files the tasks wrote, and each task's measured figures
+        (:class:`jobs.measures.TaskMeasures`).
     """
     partition_by = options.partition_by
     frame = frame.select(
@@ -328,7 +340,8 @@ def _write_with_arrow(frame: DataFrame, directory: str, options: WriteOptions) -
     task = functools.partial(_write_task, directory, options, secrets.token_hex(8))
     with _batches_cut_by_rows(frame.sparkSession):
         results = frame.mapInArrow(task, _TASK_RESULT).collect()
-    return tuple(bytes(row[1] or b"") for row in results)
+    staged = [StagedFile(f.path, f.size, f.rows) for row in results for f in row[0] or ()]
+    return staged, tuple(bytes(row[1] or b"") for row in results)
 
 
 #: Spark's cap on the bytes of an Arrow batch it sends to a Python task (since Spark 4).
@@ -375,12 +388,15 @@ def _write_task(
         raise RuntimeError("the staging write runs in a Spark task")
     measures = TaskMeasures(options.measures)
     index = context.partitionId()
-    files = write_partition(
-        directory, options, write_id, index, context.attemptNumber(), measures.strip(batches)
-    )
-    measured = measures.finish(directory, index)
-    if context.attemptNumber() == 0:  # a task's retry must not crash at the same point again
+    attempt = TaskAttempt(context.attemptNumber(), context.taskAttemptId())
+    files = write_partition(directory, options, write_id, index, attempt, measures.strip(batches))
+    measured = measures.finish(directory, index, attempt.id)
+    if attempt.number == 0:  # a task's retry must not crash at the same point again
         failpoint("stage.task_measured")
+    kind = pa.list_(pa.struct([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]))
     yield pa.RecordBatch.from_pydict(
-        {"files": pa.array([files], pa.int64()), "measured": pa.array([measured], pa.binary())}
+        {
+            "files": pa.array([[attrs.asdict(f) for f in files]], kind),
+            "measured": pa.array([measured], pa.binary()),
+        }
     )

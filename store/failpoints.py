@@ -85,6 +85,13 @@ _DRIVER, _TASK, _EITHER = Where.DRIVER, Where.TASK, Where.EITHER
 #: Every crash point of commitpub, by name.
 CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
     CrashPoint(
+        "stage.file_closed",
+        _TASK,
+        "stage",
+        "a task's first attempt closed its first file (locally in its hidden attempt "
+        "directory, on an object store in place); Spark retries the task",
+    ),
+    CrashPoint(
         "stage.first_attempt_moved",
         _TASK,
         "stage",

@@ -6,12 +6,18 @@ then recovers in executor processes on the worker, proved by their working direc
 worker's ``--work-dir``) and process ids; a last run finishes, and the output is checked
 record by record. Commit steps and
 watermarks live in Redis, so the stores travel to executors by URL.
+
+Another run loses its executor while it stages: the executor's JVM is SIGKILLed while its
+write task's attempt has staged its files and not yet returned; Spark runs the task again on
+a new executor, with its rows in another order, and each row is published once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -22,11 +28,11 @@ from pathlib import Path
 import attrs
 import pyspark
 import pytest
-from jobhelpers import Landing, assert_exactly_once, commitpub, write_job
+from jobhelpers import COMMITPUB, Landing, assert_exactly_once, commitpub, write_job
 
 from jobs.config import load_config
 from store import open_store
-from store.failpoints import ENV_VAR
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 STARTUP_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.25
@@ -169,3 +175,102 @@ def test_crash_mid_publish_then_recovery_in_executors_on_the_worker(
         tmp_path / "landing", tmp_path / "output", config.watermarks_url, datasets
     ) == sum(landing.next.values())
     assert store.datasets(config.name) == []
+
+
+#: A transform whose rows come in another order in each attempt of a task.
+TRANSFORM = "usertransforms:order_by_attempt"
+
+
+def _ancestor(pid: int, command: str) -> int:
+    """The nearest ancestor of process ``pid`` whose command line holds ``command``."""
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        if command in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            return pid
+    raise LookupError(f"no ancestor of {pid} runs {command}")
+
+
+@pytest.mark.spark
+@pytest.mark.redis
+@pytest.mark.slow
+def test_an_executor_killed_while_it_stages_publishes_each_row_once(
+    spark_cluster: Cluster, redis_url: str, tmp_path: Path
+) -> None:
+    # One write task, whose rows a transform hands over in an order that changes with the
+    # attempt. Its first attempt's Python worker stops once it has moved its files into
+    # staging and measured its checks, before its result reaches the driver; the
+    # executor's JVM is then SIGKILLed (an executor lost: OOM kill, preemption). Spark runs
+    # the task again on a new executor, which names its files otherwise: only its files are
+    # published, and the checks count them.
+    landing = Landing(tmp_path / "landing")
+    landing.append("orders", "0", 3000)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    here = Path(__file__).parent
+    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH")) if p)
+    job = write_job(
+        tmp_path,
+        source={
+            "path": "landing",
+            "time_field": "ts",
+            "transform": "usertransforms:order_by_attempt",
+        },
+        store={"url": redis_url},
+        watermarks={"url": redis_url},
+        spark={
+            "master": spark_cluster.master_url,
+            "conf": {
+                "spark.ui.enabled": False,
+                "spark.executor.memory": "512m",
+                "spark.cores.max": 2,
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                # The executors import the transform too.
+                "spark.executorEnv.PYTHONPATH": path,
+            },
+        },
+    )
+    job.write_text(job.read_text() + '\n[[checks]]\ncheck = "unique"\ncolumns = ["id"]\n')
+    config = load_config(job)
+    env = {**os.environ, ENV_VAR: "stage.task_measured@1:stop", MARKS_ENV_VAR: str(marks)}
+    env["PYTHONPATH"] = path
+    log = tmp_path / "run.log"
+    with log.open("w") as err:
+        run = subprocess.Popen(
+            [COMMITPUB, "run", str(job), "--json"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not stopped:
+            assert run.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the write task never reached its fail point"
+            stopped = [int(m.name.rsplit(".", 1)[1]) for m in marks.iterdir()]
+            time.sleep(POLL_INTERVAL_S)
+        [worker] = stopped
+        os.kill(_ancestor(worker, "CoarseGrainedExecutorBackend"), signal.SIGKILL)
+        out, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in stopped:  # the stopped worker of the dead executor
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    assert run.returncode == 0, log.read_text()[-3000:]
+    report = json.loads(out)
+    assert (
+        assert_exactly_once(
+            tmp_path / "landing", tmp_path / "output", config.watermarks_url, ["orders"]
+        )
+        == 3000
+    )
+    [unique] = report["checks"]["orders"]["checks"]
+    figures = unique["figures"]
+    assert (figures["rows"], figures["distinct_keys"], figures["null_key_rows"]) == (3000, 3000, 0)

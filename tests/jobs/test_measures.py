@@ -149,8 +149,11 @@ def test_a_key_twice_in_two_tasks_is_counted_exactly(
     figures = {r.name: r.figures["duplicate_rows"] for r in in_write.checks}
     assert figures == {"unique(id)": 1, "unique(amount)": 2, "unique(name)": 0}
     keys = sorted(p.name for p in (tmp_path / "staged" / measures.KEYS_DIRECTORY).iterdir())
-    # The first task's ids are consecutive: its least and greatest say them, no file.
-    assert keys == [f"{i}-{t:05d}.parquet" for i in (0, 1, 2) for t in (0, 1)][1:]
+    # The first task's ids are consecutive: its least and greatest say them, no file. Each
+    # file is named by its task and the task's attempt.
+    assert [k.rsplit("-", 1)[0] for k in keys] == [
+        f"{i}-{t:05d}" for i in (0, 1, 2) for t in (0, 1)
+    ][1:]
 
 
 def test_keys_on_an_object_store_are_written_merged_and_discarded_through_fsspec(
@@ -166,7 +169,7 @@ def test_keys_on_an_object_store_are_written_merged_and_discarded_through_fsspec
         task = measures.TaskMeasures(plan.ops)
         batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
         assert [b.num_rows for b in task.strip(iter([batch]))] == [len(ids)]
-        results.append(task.finish(directory, index))
+        results.append(task.finish(directory, index, 0))
 
     measured = plan.measured(results, directory, 5)
 
@@ -174,7 +177,7 @@ def test_keys_on_an_object_store_are_written_merged_and_discarded_through_fsspec
     fs = fsspec.filesystem("s3")
     # The second task's keys are consecutive: no file.
     assert fs.ls(f"{directory}/{measures.KEYS_DIRECTORY}", detail=False) == [
-        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-00000.parquet"
+        f"{s3_bucket}/staging/orders/{measures.KEYS_DIRECTORY}/0-00000-0.parquet"
     ]
     # Once the checks are judged the keys go, and only they.
     fs.pipe_file(f"{directory}/part-00000.parquet", b"staged")
@@ -203,7 +206,7 @@ def test_a_tasks_nulls_and_keys_are_counted_whichever_batches_have_them(tmp_path
     assert [b.num_rows for b in stripped] == [3, 3, 3]
     directory = str(tmp_path / "staged")
 
-    measured = plan.measured([task.finish(directory, 0)], directory, 9)
+    measured = plan.measured([task.finish(directory, 0, 0)], directory, 9)
 
     assert measured.values == {"not_null(a, b)": (4, 2, 3), "unique(id)": (8, 7)}
 
@@ -221,7 +224,7 @@ def _measure_tasks(
         task = measures.TaskMeasures(plan.ops)
         batch = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64())})
         assert [b.num_rows for b in task.strip(iter([batch]))] == [len(ids)]
-        results.append(task.finish(directory, index))
+        results.append(task.finish(directory, index, 0))
     return plan, results
 
 
@@ -260,9 +263,9 @@ def test_ranges_that_touch_or_overlap_are_merged_and_the_others_are_not(
     plan, results = _measure_tasks(directory, tasks)
     folder = tmp_path / "staged" / measures.KEYS_DIRECTORY
     assert sorted(p.name for p in folder.iterdir()) == [
-        f"0-0000{t}.parquet" for t in (0, 1, 2, 3, 4, 6)
+        f"0-0000{t}-0.parquet" for t in (0, 1, 2, 3, 4, 6)
     ]
-    (folder / "0-00004.parquet").unlink()
+    (folder / "0-00004-0.parquet").unlink()
 
     # 22 keys; equal neighbours: 3, 7, 22 and high twice.
     assert plan.measured(results, directory, 22).values == {"unique(id)": (22, 17)}

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from commitsteps import FsRenameCommitStep, StagedLinkError, WatermarkCommitStep
+from commitsteps import (
+    FsRenameCommitStep,
+    MissingSourceError,
+    StagedLinkError,
+    WatermarkCommitStep,
+)
 from jobs.commits import Mark, StagedDataset, staged_files
 from publisher.confinement import Roots
 
@@ -89,3 +94,35 @@ def test_a_link_to_a_file_is_listed_for_confinement_to_refuse(tmp_path: Path) ->
     refusals = Roots([str(staging)], ["/out"]).refusals(steps)
     refused = {s.src: type(e) for s, e in zip(steps, refusals, strict=True) if e is not None}
     assert refused == {f"{staging}/link.parquet": StagedLinkError}
+
+
+def test_the_files_reported_are_the_commit_and_nothing_else_in_staging(tmp_path: Path) -> None:
+    # Staging also holds what a failed task attempt wrote there (files of its own names):
+    # the commit renames only the files the accepted attempts reported, in path order.
+    staging = tmp_path / "staging"
+    _stage(staging)
+    reported = (("top.parquet", 3), ("d=2024-01-01/part-1.parquet", 12))
+    mark = Mark("2024-01-01", 100, 200)
+
+    steps = StagedDataset("orders", str(staging), "/out", "r7", "/wm", (mark,), files=reported)()
+
+    assert steps == [
+        FsRenameCommitStep(
+            f"{staging}/d=2024-01-01/part-1.parquet", "/out/d=2024-01-01/r7-part-1.parquet", 12
+        ),
+        FsRenameCommitStep(f"{staging}/top.parquet", "/out/r7-top.parquet", 3),
+        WatermarkCommitStep("/wm", "orders", "2024-01-01", 100, 200),
+    ]
+
+
+def test_reported_files_already_renamed_away_are_no_commit(tmp_path: Path) -> None:
+    # An earlier attempt of the publish task published them (its staging directory still
+    # there): a retry builds no commit of done renames, it finds nothing staged.
+    reported = (("d=2024-01-01/part-0.parquet", 11), ("top.parquet", 3))
+    (tmp_path / "staging" / "d=2024-01-01").mkdir(parents=True)
+    staged = StagedDataset(
+        "orders", str(tmp_path / "staging"), "/out", "r7", "/wm", (), files=reported
+    )
+
+    with pytest.raises(MissingSourceError, match="no staged files for orders"):
+        staged()

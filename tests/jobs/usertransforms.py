@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
@@ -18,3 +21,24 @@ def returns_nothing(df: DataFrame, dataset: str) -> None:
 
 
 NOT_A_FUNCTION = 3
+
+
+def order_by_attempt(df: DataFrame, dataset: str) -> DataFrame:
+    """The same rows, in an order that changes with the Spark task's attempt: its rows as
+    they come in attempt 0, reversed in attempt 1, and so on (as a shuffle fetch or a UDF
+    yielding results as they complete hands a retried task its rows)."""
+    return df.mapInArrow(_order_by_attempt, df.schema)
+
+
+def _order_by_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    received = list(batches)
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
+    if context.attemptNumber() % 2:
+        table = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
+    yield from table.to_batches()
