@@ -510,6 +510,8 @@ class Batch:
         not yet possible, a table its commit creates). After the publish a failure is only
         logged: the data is published, and the next run records the owner."""
         if not after:
+            # A run that lost the lock writes nothing into the output, a record neither.
+            self._publisher.require_lock(f"publishing {dataset!r} (its output's owner record)")
             return claim_output(self.config, dataset).job
         try:
             return claim_output(self.config, dataset).job

@@ -44,9 +44,11 @@ _SECRET_WORDS = ("secret", "password", "token", "credential")
 #: The file in a dataset's directory naming the job that publishes into it. It starts with
 #: "_", so Spark, pyarrow and DuckDB do not take it for data.
 OWNER_FILE = "_commitpub_owner.json"
-#: The table property (Iceberg and Delta) naming the job that publishes into the table.
+#: The Iceberg table property naming the job that publishes into the table (the value of
+#: ``commitsteps.iceberg.OWNER_PROPERTY``, which the table's creating commit sets).
 OWNER_PROPERTY = "commitpub.owner"
-#: The table property naming the job's former name while a rename is under way ("": none).
+#: The Iceberg table property naming the job's former name while a rename is under way
+#: ("": none).
 MOVING_PROPERTY = "commitpub.owner.moving-from"
 #: The layout version of :data:`OWNER_FILE`.
 OWNER_FILE_VERSION = 1
@@ -513,8 +515,9 @@ class IcebergFormat(OutputFormat):
         replace: bool = False,
         moving_from: str | None = None,
     ) -> bool:
-        """Set the table properties, in a commit of its own that changes no data; False
-        while the table does not exist (its first commit creates it)."""
+        """Set the table properties, in a commit of its own that changes no data (no
+        snapshot); False while the table does not exist (its first commit creates it, with
+        the property)."""
         table = _iceberg_table(config, dataset)
         if table is None:
             return False
@@ -542,7 +545,11 @@ class IcebergFormat(OutputFormat):
 
 
 class DeltaFormat(OutputFormat):
-    """Each dataset is the Delta table at ``<output>/<dataset>``."""
+    """Each dataset is the Delta table at ``<output>/<dataset>``. Its owner record is the
+    file :data:`OWNER_FILE` in the table's directory, as for Parquet: Delta readers read
+    only what the log names, and VACUUM leaves names starting with "_" alone (a table
+    property would cost a commit of its own, as Delta's table creation refuses properties it
+    does not know)."""
 
     name = "delta"
     table = True
@@ -561,42 +568,6 @@ class DeltaFormat(OutputFormat):
             return []
         rows: list[dict[str, Any]] = read_arrow(table).to_pylist()
         return rows
-
-    def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
-        """The table property :data:`OWNER_PROPERTY` of the table (its ``configuration``)."""
-        from commitsteps.delta import open_table
-
-        uri = dataset_directory(config.output, dataset)
-        table = open_table(uri)
-        where = f"table property {OWNER_PROPERTY!r} of Delta table {uri}"
-        if table is None:
-            return OutputOwner(None, False, where)
-        found = table.metadata().configuration
-        return _table_owner(found.get(OWNER_PROPERTY), found.get(MOVING_PROPERTY), where)
-
-    def record_owner(
-        self,
-        config: BatchConfig,
-        dataset: str,
-        job: str,
-        *,
-        replace: bool = False,
-        moving_from: str | None = None,
-    ) -> bool:
-        """Set the table property, in a commit of its own that changes no data (Delta's
-        table creation refuses properties it does not know, so a new table gets it right
-        after its first commit); False while the table does not exist."""
-        from commitsteps.delta import open_table
-
-        table = open_table(dataset_directory(config.output, dataset))
-        if table is None:
-            return False
-        if replace or not table.metadata().configuration.get(OWNER_PROPERTY):
-            table.alter.set_table_properties(
-                {OWNER_PROPERTY: job, MOVING_PROPERTY: moving_from or ""},
-                raise_if_not_exists=False,
-            )
-        return True
 
 
 #: Format name -> ``module:Class``; the built-ins, then those registered from outside.

@@ -5,10 +5,12 @@ whose name changed (or another job pointed at the same output) would find no wat
 publish the whole source again into an output that already holds it. So each dataset's
 output names its job (:meth:`jobs.formats.OutputFormat.owner`):
 
-* a Parquet dataset (and a format of your own that publishes files): the file
-  ``_commitpub_owner.json`` in ``<output>/<dataset>/``, ``{"job": ..., "version": 1}``;
-  readers of the directory (Spark, pyarrow, DuckDB) skip names starting with "_";
-* an Iceberg or Delta table: the table property ``commitpub.owner``.
+* a Parquet dataset or a Delta table (and a format of your own that publishes files): the
+  file ``_commitpub_owner.json`` in ``<output>/<dataset>/``, ``{"job": ..., "version": 1}``;
+  readers of the directory (Spark, pyarrow, DuckDB) skip names starting with "_", Delta
+  readers read only what the log names, and Delta's VACUUM leaves such names alone;
+* an Iceberg table: the table property ``commitpub.owner``, set by the commit that creates
+  the table.
 
 **Checked** (:func:`check`) before a dataset is staged, and for every dataset of a job
 file's source before the job lock is taken: an output that names another job is refused
@@ -16,11 +18,9 @@ file's source before the job lock is taken: an output that names another job is 
 (``commitpub rename-job``, :mod:`jobs.rename`); nothing was staged or published.
 
 **Recorded** (:func:`claim`) by a run right before its dataset's write-ahead, so the record
-is there before any byte of the job's is published: a Parquet directory's file is created
-exclusively (of two jobs racing for a new output, one wins and the other is refused). A
-table cannot hold it before the table exists: its first commit creates the table and the
-run records the property right after; a run killed in between leaves a table without one,
-which the next run records.
+is there before any byte of the job's is published: the owner file is created exclusively
+(of two jobs racing for a new output, one wins and the other is refused). An Iceberg table
+that does not exist yet gets the property with its creating commit, atomically.
 
 **Adopted.** An output without a record (written by a version before records) is taken by
 the first job that publishes into it, as a new output is.

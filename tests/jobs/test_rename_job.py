@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from jobs import Batch
 from jobs.exitcodes import ExitCode
-from jobs.formats import OWNER_FILE
+from jobs.formats import OWNER_FILE, get_format
 from jobs.ownership import OutputOwnedError
 from publisher.staging import ROOT_MARKER
 from store import open_watermarks
@@ -209,3 +209,63 @@ def test_rename_job_refuses_a_pending_commit_of_the_old_name(
     assert _owner(Path(places["output"]) / "orders") == {"job": OLD, "version": 1}
     assert _marks(places["watermarks"], OLD, "orders") == {"all": 4}
     assert _marks(places["watermarks"], NEW, "orders") == {}
+
+
+# -- tables: the owner recorded in an Iceberg table property, a Delta table's directory ----
+
+
+def _table_config(fmt: str, places: dict[str, str], name: str) -> Any:
+    from jobs.config import batch_config
+
+    return batch_config(name, **places, format=fmt, namespace="sales" if fmt == "iceberg" else None)
+
+
+def _table_ids(fmt: str, places: dict[str, str]) -> collections.Counter[int]:
+    config = _table_config(fmt, places, NEW)
+    rows = get_format(fmt).read_back(config.output, "orders", config)
+    return collections.Counter(r["id"] for r in rows)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_table_knows_its_owner_and_moves_with_rename_job(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
+    places = batch_places(tmp_path)
+    # One namespace for both names: the Iceberg namespace follows the job's name otherwise.
+    table = {"format": fmt, **({"namespace": "sales"} if fmt == "iceberg" else {})}
+    with Batch(spark, OLD, run_id="t1", **table, **places) as batch:
+        _stage(batch, spark, 0, 10)
+    assert batch.report.exit_code == 0, batch.report.error
+    owner = get_format(fmt).owner(_table_config(fmt, places, NEW), "orders")
+    assert (owner.job, owner.moving_from) == (OLD, None)
+    if fmt == "delta":
+        assert _owner(Path(places["output"]) / "orders") == {"job": OLD, "version": 1}
+    assert _table_ids(fmt, places) == collections.Counter(range(10))
+
+    elsewhere = {**places, "staging": places["staging"] + "-v2"}
+    with (
+        pytest.raises(OutputOwnedError, match=f"belongs to job {OLD!r}, not {NEW!r}"),
+        Batch(spark, NEW, run_id="t2", **table, **elsewhere) as batch,
+    ):
+        _stage(batch, spark, 0, 15)
+    assert batch.report.exit_code == ExitCode.CONFIG
+    assert _table_ids(fmt, places) == collections.Counter(range(10))
+
+    job_file = tmp_path / "job.toml"
+    namespace = 'namespace = "sales"\n' if fmt == "iceberg" else ""
+    job_file.write_text(
+        f'[job]\nname = "{NEW}"\n[store]\nurl = "{places["store"]}"\n'
+        f'[watermarks]\nurl = "{places["watermarks"]}"\n'
+        f'[staging]\npath = "{elsewhere["staging"]}"\n'
+        f'[output]\npath = "{places["output"]}"\nformat = "{fmt}"\n{namespace}'
+    )
+    moved = commitpub("rename-job", str(job_file), "--from", OLD)
+    assert moved.returncode == 0, moved.stderr
+    owner = get_format(fmt).owner(_table_config(fmt, places, NEW), "orders")
+    assert (owner.job, owner.moving_from) == (NEW, None)
+
+    with Batch(spark, NEW, run_id="t3", **table, **elsewhere) as batch:
+        _stage(batch, spark, batch.committed("orders", "all"), 15)
+    assert batch.report.exit_code == 0, batch.report.error
+    assert _table_ids(fmt, places) == collections.Counter(range(15))
