@@ -507,15 +507,17 @@ class Batch:
 
     def _claim(self, dataset: str, *, after: bool = False) -> str | None:
         """Record this job as the owner of the dataset's output; the owner recorded (None:
-        not yet possible, a table its commit creates). After the publish a failure is only
-        logged: the data is published, and the next run records the owner."""
-        if not after:
-            # A run that lost the lock writes nothing into the output, a record neither.
-            self._publisher.require_lock(f"publishing {dataset!r} (its output's owner record)")
-            return claim_output(self.config, dataset).job
+        not recorded yet). An output that names another job is refused; one that cannot
+        be written (the dataset's commit then fails on its own) or a failure after the
+        publish is only logged: the next run records the owner."""
         try:
+            if not after:
+                # A run that lost the lock writes nothing into the output, a record neither.
+                self._publisher.require_lock(f"publishing {dataset!r} (its output's owner record)")
             return claim_output(self.config, dataset).job
-        except Exception as e:  # the next run's claim records it
+        except (CommitPubError, OSError) as e:
+            if not after and not isinstance(e, OSError):
+                raise
             log.warning("could not record the owner of the output of %s: %s", dataset, e)
             return None
 

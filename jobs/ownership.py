@@ -35,19 +35,14 @@ import logging
 from collections.abc import Iterable
 
 from jobs.config import BatchConfig
+from jobs.errors import OutputOwnedError
 from jobs.formats import OutputOwner, get_format
-from store.errors import ConfigurationError
 from store.urls import redact
 
 log = logging.getLogger("commitpub.jobs")
 
 #: The operator command that moves a job's state to its new name.
 RENAME_COMMAND = "commitpub rename-job"
-
-
-class OutputOwnedError(ConfigurationError):
-    """A dataset's output records another job as the one publishing into it (or a rename
-    of the job is not finished)."""
 
 
 def rename_command(config: BatchConfig, old: str) -> str:

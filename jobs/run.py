@@ -38,8 +38,9 @@ from jobs.config import (
     source_class,
     transform_function,
 )
+from jobs.errors import OutputOwnedError
 from jobs.jobrun import JobRun, new_run_id
-from jobs.ownership import OutputOwnedError, check_all
+from jobs.ownership import check_all
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
 from jobs.sources import Source
