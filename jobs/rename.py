@@ -43,7 +43,7 @@ from jobs.config import BatchConfig, OperatorConfig
 from jobs.formats import OutputFormat, OutputOwner, get_format
 from jobs.ownership import RENAME_COMMAND
 from jobs.session import JobSession
-from publisher import Publisher
+from publisher import Publisher, staging
 from store import JsonScalar, WatermarkStore
 from store.base import encode_value
 from store.errors import ConfigurationError
@@ -168,6 +168,11 @@ def _outputs(
     return moving
 
 
+def _claimed(config: BatchConfig, job: str) -> bool:
+    """Whether ``job`` marked the configuration's staging path."""
+    return staging.claimed_by(config.staging) == job
+
+
 def _conflicts(
     new_marks: WatermarkStore, marks: Mapping[str, Mapping[str, JsonScalar]], moving: set[str]
 ) -> list[str]:
@@ -182,6 +187,40 @@ def _conflicts(
             if now is not None and not _same(now, value):
                 found.append(f"{dataset}/{partition}: {value!r} under the old name, {now!r}")
     return found
+
+
+def _move_watermarks(
+    was: JobSession, now: JobSession, marks: Mapping[str, Mapping[str, JsonScalar]]
+) -> dict[str, dict[str, JsonScalar]]:
+    """Copy ``marks`` (the old name's) to the new name, then clear the old name's; the
+    partitions copied now. Each write by compare-and-set, under its name's fencing token.
+
+    Raises:
+        RenameRefusedError: if a new-name watermark changed meanwhile (run it again).
+        FencedError: if a run of either name took its lock over.
+    """
+    new = now.config.name
+    copied: dict[str, dict[str, JsonScalar]] = {}
+    for dataset, partitions in sorted(marks.items()):
+        for partition, value in sorted(partitions.items()):
+            current = now.watermarks.get(dataset, partition)
+            if current is not None and _same(current, value):
+                continue
+            if not now.watermarks.compare_and_set(
+                dataset, partition, current, value, token=now.publisher.context.token
+            ):
+                raise RenameRefusedError(
+                    f"the watermark of {dataset}/{partition} of job {new!r} changed while "
+                    f"it was being set; run {RENAME_COMMAND} again"
+                )
+            copied.setdefault(dataset, {})[partition] = value
+            failpoint("rename.watermark_copied")
+    for dataset, partitions in sorted(marks.items()):
+        for partition, value in sorted(partitions.items()):
+            was.watermarks.compare_and_set(
+                dataset, partition, value, None, token=was.publisher.context.token
+            )
+    return copied
 
 
 def rename_job(config: OperatorConfig, old: str) -> Renamed:
@@ -220,6 +259,11 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
         _refuse_pending(new_pub, new, config, old=False)
         marks = _marks(was.watermarks)
         outputs = _outputs(config, old, fmt, marks)
+        if not (outputs or was.watermarks.datasets() or _claimed(config, old)):
+            raise RenameRefusedError(
+                f"job {old!r} has no watermarks, no output and no staging path here: nothing "
+                f"to move to {new!r} (is --from {old!r} the job's former name?)"
+            )
         resumed = {d for d, o in outputs.items() if o.moving_from == old}
         conflicts = _conflicts(now.watermarks, marks, resumed)
         if conflicts:
@@ -235,30 +279,11 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
                 fmt.record_owner(config, dataset, new, replace=True, moving_from=old)
         failpoint("rename.outputs_marked")
         # 2. Watermarks copied under the new name's token, then 3. cleared under the old's.
-        copied: dict[str, dict[str, JsonScalar]] = {}
-        for dataset, partitions in sorted(marks.items()):
-            for partition, value in sorted(partitions.items()):
-                current = now.watermarks.get(dataset, partition)
-                if current is not None and _same(current, value):
-                    continue
-                if not now.watermarks.compare_and_set(
-                    dataset, partition, current, value, token=new_pub.context.token
-                ):
-                    raise RenameRefusedError(
-                        f"the watermark of {dataset}/{partition} of job {new!r} changed while "
-                        f"it was being set; run {RENAME_COMMAND} again"
-                    )
-                copied.setdefault(dataset, {})[partition] = value
-                failpoint("rename.watermark_copied")
-        for dataset, partitions in sorted(marks.items()):
-            for partition, value in sorted(partitions.items()):
-                was.watermarks.compare_and_set(
-                    dataset, partition, value, None, token=old_pub.context.token
-                )
+        copied = _move_watermarks(was, now, marks)
         failpoint("rename.old_cleared")
         # 4. The old name's orphaned run directories, then the staging path's mark.
         swept = old_pub.recover().orphans_deleted
-        staging = old_pub.move_staging_claim(new)
+        claims = old_pub.move_staging_claim(new)
         failpoint("rename.staging_moved")
         # 5. The outputs are the new name's.
         for dataset in sorted(outputs):
@@ -270,7 +295,7 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
             new=new,
             watermarks=copied,
             outputs=tuple(sorted(outputs)),
-            staging=tuple(staging),
+            staging=tuple(claims),
             swept=tuple(swept),
             left_failures=tuple(failures),
         )

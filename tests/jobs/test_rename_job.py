@@ -80,6 +80,9 @@ def test_a_renamed_job_is_refused_then_rename_job_moves_its_state(tmp_path: Path
     assert _marks(wm_url, NEW, "orders") == {"0": 6, "1": 6}
     assert _marks(wm_url, OLD, "orders") == {"0": None, "1": None}
     assert _owner(output / "orders") == {"job": NEW, "version": 1}
+    again = commitpub("rename-job", str(renamed), "--from", OLD, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "0 watermark(s) moved, 0 output(s)" in again.stdout
     # The new configuration's staging path is new: claimed by its first run. The old one is
     # not the new configuration's, so it is left as it is.
     assert not (tmp_path / "staging-v2").exists()
@@ -209,6 +212,10 @@ def test_rename_job_refuses_a_pending_commit_of_the_old_name(
     assert _owner(Path(places["output"]) / "orders") == {"job": OLD, "version": 1}
     assert _marks(places["watermarks"], OLD, "orders") == {"all": 4}
     assert _marks(places["watermarks"], NEW, "orders") == {}
+
+    typo = commitpub("rename-job", *options[:-1], "orders-ingets")
+    assert typo.returncode == ExitCode.CONFIG, typo.stderr
+    assert "job 'orders-ingets' has no watermarks, no output and no staging path" in typo.stderr
 
 
 # -- tables: the owner recorded in an Iceberg table property, a Delta table's directory ----
