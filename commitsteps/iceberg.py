@@ -72,6 +72,9 @@ log = logging.getLogger("commitpub.steps")
 SUMMARY_JOB = "commitpub.job"
 SUMMARY_RUN = "commitpub.run-id"
 SUMMARY_ROLLBACK = "commitpub.rollback-of"
+#: The table property naming the job that publishes into the table (set by the commit that
+#: creates it; see ``jobs.ownership``).
+OWNER_PROPERTY = "commitpub.owner"
 
 
 #: FileIO properties a catalog leaves unset that are taken from the environment (first
@@ -334,7 +337,12 @@ class IcebergAppendCommitStep(CommitStep):
         tx: Transaction
         if table is None:
             catalog.create_namespace_if_not_exists(self.namespace)
-            tx = catalog.create_table_transaction(self.identifier, schema, location=self.location)
+            tx = catalog.create_table_transaction(
+                self.identifier,
+                schema,
+                location=self.location,
+                properties={OWNER_PROPERTY: self.job},
+            )
             if self.partition_by is not None:
                 with tx.update_spec() as spec:
                     spec.add_identity(self.partition_by)

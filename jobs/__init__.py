@@ -26,6 +26,7 @@ from jobs.errors import (
     DatasetQuarantinedError,
     ExtractError,
     LockHeldError,
+    OutputOwnedError,
     UnadoptedWatermarksError,
 )
 from jobs.exitcodes import ExitCode
@@ -54,6 +55,7 @@ __all__ = [
     "LockHeldError",
     "NotNullCheck",
     "OutputFormat",
+    "OutputOwnedError",
     "PredicateCheck",
     "RowCountCheck",
     "RunReport",

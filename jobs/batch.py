@@ -66,6 +66,8 @@ from jobs.lifecycle import (
     RunDirCreated,
 )
 from jobs.measures import Plan, discard_keys, plan
+from jobs.ownership import check as check_owner
+from jobs.ownership import claim as claim_output
 from jobs.progress import Progress
 from jobs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
@@ -300,6 +302,9 @@ class Batch:
             DatasetPendingError: if its pending commit could not be recovered.
             UnadoptedWatermarksError: if its watermarks wait to be adopted from the legacy
                 layout (see :meth:`committed`).
+            OutputOwnedError: if the dataset's output records another job as its owner
+                (see :mod:`jobs.ownership`; a renamed job's state is moved by
+                ``commitpub rename-job``).
             FencedError: if this run lost the job lock.
         """
         self._require_open("stage")
@@ -314,6 +319,8 @@ class Batch:
             )
         validate_checks(checks, df)
         self._check_inputs(df)
+        # Another job's output (this job renamed, say) is refused before a byte is staged.
+        check_owner(self.config, dataset)
         pub = self._publisher
         pub.require_lock(f"staging {dataset!r}")
         self._attempted.add(dataset)
@@ -484,6 +491,9 @@ class Batch:
             sequences[dataset] = self.writer.commit(staged_dataset)
             if dataset in self._checks:
                 self._audit(dataset, info, sequences)
+        # Each output records this job before its write-ahead (see jobs.ownership); a table
+        # made by its first commit gets its record after it.
+        unrecorded = [d for d in sorted(staged) if d in sequences and self._claim(d) is None]
         publish: PublishReport | None = None
         try:
             publish = pub.publish(
@@ -496,6 +506,9 @@ class Batch:
             seconds = time.monotonic() - started
             run.tell(Published(publish, seconds, run.runner.last_tasks, written_ahead))
         run.say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
+        for dataset in unrecorded:
+            if dataset in publish.published:
+                self._claim(dataset, after=True)
         for d in publish.datasets:
             log.info(
                 "publish: %s %s (%d steps)%s",
@@ -505,6 +518,22 @@ class Batch:
                 f": {d.error}" if d.error else "",
             )
         self._finish_run_dir()
+
+    def _claim(self, dataset: str, *, after: bool = False) -> str | None:
+        """Record this job as the owner of the dataset's output; the owner recorded (None:
+        not recorded yet). An output that names another job is refused; one that cannot
+        be written (the dataset's commit then fails on its own) or a failure after the
+        publish is only logged: the next run records the owner."""
+        try:
+            if not after:
+                # A run that lost the lock writes nothing into the output, a record neither.
+                self._publisher.require_lock(f"publishing {dataset!r} (its output's owner record)")
+            return claim_output(self.config, dataset).job
+        except (CommitPubError, OSError) as e:
+            if not after and not isinstance(e, OSError):
+                raise
+            log.warning("could not record the owner of the output of %s: %s", dataset, e)
+            return None
 
     def _audit(self, dataset: str, info: StagedInfo, sequences: dict[str, Any]) -> None:
         """Check the dataset's staged data before its write-ahead; held, it leaves

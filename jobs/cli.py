@@ -1,5 +1,6 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``release``, ``unlock``, ``adopt-watermarks``, ``set-watermark`` and ``demo``.
+``discard``, ``release``, ``unlock``, ``adopt-watermarks``, ``set-watermark``,
+``rename-job`` and ``demo``.
 
 The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
 --watermarks URL`` (see :func:`jobs.config.operator_config`). Exit codes: see
@@ -975,6 +976,55 @@ def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str 
         f"{dataset}/{partition}: watermark set from {json.dumps(done.old)} to "
         f"{json.dumps(done.new)}; the next run reads the partition from there{cleared}"
     )
+
+
+@main.command(
+    "rename-job",
+    epilog=f"""\b
+Examples:
+  commitpub rename-job jobs/orders-v2.toml --from orders-ingest
+  commitpub rename-job --job orders-v2 --store state/steps --watermarks state/wm \\
+      --staging staging --output warehouse --from orders-ingest
+
+{_EXIT_CODES}""",
+)
+@_JOB_OR_OPTIONS
+@_batch_job
+@click.option(
+    "--from",
+    "old_name",
+    required=True,
+    metavar="OLD_NAME",
+    help="The job's former name (its job.name before the change).",
+)
+@_AS_JSON
+def rename_job(job_file: str | None, old_name: str, as_json: bool, **where: str | None) -> None:
+    """Move a renamed job's state to the name in its configuration: watermarks, output
+    ownership, staging claim.
+
+    Holds the locks of both names; refused, nothing changed, while the old name has a
+    pending, held or quarantined commit. Safe to run again after a crash: it finishes
+    where it stopped, and until it has, runs of both names are refused at the outputs.
+    """
+    from jobs.rename import rename_job as rename
+
+    config = _operator_config(job_file, where)
+    _require_places(config, "rename-job")
+    done = _store_call(lambda: rename(config, old_name))
+    if as_json:
+        click.echo(json.dumps(done.to_dict(), indent=2, ensure_ascii=False, default=str))
+        return
+    copied = sum(len(p) for p in done.watermarks.values())
+    click.echo(
+        f"job {done.old!r} renamed to {done.new!r}: {copied} watermark(s) moved, "
+        f"{len(done.outputs)} output(s) now record {done.new!r}, staging claim moved for "
+        f"{len(done.staging)} path(s), {len(done.swept)} orphaned run director(ies) swept"
+    )
+    if done.left_failures:
+        click.echo(
+            f"failure counts of {', '.join(done.left_failures)} stay with the old name "
+            "(not carried over)"
+        )
 
 
 T = TypeVar("T")

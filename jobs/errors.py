@@ -40,6 +40,13 @@ class CheckDeclarationError(ConfigurationError):
     before any Spark job ran."""
 
 
+class OutputOwnedError(ConfigurationError):
+    """A dataset's output records another job as the one publishing into it, or a rename of
+    the job (``commitpub rename-job``) is not finished: the run refuses it (exit 2) before
+    anything is staged. The message names the owner and, for a rename, the exact command
+    that moves the job's state to its new name (see :mod:`jobs.ownership`)."""
+
+
 class UnadoptedWatermarksError(ConfigurationError):
     """A dataset's watermarks are still in the legacy, un-scoped layout that versions before
     per-job watermarks shared between all jobs, not in the job's own namespace: the run

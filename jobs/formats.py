@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+import json
 import os
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
@@ -22,8 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from jobs.errors import BatchArgumentError
+from store import formats
 from store.errors import ConfigurationError
-from store.urls import encode_name, is_local, local_path, require_no_credentials
+from store.files import PUBLIC_FILE_MODE, create_exclusive, replace
+from store.urls import decode_name, encode_name, is_local, local_path, require_no_credentials
 
 if TYPE_CHECKING:
     from jobs.config import BatchConfig, Naming
@@ -37,6 +40,36 @@ CATALOG_NAME = "default"
 #: Catalog property names that carry secrets: they stay in the environment or pyiceberg's
 #: configuration, out of job files (the properties also travel to Spark tasks).
 _SECRET_WORDS = ("secret", "password", "token", "credential")
+
+
+#: The file in a dataset's directory naming the job that publishes into it. It starts with
+#: "_", so Spark, pyarrow and DuckDB do not take it for data.
+OWNER_FILE = "_commitpub_owner.json"
+#: The Iceberg table property naming the job that publishes into the table (the value of
+#: ``commitsteps.iceberg.OWNER_PROPERTY``, which the table's creating commit sets).
+OWNER_PROPERTY = "commitpub.owner"
+#: The Iceberg table property naming the job's former name while a rename is under way
+#: ("": none).
+MOVING_PROPERTY = "commitpub.owner.moving-from"
+
+
+class OwnerRecordError(ConfigurationError):
+    """A dataset's owner record is unreadable, or written by a newer commitpub."""
+
+
+@attrs.frozen
+class OutputOwner:
+    """What a dataset's output says of the job publishing into it."""
+
+    #: The job its owner record names, or None when it has none.
+    job: str | None
+    #: Whether the output exists (a directory or table, with or without a record).
+    exists: bool
+    #: Where the record is (or would be), as messages name it.
+    where: str
+    #: The job's former name while ``commitpub rename-job`` moves its state (refused to
+    #: runs of both names until the command finishes), else None.
+    moving_from: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -128,6 +161,55 @@ class OutputFormat(abc.ABC):
             BatchArgumentError: naming the dataset.
         """
 
+    def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
+        """The job that the output of ``dataset`` records as its owner (see
+        :mod:`jobs.ownership`); read-only.
+
+        The default is for formats that publish files into ``<output>/<dataset>/``: the
+        record is the file :data:`OWNER_FILE` there.
+
+        Raises:
+            OwnerRecordError: if the record is unreadable or of a newer layout.
+        """
+        return read_owner_file(dataset_directory(config.output, dataset))
+
+    def record_owner(
+        self,
+        config: BatchConfig,
+        dataset: str,
+        job: str,
+        *,
+        replace: bool = False,
+        moving_from: str | None = None,
+    ) -> bool:
+        """Record ``job`` as the owner of the output of ``dataset``, crash-safely: only where
+        none is recorded (created exclusively: of two jobs one wins), or with ``replace``
+        over whatever is recorded (one atomic replacement; the rename command, holding the
+        locks of both names). The caller reads the owner again to learn who won.
+
+        Args:
+            moving_from: the job's former name, while a rename moves its state.
+
+        Returns:
+            False where the output cannot hold a record yet (a table not created yet).
+        """
+        directory = dataset_directory(config.output, dataset)
+        if replace:
+            replace_owner_file(directory, job, moving_from)
+        else:
+            create_owner_file(directory, job)
+        return True
+
+    def output_datasets(self, config: BatchConfig) -> list[str]:
+        """The datasets found in the job's output, sorted (a rename looks at each one's
+        owner). The default: the directories under the output path (names starting with
+        "_" or "." are not datasets)."""
+        return [
+            decode_name(name)
+            for name in _directories(config.output)
+            if not name.startswith(("_", "."))
+        ]
+
     @abc.abstractmethod
     def writer(self, config: BatchConfig) -> Writer:
         """The writer that stages a run's datasets and builds each one's commit
@@ -165,8 +247,100 @@ def _writer(target: str) -> Callable[..., Writer]:
     return cls
 
 
-def _dataset_directory(output: str, dataset: str) -> str:
-    return os.path.join(output, encode_name(dataset, "dataset"))
+def dataset_directory(output: str, dataset: str) -> str:
+    """The directory (or table location) of ``dataset`` under the output path or URL."""
+    return f"{output.rstrip('/')}/{encode_name(dataset, 'dataset')}"
+
+
+def _directories(url: str) -> list[str]:
+    """The names of the directories directly under ``url``, sorted; none if it is missing."""
+    try:
+        if is_local(url):
+            with os.scandir(local_path(url)) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        fs, path = _remote(url)
+        found = fs.ls(path, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        f["name"].rstrip("/").rsplit("/", 1)[-1] for f in found if f["type"] == "directory"
+    )
+
+
+def _owner_file_bytes(job: str, moving_from: str | None = None) -> bytes:
+    doc: dict[str, Any] = {"job": job}
+    if moving_from is not None:
+        doc["moving_from"] = moving_from
+    return json.dumps(formats.stamped(doc, formats.OWNER_RECORD)).encode()
+
+
+def _remote(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()  # other processes write there
+    return fs, path
+
+
+def read_owner_file(directory: str) -> OutputOwner:
+    """The owner a dataset directory's :data:`OWNER_FILE` names (None without one).
+
+    Raises:
+        OwnerRecordError: if the file is unreadable or of a newer layout.
+    """
+    where = f"{directory}/{OWNER_FILE}"
+    try:
+        if is_local(directory):
+            local = local_path(directory)
+            exists = os.path.isdir(local)
+            with open(f"{local}/{OWNER_FILE}", "rb") as f:
+                data = f.read()
+        else:
+            fs, path = _remote(directory)
+            exists = bool(fs.exists(path))
+            data = fs.cat_file(f"{path}/{OWNER_FILE}")
+    except (FileNotFoundError, NotADirectoryError):
+        return OutputOwner(None, exists, where)
+    try:
+        # Read from a shared directory: hostile until checked.
+        doc = json.loads(data)
+        formats.check_doc(doc, f"{where} (owner record)", formats.OWNER_RECORD)
+        job, moving = doc["job"], doc.get("moving_from")
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise OwnerRecordError(f"{where}: not a commitpub owner record ({e})") from e
+    if not isinstance(job, str) or not job or not isinstance(moving, str | None):
+        raise OwnerRecordError(f"{where}: not a commitpub owner record (no job name)")
+    return OutputOwner(job, True, where, moving or None)
+
+
+def create_owner_file(directory: str, job: str) -> bool:
+    """Create :data:`OWNER_FILE` naming ``job`` in ``directory`` (made if need be), whole and
+    durable; False if one exists already (nothing changed)."""
+    data = _owner_file_bytes(job)
+    if is_local(directory):
+        local = local_path(directory)
+        return create_exclusive(
+            f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755
+        )
+    fs, path = _remote(directory)
+    try:
+        # On S3 one PUT with If-None-Match: *: exactly one creator wins.
+        fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="create")
+    except FileExistsError:
+        return False
+    return True
+
+
+def replace_owner_file(directory: str, job: str, moving_from: str | None = None) -> None:
+    """Make :data:`OWNER_FILE` in ``directory`` name ``job`` (and ``moving_from``), in one
+    atomic replacement."""
+    data = _owner_file_bytes(job, moving_from)
+    if is_local(directory):
+        local = local_path(directory)
+        replace(f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+        return
+    fs, path = _remote(directory)
+    fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="overwrite")
 
 
 class ParquetFormat(OutputFormat):
@@ -185,12 +359,15 @@ class ParquetFormat(OutputFormat):
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        directory = _dataset_directory(output, dataset)
+        directory = dataset_directory(output, dataset)
         if not os.path.isdir(directory):
             return []
         found = ds.dataset(directory, format="parquet", partitioning="hive")
+        fragments = list(found.get_fragments())
+        if not fragments:
+            return []  # only its owner record: nothing published yet
         # Batches may differ in fields; read them all under one unified schema.
-        schema = pa.unify_schemas([f.physical_schema for f in found.get_fragments()])
+        schema = pa.unify_schemas([f.physical_schema for f in fragments])
         if found.partitioning is not None:
             for field in found.schema:
                 if schema.get_field_index(field.name) < 0:
@@ -198,6 +375,35 @@ class ParquetFormat(OutputFormat):
         table = ds.dataset(directory, format="parquet", partitioning="hive", schema=schema)
         rows: list[dict[str, Any]] = table.to_table().to_pylist()
         return rows
+
+
+def _table_owner(job: str | None, moving: str | None, where: str) -> OutputOwner:
+    return OutputOwner(job or None, True, where, moving or None)
+
+
+def _iceberg_catalog(config: BatchConfig) -> Any:
+    """The job's catalog, or None while the embedded one does not exist (it is made with
+    the first table)."""
+    from commitsteps.iceberg import open_catalog
+
+    uri = config.catalog.get("uri", "")
+    if uri.startswith("sqlite:///") and not os.path.exists(uri[len("sqlite:///") :]):
+        return None
+    return open_catalog(CATALOG_NAME, config.catalog)
+
+
+def _iceberg_table(config: BatchConfig, dataset: str) -> Any:
+    """The pyiceberg table of ``dataset``, or None when it (or the embedded catalog) does
+    not exist yet."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    catalog = _iceberg_catalog(config)
+    if catalog is None:
+        return None
+    try:
+        return catalog.load_table((*config.namespace.split("."), dataset))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
 
 
 def _settings_of(config: BatchConfig | None, fmt: OutputFormat) -> BatchConfig:
@@ -286,6 +492,47 @@ class IcebergFormat(OutputFormat):
         rows: list[dict[str, Any]] = table.scan().to_arrow().to_pylist()
         return rows
 
+    def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
+        """The table property :data:`OWNER_PROPERTY` of ``<namespace>.<dataset>``."""
+        table = _iceberg_table(config, dataset)
+        where = f"table property {OWNER_PROPERTY!r} of Iceberg table {config.namespace}.{dataset}"
+        if table is None:
+            return OutputOwner(None, False, where)
+        found = table.properties
+        return _table_owner(found.get(OWNER_PROPERTY), found.get(MOVING_PROPERTY), where)
+
+    def record_owner(
+        self,
+        config: BatchConfig,
+        dataset: str,
+        job: str,
+        *,
+        replace: bool = False,
+        moving_from: str | None = None,
+    ) -> bool:
+        """Set the table properties, in a commit of its own that changes no data (no
+        snapshot); False while the table does not exist (its first commit creates it, with
+        the property)."""
+        table = _iceberg_table(config, dataset)
+        if table is None:
+            return False
+        if replace or not table.properties.get(OWNER_PROPERTY):
+            with table.transaction() as tx:
+                tx.set_properties({OWNER_PROPERTY: job, MOVING_PROPERTY: moving_from or ""})
+        return True
+
+    def output_datasets(self, config: BatchConfig) -> list[str]:
+        """The tables of the job's namespace."""
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        catalog = _iceberg_catalog(config)
+        if catalog is None:
+            return []
+        try:
+            return sorted(name[-1] for name in catalog.list_tables(config.namespace))
+        except NoSuchNamespaceError:
+            return []
+
     def lineage_name(self, config: BatchConfig, dataset: str) -> tuple[str, str] | None:
         """The catalog (its URI or warehouse) and ``<namespace>.<dataset>``."""
         where = config.catalog.get("uri") or config.catalog.get("warehouse") or "iceberg"
@@ -293,7 +540,11 @@ class IcebergFormat(OutputFormat):
 
 
 class DeltaFormat(OutputFormat):
-    """Each dataset is the Delta table at ``<output>/<dataset>``."""
+    """Each dataset is the Delta table at ``<output>/<dataset>``. Its owner record is the
+    file :data:`OWNER_FILE` in the table's directory, as for Parquet: Delta readers read
+    only what the log names, and VACUUM leaves names starting with "_" alone (a table
+    property would cost a commit of its own, as Delta's table creation refuses properties it
+    does not know)."""
 
     name = "delta"
     table = True
@@ -307,7 +558,7 @@ class DeltaFormat(OutputFormat):
         """The table's rows, read by deltalake."""
         from commitsteps.delta import open_table, read_arrow
 
-        table = open_table(_dataset_directory(output, dataset))
+        table = open_table(dataset_directory(output, dataset))
         if table is None:
             return []
         rows: list[dict[str, Any]] = read_arrow(table).to_pylist()

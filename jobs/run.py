@@ -37,7 +37,9 @@ from jobs.config import (
     source_class,
     transform_function,
 )
+from jobs.errors import OutputOwnedError
 from jobs.jobrun import JobRun, new_run_id
+from jobs.ownership import check_all
 from jobs.preflight import prepare_own_session, require_source
 from jobs.progress import Progress, log_progress
 from jobs.report import RunReport
@@ -76,17 +78,41 @@ def run_job(
     Raises:
         LockHeldError: if a live run holds the job lock; nothing was changed.
         ConfigurationError: if the run was refused before it changed anything (a volatile
-            store, a staging path that is not the job's, a run id used before).
+            store, a staging path that is not the job's, a run id used before, an output
+            that records another job as its owner).
     """
     say = progress or log_progress
+    source = _source(config)
     # Before the lock: a source.path typo is refused with nothing taken or written (and
     # again once the lock is held, should the path have gone meanwhile).
-    require_source(config, _source(config))
+    require_source(config, source)
+    _check_owners(config, source)
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
-            _ingest(batch, config, say)
+            _ingest(batch, source, config, say)
     return batch.report
+
+
+def _source(config: JobConfig) -> Source:
+    source: Source = source_class(config.source.type)(config.source.path, config.source.options)
+    source.bad_records = config.source.bad_records
+    return source
+
+
+def _check_owners(config: JobConfig, source: Source) -> None:
+    """Refuse, before the job lock, a run whose source has a dataset whose output is
+    another job's (see :mod:`jobs.ownership`): this job renamed, say.
+
+    Raises:
+        OutputOwnedError: naming the dataset, its owner and the rename command.
+    """
+    try:
+        check_all(config, source.datasets())
+    except OutputOwnedError:
+        raise
+    except Exception as e:  # the run meets it again, with its report
+        log.debug("owner check before the lock skipped: %s", e)
 
 
 def recover_job(
@@ -147,14 +173,7 @@ def _recorded(report: RunReport) -> Iterator[None]:
             raise  # refused before it changed anything: no report, the caller says why
 
 
-def _source(config: JobConfig) -> Source:
-    source: Source = source_class(config.source.type)(config.source.path, config.source.options)
-    return source
-
-
-def _ingest(batch: Batch, config: JobConfig, say: Progress) -> None:
-    source = _source(config)
-    source.bad_records = config.source.bad_records
+def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> None:
     transform = transform_function(config.source.transform) if config.source.transform else None
     plan = _plan(batch, source, require_source(config, source), config.file)
     for done, (dataset, ranges) in enumerate(plan.items()):

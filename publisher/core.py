@@ -568,6 +568,20 @@ class Publisher:
         for root in self.roots.staging:
             staging.note_token(root, self.job_name, token)
 
+    def move_staging_claim(self, new_job: str) -> list[str]:
+        """Mark each staging root of this job as ``new_job``'s (a rename; see
+        :func:`publisher.staging.move_claim`); the roots whose mark was replaced now.
+
+        Raises:
+            StagingClaimError: if another job marked a root.
+            FencedError: if this run lost the job lock.
+        """
+        return [
+            root
+            for root in self.roots.staging
+            if staging.move_claim(root, self.job_name, new_job, self.require_lock)
+        ]
+
     def sealed(self) -> list[str]:
         """The datasets whose pending sequence is sealed (written ahead whole); reads only."""
         return sorted(p.dataset for p in self.pending() if p.sealed)

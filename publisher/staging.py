@@ -341,6 +341,46 @@ def _require_owner(root: str, owner: str | None, job: str) -> None:
         )
 
 
+def claimed_by(root: str) -> str | None:
+    """The job whose mark ``root`` carries, or None when it has none.
+
+    Raises:
+        StagingClaimError: if the mark is unreadable.
+    """
+    return _owner(_join(root, ROOT_MARKER))
+
+
+def move_claim(root: str, job: str, new: str, guard: Guard) -> bool:
+    """Make ``root``, marked by ``job``, marked by ``new`` instead: one atomic replacement
+    of the mark (a renamed job's staging, see ``commitpub rename-job``). A root marked by
+    ``new`` already, or by no job, is left as it is.
+
+    Returns:
+        True if the mark was replaced now.
+
+    Raises:
+        StagingClaimError: if another job marked the root.
+        FencedError: from ``guard``, if this run lost the job lock; nothing was changed.
+    """
+    owner = claimed_by(root)
+    if owner is None or owner == new:
+        return False
+    if owner != job:
+        raise StagingClaimError(
+            f"staging path {root} belongs to job {owner!r}, neither {job!r} nor {new!r}"
+        )
+    guard(f"moving the staging path {root} to job {new!r}")
+    marker = _join(root, ROOT_MARKER)
+    local = _local_path(marker)
+    if local is None:
+        fs, path = _remote(marker)
+        fs.pipe_file(path, new.encode(), mode="overwrite")
+    else:
+        replace(local, new.encode(), mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+    log.info("staging path %s moved from job %s to job %s", root, job, new)
+    return True
+
+
 def _owner(marker: str) -> str | None:
     data = _read(marker)
     if data is None:

@@ -318,6 +318,33 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "`commitpub set-watermark` set the new value (one compare-and-set); the dataset's "
         "failure not yet cleared",
     ),
+    CrashPoint(
+        "rename.outputs_marked",
+        _DRIVER,
+        "rename",
+        "`commitpub rename-job` marked the outputs as moving to the new name (runs of both "
+        "names refused there), moved no watermark yet",
+    ),
+    CrashPoint(
+        "rename.watermark_copied",
+        _DRIVER,
+        "rename",
+        "`commitpub rename-job` copied some watermarks to the new name, not all",
+    ),
+    CrashPoint(
+        "rename.old_cleared",
+        _DRIVER,
+        "rename",
+        "`commitpub rename-job` copied every watermark and cleared the old name's, the "
+        "staging claim not yet moved",
+    ),
+    CrashPoint(
+        "rename.staging_moved",
+        _DRIVER,
+        "rename",
+        "`commitpub rename-job` moved the staging claim; the outputs still say the move is "
+        "under way",
+    ),
 )
 
 _EXTRA: dict[str, CrashPoint] = {}

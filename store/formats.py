@@ -49,6 +49,8 @@ LEASE = 1
 RUN_MARKER = 1
 #: The highest fencing token a job's runs used in a staging root, ``.commitpub-token`` (JSON).
 TOKEN_RECORD = 1
+#: An output's owner record, ``_commitpub_owner.json`` in a dataset's directory (JSON).
+OWNER_RECORD = 1
 #: A run report, ``<run id>-<command>.json``.
 RUN_REPORT = 1
 

@@ -476,3 +476,17 @@ def test_a_token_record_carries_its_version_and_a_newer_one_is_refused(tmp_path:
     record.write_text(json.dumps({**doc, "token": 4, formats.KEY: 2}))
     _refused_as_newer(lambda: note_token(str(root), "job", 5))
     assert json.loads(record.read_text())[formats.KEY] == 2  # left as it was
+
+
+def test_an_owner_record_carries_its_version_and_a_newer_one_is_refused(tmp_path: Path) -> None:
+    from jobs.formats import OWNER_FILE, create_owner_file, read_owner_file
+
+    directory = str(tmp_path / "orders")
+    assert create_owner_file(directory, "job")
+    record = tmp_path / "orders" / OWNER_FILE
+    doc = json.loads(record.read_text())
+    assert doc == {formats.KEY: formats.OWNER_RECORD, "job": "job"}
+    record.write_text(json.dumps({**doc, formats.KEY: 2}))
+    _refused_as_newer(lambda: read_owner_file(directory))
+    assert not create_owner_file(directory, "other")  # never overwritten
+    assert json.loads(record.read_text())[formats.KEY] == 2
