@@ -37,6 +37,8 @@ from collections.abc import Iterable
 from jobs.config import BatchConfig
 from jobs.errors import OutputOwnedError
 from jobs.formats import OutputOwner, get_format
+from publisher import staging
+from store.errors import CommitPubError
 from store.urls import redact
 
 log = logging.getLogger("commitpub.jobs")
@@ -58,6 +60,21 @@ def rename_command(config: BatchConfig, old: str) -> str:
     if config.output_format != "parquet":
         places += f" --format {config.output_format}"
     return f"{RENAME_COMMAND} {places} --from {old}"
+
+
+def renamed_hint(config: BatchConfig) -> str:
+    """What to do if the job that marked ``config``'s staging path is this one, renamed: a
+    sentence to append to the refusal of the staging path ("" where it is not that)."""
+    try:
+        owner = staging.claimed_by(config.staging) if config.staging else None
+    except CommitPubError:
+        return ""
+    if owner is None or owner == config.name:
+        return ""
+    return (
+        f". If job {owner!r} was renamed to {config.name!r}, move its state to the new "
+        f"name instead: `{rename_command(config, owner)}`"
+    )
 
 
 def refusal(config: BatchConfig, dataset: str, owner: OutputOwner) -> OutputOwnedError:

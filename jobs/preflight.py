@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
-from jobs.spark import SparkRunner, check_python, remote_of
+from jobs.ownership import renamed_hint
+from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
 from publisher import staging
 from store.errors import ConfigurationError
 from store.urls import REDIS_PASSWORD_ENV, redact, redis_password
@@ -79,9 +80,7 @@ def preflight(
         speculation = config.spark_conf.get("spark.speculation", "false")
         if speculation.lower() == "true":
             raise config.naming.error(
-                "key 'spark.conf' sets spark.speculation = true: it must be off for "
-                "commitpub, a speculative copy of a publish task would execute the same "
-                "commit twice at once"
+                f"key 'spark.conf' sets spark.speculation = true: {SPECULATION_REFUSED}"
             )
     if claim_staging:
         require_staging(config)
@@ -101,7 +100,7 @@ def require_staging(config: BatchConfig) -> None:
         staging.check_claim(config.staging, config.name)
     except ConfigurationError as e:
         naming = config.naming
-        raise naming.error(f"{naming.the('staging.path')}: {e}") from e
+        raise naming.error(f"{naming.the('staging.path')}: {e}{renamed_hint(config)}") from e
 
 
 def _redis_urls(config: BatchConfig) -> dict[str, str]:

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jobs.config import BatchConfig
 from jobs.locking import fence, held_lock, open_publisher
-from jobs.ownership import rename_command
+from jobs.ownership import renamed_hint
 from jobs.spark import SparkRunner, TaskInfo
-from publisher import InProcessRunner, Publisher, Runner, staging
+from publisher import InProcessRunner, Publisher, Runner
 from store import (
     CommitStepStore,
     HasDurability,
@@ -169,21 +169,9 @@ class JobSession:
             pub.claim_staging()
         except ConfigurationError as e:
             naming = self.config.naming
-            raise naming.error(f"{naming.the('staging.path')}: {e}{self._renamed()}") from e
-
-    def _renamed(self) -> str:
-        """What to do if the job that marked the staging path is this one, renamed."""
-        config = self.config
-        try:
-            owner = staging.claimed_by(config.staging) if config.staging else None
-        except CommitPubError:
-            return ""
-        if owner is None or owner == config.name:
-            return ""
-        return (
-            f". If job {owner!r} was renamed to {config.name!r}, move its state to the new "
-            f"name instead: `{rename_command(config, owner)}`"
-        )
+            raise naming.error(
+                f"{naming.the('staging.path')}: {e}{renamed_hint(self.config)}"
+            ) from e
 
     # -- the parts, each opened once ---------------------------------------------------------
 

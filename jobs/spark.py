@@ -418,6 +418,14 @@ def _run_task(
     yield info, results
 
 
+#: Why a session with speculative execution is refused.
+SPECULATION_REFUSED = (
+    "spark.speculation must be off for commitpub: a speculative copy of a publish task would "
+    "execute the same commit twice at once, and one of a staging write task would stage its "
+    "rows beside the original's"
+)
+
+
 class SparkRunner:
     """A :class:`publisher.Runner` that runs each group of items in a Spark task.
 
@@ -440,11 +448,7 @@ class SparkRunner:
 
     def __init__(self, spark: SparkSession, *, tasks: int | None = None) -> None:
         if (spark.conf.get("spark.speculation", "false") or "").lower() == "true":
-            raise ConfigurationError(
-                "spark.speculation must be off for commitpub: a speculative copy of a publish "
-                "task would execute the same commit twice at once, and one of a staging write "
-                "task would stage its rows beside the original's"
-            )
+            raise ConfigurationError(SPECULATION_REFUSED)
         if tasks is not None and tasks < 1:
             raise ConfigurationError(f"tasks must be >= 1, got {tasks}")
         self.spark = spark

@@ -431,7 +431,9 @@ def note_token(root: str, job: str, token: int) -> None:
             seen = from_json({k: v for k, v in doc.items() if k != formats.KEY}, TokenRecord)
         except ValueError as e:
             raise MarkerError(f"{where}: not a token record ({e})") from e
-        if seen.forgotten is not None or seen.token >= token:
+        # A record of another name is the job's former one (its claim moved by a rename):
+        # that name's lock counted its own tokens, so it says nothing of this one's.
+        if seen.job == job and (seen.forgotten is not None or seen.token >= token):
             if seen.forgotten is None:
                 _write_token(where, attrs.evolve(seen, forgotten=token, at=now))
             raise StoreRolledBackError(_forgot(job, seen, token, where))

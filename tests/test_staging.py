@@ -18,7 +18,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep
 from publisher import Publisher, RetryPolicy, Roots, staging, to_json
 from store import LeaseKeeper, open_lock, open_store
-from store.errors import ConfigurationError, FencedError
+from store.errors import ConfigurationError, FencedError, StoreRolledBackError
 
 JOB = "job"
 FAST = RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.05)
@@ -463,7 +463,6 @@ def test_a_token_used_before_is_refused_until_an_operator_clears_it(
     mark; a lock that hands out a token used before has forgotten acknowledged writes:
     refused, and every later run too (each refused run moves the counter on), until the
     record is deleted. A sweep leaves the record alone."""
-    from store.errors import StoreRolledBackError
 
     if where == "s3":
         root = f"s3://{request.getfixturevalue('s3_bucket')}/job/staging"
@@ -491,3 +490,18 @@ def test_a_token_used_before_is_refused_until_an_operator_clears_it(
     staging.note_token(root, JOB, 9)
     fs.invalidate_cache()
     assert json.loads(fs.cat_file(path))["token"] == 9
+
+
+def test_a_renamed_jobs_token_record_does_not_refuse_the_new_names_tokens(tmp_path: Path) -> None:
+    """The lock of a job's new name counts its tokens from 1: the former name's record,
+    carried along with the staging claim by ``commitpub rename-job``, refuses none of them,
+    and is replaced by the new name's first token."""
+    root = str(tmp_path / "staging")
+    staging.claim(root, JOB)
+    staging.note_token(root, JOB, 7)
+    assert staging.move_claim(root, JOB, "renamed", _never)
+    staging.note_token(root, "renamed", 1)
+    record = json.loads((tmp_path / "staging" / staging.TOKEN_FILE).read_text())
+    assert (record["job"], record["token"]) == ("renamed", 1)
+    with pytest.raises(StoreRolledBackError):
+        staging.note_token(root, "renamed", 1)
