@@ -277,3 +277,48 @@ def test_a_step_module_that_cannot_be_imported_is_refused_naming_the_key(
     assert shown.returncode == 2, shown.stdout + shown.stderr
     assert "job.steps" in shown.stderr
     assert module in shown.stderr
+
+
+#: A step module whose import fails on executors only: it needs a library the driver has and
+#: the executors lack (here: any Spark task, where TaskContext is set).
+EXECUTOR_ONLY_FAILS = """
+from pyspark import TaskContext
+
+if TaskContext.get() is not None:
+    raise ModuleNotFoundError("No module named 'acme_catalog_client'", name="acme_catalog_client")
+"""
+
+
+def test_a_step_module_executors_cannot_import_is_named_counted_and_quarantined(
+    tmp_path: Path,
+) -> None:
+    project = _crashed(tmp_path)
+    (project / "acme_steps.py").write_text(EXECUTOR_ONLY_FAILS + STEPS_MODULE)
+    job = project / "job.toml"
+    job.write_text(
+        JOB_FILE.format(steps='steps = ["acme_steps"]') + "[publish]\nmax_attempts = 2\n"
+    )
+
+    first = commitpub("recover", str(job), "--json", cwd=tmp_path)
+    assert first.returncode == 1, first.stdout + first.stderr
+    report = json.loads(first.stdout)
+    import_errors = [e for t in report["spark_tasks"]["recover"] for e in t["import_errors"]]
+    assert import_errors, report["spark_tasks"]
+    assert all(e.startswith("acme_steps: ModuleNotFoundError") for e in import_errors)
+    assert report["failed"] == ["events"]
+    [entry] = report["recovery"]["datasets"]
+    error = entry["error"]
+    assert error.startswith("StepModuleImportError: step type 'acme.catalog-partitions' is")
+    assert "acme_steps: ModuleNotFoundError" in error
+    assert "spark.addArtifacts(path, pyfile=True)" in error
+    assert "--py-files" in error
+    events = _pending(project, tmp_path)
+    assert events is not None
+    assert (events["attempts"], events["quarantined"]) == (1, False)
+
+    second = commitpub("recover", str(job), cwd=tmp_path)
+    assert second.returncode == 3, second.stdout + second.stderr
+    events = _pending(project, tmp_path)
+    assert events is not None
+    assert (events["attempts"], events["quarantined"]) == (2, True)
+    assert _catalog(project) == {}
