@@ -875,9 +875,10 @@ def batch_config(
     return _record(BatchConfig, values, naming=naming)
 
 
-def _load_step_modules(values: Mapping[str, Any], base: Path | None, naming: Naming) -> None:
+def _load_step_modules(values: dict[str, Any], base: Path | None, naming: Naming) -> None:
     """Import the job's step modules (``job.steps``), the job file's directory first on
     ``sys.path`` (None: a Batch's or the options' job, whose modules are on it already)."""
+    values["job.steps"] = tuple(values["job.steps"])
     try:
         commitsteps.load_step_modules(values["job.steps"], search_path=base)
     except ConfigurationError as e:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import commitsteps
 from tests.jobs.jobhelpers import commitpub
 
 STEPS_MODULE = """\
@@ -322,3 +323,46 @@ def test_a_step_module_executors_cannot_import_is_named_counted_and_quarantined(
     assert events is not None
     assert (events["attempts"], events["quarantined"]) == (2, True)
     assert _catalog(project) == {}
+
+
+def test_an_installed_package_declares_its_step_module_with_the_entry_point(
+    tmp_path: Path,
+) -> None:
+    """A package installed beside commitpub (a dist-info with a ``commitpub.steps`` entry
+    point) is found by every command without a declaration in the job file."""
+    project = _crashed(tmp_path, declared=False)
+    installed = tmp_path / "site"
+    installed.mkdir()
+    (installed / "acme_steps.py").write_text(STEPS_MODULE)
+    dist = installed / "acme_steps-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-steps\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[commitpub.steps]\nacme = acme_steps\n")
+    env = {"PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(installed)])}
+    shown = commitpub("inspect", str(project / "job.toml"), "events", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "UnknownStepTypeError" not in shown.stdout
+    discarded = commitpub(
+        "discard", str(project / "job.toml"), "events", "--yes", cwd=tmp_path, env=env
+    )
+    assert discarded.returncode == 0, discarded.stdout + discarded.stderr
+    assert _pending(project, tmp_path) is None
+
+
+def test_the_batch_argument_imports_the_step_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs.config import batch_config
+    from jobs.errors import BatchArgumentError
+
+    (tmp_path / "acme_batch_steps.py").write_text(
+        STEPS_MODULE.replace("acme.catalog-partitions", "acme.batch-partitions")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    places = {"store": "s", "watermarks": "w", "staging": "st", "output": "o"}
+    monkeypatch.chdir(tmp_path)
+    config = batch_config("acme", **places, steps=["acme_batch_steps"])
+    assert config.steps == ("acme_batch_steps",)
+    assert "acme.batch-partitions" in commitsteps.registered()
+    with pytest.raises(BatchArgumentError, match="argument 'steps': step module 'acme_nope'"):
+        batch_config("acme", **places, steps=["acme_nope"])
