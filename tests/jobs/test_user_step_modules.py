@@ -228,6 +228,22 @@ def test_a_held_commit_with_a_declared_user_step_is_released(tmp_path: Path) -> 
     assert _catalog(project) == {"events": ["2026-11-27"]}
 
 
+def test_release_of_a_hold_whose_step_module_is_not_declared_is_refused_and_kept(
+    tmp_path: Path,
+) -> None:
+    project = _project(tmp_path, declared=False)
+    assert _script(project, "hold", "r1") == 0
+    job = str(project / "job.toml")
+    released = commitpub("release", job, "events", "--yes", cwd=tmp_path)
+    assert released.returncode == 2, released.stdout + released.stderr
+    assert "declare its module" in released.stdout + released.stderr
+    assert _catalog(project) == {}
+    # Declared with --steps (run from the module's directory), the same hold is released.
+    released = commitpub("release", job, "events", "--yes", "--steps", "acme_steps", cwd=project)
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert _catalog(project) == {"events": ["2026-11-27"]}
+
+
 def test_the_steps_option_declares_a_module_for_a_job_file_without_the_key(
     tmp_path: Path,
 ) -> None:
@@ -245,6 +261,10 @@ def test_an_undeclared_step_module_is_a_configuration_error_never_a_quarantine(
     project = _crashed(tmp_path, declared=False)
     job = str(project / "job.toml")
     how = "declare its module with `steps = [...]` in [job]"
+
+    # inspect shows the commit, its user step saying how to declare the module.
+    shown = commitpub("inspect", job, "events", cwd=tmp_path)
+    assert "acme.catalog-partitions' is not registered: " + how in shown.stdout, shown.stdout
 
     recovered = commitpub("recover", job, cwd=tmp_path)
     assert recovered.returncode == 2, recovered.stdout + recovered.stderr
