@@ -18,6 +18,7 @@ it says so (:class:`commitsteps.StepModuleImportError`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -62,8 +63,10 @@ def artifact(module: str) -> str | None:
     return _zipped(os.path.dirname(file)) if package else file
 
 
+@functools.cache
 def _zipped(directory: str) -> str:
-    """A zip of a package's directory (with the package's name at its top), for executors."""
+    """A zip of a package's directory (with the package's name at its top), for executors;
+    made once per process."""
     name = os.path.basename(directory)
     target = os.path.join(tempfile.mkdtemp(prefix="commitpub-steps-"), f"{name}.zip")
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
