@@ -36,6 +36,8 @@ HOW_TO_DECLARE = (
 )
 
 _entry_points_loaded = False
+#: Entry points of :data:`GROUP` whose module could not be imported, for the error.
+_entry_point_errors: list[str] = []
 
 
 def load_step_modules(
@@ -87,10 +89,6 @@ def load_entry_points() -> None:
             ep.load()
         except Exception as e:
             _entry_point_errors.append(f"{ep.name} = {ep.value!r}: {type(e).__name__}: {e}")
-
-
-#: Entry points of :data:`GROUP` whose module could not be imported, for the error.
-_entry_point_errors: list[str] = []
 
 
 def entry_point_errors() -> tuple[str, ...]:
