@@ -21,11 +21,13 @@ from commitsteps.errors import (
     StagedLinkError,
     StepConflictError,
     StepError,
+    StepModuleImportError,
     StepValueError,
     TableRollbackRefusedError,
     UnknownStepTypeError,
 )
 from commitsteps.fs import FsRenameCommitStep
+from commitsteps.modules import load_step_modules, unimportable
 from commitsteps.serialization import dumps, loads
 from commitsteps.tables import DEFAULT_COMMIT_BUDGET_S, check_budget, commit_budget
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
@@ -63,6 +65,7 @@ __all__ = [
     "StagedLinkError",
     "StepConflictError",
     "StepError",
+    "StepModuleImportError",
     "StepValueError",
     "TableRollbackRefusedError",
     "UnknownStepTypeError",
@@ -71,9 +74,11 @@ __all__ = [
     "class_for",
     "commit_budget",
     "dumps",
+    "load_step_modules",
     "loads",
     "register",
     "registered",
     "tag_of",
+    "unimportable",
     "watermark_store",
 ]

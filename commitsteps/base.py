@@ -10,7 +10,18 @@ from typing import ClassVar, TypeVar
 import attrs
 import fsspec
 
-from commitsteps.errors import DuplicateStepTypeError, StepError, UnknownStepTypeError
+from commitsteps.errors import (
+    DuplicateStepTypeError,
+    StepError,
+    StepModuleImportError,
+    UnknownStepTypeError,
+)
+from commitsteps.modules import (
+    HOW_TO_DECLARE,
+    entry_point_errors,
+    import_failure,
+    load_entry_points,
+)
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.lock import fence_check
@@ -260,12 +271,19 @@ def class_for(tag: str) -> type[CommitStep]:
             raise UnknownStepTypeError(
                 f"step type {tag!r} needs a package that is not installed ({e.name}): {hint}"
             ) from e
+    if tag not in _BY_TAG:
+        load_entry_points()
     try:
         return _BY_TAG[tag]
     except KeyError:
+        failed = import_failure(tag)
+        if failed is not None:
+            raise StepModuleImportError(failed) from None
+        broken = entry_point_errors()
         raise UnknownStepTypeError(
-            f"unknown step type {tag!r}; known: {', '.join(sorted(_BY_TAG))}. If it is a "
-            "user step, import its module (on executors too) before recovery"
+            f"step type {tag!r} is not registered: {HOW_TO_DECLARE}"
+            + (f" (entry points that failed: {'; '.join(broken)})" if broken else "")
+            + f"; known: {', '.join(sorted(_BY_TAG))}"
         ) from None
 
 

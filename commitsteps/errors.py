@@ -5,8 +5,13 @@ from __future__ import annotations
 from store.errors import CommitPubError, ConfigurationError
 
 
-class UnknownStepTypeError(CommitPubError, LookupError):
-    """A stored record names a step type tag that no registered class carries."""
+class UnknownStepTypeError(ConfigurationError, LookupError):
+    """A stored record names a step type tag that no registered class carries.
+
+    A configuration error: the record is intact, but the module of its step was not
+    declared (:mod:`commitsteps.modules`). Nothing of the commit is executed, aborted,
+    quarantined or counted; declaring the module lets the next run or command finish it.
+    """
 
 
 class DuplicateStepTypeError(ConfigurationError):
@@ -19,6 +24,13 @@ class StepValueError(ConfigurationError):
 
 class StepError(CommitPubError):
     """A step could not be completed. The state it leaves is known (nothing half-done)."""
+
+
+class StepModuleImportError(StepError):
+    """A step module declared on the driver could not be imported where a commit is read (a
+    Spark executor it was not shipped to): the step types it registers are unknown there.
+    Counted towards quarantine like any failure of a step; the message names the module and
+    how to ship it."""
 
 
 class StepConflictError(StepError):

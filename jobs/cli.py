@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import attrs
 import click
 
+import commitsteps
 from jobs import exitcodes, formats
 from jobs.config import (
     JobConfig,
@@ -167,6 +169,14 @@ def _batch_job(f: Callable[..., None]) -> Callable[..., None]:
         click.option(
             "--reports", metavar="PATH", help="Its run reports (default: beside a local store)."
         ),
+        click.option(
+            "--steps",
+            "step_modules",
+            metavar="MODULE",
+            multiple=True,
+            help="A module of the job's own CommitSteps to import (repeatable), beside "
+            "[job] steps of JOB.toml: a pending commit holding such steps needs it.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -180,6 +190,7 @@ def _by_options(where: dict[str, str | None]) -> bool:
 def _operator_config(job_file: str | None, where: dict[str, str | None]) -> OperatorConfig:
     """The job an operator command is about: JOB.toml (with or without ``[source]``), or a
     ``jobs.Batch`` job's name and store URLs given as options; exactly one of the two."""
+    _load_step_modules(where.pop("step_modules", None))
     given = [flag for name, flag in _BATCH_OPTIONS.items() if where.get(name) is not None]
     if job_file is not None and given:
         raise click.UsageError(
@@ -211,6 +222,14 @@ def _operator_config(job_file: str | None, where: dict[str, str | None]) -> Oper
         _fail(str(e), ExitCode.CONFIG)
     apply_object_stores(config)
     return config
+
+
+def _load_step_modules(modules: Any) -> None:
+    """Import the modules given with ``--steps`` (the working directory is on sys.path)."""
+    try:
+        commitsteps.load_step_modules(modules or (), search_path=os.getcwd())
+    except ConfigurationError as e:
+        _fail(f"option '--steps': {e}", ExitCode.CONFIG)
 
 
 def _job_and_dataset(args: tuple[str, ...], where: dict[str, str | None]) -> tuple[str | None, str]:
@@ -262,6 +281,7 @@ def _finish(report: RunReport, as_json: bool) -> NoReturn:
             report.quarantined,
             sorted(report.held),
             report.outcomes.newer_format,
+            report.undeclared_steps,
         )
         if report.error:
             click.echo(f"error: {report.message or report.error}")

@@ -38,6 +38,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
+import commitsteps
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs import formats
 from jobs.checks import DeclaredChecks, declared_checks
@@ -198,6 +199,16 @@ class BatchConfig(SettingsRecord):
         argument="reports",
         doc="where run reports go; required when the store is not a local path",
         shown_default="`reports/` beside the commit store",
+    )
+    #: Imported by :func:`_load_step_modules` wherever the job is loaded (a run, Batch, the
+    #: operator commands); the job file's directory first on ``sys.path``.
+    steps = Setting[tuple[str, ...]](
+        "job.steps",
+        given=list[str],
+        factory=list,
+        argument="steps",
+        doc="modules of the job's own CommitSteps, imported by every run and command "
+        "(a module beside the job file is found without PYTHONPATH)",
     )
     staging = Setting[str](
         "staging.path",
@@ -870,7 +881,18 @@ def batch_config(
     if lineage is not None:
         values["lineage"] = lineage
     _check_across(values, naming, default_reports=None)
+    _load_step_modules(values, None, naming)
     return _record(BatchConfig, values, naming=naming)
+
+
+def _load_step_modules(values: dict[str, Any], base: Path | None, naming: Naming) -> None:
+    """Import the job's step modules (``job.steps``), the job file's directory first on
+    ``sys.path`` (None: a Batch's or the options' job, whose modules are on it already)."""
+    values["job.steps"] = tuple(values["job.steps"])
+    try:
+        commitsteps.load_step_modules(values["job.steps"], search_path=base)
+    except ConfigurationError as e:
+        raise naming.error(f"{naming.the('job.steps')}: {e}") from e
 
 
 def _check_source(values: Mapping[str, Any], naming: Naming) -> None:
@@ -978,6 +1000,7 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
     base = file.resolve().parent
     values = _values(_structure(raw, _operator_file(), naming), (OperatorConfig,), base, naming)
     _check_across(values, naming, default_reports=str(base / "reports"))
+    _load_step_modules(values, base, naming)
     return _record(OperatorConfig, values, naming=naming, file=str(file.resolve()))
 
 
@@ -1019,6 +1042,7 @@ def operator_config(
     tables = _structure(doc, _operator_file(), naming)
     values = _values(tables, (OperatorConfig,), Path.cwd(), naming)
     _check_across(values, naming, default_reports=None)
+    _load_step_modules(values, None, naming)
     return _record(OperatorConfig, values, naming=naming)
 
 
@@ -1034,6 +1058,7 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
     records = (JobConfig, SourceConfig)
     values = _values(_structure(raw, _job_file(), naming), records, base, naming)
     _check_across(values, naming, default_reports=str(base / "reports"))
+    _load_step_modules(values, base, naming)
     return _record(
         JobConfig,
         values,

@@ -120,6 +120,7 @@ def outcome(
     quarantined: Sequence[str],
     held: Sequence[str],
     newer: Sequence[str] = (),
+    undeclared: Sequence[str] = (),
 ) -> Message | None:
     """The one line that ends a run whose datasets failed, were quarantined or were held,
     though the run itself did not fail (exit 1, 2 or 3): what happened and what to do.
@@ -131,6 +132,8 @@ def outcome(
         held: the datasets held by a failed check (skipped until ``release`` or ``discard``).
         newer: the datasets whose commit or status a newer commitpub wrote (left alone
             until an upgraded version runs).
+        undeclared: the failed datasets whose pending commit holds a step type whose
+            module this run did not declare (left pending, uncounted; exit 2).
 
     Returns:
         The message, or None when every dataset went through.
@@ -139,7 +142,18 @@ def outcome(
         Message(key, f"{what}: {', '.join(sorted(names))}", todo)
         for key, names, what, todo in (
             ("newer-format", newer, "written by a newer commitpub", _NEWER),
-            ("dataset-failed", [d for d in failed if d not in newer], "failed this time", _RETRIED),
+            (
+                "undeclared-steps",
+                undeclared,
+                "a step module is not declared for the pending commit of",
+                _UNDECLARED,
+            ),
+            (
+                "dataset-failed",
+                [d for d in failed if d not in newer and d not in undeclared],
+                "failed this time",
+                _RETRIED,
+            ),
             ("quarantined", quarantined, "quarantined", _QUARANTINED),
             ("held", held, "held by a failed check", _HELD),
         )
@@ -166,8 +180,12 @@ _NEWER = (
     "left exactly as it is; upgrade commitpub to the version that wrote it (its error above "
     "names the format), never discard it"
 )
+_UNDECLARED = (
+    "left pending and not counted; declare the module its error above names: `steps = "
+    "[...]` in [job], `--steps MODULE`, or the `commitpub.steps` entry point, then rerun"
+)
 #: The keys of the messages :func:`outcome` tells.
-OUTCOME_KEYS = ("newer-format", "dataset-failed", "quarantined", "held")
+OUTCOME_KEYS = ("newer-format", "undeclared-steps", "dataset-failed", "quarantined", "held")
 
 
 def _typed(error: BaseException) -> Message | None:

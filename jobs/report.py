@@ -22,6 +22,7 @@ import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
 import publisher
+from commitsteps import UnknownStepTypeError
 from jobs.checks import CheckResults
 from jobs.checks import converter as checks_converter
 from jobs.exitcodes import ExitCode
@@ -31,6 +32,9 @@ from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
 from store.urls import is_local, local_path, redact
+
+#: How a report names the error of a step type whose module was not declared.
+_UNDECLARED = f"{UnknownStepTypeError.__name__}: "
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -160,12 +164,19 @@ class RunReport:
         return {**self.outcomes.errors, **self.extract_failed}
 
     @property
+    def undeclared_steps(self) -> list[str]:
+        """Failed datasets whose pending commit holds a step type whose module this run did
+        not declare (left pending, uncounted): a configuration error, exit 2."""
+        return sorted(d for d, e in self.errors.items() if e.startswith(_UNDECLARED))
+
+    @property
     def exit_code(self) -> ExitCode:
         """What ``commitpub`` exits with (see :class:`~jobs.exitcodes.ExitCode`)."""
         if self.error is not None:
             return self.error_exit_code
-        if self.outcomes.newer_format:
-            # This version cannot read what a newer one wrote: a deployment error.
+        if self.outcomes.newer_format or self.undeclared_steps:
+            # This version cannot read what a newer one wrote, or this run did not declare
+            # a step module its pending commits need: a deployment error.
             return ExitCode.CONFIG
         if self.failed:
             return ExitCode.FAILURE
@@ -178,7 +189,7 @@ class RunReport:
         code = self.exit_code
         if code == ExitCode.LOCKED:
             return "lost the job lock" if self.lock_token is not None else code.meaning
-        if code == ExitCode.CONFIG and self.error is None:
+        if code == ExitCode.CONFIG and self.error is None and self.outcomes.newer_format:
             return "written by a newer commitpub"
         return {
             ExitCode.OK: "ok",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 import commitsteps
+from jobs import stepmodules
 from publisher import (
     DeadlineError,
     RunDeadlineError,
@@ -386,6 +387,9 @@ def _run_task(
     from pyspark import TaskContext
 
     import_errors = _import_all(modules)
+    # A step type of a module that failed here is that module's error, counted towards
+    # quarantine like a step's, never "not declared" (the driver declared it).
+    commitsteps.unimportable({e.partition(": ")[0]: e for e in import_errors})
     for error in import_errors:
         log.warning("could not import step module %s", error)
     group = list(items)
@@ -453,6 +457,8 @@ class SparkRunner:
             raise ConfigurationError(f"tasks must be >= 1, got {tasks}")
         self.spark = spark
         self.tasks = tasks
+        #: Top-level modules of user steps already shipped to this session's executors.
+        self._shipped: set[str] = set()
         #: Where the groups of the latest :meth:`map_groups` call ran.
         self.last_tasks: tuple[TaskInfo, ...] = ()
         self._parallelism: int | None = None
@@ -492,7 +498,9 @@ class SparkRunner:
         groups = [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
         name = work_name(fn)
         tag = f"commitpub-{name}-{uuid.uuid4().hex}"
-        task = functools.partial(_run_groups, fn, step_modules(), groups)
+        modules = step_modules()
+        stepmodules.ship(self.spark, modules, self._shipped)
+        task = functools.partial(_run_groups, fn, modules, groups)
         tags = _Tags(self.spark)
 
         def collect() -> list[tuple[TaskInfo, list[R]]]:

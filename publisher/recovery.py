@@ -23,7 +23,7 @@ from publisher.execution import abort, finish, verify_all
 from publisher.holds import held_report, resume_release
 from publisher.quarantine import fail, skipped
 from publisher.reports import DatasetReport, Outcome, dataset_report, describe, newer_format
-from publisher.retry import PERMANENT
+from publisher.retry import PERMANENT, UNDECLARED
 from publisher.status import DatasetStatus
 from store.errors import FencedError, NewerFormatError
 from store.failpoints import failpoint
@@ -38,13 +38,19 @@ def recover_one(ctx: Context, dataset: str) -> DatasetReport:
         return _recover_one(ctx, dataset, started)
     except NewerFormatError as e:
         return newer_format(dataset, e, started)
+    except UNDECLARED as e:
+        # Its step module was not declared here: left pending and uncounted, its staging
+        # kept (unknown: None), for a run that declares the module. The run exits 2.
+        return dataset_report(
+            dataset, Outcome.FAILED, started, error=describe(e), keeps_staging=None
+        )
 
 
 def _recover_one(ctx: Context, dataset: str, started: float) -> DatasetReport:
     failpoint("recover.dataset_started")
     try:
         status = ctx.status(dataset)
-    except (FencedError, NewerFormatError):
+    except (FencedError, NewerFormatError, *UNDECLARED):
         raise
     except Exception as e:  # counted as a failed attempt; an unreadable status is one too
         return fail(ctx, dataset, DatasetStatus(), e, started, steps=None)
@@ -54,7 +60,7 @@ def _recover_one(ctx: Context, dataset: str, started: float) -> DatasetReport:
         record = status.held
         try:
             resumed = resume_release(ctx, dataset, status)
-        except (FencedError, NewerFormatError):
+        except (FencedError, NewerFormatError, *UNDECLARED):
             raise
         except Exception as e:  # counted as a failed attempt; the hold stays
             return fail(ctx, dataset, status, e, started, steps=None, steps_total=0)
@@ -70,7 +76,7 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
         if status.quarantined:
             try:
                 keeps: tuple[str, ...] | None = ctx.roots.run_dirs(ctx.load(dataset))
-            except PERMANENT:
+            except (*PERMANENT, *UNDECLARED):
                 keeps = None
             return skipped(dataset, status, started, steps=info.records, keeps_staging=keeps)
         try:
@@ -87,7 +93,7 @@ def _recover(ctx: Context, dataset: str, status: DatasetStatus, started: float) 
         ctx.confine(steps)
         done = verify_all(steps)
         failpoint("recover.after_verify")
-    except (FencedError, NewerFormatError):
+    except (FencedError, NewerFormatError, *UNDECLARED):
         # A newer one's: raised before anything was executed or removed; an unsealed one
         # is not aborted either, as this version cannot know what a newer one's seal is.
         raise

@@ -17,7 +17,11 @@ log = logging.getLogger("commitpub.publisher")
 T = TypeVar("T")
 
 #: Errors no retry can fix: the sequence is quarantined at once.
-PERMANENT = (CorruptRecordError, UnknownStepTypeError, PathConfinementError, ForeignStoreError)
+PERMANENT = (CorruptRecordError, PathConfinementError, ForeignStoreError)
+#: Errors of this process's configuration, not of the commit: a step type whose module was
+#: not declared. Nothing of the commit is executed, aborted, quarantined or counted; the
+#: dataset waits for a run or command that declares the module.
+UNDECLARED = (UnknownStepTypeError,)
 #: Errors that may pass (a store or filesystem unreachable for a while): retried with backoff.
 TRANSIENT = (StoreUnavailableError, ConnectionError, TimeoutError)
 #: Recent tenacity renamed ``initial`` to ``multiplier`` and warns on the old name.

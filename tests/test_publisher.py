@@ -303,15 +303,12 @@ def test_recover_aborts_unsealed_and_sweeps_orphans(job: Job) -> None:
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("bad", ["corrupt", "unknown-tag", "outside-roots"])
+@pytest.mark.parametrize("bad", ["corrupt", "outside-roots"])
 def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> None:
     steps = job.stage("bad")
     records = [commitsteps.dumps(s) for s in steps]
     if bad == "corrupt":
         records[1] = records[1].replace(b"f1", b"f9")
-    elif bad == "unknown-tag":
-        records[1] = commitsteps.dumps(steps[1]).replace(b'"fs.rename"', b'"fs.gone"')
-        records[1] = _refresh_crc(records[1])
     else:
         outside = FsRenameCommitStep(steps[1].staged_paths()[0], str(job.base / "output-old/x"), 1)
         records[1] = commitsteps.dumps(outside)
@@ -321,7 +318,6 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     assert report["bad"].outcome == Outcome.QUARANTINED
     expected_error = {
         "corrupt": "CorruptRecordError",
-        "unknown-tag": "UnknownStepTypeError",
         "outside-roots": "PathConfinementError",
     }[bad]
     assert expected_error in (report["bad"].error or "")
@@ -353,6 +349,35 @@ def test_bad_sequence_is_not_executed_and_others_publish(job: Job, bad: str) -> 
     pub.recover()
     assert not any(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
     assert open_watermarks(job.wm_url, job="job").get("bad", "0") is None
+
+
+@pytest.mark.redis
+def test_a_step_type_not_declared_is_left_pending_uncounted_and_never_dropped(job: Job) -> None:
+    steps = job.stage("bad")
+    records = [commitsteps.dumps(s) for s in steps]
+    records[1] = _refresh_crc(records[1].replace(b'"fs.rename"', b'"acme.gone"'))
+    job.store().put_sequence("job", "bad", records)
+    pub = job.publisher()
+    report = pub.recover()
+    assert report["bad"].outcome == Outcome.FAILED
+    assert "step type 'acme.gone' is not registered: declare its module" in (
+        report["bad"].error or ""
+    )
+    assert report["bad"].keeps_staging is None  # its staging is not swept
+    assert pub.status("bad") is None  # no status written: not counted, not quarantined
+    assert job.published() == []
+    # Recovered again and again: still not counted, never quarantined.
+    for _ in range(4):
+        assert pub.recover()["bad"].outcome == Outcome.FAILED
+    assert pub.status("bad") is None
+    # Discard refuses it as a configuration error, with or without --force: the record is
+    # valid, and declaring the module lets discard roll back what it published.
+    for force in (False, True):
+        with pytest.raises(commitsteps.UnknownStepTypeError, match="declare its module"):
+            pub.discard("bad", force=force)
+    assert job.store().get("job", "bad") == records
+    assert all(Path(s.staged_paths()[0]).exists() for s in steps[:-1])
+    assert pub.publish({"good": job.stage("good")})["good"].outcome == Outcome.PUBLISHED
 
 
 def _refresh_crc(record: bytes) -> bytes:
