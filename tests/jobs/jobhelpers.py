@@ -102,7 +102,10 @@ def output_rows(output: Path, dataset: str) -> list[dict[str, Any]]:
     if not directory.exists():
         return []
     first = ds.dataset(directory, format="parquet", partitioning="hive")
-    schema = pa.unify_schemas([f.physical_schema for f in first.get_fragments()])
+    fragments = list(first.get_fragments())
+    if not fragments:  # only the owner record, written before the first write-ahead
+        return []
+    schema = pa.unify_schemas([f.physical_schema for f in fragments])
     for field in first.schema:
         if schema.get_field_index(field.name) < 0:
             schema = schema.append(field)
