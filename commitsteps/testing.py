@@ -42,60 +42,24 @@ the base never runs on its own. To see plain ``assert`` operands in failures, ca
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
-import attrs
 import pytest
 
 import store
 from commitsteps.base import CommitStep
 from commitsteps.serialization import dumps, loads
+from store.testing import travelled_copy
 
 #: The job the contract's steps run in.
 JOB = "step-contract"
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-
-def _plain(value: Any, where: str) -> None:
-    """Fail unless ``value`` is plain data, an attrs instance whose reduction is, or an
-    importable class or function: what a reduction may carry to an executor (no socket,
-    lock, file handle or client, no class defined inside a function)."""
-    if isinstance(value, _PLAIN):
-        return
-    if isinstance(value, (tuple, list, frozenset, set)):
-        for i, item in enumerate(value):
-            _plain(item, f"{where}[{i}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _plain(key, f"{where} key")
-            _plain(item, f"{where}[{key!r}]")
-        return
-    if attrs.has(type(value)) and not isinstance(value, type):
-        _plain_reduction(value, f"{where} ({type(value).__qualname__})")
-        return
-    qualname = getattr(value, "__qualname__", "<locals>")
-    if callable(value) and getattr(value, "__module__", None) and "<locals>" not in qualname:
-        return
-    raise AssertionError(f"{where} travels a {type(value).__name__}, not plain data")
-
-
-def _plain_reduction(obj: Any, where: str) -> None:
-    reduction = obj.__reduce_ex__(4)
-    assert isinstance(reduction, tuple), f"{where} reduces to a global name"
-    _plain(reduction, where)
-
 
 def _travelled(step: CommitStep) -> CommitStep:
-    """``step`` as a Spark task gets it: its reduction (what pickling ships) must be plain
-    data naming importable classes, and the step that reduction rebuilds is returned
-    (``copy.deepcopy`` rebuilds from the same ``__reduce_ex__``). No pickled bytes are ever
-    loaded."""
-    _plain_reduction(step, type(step).__qualname__)
-    return copy.deepcopy(step)
+    """``step`` as a Spark task gets it (see :func:`store.testing.travelled_copy`)."""
+    rebuilt: CommitStep = travelled_copy(step, deep=True)
+    return rebuilt
 
 
 def _name(step: CommitStep) -> str:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 import store
@@ -95,8 +96,9 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
 def _plain(value: Any, where: str) -> None:
-    """Fail unless ``value`` is plain data or an importable class or function: what a
-    reduction may carry to an executor (no socket, lock, file handle or client)."""
+    """Fail unless ``value`` is plain data, an attrs instance whose reduction is, or an
+    importable class or function: what a reduction may carry to an executor (no socket,
+    lock, file handle or client, no class defined inside a function)."""
     if isinstance(value, _PLAIN):
         return
     if isinstance(value, (tuple, list, frozenset, set)):
@@ -108,20 +110,29 @@ def _plain(value: Any, where: str) -> None:
             _plain(key, f"{where} key")
             _plain(item, f"{where}[{key!r}]")
         return
+    if attrs.has(type(value)) and not isinstance(value, type):
+        _plain_reduction(value, f"{where} ({type(value).__qualname__})")
+        return
     qualname = getattr(value, "__qualname__", "<locals>")
     if callable(value) and getattr(value, "__module__", None) and "<locals>" not in qualname:
         return
     raise AssertionError(f"{where} travels a {type(value).__name__}, not plain data")
 
 
-def _travelled(obj: Any) -> Any:
-    """``obj`` as a Spark task gets it: its reduction (what pickling ships) must be plain
-    data, and the object that reduction rebuilds is returned (``copy.copy`` rebuilds from
-    the same ``__reduce_ex__``). No pickled bytes are ever loaded."""
+def _plain_reduction(obj: Any, where: str) -> None:
     reduction = obj.__reduce_ex__(4)
-    assert isinstance(reduction, tuple), f"{type(obj).__name__} reduces to a global name"
-    _plain(reduction, type(obj).__name__)
-    return copy.copy(obj)
+    assert isinstance(reduction, tuple), f"{where} reduces to a global name"
+    _plain(reduction, where)
+
+
+def travelled_copy(obj: Any, *, deep: bool = False) -> Any:
+    """``obj`` as a Spark task gets it: its reduction (what pickling ships) must be plain
+    data naming importable classes, and the object that reduction rebuilds is returned
+    (``copy.copy``, or ``copy.deepcopy`` with ``deep``, rebuilds from the same
+    ``__reduce_ex__``). No pickled bytes are ever loaded. The step contract kit
+    (:mod:`commitsteps.testing`) checks steps with it too."""
+    _plain_reduction(obj, type(obj).__qualname__)
+    return copy.deepcopy(obj) if deep else copy.copy(obj)
 
 
 def _records(n: int) -> list[bytes]:
@@ -405,7 +416,7 @@ class CommitStepStoreContract:
     # -- pickling ----------------------------------------------------------------------
     def test_pickled_store_reopens(self, store: CommitStepStore) -> None:
         store.put_sequence(JOB, "written-here", [b"one"])
-        travelled = _travelled(store)
+        travelled = travelled_copy(store)
         with travelled:
             assert type(store) is type(travelled)
             assert store.url == travelled.url
@@ -616,7 +627,7 @@ class WatermarkStoreContract:
                 wm.close()
 
     def test_travelled_store_keeps_its_job(self, watermarks: WatermarkStore) -> None:
-        travelled = _travelled(watermarks)
+        travelled = travelled_copy(watermarks)
         try:
             assert travelled.job == JOB
             assert travelled.compare_and_set("ds", "p", None, 1)
@@ -716,7 +727,7 @@ class WatermarkStoreContract:
 
     def test_pickled_store_reopens(self, watermarks: WatermarkStore) -> None:
         assert watermarks.compare_and_set("ds", "p", None, 1)
-        travelled = _travelled(watermarks)
+        travelled = travelled_copy(watermarks)
         try:
             assert watermarks.url == travelled.url
             assert travelled.get("ds", "p") == 1
@@ -1011,7 +1022,7 @@ class JobLockContract:
 
     def test_pickled_lock_reopens(self, lock: JobLock) -> None:
         lease = lock.acquire(JOB, ttl_s=60)
-        travelled = _travelled(lock)
+        travelled = travelled_copy(lock)
         try:
             current = travelled.current(JOB)
             assert current is not None
