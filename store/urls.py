@@ -250,6 +250,9 @@ _MISTYPED = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)(?::(?!//)|//)")
 #: Object stores: the URL's host is the bucket or container, which cannot be left out.
 _BUCKET_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss"})
 _REDIS_DB = re.compile(r"/?|/[0-9]+")
+_SENTINEL_PREFIX = "redis+sentinel://"
+_SENTINEL_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s/:,\[\]]+)(:[0-9]+)?")
+_SENTINEL_PATH = re.compile(r"/[^/]+(/[0-9]+)?/?")
 #: The Redis backend's schemes (``unix`` is a socket's).
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
@@ -270,6 +273,8 @@ def url_problem(url: str) -> str | None:
     """
     if not _SCHEME.match(url):
         return _mistyped_url(url)
+    if url[: len(_SENTINEL_PREFIX)].lower() == _SENTINEL_PREFIX:
+        return _sentinel_problem(url)
     try:
         parts = urlsplit(url)
         _ = parts.port
@@ -292,6 +297,22 @@ def url_problem(url: str) -> str | None:
         return (
             f"{shown!r}: the path of a Redis URL is its database number and nothing else "
             f"(/0), got {parts.path!r}"
+        )
+    return None
+
+
+def _sentinel_problem(url: str) -> str | None:
+    """What :func:`url_problem` says of a ``redis+sentinel://`` URL: its Sentinels, each
+    ``host[:port]``, and a path ``/service_name[/db]``."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    shown = redact(url)
+    if not all(_SENTINEL_HOST.fullmatch(host.strip()) for host in hosts.split(",")):
+        return f"{shown!r} names no Sentinels as host[:port][,host2[:port2]...]"
+    if not _SENTINEL_PATH.fullmatch(parts.path):
+        return (
+            f"{shown!r}: the path of a Sentinel URL is the service name the Sentinels "
+            f"monitor and an optional database number (/mymaster/0), got {parts.path!r}"
         )
     return None
 

@@ -206,6 +206,9 @@ def test_require_no_credentials() -> None:
         ("s3:///prefix", "names no bucket (s3://bucket/prefix)"),
         ("gs:///prefix", "names no bucket (gs://bucket/prefix)"),
         ("unix://", "names no socket"),
+        ("redis+sentinel://:pw@h1:x/svc", "names no Sentinels as host[:port]"),
+        ("redis+sentinel://:pw@h1:26379/", "the path of a Sentinel URL is the service name"),
+        ("redis+sentinel://h1:26379/svc/db", "got '/svc/db'"),
     ],
 )
 def test_url_problem_names_what_is_wrong(url: str, problem: str) -> None:
@@ -230,6 +233,8 @@ def test_url_problem_names_what_is_wrong(url: str, problem: str) -> None:
         "s3://bucket",
         "memory://x",
         "mystore+x://anything/at/all",
+        "redis+sentinel://h1:26379/mymaster",
+        "redis+sentinel://:pw@h1:26379,h2:26380,[::1]/mymaster/3",
     ],
 )
 def test_url_problem_passes_well_formed_urls_and_paths(url: str) -> None:
