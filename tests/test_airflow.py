@@ -256,8 +256,9 @@ def refused_port() -> Iterator[int]:
 def test_exit_1_is_retried_then_fails_without_the_alert(
     airflow: Airflow, tmp_path: Path, refused_port: int
 ) -> None:
-    # The job lock's Redis is down: an ordinary failure, before Spark starts.
-    job = _job(tmp_path, lock_url=f"redis://127.0.0.1:{refused_port}/0")
+    # The job lock's Redis is down: an ordinary failure, before Spark starts (with a
+    # landing zone to read: a missing one is a configuration error, exit 2).
+    job = _job(tmp_path, records=2, lock_url=f"redis://127.0.0.1:{refused_port}/0")
     assert _commitpub("run", str(job)).returncode == 1
     started = time.monotonic()
     state, tries, out = airflow.dags_test("2025-01-04", job)
