@@ -24,8 +24,9 @@ from store import formats, open_store, open_watermarks
 
 NEWER = "written by commitpub format 2 (this version reads up to 1)"
 ADVICE = "upgrade commitpub to read it; do not discard it"
-#: What a command may write beside what it must not touch: its lease, fence and claim.
-BOOKKEEPING = {".locks", ".fence", ".commitpub-job", "reports"}
+#: What a command may write beside what it must not touch: its lease, fence, claim and the
+#: record of the highest lock token used.
+BOOKKEEPING = {".locks", ".fence", ".commitpub-job", ".commitpub-token", "reports"}
 
 
 class Job:
