@@ -165,7 +165,10 @@ def test_the_own_job_example_killed_anywhere_and_rerun_publishes_every_record_on
     # of later tests, and import it afresh into this test's.
     monkeypatch.setattr(commitsteps.base, "_BY_TAG", dict(commitsteps.base._BY_TAG))
     for module in ("own_job", "own_steps"):
-        monkeypatch.delitem(sys.modules, module, raising=False)
+        # Recorded first (setitem undoes to "absent" too, delitem of an absent name records
+        # nothing), so that the test's own import leaves with it.
+        monkeypatch.setitem(sys.modules, module, sys.modules.get(module))
+        del sys.modules[module]
     monkeypatch.syspath_prepend(str(EXAMPLE.parent))
     own_job = importlib.import_module("own_job")
     rng = random.Random(16)
