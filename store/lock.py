@@ -308,6 +308,17 @@ def _pid_namespace() -> str | None:
 
 #: Reads stored leases: a field of the wrong type is an error naming it, never a conversion.
 _converter = strict_converter()
+_number = _converter.get_structure_hook(float)
+
+
+def _number_as_written(value: Any, type_: Any) -> Any:
+    # Checked like any number, kept as written: a TTL of 120 stays 120, so the lease reads
+    # back (and ``status`` shows it) as it was stored.
+    _number(value, type_)
+    return value
+
+
+_converter.register_structure_hook(float, _number_as_written)
 #: A pid of 0 or less would make ``kill`` ask about a process group, not a process; a TTL
 #: of zero or less would let any contender take the lease without watching it.
 _POSITIVE = attrs.validators.gt(0)

@@ -309,19 +309,66 @@ def staged_figures(reports: str, run_id: str, dataset: str) -> tuple[int, int] |
     path = posixpath.join(reports, f"{run_id}-run.json")
     try:
         fs, p = fsspec.core.url_to_fs(path)
-        doc = json.loads(fs.cat_file(p))
-        formats.check_doc(doc, path, formats.RUN_REPORT)
-        staged = doc["staged"][dataset]
-        return int(staged["rows"]), int(staged["files"])
+        staged = read_report(fs.cat_file(p), path).staged[dataset]
     except (OSError, ValueError, LookupError, TypeError, AttributeError, NewerFormatError) as e:
         log.debug("the staged figures of %s by run %s are not known: %s", dataset, run_id, e)
         return None
+    if staged.rows is None or staged.files is None:
+        return None
+    return staged.rows, staged.files
 
 
-def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
-    """The job's readable run reports, newest (last written) first, each with its
-    ``"path"``; nothing if the reports directory does not exist. One a newer commitpub
-    wrote is skipped, with a warning: its fields may not mean what this version reads."""
+@attrs.frozen
+class StagedFigures:
+    """What a stored report says a run staged for one dataset."""
+
+    rows: int | None = None
+    files: int | None = None
+
+
+@attrs.frozen
+class StoredReport:
+    """A run report as read back from the reports directory: the fields that are read of
+    it (``status``, the empty-run count, the previous rows of a dataset).
+
+    Every field has a default: reports of older versions lack some. A field of the wrong
+    type makes the whole report unreadable (see :func:`newest_reports`).
+    """
+
+    #: Where the report was read from.
+    path: str
+    run_id: str | None = None
+    command: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    counts: dict[str, int] | None = None
+    empty_runs: int = 0
+    lock_token: int | None = None
+    published: list[str] = attrs.field(factory=list)
+    staged: dict[str, StagedFigures] = attrs.field(factory=dict)
+
+
+def read_report(data: bytes | str, path: str) -> StoredReport:
+    """The report ``data`` holds, read by the one converter.
+
+    Raises:
+        NewerFormatError: if a newer commitpub wrote it.
+        ValueError: if it is not JSON, or not a report: naming each field that does not fit
+            (``"expected int, found str '3' @ report.empty_runs"``).
+    """
+    doc = json.loads(data)
+    formats.check_doc(doc, path, formats.RUN_REPORT)
+    return publisher.from_json({**doc, "path": path}, StoredReport, path="report")
+
+
+def newest_reports(reports: str) -> Iterator[StoredReport]:
+    """The job's readable run reports, newest (last written) first; nothing if the reports
+    directory does not exist. One a newer commitpub wrote is skipped, with a warning: its
+    fields may not mean what this version reads; one that is not a report (a field of the
+    wrong type) is skipped, logged at debug level."""
     fs, root = fsspec.core.url_to_fs(reports)
     try:
         names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
@@ -329,15 +376,14 @@ def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
         return
     for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
         try:
-            doc: dict[str, Any] = json.loads(fs.cat_file(path))
-            formats.check_doc(doc, path, formats.RUN_REPORT)
-        except (OSError, ValueError, AttributeError):
+            report = read_report(fs.cat_file(path), path)
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            log.debug("run report skipped: %s: %s", path, e)
             continue
         except NewerFormatError as e:
             log.warning("run report skipped: %s", e)
             continue
-        doc["path"] = path
-        yield doc
+        yield report
 
 
 def count_empty_runs(report: RunReport, reports: str) -> None:
@@ -353,12 +399,8 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
     before = 0
     try:
         for doc in newest_reports(reports):
-            if (
-                doc.get("command") == "run"
-                and doc.get("finished")
-                and doc.get("run_id") != (report.run_id)
-            ):
-                before = int(doc.get("empty_runs") or 0)
+            if doc.command == "run" and doc.finished and doc.run_id != report.run_id:
+                before = doc.empty_runs
                 break
     except Exception as e:  # the count restarts; the run goes on
         log.warning("could not read the previous run reports in %s: %s", redact(reports), e)
