@@ -7,13 +7,16 @@ and the stores refuse a token lower than one they have seen: a driver that was p
 its lease ("zombie") and wakes after another run took over cannot commit anything.
 
 A lease whose holder is *proven* dead is taken over at once, so a cron run right after a
-crash is not blocked until the TTL runs out. A host name and a pid prove little: containers
-share host names, pids are reused, and a pid means another process in another pid namespace
-or after a reboot. So a lease records, besides host and pid, the boot id
-(``/proc/sys/kernel/random/boot_id``), the pid namespace (``/proc/self/ns/pid``) and the
-process start time, and its holder is dead only when host, boot id and pid namespace are
-all this process's and the pid is gone, a zombie, or names a process that started at
-another time.
+crash is not blocked until the TTL runs out; one whose holder is *proven* live is refused at
+once (the same records prove it: the holder's very process runs on this host, not stopped,
+and its lease is not past ``expires_at`` by the one clock of this host).
+
+A host name and a pid prove little: containers share host names, pids are reused, and a pid
+means another process in another pid namespace or after a reboot. So a lease records,
+besides host and pid, the boot id (``/proc/sys/kernel/random/boot_id``), the pid namespace
+(``/proc/self/ns/pid``) and the process start time, and its holder is dead only when host,
+boot id and pid namespace are all this process's and the pid is gone, a zombie, or names a
+process that started at another time.
 
 Anything short of that proof (a lease written by an older version, in another container, on
 another host, before a reboot) is waited out, and no decision ever compares two hosts'
@@ -281,6 +284,11 @@ def _process_stat(pid: int) -> tuple[str, str] | None:
         return None
 
 
+#: Process states (``/proc/PID/stat``) of a holder that is live: running, sleeping, or
+#: waiting on a disk. Stopped (``T``, ``t``: a paused run) and zombies are not.
+_RUNNING = frozenset("RSD")
+
+
 def _process_start(pid: int) -> str | None:
     """The start time of ``pid`` in clock ticks since boot, to tell pid reuse apart."""
     stat = _process_stat(pid)
@@ -423,18 +431,41 @@ class Lease:
         """
         return self.released or clock.wall() >= self.expires_at
 
+    def _held_here(self) -> bool:
+        """The holder ran on this host, in this boot and in this pid namespace (all three
+        recorded and equal to this process's): its pid means a process this one can see."""
+        if self.host != socket.gethostname():
+            return False
+        return all(
+            recorded is not None and recorded == here
+            for recorded, here in ((self.boot_id, _boot_id()), (self.pid_ns, _pid_namespace()))
+        )
+
+    def holder_live_here(self) -> bool:
+        """True only when the holder is proven live; see the module docstring.
+
+        The holder runs here (:meth:`_held_here`), its pid names the very process that took
+        the lease (same start time), running or sleeping (not stopped, not a zombie), and the
+        lease is not past ``expires_at``: on one host the holder's clock is this process's.
+        A holder that stopped renewing, or is paused, is not live by this rule: it is
+        watched like any other (:meth:`JobLock.watch`).
+        """
+        if self.released or self.pid_start is None or not self._held_here():
+            return False
+        stat = _process_stat(self.pid)
+        if stat is None:
+            return False
+        state, start = stat
+        return start == self.pid_start and state in _RUNNING and not self.expired()
+
     def holder_dead(self) -> bool:
         """True only when the holder is proven dead; see the module docstring.
 
-        The holder ran on this host, in this boot and in this pid namespace (all three
-        recorded and equal to this process's), and its pid is gone, a zombie, or a process
+        The holder ran here (:meth:`_held_here`), and its pid is gone, a zombie, or a process
         that started at another time than the holder.
         """
-        if self.host != socket.gethostname():
+        if not self._held_here():
             return False
-        for recorded, here in ((self.boot_id, _boot_id()), (self.pid_ns, _pid_namespace())):
-            if recorded is None or recorded != here:
-                return False
         stat = _process_stat(self.pid)
         if stat is not None:
             state, start = stat
@@ -543,6 +574,11 @@ class JobLock(abc.ABC):
         """
         if seen.released or seen.holder_dead():
             return seen
+        if seen.holder_live_here():
+            raise LockHeldError(
+                f"job {job!r} is locked by another run ({seen.describe()}), running on this host",
+                holder=seen,
+            )
         wait = seen.ttl_s if seen.ttl_s is not None else ttl_s
         if watching is not None:
             watching(seen, wait)
