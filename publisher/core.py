@@ -183,8 +183,9 @@ class Publisher:
 
         Raises:
             ConfigurationError: a dataset given twice, something else than a
-                ``CommitSequence`` in ``sequences``, ``staging_dirs`` with them, or
-                ``staging_dirs`` naming a dataset not published.
+                ``CommitSequence`` in ``sequences`` (or one as a mapping's value),
+                ``staging_dirs`` with them, or ``staging_dirs`` naming a dataset not
+                published; nothing was written.
             FencedError: if this run lost the job lock.
         """
         started = time.monotonic()
@@ -624,6 +625,11 @@ def _commit_sequences(
         if unknown:
             raise ConfigurationError(
                 f"staging_dirs names datasets not published: {sorted(unknown)}"
+            )
+        if any(isinstance(steps, CommitSequence) for steps in given.values()):
+            raise ConfigurationError(
+                "a CommitSequence names its dataset: give CommitSequences as a list, "
+                "publish([CommitSequence(...), ...]), not as the values of a mapping"
             )
         return [CommitSequence(d, steps, dirs.get(d)) for d, steps in given.items()]
     if staging_dirs is not None:

@@ -121,6 +121,8 @@ def test_publish_refuses_what_is_not_one_commit_sequence_a_dataset(tmp_path: Pat
         pub.publish([CommitSequence("a", [step]), CommitSequence("a", [step])])
     with pytest.raises(ConfigurationError, match="a CommitSequence carries its own staging_dir"):
         pub.publish([CommitSequence("a", [step])], staging_dirs={"a": str(tmp_path)})
+    with pytest.raises(ConfigurationError, match="give CommitSequences as a list"):
+        pub.publish({"a": CommitSequence("a", [step])})  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="got a list"):
         pub.publish([[step]])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match=r"staging_dirs names datasets not published"):
