@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from jobs import load_config as load_config
     from jobs import recover_job as recover_job
     from jobs import run_job as run_job
+    from publisher import CommitSequence as CommitSequence
     from publisher import Publisher as Publisher
     from publisher import PublishReport as PublishReport
     from store import CommitPubError as CommitPubError
@@ -85,6 +86,7 @@ _HOME = {
     "load_config": "jobs",
     "recover_job": "jobs",
     "run_job": "jobs",
+    "CommitSequence": "publisher",
     "Publisher": "publisher",
     "PublishReport": "publisher",
     "CommitStep": "commitsteps",
@@ -122,6 +124,7 @@ __all__ = [
     "Batch",
     "CheckOutcome",
     "CommitPubError",
+    "CommitSequence",
     "CommitStep",
     "CustomCheck",
     "DatasetHeldError",

@@ -3,7 +3,8 @@
 What the layer above uses is exported here; its modules, one concern each:
 
 * :mod:`~publisher.core`: :class:`Publisher`, the facade on the driver.
-* :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute).
+* :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute);
+  :class:`CommitSequence`, one dataset's commit as :meth:`Publisher.publish` takes it.
 * :mod:`~publisher.recovery`: finishing sealed sequences found pending, aborting unsealed ones.
 * :mod:`~publisher.discard`: an operator's discard, durable across crashes.
 * :mod:`~publisher.holds`: datasets held by a failed check: hold, release, discard.
@@ -28,6 +29,7 @@ from commitpub import _names
 _names.check(("store", "commitsteps"))
 
 from publisher import staging, status
+from publisher.commit import CommitSequence, StepsBuilder
 from publisher.confinement import Roots, check_connections
 from publisher.context import Context
 from publisher.converter import converter, from_json, to_json
@@ -63,6 +65,7 @@ from publisher.status import DatasetStatus, Discarding, Hold
 
 __all__ = [
     "FAILING",
+    "CommitSequence",
     "Context",
     "CorruptStatusError",
     "DatasetHeldError",
@@ -91,6 +94,7 @@ __all__ = [
     "RunDeadlineError",
     "Runner",
     "StepDeadlineError",
+    "StepsBuilder",
     "TableDiscardRefusedError",
     "WatermarkMovedError",
     "call_within",
