@@ -207,6 +207,8 @@ class Lifecycle(RunObserver):
 
 
 def _relay(hook: str) -> Callable[..., None]:
+    """The lifecycle's ``hook``: relays the call to every observer (:meth:`Lifecycle._tell`)."""
+
     @functools.wraps(getattr(RunObserver, hook))
     def relay(self: Lifecycle, **arguments: Any) -> None:
         self._tell(hook, arguments)
