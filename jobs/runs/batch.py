@@ -59,18 +59,6 @@ from jobs.quality.checks import Check, validate_checks
 from jobs.quality.measures import Plan, discard_keys, plan
 from jobs.runs.audit import audit
 from jobs.runs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
-from jobs.runs.lifecycle import (
-    BadRecordsSkipped,
-    DatasetChecked,
-    DatasetHeld,
-    DatasetStaged,
-    Extracted,
-    ExtractFailed,
-    ExtractQuarantined,
-    NothingNew,
-    Published,
-    RunDirCreated,
-)
 from jobs.runs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
 from publisher import CommitSequence, Outcome, Publisher, PublishReport, staging
@@ -346,7 +334,7 @@ class Batch:
         if self._run_dir is None:
             # Marked with this run's token before Spark writes a byte into it.
             self._run_dir = pub.create_run_dir(self.run_id)
-            self._run.tell(RunDirCreated(self._run_dir))
+            self._run.lifecycle.on_run_dir_created(run_dir=self._run_dir)
         directory = join(self._run_dir, encode_name(dataset, "dataset"))
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
@@ -390,7 +378,7 @@ class Batch:
             files=files,
             checks=checked,
         )
-        self._run.tell(DatasetStaged(dataset, info, tuple(checks)))
+        self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
         return info
 
@@ -443,10 +431,10 @@ class Batch:
         # The status keeps the telling line (file and line of a bad record), not a wrapper.
         counted = self._publisher.record_failure(dataset, ExtractError(text))
         if counted.outcome == Outcome.QUARANTINED:
-            self._run.tell(ExtractQuarantined(dataset, text))
+            self._run.lifecycle.on_extract_quarantined(dataset=dataset, error=text)
             log.error("extract of %s failed, quarantined: %s", dataset, text)
         else:
-            self._run.tell(ExtractFailed(dataset, text))
+            self._run.lifecycle.on_extract_failed(dataset=dataset, error=text)
             log.error("extract of %s failed: %s", dataset, text)
 
     def bad_records(self, dataset: str, count: int, first: str | None = None) -> None:
@@ -455,7 +443,7 @@ class Batch:
         self._require_open("bad_records")
         if dataset not in self._datasets or self._datasets[dataset].staged is None:
             raise BatchArgumentError(f"argument 'dataset': {dataset!r} was not staged")
-        self._run.tell(BadRecordsSkipped(dataset, count, first))
+        self._run.lifecycle.on_bad_records_skipped(dataset=dataset, count=count, first=first)
 
     # -- leaving -----------------------------------------------------------------------------
 
@@ -468,7 +456,7 @@ class Batch:
         if self._state != "open":
             return
         self._state = "leaving"
-        self._run.tell(Extracted(time.monotonic() - self._block_started))
+        self._run.lifecycle.on_extracted(seconds=time.monotonic() - self._block_started)
         error = exc
         try:
             if exc is None:
@@ -486,7 +474,7 @@ class Batch:
         pub = self._publisher
         run = self._run
         if not self._datasets:
-            run.tell(NothingNew())
+            run.lifecycle.on_nothing_new()
             run.say("nothing new to publish")
             self._finish_run_dir()
             return
@@ -517,7 +505,12 @@ class Batch:
             # Also after a crashed publish task: what the store holds sealed was written ahead.
             written_ahead = self._written_ahead(datasets, publish)
             seconds = time.monotonic() - started
-            run.tell(Published(publish, seconds, run.runner.last_tasks, written_ahead))
+            run.lifecycle.on_published(
+                publish=publish,
+                seconds=seconds,
+                tasks=run.runner.last_tasks,
+                written_ahead=written_ahead,
+            )
         run.say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
         for dataset in unrecorded:
             if dataset in publish.published:
@@ -593,10 +586,12 @@ class Batch:
             measured=measured,
             files=None if files is None else [path for path, _ in files],
         )
-        self._run.tell(DatasetChecked(dataset, audited.results, time.monotonic() - started))
+        self._run.lifecycle.on_checked(
+            dataset=dataset, results=audited.results, seconds=time.monotonic() - started
+        )
         if audited.held is None:
             return False
-        self._run.tell(DatasetHeld(audited.held))
+        self._run.lifecycle.on_held(held=audited.held)
         return True
 
     def _written_ahead(
