@@ -17,8 +17,8 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from commitpub import _names
-from commitpub._names import ShadowedPackageError
+import _commitpub_names as _names
+from _commitpub_names import ShadowedPackageError as ShadowedPackageError
 
 if TYPE_CHECKING:
     from commitsteps import CommitStep as CommitStep
@@ -117,41 +117,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOME})
 
 
-__all__ = [
-    "AcceptedValuesCheck",
-    "Batch",
-    "CheckOutcome",
-    "CommitPubError",
-    "CommitStep",
-    "CustomCheck",
-    "DatasetHeldError",
-    "DatasetQuarantinedError",
-    "DeltaAppendCommitStep",
-    "ExitCode",
-    "FreshnessCheck",
-    "FsRenameCommitStep",
-    "IcebergAppendCommitStep",
-    "LandingSource",
-    "LockHeldError",
-    "NotNullCheck",
-    "PredicateCheck",
-    "PublishReport",
-    "Publisher",
-    "RowCountCheck",
-    "RunReport",
-    "ShadowedPackageError",
-    "Source",
-    "SparkRunner",
-    "UniqueCheck",
-    "WatermarkCommitStep",
-    "__version__",
-    "dumps",
-    "load_config",
-    "loads",
-    "open_lock",
-    "open_store",
-    "open_watermarks",
-    "recover_job",
-    "register",
-    "run_job",
-]
+#: Every public name: the two defined here, and the table's.
+__all__ = ["ShadowedPackageError", "__version__"]
+__all__.extend(_HOME)

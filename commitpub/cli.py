@@ -3,7 +3,7 @@
 The command line lives in ``jobs.cli``; ``jobs`` is a common name, and a ``jobs`` package of
 the user's on ``PYTHONPATH`` would be imported in its place (``No module named
 'jobs.cli'``). :func:`main` imports our ``store``, ``commitsteps``, ``publisher`` and
-``jobs`` from commitpub's own install location first (:func:`commitpub._names.ours_first`:
+``jobs`` from commitpub's own install location first (:func:`_commitpub_names.ours_first`:
 that location is put first on ``sys.path`` while they are imported, then taken out, so the
 modules a job file names are still found where the user put them), then runs the command
 line.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from commitpub import _names
+import _commitpub_names as _names
 
 
 def main(*args: Any, **kwargs: Any) -> Any:

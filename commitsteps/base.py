@@ -24,7 +24,7 @@ from commitsteps.modules import (
 )
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.lock import fence_check
+from store.fences import fence_check
 
 
 @attrs.frozen
@@ -168,7 +168,7 @@ class CommitStep(abc.ABC):
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
         """:meth:`execute` for consecutive steps of this class, in order; override to batch.
 
-        An override must tick :func:`store.fence_check` before each step, as this does: the
+        An override must tick :func:`store.fences.fence_check` before each step, as this does: the
         publisher stops a batch there once the job is known to be another run's.
         """
         fence = fence_check()

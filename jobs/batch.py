@@ -73,7 +73,8 @@ from jobs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
 from jobs.taskwriter import WriteOptions
 from jobs.writing import Written, writer_for
-from publisher import Outcome, Publisher, PublishReport, staging
+from publisher import Outcome, Publisher, PublishReport
+from publisher.integration import staging
 from store import JsonScalar
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError

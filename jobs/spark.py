@@ -30,14 +30,8 @@ import attrs
 
 import commitsteps
 from jobs import stepmodules
-from publisher import (
-    DeadlineError,
-    RunDeadlineError,
-    StepDeadlineError,
-    call_within,
-    task_attempt,
-    work_name,
-)
+from publisher import DeadlineError, RunDeadlineError, StepDeadlineError
+from publisher.integration import call_within, task_attempt, work_name
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR

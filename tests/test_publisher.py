@@ -14,7 +14,8 @@ from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, commit, staging
+from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, commit, staging
+from publisher.confinement import Roots
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
 
