@@ -13,7 +13,6 @@ table libraries, and the store and publisher names work without Spark installed.
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -108,7 +107,10 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'commitpub' has no attribute {name!r}")
     _names.ours_first()
-    value = getattr(importlib.import_module(home), name)
+    # Only now: a store.py of the user's would have been imported as store before.
+    from store.loader import load
+
+    value = load(f"{home}:{name}")
     globals()[name] = value
     return value
 

@@ -11,7 +11,6 @@ line.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import _commitpub_names as _names
@@ -20,5 +19,7 @@ import _commitpub_names as _names
 def main(*args: Any, **kwargs: Any) -> Any:
     """Run the ``commitpub`` command line (``jobs.cli.main``) with our own packages."""
     _names.ours_first()
-    cli = importlib.import_module("jobs.cli")
-    return cli.main(*args, **kwargs)
+    # Only now: a store.py of the user's would have been imported as store before.
+    from store.loader import load
+
+    return load("jobs.cli:main")(*args, **kwargs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
@@ -22,9 +21,10 @@ from commitsteps.modules import (
     import_failure,
     load_entry_points,
 )
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
 from store.failpoints import failpoint
 from store.fences import fence_check
+from store.loader import load
 
 
 @attrs.frozen
@@ -266,10 +266,10 @@ def class_for(tag: str) -> type[CommitStep]:
     if tag not in _BY_TAG and tag in _LAZY:
         module, hint = _LAZY[tag]
         try:
-            importlib.import_module(module)
-        except ImportError as e:
+            load(module, hint=hint)
+        except NotImportableError as e:
             raise UnknownStepTypeError(
-                f"step type {tag!r} needs a package that is not installed ({e.name}): {hint}"
+                f"step type {tag!r} needs a package that is not installed: {e}"
             ) from e
     if tag not in _BY_TAG:
         load_entry_points()

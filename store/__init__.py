@@ -3,7 +3,8 @@
 What users use is exported here (docs/api.md); the layers above reach what they alone need
 through the module that owns it: :mod:`store.fences` (a thread's fencing token, job, lease
 keeper and fence check), :mod:`store.connections` (the stores a job's work may open),
-:mod:`store.urls`, :mod:`store.files`, :mod:`store.records`.
+:mod:`store.loader` (importing by name), :mod:`store.urls`, :mod:`store.files`,
+:mod:`store.records`.
 """
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
