@@ -32,9 +32,11 @@ from publisher.reports import DatasetReport, PublishReport, RecoveryReport
 from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner
 from publisher.status import DatasetStatus
-from store import CommitStepStore, Connections, LeaseKeeper, holding, note_progress, open_store
+from store import CommitStepStore, LeaseKeeper, note_progress, open_store
+from store.connections import Connections
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
+from store.fences import holding
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,7 +71,7 @@ class Publisher:
             this process stops before its next step.
         catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
             the only ones table steps may reach; a step records a catalog's name, never where
-            it is (see :class:`store.Connections`).
+            it is (see :class:`store.connections.Connections`).
         table_commit_budget_s: seconds a table step keeps committing while concurrent
             writers' commits beat it (each attempt verified first) before the dataset's
             attempt fails (default 300).

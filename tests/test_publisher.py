@@ -20,10 +20,10 @@ from publisher import (
     Outcome,
     Publisher,
     RetryPolicy,
-    Roots,
     commit,
     staging,
 )
+from publisher.confinement import Roots
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
 

@@ -61,7 +61,8 @@ from jobs.runs.audit import audit
 from jobs.runs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
 from jobs.runs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
-from publisher import CommitSequence, Outcome, Publisher, PublishReport, staging
+from publisher import CommitSequence, Outcome, Publisher, PublishReport
+from publisher.integration import staging
 from store import JsonScalar
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError
