@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import cattrs
 import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
-import publisher
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
 from jobs.files import write_whole
@@ -29,8 +29,10 @@ from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
 from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
+from publisher.integration import converter as publisher_converter
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
+from store.records import error_messages
 from store.urls import is_local, local_path, redact
 
 #: How a report names the error of a step type whose module was not declared.
@@ -223,8 +225,7 @@ class RunReport:
 
 #: Turns the report's records into JSON-ready data: the publisher's one converter, taught
 #: this layer's records (the publisher's reports inside a run report keep their JSON form).
-# (``import publisher``: its name ``converter`` is also the name of its module.)
-converter = publisher.converter.copy()
+converter = publisher_converter.copy()
 converter.register_unstructure_hook(
     StagedInfo,
     make_dict_unstructure_fn(
@@ -361,7 +362,11 @@ def read_report(data: bytes | str, path: str) -> StoredReport:
     """
     doc = json.loads(data)
     formats.check_doc(doc, path, formats.RUN_REPORT)
-    return publisher.from_json({**doc, "path": path}, StoredReport, path="report")
+    try:
+        report: StoredReport = converter.structure({**doc, "path": path}, StoredReport)
+    except (cattrs.BaseValidationError, TypeError) as e:
+        raise ValueError("; ".join(error_messages(e, path="report"))) from e
+    return report
 
 
 def newest_reports(reports: str) -> Iterator[StoredReport]:
