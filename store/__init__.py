@@ -21,6 +21,7 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
+from store.files import FileIO
 from store.lock import (
     FenceCheck,
     JobLock,
@@ -49,6 +50,7 @@ __all__ = [
     "Durability",
     "FenceCheck",
     "FencedError",
+    "FileIO",
     "ForeignStoreError",
     "HasDurability",
     "JobLock",
