@@ -33,7 +33,7 @@ from commitsteps.errors import MissingSourceError, StepConflictError, StepError
 from commitsteps.fs import FsRenameCommitStep
 from store.errors import ConfigurationError
 from store.files import FileIO
-from store.urls import plain_path, require_no_credentials
+from store.urls import has_scheme, plain_path, require_no_credentials
 
 log = logging.getLogger("commitpub.steps")
 
@@ -147,7 +147,7 @@ def check_location(_instance: Any, attribute: attrs.Attribute[str], value: str) 
             f"got {value!r}"
         )
     require_no_credentials(value, attribute.name)
-    if "://" not in value and not value.startswith("/"):
+    if not has_scheme(value) and not value.startswith("/"):
         raise ConfigurationError(f"{attribute.name} {value!r} must be absolute")
 
 

@@ -416,16 +416,17 @@ class FileIO:
 
     Args:
         url: a path, a ``file://`` URL or any fsspec URL.
-        write_ahead: True for the stores' records: the crash point
-            ``store.write_ahead.temp_written`` (:mod:`store.failpoints`) fires when a file
-            of :meth:`create_exclusive` is ready and not yet visible.
+        store: True for a store's own records: an ``OSError`` of :meth:`names` becomes a
+            :class:`StoreError` (:class:`StoreUnavailableError` when unreachable), and the
+            crash point ``store.write_ahead.temp_written`` (:mod:`store.failpoints`) fires
+            when a file of :meth:`create_exclusive` is ready and not yet visible.
 
     Raises:
         ConfigurationError: if no filesystem serves the URL's scheme, or its package is not
             installed (with the ``pip install`` that adds it).
     """
 
-    def __init__(self, url: str, *, write_ahead: bool = False) -> None:
+    def __init__(self, url: str, *, store: bool = False) -> None:
         fs: Any
         if is_local(url):
             fs, root = _LOCAL_FS, local_path(url)
@@ -440,7 +441,7 @@ class FileIO:
         self.fs = fs
         self.local = isinstance(fs, LocalFileSystem)
         self.root = root.rstrip("/") or "/"
-        self._write_ahead = write_ahead
+        self._store = store
         # s3fs would HEAD every object before reading it, to split large reads into parallel
         # ranges; what is read here is small, so one GET does.
         self._read_options = {"max_concurrency": 1} if "s3" in protocols(fs) else {}
@@ -475,8 +476,14 @@ class FileIO:
         one (it is not followed)."""
         if self.local:
             return os.path.lexists(path)
-        self.fs.invalidate_cache(path)  # others may have written or deleted it meanwhile
+        self._forget(path)
         return bool(self.fs.exists(path))
+
+    def _forget(self, path: str) -> None:
+        """Drop what fsspec's cache holds of ``path`` and of the listing of its directory
+        (where a filesystem would look it up): others may have written or deleted it."""
+        self.fs.invalidate_cache(path)
+        self.fs.invalidate_cache(posixpath.dirname(path.rstrip("/")))
 
     def size(self, path: str, *, cached: bool = False) -> int | None:
         """The size of the regular file at ``path`` (a local link is followed); None when
@@ -487,7 +494,7 @@ class FileIO:
                 st = os.stat(path)
                 return st.st_size if stat.S_ISREG(st.st_mode) else None
             if not cached:
-                self.fs.invalidate_cache(path)
+                self._forget(path)
             info = self.fs.info(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
@@ -512,7 +519,11 @@ class FileIO:
         return cast("BinaryIO", self.fs.open(path, "rb"))
 
     def names(self, path: str) -> list[str]:
-        """Names directly under ``path``; empty when it does not exist."""
+        """Names directly under ``path``; empty when it does not exist (or is a file).
+
+        Raises:
+            OSError: if it cannot be listed; a :class:`StoreError` for a store's records.
+        """
         try:
             if self.local:
                 return os.listdir(path)
@@ -524,7 +535,26 @@ class FileIO:
             # no sequence; it must not fail the listing of every other dataset.
             return []
         except OSError as e:
+            if not self._store:
+                raise
             raise translate_error(e, path) from e
+
+    def directories(self, path: str) -> list[str]:
+        """Names of the directories directly under ``path`` (a local link to one is not
+        one); empty when it does not exist.
+
+        Raises:
+            OSError: if it cannot be listed.
+        """
+        try:
+            if self.local:
+                with os.scandir(path) as entries:
+                    return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+            self.fs.invalidate_cache(path)
+            found = self.fs.ls(path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [f["name"].rstrip("/").rsplit("/", 1)[-1] for f in found if f["type"] == "directory"]
 
     def walk(self, path: str) -> dict[str, int]:
         """Every file below ``path`` (at any depth), as its path relative to ``path`` ->
@@ -566,7 +596,7 @@ class FileIO:
             self.fs.pipe_file(path, data, mode=mode)
 
     def _crashing(self) -> None:
-        if self._write_ahead:
+        if self._store:
             failpoint("store.write_ahead.temp_written")
 
     def create_exclusive(
@@ -750,9 +780,9 @@ class FileIO:
         except OSError as e:  # a read-only or failing filesystem: the store's error
             raise translate_error(e, path) from e
 
-    def remove(self, path: str) -> bool:
-        """Delete the file at ``path``; False when it was not there (nor could be: a file
-        stands where a directory on its way should). Errors are the filesystem's own.
+    def remove(self, path: str) -> None:
+        """Delete the file at ``path``; nothing there (nor could be: a file stands where a
+        directory on its way should) is no error. Errors are the filesystem's own.
 
         Raises:
             OSError: if it is there and cannot be deleted.
@@ -763,8 +793,19 @@ class FileIO:
             else:
                 self.fs.rm_file(path)
         except (FileNotFoundError, NotADirectoryError):
-            return False
-        return True
+            pass
+
+    def remove_all(self, paths: Sequence[str]) -> None:
+        """Delete the files at ``paths``, those already gone too: locally one by one,
+        elsewhere in bulk (s3fs sends one request per 1,000 keys). Errors are the
+        filesystem's own."""
+        if not self.local:
+            if paths:
+                self.fs.rm(list(paths))
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def delete_tree(self, path: str) -> None:
         """Delete a file, or a directory and everything below it; nothing there is no

@@ -169,6 +169,17 @@ def plain_path(url: str) -> str | None:
     return None if _SCHEME.match(url) else url
 
 
+def has_scheme(url: str) -> bool:
+    """True for a URL (``file://`` ones too), False for a bare path."""
+    return _SCHEME.match(url) is not None
+
+
+def to_url(path: str) -> str:
+    """The URL of a path or URL: a bare path (as written) becomes its ``file://`` URL, a
+    URL is returned as it is."""
+    return path if has_scheme(path) else "file://" + path
+
+
 def split_scheme(url: str) -> tuple[str, str]:
     """``(scheme, rest)`` of a URL that is not local: ``("s3", "bucket/key")``.
 
