@@ -1,5 +1,7 @@
 """The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
 
+from typing import TYPE_CHECKING, Any
+
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
 from store.connections import Connections, connecting_only
 from store.durability import Durability, HasDurability, require_durable
@@ -21,7 +23,6 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.files import FileIO
 from store.lock import (
     FenceCheck,
     JobLock,
@@ -38,6 +39,20 @@ from store.lock import (
     note_progress,
 )
 from store.registry import open_lock, open_store, open_watermarks, register_backend
+
+if TYPE_CHECKING:
+    from store.files import FileIO
+
+
+def __getattr__(name: str) -> Any:
+    # FileIO brings fsspec with it: imported when first asked for, so that `import store`
+    # stays light for what needs no file (a Redis store, the lock helpers).
+    if name == "FileIO":
+        from store.files import FileIO
+
+        return FileIO
+    raise AttributeError(f"module 'store' has no attribute {name!r}")
+
 
 __all__ = [
     "BackendNotInstalledError",

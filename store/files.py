@@ -1,8 +1,11 @@
-"""Files on a local disk and what makes them last: the one owner of durable file I/O.
+"""Files at a URL, and what makes them last: the one owner of file I/O and its durability.
 
-Every module that writes a file it relies on after a crash, or makes something durable,
-calls this one; which paths are local is :mod:`store.urls`'s (:func:`~store.urls.is_local`,
-:func:`~store.urls.local_path`). The policy:
+:class:`FileIO` (exported as ``store.FileIO``) is how every layer reaches a file it does not
+write through Spark: chosen once by the URL's scheme, the local disk through the functions
+below, anything else through fsspec. Every module that writes a file it relies on after a
+crash, or makes something durable, calls this one; which paths are local is
+:mod:`store.urls`'s (:func:`~store.urls.is_local`, :func:`~store.urls.local_path`). The
+policy on a local disk:
 
 * **A record appears whole or not at all.** It is written to a temporary name unique to the
   writer (``.tmp-<random>`` beside it: readers and Spark skip hidden names), every byte
@@ -462,12 +465,6 @@ class FileIO:
     def join(self, *parts: str) -> str:
         """The path of ``parts`` (names or ``a/b`` paths) under :attr:`root`."""
         return "/".join((self.root, *parts))
-
-    def url(self, path: str) -> str:
-        """A URL for ``path`` that any process can open (a local path is its own URL)."""
-        if self.local:
-            return path
-        return str(self.fs.unstrip_protocol(path))
 
     # -- reading ------------------------------------------------------------------------
 
