@@ -292,3 +292,19 @@ def test_speculative_tasks_in_the_job_file_are_refused_before_the_lock(
     line = _refused(tmp_path, "run", str(path))
     assert "key 'spark.conf' sets spark.speculation = true" in line
     assert _token(redis_url) is None
+
+
+def test_a_store_whose_extra_is_not_installed_is_refused_naming_the_extra(
+    tmp_path: Path,
+) -> None:
+    # redis-py missing from the environment, as in a project that installed commitpub
+    # without the [redis] extra: a `redis` package on PYTHONPATH that cannot be imported.
+    missing = tmp_path / "without-redis" / "redis"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'redis'\", name='redis')\n"
+    )
+    job = _redis_job(tmp_path, "redis://127.0.0.1:6379/0", str(tmp_path / "wm"))
+    line = _refused(tmp_path, "run", str(job), env={"PYTHONPATH": str(missing.parent)})
+    assert "store.url" in line
+    assert "pip install 'commitpub[redis]'" in line

@@ -12,11 +12,11 @@
 1. the commit store, the watermark store and the job lock are opened, one connection each,
    and checked for durability: a store that can forget a sealed sequence is refused (or,
    as the job allows, warned about) before the lock, since a volatile lock keeps no one out;
-2. the job lock is taken and renewed in the background (:func:`jobs.locking.held_lock`): a
+2. the job lock is taken and renewed in the background (:func:`jobs.runs.locking.held_lock`): a
    lock held by a live run raises :class:`~store.errors.LockHeldError`, nothing changed;
 3. the job's :class:`~publisher.Publisher` is built on the opened commit store, with the
    lock's fencing token and the session's runner;
-4. the commit store is fenced with that token (:func:`jobs.locking.fence`);
+4. the commit store is fenced with that token (:func:`jobs.runs.locking.fence`);
 5. the job's staging root is claimed (a run, ``commitpub recover``; not the operator's
    commands, which stage nothing);
 6. the lock's token is refused if a run used it, or a newer one, before (recorded in the
@@ -36,8 +36,8 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, TypeVar
 
 from jobs.config import BatchConfig
-from jobs.locking import fence, held_lock, open_publisher
-from jobs.ownership import renamed_hint
+from jobs.output.ownership import renamed_hint
+from jobs.runs.locking import fence, held_lock, open_publisher
 from jobs.spark import SparkRunner, TaskInfo
 from publisher import InProcessRunner, Publisher, Runner
 from store import (
@@ -197,7 +197,7 @@ class JobSession:
 
     @property
     def legacy_watermarks(self) -> WatermarkStore:
-        """The legacy, un-scoped layout of the watermark store (see :mod:`jobs.watermarks`),
+        """The legacy, un-scoped layout of the watermark store (see :mod:`jobs.runs.watermarks`),
         on the watermark store's connection where its backend can share it."""
         self._usable()
         if self._legacy is None:
