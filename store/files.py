@@ -438,8 +438,9 @@ class FileIO:
                 fs, root = fsspec.core.url_to_fs(url)
             except (ImportError, ValueError) as e:
                 hint = install_hint(url) if isinstance(e, ImportError) else None
+                what = "store URL" if store else "URL"
                 raise ConfigurationError(
-                    f"cannot open store URL {redact(url)!r}: {e}" + (f" ({hint})" if hint else "")
+                    f"cannot open {what} {redact(url)!r}: {e}" + (f" ({hint})" if hint else "")
                 ) from e
         self.fs = fs
         self.local = isinstance(fs, LocalFileSystem)
@@ -635,10 +636,18 @@ class FileIO:
         except OSError as e:
             if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
                 raise
+            # A check then a rename would let two writers both "create" the name, which the
+            # stores' arguments (and the job lock's) rule out: refuse such a filesystem loudly.
+            if self._store:
+                raise StoreError(
+                    f"{directory}: this filesystem cannot make hard links, so records cannot "
+                    "be created exclusively here; keep the store on a local filesystem that "
+                    "can (ext4, xfs, ...), on S3 or on Redis"
+                ) from e
             raise StoreError(
                 f"{directory}: this filesystem cannot make hard links, so files cannot be "
                 "created exclusively here; keep them on a local filesystem that can (ext4, "
-                "xfs, ...), on S3 or on Redis"
+                "xfs, ...) or on an object store"
             ) from e
 
     def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:

@@ -104,8 +104,10 @@ def test_local_modes_links_and_barriers(tmp_path: Path) -> None:
 
 
 def test_an_unknown_scheme_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match="cannot open store URL 'nosuch://x/y'"):
+    with pytest.raises(ConfigurationError, match="cannot open URL 'nosuch://x/y'"):
         FileIO("nosuch://x/y")
+    with pytest.raises(ConfigurationError, match="cannot open store URL 'nosuch://x/y'"):
+        FileIO("nosuch://x/y", store=True)
 
 
 @pytest.mark.parametrize(
