@@ -46,7 +46,7 @@ from jobs.quality.checks import (
     RowCountCheck,
     UniqueCheck,
 )
-from publisher.staging import delete_tree
+from publisher.integration import staging
 from store.files import FileIO
 
 if TYPE_CHECKING:
@@ -462,7 +462,7 @@ def discard_keys(directory: str) -> None:
     then need never write the keys to disk). One left behind goes with the staging
     directory."""
     try:
-        delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
+        staging.delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
     except OSError as e:
         log.warning("could not delete the checks' keys under %s: %s", directory, e)
 

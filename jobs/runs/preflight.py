@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
 from jobs.output.ownership import renamed_hint
 from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
-from publisher import staging
+from publisher.integration import staging
 from store.errors import ConfigurationError
 from store.files import FileIO
 from store.urls import REDIS_PASSWORD_ENV, redact, redis_password

@@ -20,13 +20,13 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-import publisher
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
 from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
 from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
+from publisher.integration import converter as publisher_converter
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
 from store.files import FileIO
@@ -222,8 +222,7 @@ class RunReport:
 
 #: Turns the report's records into JSON-ready data: the publisher's one converter, taught
 #: this layer's records (the publisher's reports inside a run report keep their JSON form).
-# (``import publisher``: its name ``converter`` is also the name of its module.)
-converter = publisher.converter.copy()
+converter = publisher_converter.copy()
 converter.register_unstructure_hook(
     StagedInfo,
     make_dict_unstructure_fn(
