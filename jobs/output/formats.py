@@ -13,7 +13,6 @@ deltalake stay optional: only a job that uses their format imports them.
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -24,8 +23,9 @@ import attrs
 
 from jobs.errors import BatchArgumentError
 from store import formats
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
 from store.files import PUBLIC_FILE_MODE, create_exclusive, replace
+from store.loader import load
 from store.urls import decode_name, encode_name, is_local, local_path, require_no_credentials
 
 if TYPE_CHECKING:
@@ -234,16 +234,10 @@ class OutputFormat(abc.ABC):
         return None
 
 
-def _import(target: str) -> Any:
-    """The object ``"module:name"`` names, imported now."""
-    module_name, _, name = target.partition(":")
-    return getattr(importlib.import_module(module_name), name)
-
-
 def _writer(target: str) -> Callable[..., Writer]:
     """A built-in writer class, imported when a run writes: the Spark writing lies above the
     job file in jobs' layers, and the job file (``output.format``'s rules) uses this module."""
-    cls: Callable[..., Writer] = _import(target)
+    cls: Callable[..., Writer] = load(target)
     return cls
 
 
@@ -620,10 +614,10 @@ def format_class(name: str) -> type[OutputFormat]:
         )
     target = _REGISTRY[name]
     try:
-        cls = _import(target)
-    except (ImportError, AttributeError) as e:
+        cls = load(target)
+    except NotImportableError as e:
         raise ConfigurationError(
-            f"output format {name!r}: cannot import its class {target} ({e})"
+            f"output format {name!r}: cannot import its class {target} ({e.reason})"
         ) from e
     if not (isinstance(cls, type) and issubclass(cls, OutputFormat)):
         raise ConfigurationError(f"output format {name!r}: {target} is no jobs.OutputFormat")

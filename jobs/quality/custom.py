@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -11,6 +10,8 @@ import attrs
 from jobs.checkdeclarations import CheckArgumentError, argument_error
 from jobs.errors import error_text
 from jobs.quality.base import Check, CheckOutcome, CheckResult, Context
+from store.errors import NotImportableError
+from store.loader import load
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,9 +58,9 @@ class CustomCheck(Check):
                 f"must be the dotted name of a function ('package.module:function'), got {spec!r}",
             )
         try:
-            function = pkgutil.resolve_name(spec)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise CheckArgumentError(cls.kind, "function", f"cannot import {spec!r}: {e}") from e
+            function = load(spec)
+        except NotImportableError as e:
+            raise CheckArgumentError(cls.kind, "function", str(e)) from e
         return cls(function, **cls.common({k: v for k, v in doc.items() if k != "function"}))
 
     def default_name(self) -> str:

@@ -456,6 +456,10 @@ def test_unlock_frees_a_lease_left_unrenewed_for_its_ttl(job: Job) -> None:
     lease = lock.acquire(job.config.name, ttl_s=0.2)  # the run stopped renewing at once
     # status does not watch the lease (nor compare clocks): held, as far as it can tell.
     assert _json(job.cli("status", "--json"))["lock"]["state"] == "held"
+    # Its holder, this process, is live on this host until the lease expires (refused at
+    # once before that); then the lease is watched.
+    while not lease.expired():
+        time.sleep(0.01)
     result = job.cli("unlock", "--force")
     assert result.exit_code == 0, result.output
     assert "is not proven dead: watching it for up to 0.2s" in result.output
