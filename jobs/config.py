@@ -67,6 +67,7 @@ from store.loader import load
 from store.records import TOML, strict_converter
 from store.urls import (
     encode_name,
+    has_scheme,
     is_local,
     local_path,
     redact,
@@ -615,7 +616,7 @@ def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
     problem = url_problem(value)
     if problem is not None:
         raise naming.error(f"{naming.the(key)}: {problem}")
-    if not is_local(value) or value.lower().startswith("file://"):
+    if has_scheme(value):
         return value
     path = Path(value).expanduser()
     return os.path.normpath(path if path.is_absolute() else base / path)

@@ -24,7 +24,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep
 from jobs.output.commits import join, staged_files
@@ -35,7 +34,8 @@ from jobs.runs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
 from publisher import HeldDataset, Publisher, StepsBuilder
 from store.failpoints import failpoint
-from store.urls import is_local, local_path, redact
+from store.files import FileIO
+from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -112,10 +112,8 @@ def _column(name: str) -> Column:
 
 
 def _open(url: str) -> Any:
-    if is_local(url):
-        return open(local_path(url), "rb")
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.open(path, "rb")
+    io = FileIO(url)
+    return io.open(io.root)
 
 
 def _file_columns(url: str) -> list[str]:

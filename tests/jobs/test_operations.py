@@ -484,7 +484,9 @@ def test_every_command_has_an_example_in_its_help(command: str) -> None:
 def test_main_help_lists_the_exit_codes() -> None:
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
-    assert "75 another run holds the job lock" in " ".join(result.output.split())
+    told = " ".join(result.output.split())
+    assert "3 some datasets quarantined or held" in told
+    assert "75 another run holds the job lock" in told
 
 
 def test_log_format_json_writes_one_object_per_line(job: Job) -> None:
