@@ -35,10 +35,10 @@ from jobs.config import (
     operator_config,
 )
 from jobs.exitcodes import ExitCode
-from jobs.messages import explain, outcome
+from jobs.messages import explain
 from jobs.output import formats
 from jobs.progress import Progress, showing
-from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport
+from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport, summary_lines
 from jobs.runs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError
 
@@ -255,39 +255,12 @@ def _progress() -> AbstractContextManager[Progress]:
     return showing(_fancy(_log_format()))
 
 
-def _nothing(report: RunReport) -> str:
-    """What a run that counted nothing did: a failed one did not find "nothing to do"."""
-    return "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
-
-
 def _finish(report: RunReport, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
     else:
-        counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
-        click.echo(
-            f"{report.command} {report.run_id}: {report.status} ({counts or _nothing(report)})"
-        )
-        newer = report.outcomes.newer_format
-        for dataset, error in sorted(report.errors.items()):
-            click.echo(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
-        for dataset, error in sorted(report.extract_quarantined.items()):
-            click.echo(f"quarantined {dataset}: {error}")
-        for dataset, reason in sorted(report.skipped.items()):
-            click.echo(f"skipped {dataset}: {reason}")
-        click.echo(f"report: {report.path}")
-        # The last line says what happened and what to do, when there is something to do.
-        told = outcome(
-            report.failed,
-            report.quarantined,
-            sorted(report.held),
-            report.outcomes.newer_format,
-            report.undeclared_steps,
-        )
-        if report.error:
-            click.echo(f"error: {report.message or report.error}")
-        elif told is not None:
-            click.echo(f"error: {told.line}")
+        for line in summary_lines(report):
+            click.echo(line)
     sys.exit(report.exit_code)
 
 

@@ -23,6 +23,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
+from jobs.messages import outcome
 from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
@@ -412,3 +413,33 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
         )
         report.warnings.append(text)
         log.warning("%s", text)
+
+
+def summary_lines(report: RunReport) -> list[str]:
+    """What a run says when it ends, a line each: its status and counts, each failed,
+    quarantined and skipped dataset, the report's path, and last what to do when there is
+    something to do. ``commitpub run`` and ``recover`` print them; a ``jobs.Batch`` writes
+    them to stderr."""
+    counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
+    nothing = "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
+    lines = [f"{report.command} {report.run_id}: {report.status} ({counts or nothing})"]
+    newer = report.outcomes.newer_format
+    for dataset, error in sorted(report.errors.items()):
+        lines.append(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
+    for dataset, error in sorted(report.extract_quarantined.items()):
+        lines.append(f"quarantined {dataset}: {error}")
+    for dataset, reason in sorted(report.skipped.items()):
+        lines.append(f"skipped {dataset}: {reason}")
+    lines.append(f"report: {report.path}")
+    told = outcome(
+        report.failed,
+        report.quarantined,
+        sorted(report.held),
+        report.outcomes.newer_format,
+        report.undeclared_steps,
+    )
+    if report.error:
+        lines.append(f"error: {report.message or report.error}")
+    elif told is not None:
+        lines.append(f"error: {told.line}")
+    return lines
