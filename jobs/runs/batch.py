@@ -641,7 +641,8 @@ class Batch:
         if self._summary:
             # A script run from cron shows no INFO log: what happened, and where the report
             # is, are told on stderr whatever the logging set-up.
-            sys.stderr.writelines(f"commitpub: {line}\n" for line in summary_lines(self.report))
+            told = summary_lines(self.report, one_line=True)
+            sys.stderr.writelines(f"commitpub: {line}\n" for line in told)
             sys.stderr.flush()
 
     # -- checks ------------------------------------------------------------------------------

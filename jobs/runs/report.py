@@ -415,14 +415,16 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
         log.warning("%s", text)
 
 
-def summary_lines(report: RunReport) -> list[str]:
+def summary_lines(report: RunReport, *, one_line: bool = False) -> list[str]:
     """What a run says when it ends, a line each: its status and counts, each failed,
     quarantined and skipped dataset, the report's path, and last what to do when there is
     something to do. ``commitpub run`` and ``recover`` print them; a ``jobs.Batch`` writes
-    them to stderr."""
+    them to stderr, ``one_line``: the report's path on the first line, so that a run with
+    nothing to tell of is one line."""
     counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
     nothing = "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
-    lines = [f"{report.command} {report.run_id}: {report.status} ({counts or nothing})"]
+    head = f"{report.command} {report.run_id}: {report.status} ({counts or nothing})"
+    lines = [f"{head}; report: {report.path}" if one_line else head]
     newer = report.outcomes.newer_format
     for dataset, error in sorted(report.errors.items()):
         lines.append(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
@@ -430,7 +432,8 @@ def summary_lines(report: RunReport) -> list[str]:
         lines.append(f"quarantined {dataset}: {error}")
     for dataset, reason in sorted(report.skipped.items()):
         lines.append(f"skipped {dataset}: {reason}")
-    lines.append(f"report: {report.path}")
+    if not one_line:
+        lines.append(f"report: {report.path}")
     told = outcome(
         report.failed,
         report.quarantined,

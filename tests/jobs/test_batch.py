@@ -453,10 +453,10 @@ def test_a_batch_says_what_happened_on_stderr_unless_told_not_to(
         batch.stage("orders", _orders(spark, 0, 6), watermarks={"p0": 6})
     told = capfd.readouterr().err.splitlines()
     ours = [line for line in told if line.startswith("commitpub: ")]
-    assert ours[0].startswith("commitpub: run s1: ok (staged_datasets 1, staged_rows 6"), told
-    assert ours[0].endswith("published 1)"), told
-    assert ours[-1] == f"commitpub: report: {batch.report.path}", told
     assert batch.report.path is not None
+    [line] = ours
+    assert line.startswith("commitpub: run s1: ok (staged_datasets 1, staged_rows 6"), told
+    assert line.endswith(f"published 1); report: {batch.report.path}"), told
     with _batch(spark, tmp_path, run_id="s2", summary=False) as quiet:
         quiet.stage("orders", _orders(spark, 6, 9), watermarks={"p0": 9})
     assert quiet.report.published == ["orders"]
