@@ -11,9 +11,9 @@ Run one under a sampling profiler and read where the time of ``Publisher.publish
 rounds, each against the bare rename loop. ``spark-layout N``: one dataset of N files in
 Spark's staging layout (8 tasks x 10 partition directories, each data file with its
 ``.crc`` sidecar, written and flushed to disk like a fresh Spark write) published the way
-``commitpub run`` publishes it (``jobs.commits.StagedDataset`` lists the files); it prints the
-publish and then the wait for the clean-up thread (``finish_run_dir``). Each prints µs per
-file.
+``commitpub run`` publishes it (``jobs.output.commits.StagedDataset`` lists the files);
+it prints the publish and then the wait for the clean-up thread (``finish_run_dir``). Each
+prints µs per file.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def local(n: int, backend: str) -> None:
 
 
 def spark_layout(n: int) -> None:
-    from jobs.commits import StagedDataset
+    from jobs.output.commits import StagedDataset
     from publisher import Publisher
 
     tasks, partitions = 8, 10

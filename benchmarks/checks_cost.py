@@ -8,7 +8,7 @@ string) and ``event_date``. Each round is one whole ``with jobs.Batch(...)`` blo
 stages with five checks: a row count relative to the dataset's last published run
 (``min_ratio=0.5, max_ratio=2``), not null (``order_id``, ``event_date``), a unique key
 (``order_id``), accepted values (``status``) and a predicate (``amount >= 0``); all pass, so
-A judges them on the figures its staging write measured (``jobs.measures``: no pass of
+A judges them on the figures its staging write measured (``jobs.quality.measures``: no pass of
 their own) and then publishes as B does. B stages the same without checks. Each side has
 its own job directories; a round's published files are deleted after it (untimed), the
 watermark moves one step per round.
@@ -31,7 +31,7 @@ from typing import Any
 import _common
 
 from jobs import Batch
-from jobs.checks import (
+from jobs.quality.checks import (
     AcceptedValuesCheck,
     Check,
     NotNullCheck,

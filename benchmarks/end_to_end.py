@@ -1,8 +1,8 @@
 """end_to_end: Spark write to staging + publish ÷ Spark's default write straight to the output.
 
 Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
-``commitpub run`` writes a dataset (``jobs.run``: ``mode("error")``, partitioned by
-the date column). A: the write into a staging directory by ``jobs.writing.ParquetWriter``
+``commitpub run`` writes a dataset (``jobs.runs.run``: ``mode("error")``, partitioned by
+the date column). A: the write into a staging directory by ``jobs.output.writing.ParquetWriter``
 (the product's writer: each Spark task writes its Arrow batches with pyarrow, no commit
 protocol, no checksum sidecars, no ``_SUCCESS``), then ``Publisher.publish`` in a Spark task
 through ``jobs.SparkRunner`` with the filesystem store, the builder listing the staged files
@@ -20,10 +20,10 @@ from typing import Any
 
 import _common
 
-from jobs.commits import StagedDataset
+from jobs.output.commits import StagedDataset
+from jobs.output.taskwriter import WriteOptions
+from jobs.output.writing import ParquetWriter
 from jobs.spark import SparkRunner
-from jobs.taskwriter import WriteOptions
-from jobs.writing import ParquetWriter
 from publisher import Outcome, Publisher
 from store import open_store
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import _common
 
-from jobs.commits import StagedDataset
+from jobs.output.commits import StagedDataset
 from publisher import Outcome, Publisher
 from store import open_store
 

@@ -1,8 +1,8 @@
 """The ``commitpub`` console script.
 
-The command line lives in ``jobs.cli``; ``jobs`` is a common name, and a ``jobs`` package of
-the user's on ``PYTHONPATH`` would be imported in its place (``No module named
-'jobs.cli'``). :func:`main` imports our ``store``, ``commitsteps``, ``publisher`` and
+The command line lives in ``jobs.commands.cli``; ``jobs`` is a common name, and a ``jobs``
+package of the user's on ``PYTHONPATH`` would be imported in its place (``No module named
+'jobs.commands.cli'``). :func:`main` imports our ``store``, ``commitsteps``, ``publisher`` and
 ``jobs`` from commitpub's own install location first (:func:`commitpub._names.ours_first`:
 that location is put first on ``sys.path`` while they are imported, then taken out, so the
 modules a job file names are still found where the user put them), then runs the command
@@ -18,7 +18,7 @@ from commitpub import _names
 
 
 def main(*args: Any, **kwargs: Any) -> Any:
-    """Run the ``commitpub`` command line (``jobs.cli.main``) with our own packages."""
+    """Run the ``commitpub`` command line (``jobs.commands.cli.main``) with our own packages."""
     _names.ours_first()
-    cli = importlib.import_module("jobs.cli")
+    cli = importlib.import_module("jobs.commands.cli")
     return cli.main(*args, **kwargs)

@@ -73,7 +73,7 @@ SUMMARY_JOB = "commitpub.job"
 SUMMARY_RUN = "commitpub.run-id"
 SUMMARY_ROLLBACK = "commitpub.rollback-of"
 #: The table property naming the job that publishes into the table (set by the commit that
-#: creates it; see ``jobs.ownership``).
+#: creates it; see ``jobs.output.ownership``).
 OWNER_PROPERTY = "commitpub.owner"
 
 

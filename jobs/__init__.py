@@ -7,17 +7,6 @@ from commitpub import _names
 
 _names.check(("store", "commitsteps", "publisher"))
 
-from jobs.batch import Batch, BatchStateError
-from jobs.checks import (
-    AcceptedValuesCheck,
-    CheckOutcome,
-    CustomCheck,
-    FreshnessCheck,
-    NotNullCheck,
-    PredicateCheck,
-    RowCountCheck,
-    UniqueCheck,
-)
 from jobs.config import BatchConfig, JobConfig, SourceConfig, load_config
 from jobs.errors import (
     BatchArgumentError,
@@ -30,9 +19,20 @@ from jobs.errors import (
     UnadoptedWatermarksError,
 )
 from jobs.exitcodes import ExitCode
-from jobs.formats import OutputFormat, register_format
-from jobs.report import RunReport, StagedInfo
-from jobs.run import recover_job, run_job
+from jobs.output.formats import OutputFormat, register_format
+from jobs.quality.checks import (
+    AcceptedValuesCheck,
+    CheckOutcome,
+    CustomCheck,
+    FreshnessCheck,
+    NotNullCheck,
+    PredicateCheck,
+    RowCountCheck,
+    UniqueCheck,
+)
+from jobs.runs.batch import Batch, BatchStateError
+from jobs.runs.report import RunReport, StagedInfo
+from jobs.runs.run import recover_job, run_job
 from jobs.sources import LandingSource, Source
 from jobs.spark import SparkRunner, build_session
 

@@ -1,5 +1,5 @@
 """``python -m jobs``: the ``commitpub`` command line."""
 
-from jobs.cli import main
+from jobs.commands.cli import main
 
 main(prog_name="commitpub")

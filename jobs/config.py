@@ -40,10 +40,10 @@ from cattrs.errors import (
 
 import commitsteps
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
-from jobs import formats
-from jobs.checks import DeclaredChecks, declared_checks
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
+from jobs.output import formats
+from jobs.quality.checks import DeclaredChecks, declared_checks
 from jobs.settings import (
     NOT_BLANK,
     POSITIVE_SECONDS,
@@ -88,7 +88,7 @@ RUN_TIMEOUT_S = 6 * 3600.0
 
 
 def _known_format() -> Validator:
-    """The registered output formats (:mod:`jobs.formats`), asked when a value is checked."""
+    """The registered output formats (:mod:`jobs.output.formats`), asked when a value is checked."""
     return check(
         lambda v: v in formats.names(),
         lambda v: f"must be one of {', '.join(map(repr, formats.names()))}, got {v!r}",
@@ -232,8 +232,8 @@ class BatchConfig(SettingsRecord):
         argument="format",
         doc="the output format: 'parquet' (files under <output>/<dataset>/), 'iceberg' (the "
         "table <namespace>.<dataset> in catalog), 'delta' (the Delta table "
-        "<output>/<dataset>), or a format registered in jobs.formats. A table is partitioned "
-        "by one date column at most (stage(partition_by=[...]))",
+        "<output>/<dataset>), or a format registered in jobs.output.formats. A table is "
+        "partitioned by one date column at most (stage(partition_by=[...]))",
     )
     max_records_per_file = Setting[int | None](
         "output.max_records_per_file",
@@ -474,7 +474,7 @@ class JobConfig(OperatorConfig):
         factory=list,
         doc="more hive partition columns, after the time field's date column",
     )
-    #: Checked by :func:`~jobs.checks.declared_checks` (each kind of check has its keys).
+    #: Checked by :func:`~jobs.quality.checks.declared_checks` (each kind of check has its keys).
     checks = Setting[DeclaredChecks](
         "checks",
         given=list[dict[str, Any]],

@@ -34,7 +34,7 @@ class BatchArgumentError(ConfigurationError):
 
 
 class CheckDeclarationError(ConfigurationError):
-    """A check on staged data (:mod:`jobs.checks`) is declared wrong: a key or argument of
+    """A check on staged data (:mod:`jobs.quality.checks`) is declared wrong: a key or argument of
     the wrong type, an unknown kind of check, a column the data does not have, a predicate
     Spark cannot plan. The message names the check (``checks[2].columns: ...``) and is told
     before any Spark job ran."""
@@ -44,7 +44,7 @@ class OutputOwnedError(ConfigurationError):
     """A dataset's output records another job as the one publishing into it, or a rename of
     the job (``commitpub rename-job``) is not finished: the run refuses it (exit 2) before
     anything is staged. The message names the owner and, for a rename, the exact command
-    that moves the job's state to its new name (see :mod:`jobs.ownership`)."""
+    that moves the job's state to its new name (see :mod:`jobs.output.ownership`)."""
 
 
 class UnadoptedWatermarksError(ConfigurationError):

@@ -137,7 +137,7 @@ def prepare_driver() -> None:
 
 
 #: What a Python worker imports to run commitpub's tasks; a probe imports the same.
-_WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.taskwriter"
+_WORKER_IMPORTS = "import store, commitsteps, publisher, jobs.output.taskwriter"
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -22,7 +22,7 @@ error that stops the whole run (the store unreachable while listing) is printed 
 with its own ``--base``, publish the same dataset names independently.
 
 ``--lock URL --ttl S`` takes the job lock first, exactly as ``commitpub run`` does
-(``jobs.locking``: acquire, fence the commit store, renew in the background) and
+(``jobs.runs.locking``: acquire, fence the commit store, renew in the background) and
 publishes under its fencing token; a run that loses the lock (a takeover while it was
 stopped) prints ``crashdriver: lost the job lock: ...`` on stderr and exits 75, as
 ``commitpub`` does. ``--hide DATASET`` moves that dataset's first staged file aside after
@@ -46,7 +46,7 @@ import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.exitcodes import ExitCode
-from jobs.locking import fence, held_lock
+from jobs.runs.locking import fence, held_lock
 from publisher import Publisher, RetryPolicy, to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError

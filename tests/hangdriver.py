@@ -2,7 +2,7 @@
 
     python tests/hangdriver.py --base DIR --ttl S --step-timeout S [--linger S]
 
-Takes the job lock as ``commitpub run`` does (``jobs.locking``: acquire, fence, renew in
+Takes the job lock as ``commitpub run`` does (``jobs.runs.locking``: acquire, fence, renew in
 the background; the lock lives beside the commit store ``<base>/steps``), writes
 ``<base>/took-<token>`` once it holds it, recovers, then publishes the dataset ``hung``:
 one :class:`hangsteps.GateStep` that blocks until ``<base>/gate`` exists and then appends to
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import hangsteps
 
-from jobs.locking import fence, held_lock
+from jobs.runs.locking import fence, held_lock
 from publisher import DeadlineError, Publisher
 from store.errors import FencedError, LockHeldError
 

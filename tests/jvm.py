@@ -48,7 +48,7 @@ def make_archive(target: Path) -> bool:
     from pyspark import SparkContext
 
     from jobs.config import load_config
-    from jobs.run import run_job
+    from jobs.runs.run import run_job
 
     sys.path.insert(0, str(Path(__file__).with_name("jobs")))
     from jobhelpers import Landing, write_job

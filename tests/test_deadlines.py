@@ -23,7 +23,7 @@ import hangsteps
 import pytest
 from click.testing import CliRunner
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from publisher import Publisher, RunDeadlineError
 from store import LeaseKeeper, open_lock, open_store
 

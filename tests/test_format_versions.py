@@ -20,7 +20,7 @@ import redis
 import commitsteps
 import store
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from jobs.report import newest_reports, staged_figures
+from jobs.runs.report import newest_reports, staged_figures
 from publisher import DatasetStatus, Outcome, Publisher
 from publisher import status as status_record
 from publisher.staging import (
@@ -479,7 +479,7 @@ def test_a_token_record_carries_its_version_and_a_newer_one_is_refused(tmp_path:
 
 
 def test_an_owner_record_carries_its_version_and_a_newer_one_is_refused(tmp_path: Path) -> None:
-    from jobs.formats import OWNER_FILE, create_owner_file, read_owner_file
+    from jobs.output.formats import OWNER_FILE, create_owner_file, read_owner_file
 
     directory = str(tmp_path / "orders")
     assert create_owner_file(directory, "job")

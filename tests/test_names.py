@@ -5,7 +5,7 @@ package on ``PYTHONPATH``.
 
 * ``commitpub --help`` and ``commitpub --version`` work with a ``jobs`` package on
   ``PYTHONPATH`` and beside the user (before the console script was ``commitpub.cli:main``
-  the first failed with ``No module named 'jobs.cli'``; there was no ``--version``).
+  the first failed with ``No module named 'jobs.commands.cli'``; there was no ``--version``).
 * ``import commitpub; commitpub.Batch`` works beside a ``jobs/`` and a ``store.py`` of the
   user's (there was no ``commitpub`` package; ``jobs.Batch`` was an AttributeError there).
 * ``import jobs`` beside a ``store.py`` fails with one error naming that file and the fix
@@ -86,7 +86,7 @@ def test_import_commitpub_finds_its_own_packages_beside_the_users(tmp_path: Path
         done = _run([sys.executable, "-c", code], home, path)
         assert done.returncode == 0, done.stderr
         modules, jobs_file = done.stdout.splitlines()
-        assert modules == "jobs.batch store.registry"
+        assert modules == "jobs.runs.batch store.registry"
         assert Path(jobs_file) == ROOT / "jobs" / "__init__.py"
 
 

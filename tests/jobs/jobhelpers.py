@@ -1,6 +1,6 @@
 """Helpers of the jobs suite: write landing zones and job files, read what was published.
 
-Counting here is independent of ``jobs.verify``, so the tests do not grade the demo's
+Counting here is independent of ``jobs.output.verify``, so the tests do not grade the demo's
 arithmetic with itself.
 """
 

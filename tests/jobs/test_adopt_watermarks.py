@@ -17,7 +17,7 @@ from commitsteps import WatermarkCommitStep
 from jobs import Batch, UnadoptedWatermarksError
 from jobs.config import JobConfig, load_config
 from jobs.exitcodes import ExitCode
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from store import JsonScalar, open_store, open_watermarks
 from store.failpoints import ENV_VAR
 

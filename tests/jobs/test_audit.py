@@ -18,9 +18,12 @@ from jobhelpers import batch_places, write_job
 from pyspark.sql import DataFrame, SparkSession
 
 import jobs
-from jobs import Batch, DatasetHeldError, ops
-from jobs.audit import read_staged
-from jobs.checks import (
+from jobs import Batch, DatasetHeldError
+from jobs.commands import ops
+from jobs.config import batch_config, load_config
+from jobs.errors import CheckDeclarationError
+from jobs.output.commits import staged_files
+from jobs.quality.checks import (
     AcceptedValuesCheck,
     CheckResults,
     NotNullCheck,
@@ -28,10 +31,8 @@ from jobs.checks import (
     RowCountCheck,
     UniqueCheck,
 )
-from jobs.commits import staged_files
-from jobs.config import batch_config, load_config
-from jobs.errors import CheckDeclarationError
-from jobs.measures import KEYS_DIRECTORY
+from jobs.quality.measures import KEYS_DIRECTORY
+from jobs.runs.audit import read_staged
 from publisher import Outcome
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError

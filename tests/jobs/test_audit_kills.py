@@ -16,10 +16,10 @@ import pytest
 from jobhelpers import Landing, assert_exactly_once, commitpub, output_rows, write_job
 from pyspark.sql import SparkSession
 
-from jobs import ops
+from jobs.commands import ops
 from jobs.config import load_config
 from jobs.exitcodes import ExitCode
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from publisher import Outcome
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from jobs.config import load_config
 from jobs.errors import error_text
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from jobs.sources import BadRecordError, LandingSource, SourceDataError, _read_slice, _Slice
 from store import open_watermarks
 from store.errors import ConfigurationError

@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 import pytest
 from jobhelpers import commitpub
 
-from jobs.locking import held_lock
+from jobs.runs.locking import held_lock
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

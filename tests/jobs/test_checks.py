@@ -1,4 +1,4 @@
-"""Checks on staged data (``jobs.checks``) on the session's SparkSession: each kind passing
+"""Checks on staged data (``jobs.quality.checks``) on the session's SparkSession: each kind passing
 and failing with its figures, NULLs, the relative row count, custom functions, declarations
 from a job file's tables, columns the data lacks, and the one pass of the built-in checks.
 
@@ -20,7 +20,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from jobs.checks import (
+from jobs.errors import CheckDeclarationError
+from jobs.quality.checks import (
     AcceptedValuesCheck,
     Check,
     CheckOutcome,
@@ -39,7 +40,6 @@ from jobs.checks import (
     run_checks,
     validate_checks,
 )
-from jobs.errors import CheckDeclarationError
 from store.records import error_messages
 
 pytestmark = pytest.mark.spark

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from jobhelpers import batch_places, commitpub, write_job
 
-import jobs.run
-from jobs.cli import main
+import jobs.runs.run
+from jobs.commands.cli import main
 from jobs.config import (
     JobConfig,
     apply_object_stores,
@@ -22,7 +22,7 @@ from jobs.config import (
     operator_config,
 )
 from jobs.errors import BatchArgumentError
-from jobs.locking import open_publisher
+from jobs.runs.locking import open_publisher
 from jobs.sources import LandingSource
 from store import open_store
 from store.errors import ConfigurationError
@@ -378,7 +378,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kw: object) -> None:
         raise AssertionError("Spark must not start: the command should have stopped before")
 
-    monkeypatch.setattr(jobs.run, "build_session", refuse)
+    monkeypatch.setattr(jobs.runs.run, "build_session", refuse)
 
 
 @pytest.mark.usefixtures("no_spark")
@@ -560,7 +560,7 @@ def test_the_table_commit_budget_reaches_the_publisher_from_the_file_and_from_ba
     tmp_path: Path,
 ) -> None:
     from jobs.config import batch_config
-    from jobs.locking import open_publisher
+    from jobs.runs.locking import open_publisher
 
     config = load_config(write_job(tmp_path, publish={"table_commit_budget_s": 42.5}))
     assert config.table_commit_budget_s == 42.5

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from jobhelpers import commitpub
 
-from jobs.cli import main
-from jobs.demo import prepare
+from jobs.commands.cli import main
+from jobs.commands.demo import prepare
 
 
 def _assert_held_and_released(out: str) -> None:

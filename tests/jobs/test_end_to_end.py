@@ -18,7 +18,7 @@ from jobhelpers import Landing, assert_exactly_once, commitpub, output_rows, wri
 from pyspark.sql import SparkSession
 
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
 

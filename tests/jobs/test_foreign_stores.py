@@ -14,9 +14,9 @@ from redis_helpers import RecordedHost
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from jobs.cli import main
+from jobs.commands.cli import main
 from jobs.config import load_config
-from jobs.locking import open_publisher
+from jobs.runs.locking import open_publisher
 from jobs.spark import SparkRunner
 from publisher import Outcome
 from store import open_store

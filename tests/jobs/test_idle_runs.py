@@ -27,7 +27,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs import Batch
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from publisher import Outcome, Publisher
 from publisher.recovery import recover_one
 from store import open_store

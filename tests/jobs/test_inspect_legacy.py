@@ -13,7 +13,7 @@ from jobhelpers import write_job
 import commitsteps
 from commitsteps import FsRenameCommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
-from jobs.cli import main
+from jobs.commands.cli import main
 from jobs.config import load_config
 from store import open_store
 

@@ -15,8 +15,8 @@ import pytest
 from jobhelpers import batch_places
 
 from jobs.config import BatchConfig, batch_config
-from jobs.jobrun import Holds, JobRun
-from jobs.lifecycle import Closing, Lifecycle, LineageSent, RunEvent, RunStarted
+from jobs.runs.jobrun import Holds, JobRun
+from jobs.runs.lifecycle import Closing, Lifecycle, LineageSent, RunEvent, RunStarted
 from store import LockHeldError
 
 JOB = "orders-ingest"

@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
-from jobs.commits import staged_files
-from jobs.taskwriter import MIN_ROWS_PER_GROUP, WriteOptions
-from jobs.writing import ParquetWriter
+from jobs.output.commits import staged_files
+from jobs.output.taskwriter import MIN_ROWS_PER_GROUP, WriteOptions
+from jobs.output.writing import ParquetWriter
 
 pytestmark = pytest.mark.spark
 
@@ -184,7 +184,7 @@ def _parquet_columns(path: Path) -> list[tuple[str, int, str, str]]:
 def test_the_write_cuts_batches_by_rows_and_leaves_the_sessions_byte_cap_as_it_was(
     spark: SparkSession, tmp_path: Path, setting: str | None
 ) -> None:
-    from jobs.writing import MAX_BYTES_PER_BATCH, _batches_cut_by_rows
+    from jobs.output.writing import MAX_BYTES_PER_BATCH, _batches_cut_by_rows
 
     if setting is not None:
         spark.conf.set(MAX_BYTES_PER_BATCH, setting)

@@ -1,4 +1,4 @@
-"""The built-in checks' figures measured by the staging write (``jobs.measures``) equal
+"""The built-in checks' figures measured by the staging write (``jobs.quality.measures``) equal
 those of the read-back pass over the staged files, on the session's SparkSession: NULLs, a
 predicate that is NULL, a partition column, a duplicate key across two tasks (counted
 exactly by the read-back), keys that differ only as Spark's equality does not see, keys
@@ -18,9 +18,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs import measures
-from jobs.audit import read_staged
-from jobs.checks import (
+from jobs.output.taskwriter import WriteOptions
+from jobs.output.writing import ParquetWriter
+from jobs.quality import measures
+from jobs.quality.checks import (
     AcceptedValuesCheck,
     Check,
     CheckResults,
@@ -32,9 +33,8 @@ from jobs.checks import (
     UniqueCheck,
     run_checks,
 )
-from jobs.report import StagedInfo
-from jobs.taskwriter import WriteOptions
-from jobs.writing import ParquetWriter
+from jobs.runs.audit import read_staged
+from jobs.runs.report import StagedInfo
 
 pytestmark = pytest.mark.spark
 

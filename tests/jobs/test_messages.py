@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from jobhelpers import Landing, commitpub, write_job
 
-import jobs.run
-from jobs.cli import main
+import jobs.runs.run
+from jobs.commands.cli import main
 from jobs.messages import CATALOGUE, OUTCOME_KEYS, RERUN, explain, outcome
 from store.errors import (
     CommitPubError,
@@ -119,7 +119,7 @@ def test_an_unexpected_error_ends_in_one_line(
     def boom(*_args: object, **_kw: object) -> None:
         raise KeyError("a bug of ours")
 
-    monkeypatch.setattr(jobs.run, "run_job", boom)
+    monkeypatch.setattr(jobs.runs.run, "run_job", boom)
     result = CliRunner().invoke(main, ["run", str(write_job(tmp_path))])
     assert result.exit_code == 1
     assert result.output.splitlines() == [

@@ -17,10 +17,10 @@ from jobhelpers import write_job
 
 import commitsteps
 from commitsteps import WatermarkCommitStep
-from jobs.checks import CheckResult, CheckResults, Severity
 from jobs.config import JobConfig, load_config
-from jobs.metrics import export
-from jobs.report import RunReport, StagedInfo, write_report
+from jobs.quality.checks import CheckResult, CheckResults, Severity
+from jobs.runs.metrics import export
+from jobs.runs.report import RunReport, StagedInfo, write_report
 from publisher import HeldDataset
 from store import open_store
 from store.errors import ConfigurationError

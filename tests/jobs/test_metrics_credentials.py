@@ -16,8 +16,8 @@ import pytest
 from jobhelpers import write_job
 
 from jobs.config import load_config
-from jobs.metrics import export
-from jobs.report import RunReport
+from jobs.runs.metrics import export
+from jobs.runs.report import RunReport
 from store.errors import ConfigurationError
 
 USER, PASSWORD, TOKEN = "pushuser", "pw-s3cr3t/9", "tok-3f9a1c"

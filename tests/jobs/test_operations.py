@@ -18,7 +18,7 @@ from jobhelpers import commitpub, write_job
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from jobs.cli import _fancy, main
+from jobs.commands.cli import _fancy, main
 from jobs.config import JobConfig, load_config
 from jobs.progress import Bars
 from publisher import DatasetStatus, Discarding, Outcome, Publisher

@@ -27,9 +27,9 @@ from jobhelpers import Landing, assert_exactly_once, output_rows, write_job
 from pyspark.sql import SparkSession
 from redis_helpers import FAST_SYNC, RedisProcess, SentinelProcess, replica_args, wait_until
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from store.redis import WAIT_ENV
 
 pytestmark = [pytest.mark.redis]

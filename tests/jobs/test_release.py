@@ -28,10 +28,10 @@ from jobhelpers import COMMITPUB, commitpub, write_job
 from redis_helpers import RedisProcess
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from jobs import ops
+from jobs.commands import ops
 from jobs.config import JobConfig, load_config
-from jobs.jobrun import JobRun, new_run_id
-from jobs.locking import held_lock, open_publisher
+from jobs.runs.jobrun import JobRun, new_run_id
+from jobs.runs.locking import held_lock, open_publisher
 from publisher import HoldReplacedError
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR

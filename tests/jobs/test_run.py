@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.config import load_config
-from jobs.run import recover_job, run_job
+from jobs.runs.run import recover_job, run_job
 from publisher import staging
 from store import open_store, open_watermarks
 

@@ -15,11 +15,12 @@ from typing import NoReturn
 import pytest
 from redis_helpers import RecordedHost, RedisProcess
 
-from jobs import Batch, ops
+from jobs import Batch
+from jobs.commands import ops
 from jobs.config import OperatorConfig, operator_config
 from jobs.errors import ExtractError
-from jobs.run import recover_job
-from jobs.session import JobSession, SessionStateError
+from jobs.runs.run import recover_job
+from jobs.runs.session import JobSession, SessionStateError
 from publisher import Publisher
 from store import LockHeldError, open_lock
 

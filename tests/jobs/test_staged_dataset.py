@@ -17,7 +17,7 @@ from commitsteps import (
     StagedLinkError,
     WatermarkCommitStep,
 )
-from jobs.commits import Mark, StagedDataset, staged_files
+from jobs.output.commits import Mark, StagedDataset, staged_files
 from publisher.confinement import Roots
 
 DATA = {

@@ -1,4 +1,4 @@
-"""One Spark task's staging write (``jobs.writing.write_partition``), run here on Arrow
+"""One Spark task's staging write (``jobs.output.writing.write_partition``), run here on Arrow
 batches as Spark hands them: the names of the staged files, what it reports of them, a
 retried attempt, and what an attempt killed halfway leaves."""
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import taskwriter
-from jobs.commits import staged_files
-from jobs.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
+from jobs.output import taskwriter
+from jobs.output.commits import staged_files
+from jobs.output.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
 
 OPTIONS = WriteOptions(partition_by=("day",))
 #: A task's first attempt, as Spark numbers it and the id Spark gave it.

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from test_table_run import _table_rows
 
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

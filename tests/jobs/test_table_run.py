@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from table_helpers import delta_arrow, delta_commits, duckdb_connection
 
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,4 @@
-"""``jobs.verify.tally``, the demo's exactly-once verdict, on hand-made output (no Spark).
+"""``jobs.output.verify.tally``, the demo's exactly-once verdict, on hand-made output (no Spark).
 
 The published output is written here with pyarrow the way a run lays it out: one directory
 per dataset, hive partitions ``ts_date=...``, each row a landing record plus its source
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from jobhelpers import Landing, source_records
 
-from jobs.verify import Tally, tally
+from jobs.output.verify import Tally, tally
 from store import open_watermarks
 
 DATASET = "orders"

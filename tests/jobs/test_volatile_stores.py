@@ -15,9 +15,9 @@ from jobhelpers import Landing, write_job
 from pyspark.sql import SparkSession
 from redis_helpers import RedisProcess
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from jobs.config import load_config
-from jobs.run import run_job
+from jobs.runs.run import run_job
 from store import open_lock
 
 

@@ -6,7 +6,7 @@ once, its pending commits recovered, its end recorded.
     with JobRun(config, spark, run_id=new_run_id(), command="recover") as run:
         holds = run.recover()
 
-Entering opens the job once (a :class:`~jobs.session.JobSession`: the durability check,
+Entering opens the job once (a :class:`~jobs.runs.session.JobSession`: the durability check,
 the lock, the publisher, the fence, the staging claim; a lock held by a live run raises
 :class:`~store.errors.LockHeldError` before Spark starts, nothing changed), refuses a
 pending commit of a dataset whose watermarks wait to be adopted, and from then on records
@@ -15,8 +15,8 @@ aborts unsealed ones, in Spark tasks (Spark is started only for work: a run with
 recover and nothing new never starts it), and finds the datasets that get nothing new.
 Leaving records the run's end and closes the job.
 
-Each step is an event of the run's :class:`~jobs.lifecycle.Lifecycle`; the report, the
-lineage events and the metrics are its observers (:mod:`jobs.observers`).
+Each step is an event of the run's :class:`~jobs.runs.lifecycle.Lifecycle`; the report, the
+lineage events and the metrics are its observers (:mod:`jobs.runs.observers`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from jobs.audit import HELD_REASON
 from jobs.config import BatchConfig
-from jobs.lifecycle import (
+from jobs.progress import Progress, on_terminal, showing
+from jobs.runs.audit import HELD_REASON
+from jobs.runs.lifecycle import (
     Closing,
     DatasetHeld,
     DatasetSkipped,
@@ -51,13 +52,12 @@ from jobs.lifecycle import (
     SparkStarted,
     StoresChecked,
 )
-from jobs.observers import LineageObserver, MetricsObserver, ReportObserver
-from jobs.preflight import preflight
-from jobs.progress import Progress, on_terminal, showing
-from jobs.report import RunReport, now, staged_figures
-from jobs.session import JobSession, OnDemandSparkRunner, SessionStateError
+from jobs.runs.observers import LineageObserver, MetricsObserver, ReportObserver
+from jobs.runs.preflight import preflight
+from jobs.runs.report import RunReport, now, staged_figures
+from jobs.runs.session import JobSession, OnDemandSparkRunner, SessionStateError
+from jobs.runs.watermarks import require_adopted
 from jobs.spark import check_python, prepare_driver
-from jobs.watermarks import require_adopted
 from publisher import DatasetReport, HeldDataset, Publisher
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class JobRun:
             or ``"release"``.
         progress: told of each phase; default: progress bars on a terminal, log lines
             otherwise.
-        observers: told of the run's events (:mod:`jobs.lifecycle`) after its report,
+        observers: told of the run's events (:mod:`jobs.runs.lifecycle`) after its report,
             lineage and metrics.
         claim_staging: whether the run claims the job's staging root (a ``release`` stages
             nothing).
@@ -176,7 +176,7 @@ class JobRun:
         """Open the job and start recording the run (see the module's description).
 
         Raises:
-            ConfigurationError: for what can never work (:func:`jobs.preflight.preflight`:
+            ConfigurationError: for what can never work (:func:`jobs.runs.preflight.preflight`:
                 a Redis password the Spark tasks would not get, a session's workers that
                 cannot import commitpub, a staging root that is not the job's, ...), a
                 store that is volatile.

@@ -4,7 +4,7 @@ before Spark.
 The job file's keys (and ``jobs.Batch``'s arguments) are checked as they are read
 (:mod:`jobs.config`: types, the shape of every URL and path, overlapping places). What
 needs more than the text is checked here, once, at the start of a run, ``commitpub
-recover`` and a ``Batch`` (:meth:`jobs.jobrun.JobRun.open`), before the job lock is taken
+recover`` and a ``Batch`` (:meth:`jobs.runs.jobrun.JobRun.open`), before the job lock is taken
 and before Spark starts: a configuration that can never work is refused with exit 2 and one
 line naming the key, nothing locked, no token taken, no report written.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
-from jobs.ownership import renamed_hint
+from jobs.output.ownership import renamed_hint
 from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
 from publisher import staging
 from store.errors import ConfigurationError

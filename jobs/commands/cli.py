@@ -26,7 +26,7 @@ import attrs
 import click
 
 import commitsteps
-from jobs import exitcodes, formats
+from jobs import exitcodes
 from jobs.config import (
     JobConfig,
     OperatorConfig,
@@ -37,9 +37,10 @@ from jobs.config import (
 )
 from jobs.exitcodes import ExitCode
 from jobs.messages import explain, outcome
+from jobs.output import formats
 from jobs.progress import Progress, showing
-from jobs.report import EMPTY_RUNS_WARNING, RunReport
-from jobs.report import as_json as report_json
+from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport
+from jobs.runs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def _log_format() -> str:
 
 
 class _FormatName(click.ParamType[str]):
-    """An output format's name, checked against the registry (:mod:`jobs.formats`) when
+    """An output format's name, checked against the registry (:mod:`jobs.output.formats`) when
     given, so formats registered through entry points are accepted too."""
 
     name = "format"
@@ -391,7 +392,7 @@ def run(job_file: str, run_id: str | None, as_json: bool) -> None:
     The job file is checked and the job lock taken before Spark starts; the run writes a
     JSON report into the job's reports directory (default: next to the commit store).
     """
-    from jobs.run import run_job
+    from jobs.runs.run import run_job
 
     config = _load(job_file)
 
@@ -416,7 +417,7 @@ Examples:
 @_AS_JSON
 def recover(job_file: str | None, as_json: bool, **where: str | None) -> None:
     """Finish commits a crashed run left pending, in Spark tasks; ingest nothing new."""
-    from jobs.run import recover_job
+    from jobs.runs.run import recover_job
 
     config = _operator_config(job_file, where)
     _require_places(config, "recover")
@@ -465,7 +466,7 @@ def _echo_hold(doc: dict[str, Any], indent: str = "    ") -> None:
         return
     for check in held["checks"]:
         if "message" in check and isinstance(check.get("figures"), dict):
-            # A result of jobs.checks: its severity, its line, its figures.
+            # A result of jobs.quality.checks: its severity, its line, its figures.
             figures = json.dumps(check["figures"], ensure_ascii=False, default=str)
             shown = f" ({check.get('severity', '?')}): {check['message']} {figures}"
         else:
@@ -500,7 +501,7 @@ Examples:
 @_AS_JSON
 def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
     """Pending and quarantined sequences per dataset, the job lock, the last run. Read-only."""
-    from jobs import ops
+    from jobs.commands import ops
 
     config = _operator_config(job_file, where)
     doc = _store_call(lambda: ops.status(config))
@@ -585,7 +586,7 @@ Examples:
 def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
     """Show a pending sequence's (or a held commit's) decoded steps and whether each
     verifies. Changes nothing."""
-    from jobs import ops
+    from jobs.commands import ops
 
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
@@ -632,7 +633,7 @@ Example:
 @_batch_job
 def retry(args: tuple[str, ...], **where: str | None) -> None:
     """Lift a dataset's quarantine; the next run tries its pending commit again."""
-    from jobs import ops
+    from jobs.commands import ops
 
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
@@ -697,7 +698,7 @@ def discard(
     published nothing: its held staged files are deleted and the hold dropped; only the
     hold that was shown (or named by --hold), refused if another one holds it meanwhile.
     """
-    from jobs import ops
+    from jobs.commands import ops
 
     job_file, dataset = _job_and_dataset(args, where)
     config = _operator_config(job_file, where)
@@ -782,7 +783,7 @@ def release(args: tuple[str, ...], yes: bool, hold_id: str | None, **where: str 
     (or named by --hold) is released: refused if another one holds the dataset meanwhile.
     Exit 2 for a dataset that is not held.
     """
-    from jobs import ops
+    from jobs.commands import ops
     from publisher import NotHeldError
 
     job_file, dataset = _job_and_dataset(args, where)
@@ -833,7 +834,7 @@ def unlock(job_file: str | None, force: bool, **where: str | None) -> None:
     """Free the job lock of a run that died: only a lease whose holder is proven dead, or
     that is not renewed for its whole TTL (watched on this host's clock; Redis: expired by
     the server)."""
-    from jobs import ops
+    from jobs.commands import ops
     from store import Lease
 
     if not force:
@@ -891,7 +892,7 @@ def adopt_watermarks(
     store. Each partition is copied into the job's namespace (never over a value the job
     has), then the legacy copy is set to null. Takes the job lock; safe to run again.
     """
-    from jobs import ops
+    from jobs.commands import ops
 
     # A job file first, unless the options name a jobs.Batch job: then all are datasets.
     job_file: str | None = None
@@ -950,7 +951,7 @@ def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str 
     old value or the new one. Then the dataset's failure for a source that went backwards
     is cleared (its quarantine lifted); killed before that, run it again.
     """
-    from jobs import ops
+    from jobs.commands import ops
 
     if len(args) == 4 or (len(args) == 3 and _by_options(where)):
         job_file, (dataset, partition, raw) = (args[0] if len(args) == 4 else None), args[-3:]
@@ -1026,7 +1027,7 @@ def rename_job(job_file: str | None, old_name: str, as_json: bool, **where: str 
     pending, held or quarantined commit. Safe to run again after a crash: it finishes
     where it stopped, and until it has, runs of both names are refused at the outputs.
     """
-    from jobs.rename import rename_job as rename
+    from jobs.commands.rename import rename_job as rename
 
     config = _operator_config(job_file, where)
     _require_places(config, "rename-job")
@@ -1052,7 +1053,7 @@ T = TypeVar("T")
 
 def _store_call(fn: Callable[[], T]) -> T:
     """Run a command's work; map its typed errors to exit codes (see jobs.exitcodes)."""
-    from jobs.ops import NothingPendingError
+    from jobs.commands.ops import NothingPendingError
 
     try:
         return fn()
@@ -1093,7 +1094,7 @@ def demo(directory: Path, records: int, output_format: str) -> None:
     only if every landing record was counted exactly once in the published Parquet (or
     Iceberg or Delta tables, read back by pyiceberg or deltalake).
     """
-    from jobs.demo import run_demo
+    from jobs.commands.demo import run_demo
 
     if not click.get_current_context().find_root().params.get("verbose"):
         # The demo tells its own story; the runs' log lines are for -v.

@@ -23,13 +23,13 @@ import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
-from jobs.formats import CATALOG_NAME
-from jobs.jobrun import JobRun, new_run_id
+from jobs.output.formats import CATALOG_NAME
 from jobs.progress import log_progress
-from jobs.report import newest_reports
-from jobs.session import JobSession, SessionStateError
+from jobs.runs.jobrun import JobRun, new_run_id
+from jobs.runs.report import newest_reports
+from jobs.runs.session import JobSession, SessionStateError
+from jobs.runs.watermarks import Adopted, adopt
 from jobs.sources import SourceWentBackwardsError
-from jobs.watermarks import Adopted, adopt
 from publisher import (
     DatasetReport,
     DatasetStatus,
@@ -476,7 +476,7 @@ def release(config: BatchConfig, dataset: str, *, expected: str | None = None) -
     The hold is read once before the lock, to know whether there is one to release, and
     once under it, where a hold that is not the one read (or ``expected``) is refused.
 
-    A release of a held dataset is recorded like a run (:meth:`jobs.jobrun.JobRun.release`):
+    A release of a held dataset is recorded like a run (:meth:`jobs.runs.jobrun.JobRun.release`):
     its report ``<run id>-release.json``, and its OpenLineage events where the job has
     ``[lineage]``. One of a dataset that is not held changes nothing and records nothing.
 
@@ -544,7 +544,7 @@ def adopt_watermarks(
     keep_legacy: bool = False,
 ) -> list[Adopted]:
     """Adopt legacy, un-scoped watermarks into the job's namespace, under the job lock (see
-    :mod:`jobs.watermarks`). Idempotent: run it again after a crash anywhere.
+    :mod:`jobs.runs.watermarks`). Idempotent: run it again after a crash anywhere.
 
     Args:
         datasets: the datasets whose legacy watermarks are this job's.

@@ -12,11 +12,11 @@
 1. the commit store, the watermark store and the job lock are opened, one connection each,
    and checked for durability: a store that can forget a sealed sequence is refused (or,
    as the job allows, warned about) before the lock, since a volatile lock keeps no one out;
-2. the job lock is taken and renewed in the background (:func:`jobs.locking.held_lock`): a
+2. the job lock is taken and renewed in the background (:func:`jobs.runs.locking.held_lock`): a
    lock held by a live run raises :class:`~store.errors.LockHeldError`, nothing changed;
 3. the job's :class:`~publisher.Publisher` is built on the opened commit store, with the
    lock's fencing token and the session's runner;
-4. the commit store is fenced with that token (:func:`jobs.locking.fence`);
+4. the commit store is fenced with that token (:func:`jobs.runs.locking.fence`);
 5. the job's staging root is claimed (a run, ``commitpub recover``; not the operator's
    commands, which stage nothing);
 6. the lock's token is refused if a run used it, or a newer one, before (recorded in the
@@ -36,8 +36,8 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, TypeVar
 
 from jobs.config import BatchConfig
-from jobs.locking import fence, held_lock, open_publisher
-from jobs.ownership import renamed_hint
+from jobs.output.ownership import renamed_hint
+from jobs.runs.locking import fence, held_lock, open_publisher
 from jobs.spark import SparkRunner, TaskInfo
 from publisher import InProcessRunner, Publisher, Runner
 from store import (
@@ -51,7 +51,7 @@ from store import (
     open_watermarks,
     require_durable,
 )
-from store.errors import CommitPubError, ConfigurationError
+from store.errors import BackendNotInstalledError, CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -175,6 +175,14 @@ class JobSession:
 
     # -- the parts, each opened once ---------------------------------------------------------
 
+    def _opened(self, key: str, open_: Callable[[], T]) -> T:
+        """``open_()``; a missing extra is refused naming the key whose URL needs it."""
+        try:
+            return open_()
+        except BackendNotInstalledError as e:
+            naming = self.config.naming
+            raise naming.error(f"{naming.the(key)}: {e}") from e
+
     def _usable(self) -> None:
         if self._state == "closed":
             raise SessionStateError("the JobSession is closed")
@@ -184,7 +192,7 @@ class JobSession:
         """The job's commit store."""
         self._usable()
         if self._store is None:
-            self._store = open_store(self.config.store_url)
+            self._store = self._opened("store.url", lambda: open_store(self.config.store_url))
         return self._store
 
     @property
@@ -192,12 +200,15 @@ class JobSession:
         """The job's watermarks (its own namespace of the watermark store)."""
         self._usable()
         if self._watermarks is None:
-            self._watermarks = open_watermarks(self.config.watermarks_url, job=self.config.name)
+            self._watermarks = self._opened(
+                "watermarks.url",
+                lambda: open_watermarks(self.config.watermarks_url, job=self.config.name),
+            )
         return self._watermarks
 
     @property
     def legacy_watermarks(self) -> WatermarkStore:
-        """The legacy, un-scoped layout of the watermark store (see :mod:`jobs.watermarks`),
+        """The legacy, un-scoped layout of the watermark store (see :mod:`jobs.runs.watermarks`),
         on the watermark store's connection where its backend can share it."""
         self._usable()
         if self._legacy is None:
@@ -210,7 +221,8 @@ class JobSession:
         """The job lock (taken by :meth:`open`)."""
         self._usable()
         if self._lock is None:
-            self._lock = open_lock(self.config.lock_at)
+            key = "lock.url" if self.config.lock_url else "store.url"
+            self._lock = self._opened(key, lambda: open_lock(self.config.lock_at))
         return self._lock
 
     @property

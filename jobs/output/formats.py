@@ -1,9 +1,9 @@
 """Output formats: what ``output.format`` (``Batch(format=...)``) means, owned in one place.
 
 An :class:`OutputFormat` says everything commitpub needs about a format: the rules of its
-``[output]`` keys, the :class:`~jobs.writing.Writer` that stages a DataFrame and builds the
-dataset's commit, how the published rows are read back (:mod:`jobs.verify`, the demo's count),
-and the OpenLineage name of a published dataset. The built-ins are ``parquet``,
+``[output]`` keys, the :class:`~jobs.output.writing.Writer` that stages a DataFrame and builds
+the dataset's commit, how the published rows are read back (:mod:`jobs.output.verify`, the
+demo's count), and the OpenLineage name of a published dataset. The built-ins are ``parquet``,
 ``iceberg`` and ``delta``; a format of your own registers through the entry-point group
 ``commitpub.formats`` (name: the format's name, value: ``module:Class``), or by calling
 :func:`register_format`. Classes are imported when first asked for, so pyiceberg and
@@ -30,7 +30,7 @@ from store.urls import decode_name, encode_name, is_local, local_path, require_n
 
 if TYPE_CHECKING:
     from jobs.config import BatchConfig, Naming
-    from jobs.writing import Writer
+    from jobs.output.writing import Writer
 
 #: The entry-point group that formats from outside this package register in.
 GROUP = "commitpub.formats"
@@ -102,8 +102,8 @@ class OutputFormat(abc.ABC):
 
         from pyspark.sql import functions as F
 
-        from jobs.formats import ParquetFormat
-        from jobs.writing import ParquetWriter
+        from jobs.output.formats import ParquetFormat
+        from jobs.output.writing import ParquetWriter
 
 
         class TaggedWriter(ParquetWriter):
@@ -163,7 +163,7 @@ class OutputFormat(abc.ABC):
 
     def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
         """The job that the output of ``dataset`` records as its owner (see
-        :mod:`jobs.ownership`); read-only.
+        :mod:`jobs.output.ownership`); read-only.
 
         The default is for formats that publish files into ``<output>/<dataset>/``: the
         record is the file :data:`OWNER_FILE` there.
@@ -213,7 +213,7 @@ class OutputFormat(abc.ABC):
     @abc.abstractmethod
     def writer(self, config: BatchConfig) -> Writer:
         """The writer that stages a run's datasets and builds each one's commit
-        (:meth:`jobs.writing.Writer.commit`); one per run."""
+        (:meth:`jobs.output.writing.Writer.commit`); one per run."""
 
     @abc.abstractmethod
     def read_back(
@@ -349,7 +349,7 @@ class ParquetFormat(OutputFormat):
     name = "parquet"
 
     def writer(self, config: BatchConfig) -> Writer:
-        return _writer("jobs.writing:ParquetWriter")()
+        return _writer("jobs.output.writing:ParquetWriter")()
 
     def read_back(
         self, output: str, dataset: str, config: BatchConfig | None
@@ -473,7 +473,7 @@ class IcebergFormat(OutputFormat):
             )
 
     def writer(self, config: BatchConfig) -> Writer:
-        return _writer("jobs.writing:IcebergWriter")(config)
+        return _writer("jobs.output.writing:IcebergWriter")(config)
 
     def read_back(
         self, output: str, dataset: str, config: BatchConfig | None
@@ -550,7 +550,7 @@ class DeltaFormat(OutputFormat):
     table = True
 
     def writer(self, config: BatchConfig) -> Writer:
-        return _writer("jobs.writing:DeltaWriter")(config)
+        return _writer("jobs.output.writing:DeltaWriter")(config)
 
     def read_back(
         self, output: str, dataset: str, config: BatchConfig | None
@@ -567,9 +567,9 @@ class DeltaFormat(OutputFormat):
 
 #: Format name -> ``module:Class``; the built-ins, then those registered from outside.
 _REGISTRY: dict[str, str] = {
-    "parquet": "jobs.formats:ParquetFormat",
-    "iceberg": "jobs.formats:IcebergFormat",
-    "delta": "jobs.formats:DeltaFormat",
+    "parquet": "jobs.output.formats:ParquetFormat",
+    "iceberg": "jobs.output.formats:IcebergFormat",
+    "delta": "jobs.output.formats:DeltaFormat",
 }
 _entry_points_loaded = False
 

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobs.config import JobConfig, load_config
-from jobs.report import RunReport
-from jobs.run import recover_job, run_job
+from jobs.output.verify import Tally, tally
+from jobs.runs.report import RunReport
+from jobs.runs.run import recover_job, run_job
 from jobs.spark import build_session
-from jobs.verify import Tally, tally
 from publisher import Publisher
 from store.errors import ConfigurationError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV

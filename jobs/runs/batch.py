@@ -24,7 +24,7 @@ nothing is written ahead, the watermarks stay, and the exception goes on. Either
 lock is released and the JSON report and metrics are written; ``batch.report`` is that
 report (``exit_code`` as ``commitpub run`` would exit).
 
-The TOML runner (:mod:`jobs.run`) is a Batch driven by a job file and a Source.
+The TOML runner (:mod:`jobs.runs.run`) is a Batch driven by a job file and a Source.
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ import attrs
 
 import commitsteps
 from commitsteps import CommitStep
-from jobs.audit import audit
-from jobs.checks import Check, validate_checks
-from jobs.commits import Mark, StagedDataset, join
 from jobs.config import BatchConfig, batch_config
 from jobs.errors import (
     BatchArgumentError,
@@ -51,9 +48,18 @@ from jobs.errors import (
     ExtractError,
     error_text,
 )
-from jobs.formats import get_format
-from jobs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
-from jobs.lifecycle import (
+from jobs.output.commits import Mark, StagedDataset, join
+from jobs.output.formats import get_format
+from jobs.output.ownership import check as check_owner
+from jobs.output.ownership import claim as claim_output
+from jobs.output.taskwriter import WriteOptions
+from jobs.output.writing import Written, writer_for
+from jobs.progress import Progress
+from jobs.quality.checks import Check, validate_checks
+from jobs.quality.measures import Plan, discard_keys, plan
+from jobs.runs.audit import audit
+from jobs.runs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
+from jobs.runs.lifecycle import (
     BadRecordsSkipped,
     DatasetChecked,
     DatasetHeld,
@@ -65,14 +71,8 @@ from jobs.lifecycle import (
     Published,
     RunDirCreated,
 )
-from jobs.measures import Plan, discard_keys, plan
-from jobs.ownership import check as check_owner
-from jobs.ownership import claim as claim_output
-from jobs.progress import Progress
-from jobs.report import RunReport, StagedInfo
+from jobs.runs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
-from jobs.taskwriter import WriteOptions
-from jobs.writing import Written, writer_for
 from publisher import Outcome, Publisher, PublishReport, staging
 from store import JsonScalar
 from store.base import encode_value
@@ -244,7 +244,7 @@ class Batch:
         Raises:
             UnadoptedWatermarksError: if the legacy, un-scoped watermarks of earlier
                 versions hold this dataset and the job's own do not (see
-                :mod:`jobs.watermarks`): the message names the command adopting them.
+                :mod:`jobs.runs.watermarks`): the message names the command adopting them.
         """
         self._require_open("committed")
         _name(dataset, "dataset")
@@ -276,10 +276,10 @@ class Batch:
             watermarks: partition -> its new watermark (a JSON scalar), moved by the commit.
             source: where ``df`` was read from (a path or URL without credentials): the
                 input of the run's lineage events, with the watermark range read.
-            checks: checks of the staged data (:mod:`jobs.checks`), judged when the block
+            checks: checks of the staged data (:mod:`jobs.quality.checks`), judged when the block
                 is left, before anything of it is written ahead: the built-in checks'
                 figures are measured by the tasks that write the staged files
-                (:mod:`jobs.measures`); a custom check (and a key that may be duplicated)
+                (:mod:`jobs.quality.measures`); a custom check (and a key that may be duplicated)
                 reads the staged files back, in Spark tasks. A failed ``error`` check holds
                 the dataset (not written ahead, its staged files kept, its watermarks
                 unmoved, exit 3) until ``commitpub release`` or ``commitpub discard``; a
@@ -303,7 +303,7 @@ class Batch:
             UnadoptedWatermarksError: if its watermarks wait to be adopted from the legacy
                 layout (see :meth:`committed`).
             OutputOwnedError: if the dataset's output records another job as its owner
-                (see :mod:`jobs.ownership`; a renamed job's state is moved by
+                (see :mod:`jobs.output.ownership`; a renamed job's state is moved by
                 ``commitpub rename-job``).
             FencedError: if this run lost the job lock.
         """
@@ -491,7 +491,7 @@ class Batch:
             sequences[dataset] = self.writer.commit(staged_dataset)
             if dataset in self._checks:
                 self._audit(dataset, info, sequences)
-        # Each output records this job before its write-ahead (see jobs.ownership); a table
+        # Each output records this job before its write-ahead (see jobs.output.ownership); a table
         # made by its first commit gets its record after it.
         unrecorded = [d for d in sorted(staged) if d in sequences and self._claim(d) is None]
         publish: PublishReport | None = None
@@ -582,7 +582,7 @@ class Batch:
     def _abort(self, exc: BaseException) -> None:
         """Delete what this run staged; nothing was written ahead, nor held (holds are made
         only when the block is left normally, and a failed publish is never aborted)."""
-        # The error itself is logged once, with the run's end (jobs.observers).
+        # The error itself is logged once, with the run's end (jobs.runs.observers).
         log.info("the batch block raised %s: nothing is published", type(exc).__name__)
         if self._run_dir is None:
             return

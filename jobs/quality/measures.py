@@ -1,13 +1,13 @@
 """The built-in checks' figures, measured by the staging write: no second pass over the data.
 
-The staging write (:mod:`jobs.writing`) sees every row once, in its Spark tasks.
+The staging write (:mod:`jobs.output.writing`) sees every row once, in its Spark tasks.
 :func:`plan` says what each task measures of the rows it writes (:class:`Op`), and the
 driver turns the tasks' figures into each check's (:meth:`Plan.measured`): the sums of their
 counts, the least or greatest of their values. Only the result rows of a task's successful
 attempt reach the driver, so a retried task counts once. A figure of a data column (NULLs)
 is counted by pyarrow on the column itself; one that needs Spark SQL's semantics (a
 predicate, accepted values, a time) is a hidden column that Spark evaluates beside the data
-with the expression the read-back's aggregate has (:mod:`jobs.checks`), which the task
+with the expression the read-back's aggregate has (:mod:`jobs.quality.checks`), which the task
 counts and leaves out of the files.
 
 A unique key is exact. Each task sorts its rows' keys, counts its own equal neighbours and
@@ -24,7 +24,7 @@ by range (about :data:`MERGE_KEYS` in memory at once), counting equal neighbours
 Values are the keys themselves: the duplicates are counted. Equal keys always have equal
 hashes, so no equal hashes means no duplicate; equal hashes may be two keys that share one,
 and the check is then computed by the read-back pass over the staged data
-(:func:`jobs.checks.run_checks`), as a check that is not measured is.
+(:func:`jobs.quality.checks.run_checks`), as a check that is not measured is.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import fsspec
 
-from jobs.checks import (
+from jobs.quality.checks import (
     AcceptedValuesCheck,
     Check,
     FreshnessCheck,

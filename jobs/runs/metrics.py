@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.config import BatchConfig, redact_gateway
 from jobs.files import write_whole
-from jobs.report import RunReport
-from jobs.session import JobSession
+from jobs.runs.report import RunReport
+from jobs.runs.session import JobSession
 from publisher import Publisher
 
 log = logging.getLogger("commitpub.jobs")
@@ -205,7 +205,7 @@ def export(config: BatchConfig, report: RunReport, pub: Publisher | None = None)
 
     Args:
         pub: the run's publisher, which counts what is pending in the store after the run;
-            default: counted through a :class:`~jobs.session.JobSession` of its own.
+            default: counted through a :class:`~jobs.runs.session.JobSession` of its own.
     """
     if config.metrics_textfile is None and config.metrics_pushgateway is None:
         return

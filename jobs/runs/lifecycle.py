@@ -13,7 +13,7 @@ A run tells what happened as it happens, once, in this order::
 ``commitpub release`` goes from ``Recording`` to ``Released``, ``Finished`` and ``Closing``.)
 A run refused before ``Recording`` (a live lock holder, a volatile store) changed nothing:
 it goes from where it was refused to ``Finished`` and ``Closing``. The observers
-(:mod:`jobs.observers`: the run report, the lineage events, the metrics) each keep what
+(:mod:`jobs.runs.observers`: the run report, the lineage events, the metrics) each keep what
 they need of the events; the run itself keeps only what its user's script asks for. An
 observer may tell an event of its own: the lineage observer tells :class:`LineageSent`
 after each event it sent, which every observer is told of after the event that caused it.
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from jobs.checks import Check, CheckResults
-from jobs.report import StagedInfo
+from jobs.quality.checks import Check, CheckResults
+from jobs.runs.report import StagedInfo
 from jobs.spark import TaskInfo
 from publisher import DatasetReport, HeldDataset, PublishReport, RecoveryReport
 

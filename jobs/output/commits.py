@@ -50,7 +50,7 @@ class StagedDataset:
     partition_by: tuple[str, ...] = ()
     #: The staged files, each its path relative to ``staging_dir`` (``/`` separated) and its
     #: size, as the write reported them. None: a writer that does not report them (see
-    #: :class:`jobs.writing.Written`); the staging directory is listed when called.
+    #: :class:`jobs.output.writing.Written`); the staging directory is listed when called.
     files: tuple[tuple[str, int], ...] | None = None
 
     def __call__(self) -> list[CommitStep]:

@@ -1,9 +1,9 @@
-"""The TOML runner: ``commitpub run`` is a :class:`~jobs.batch.Batch` driven by a job file
+"""The TOML runner: ``commitpub run`` is a :class:`~jobs.runs.batch.Batch` driven by a job file
 and a :class:`~jobs.sources.Source`.
 
 One run of a job, in order:
 
-1. **Enter the batch**: refuse what can never work (:mod:`jobs.preflight`: a ``source.path``
+1. **Enter the batch**: refuse what can never work (:mod:`jobs.runs.preflight`: a ``source.path``
    that does not exist, a Redis password the Spark tasks would not get), check the stores,
    take the job lock (before Spark starts: a lock held by a live run changes nothing),
    fence the store, claim staging, recover pending commits in Spark tasks.
@@ -18,7 +18,7 @@ One run of a job, in order:
    Spark tasks; the report and metrics are written and the lock released.
 
 ``commitpub recover`` is step 1 alone, and the end of step 4: :meth:`JobRun.recover
-<jobs.jobrun.JobRun.recover>`, its report (``<run id>-recover.json``), lineage and metrics.
+<jobs.runs.jobrun.JobRun.recover>`, its report (``<run id>-recover.json``), lineage and metrics.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from jobs.batch import Batch
-from jobs.commits import join
 from jobs.config import (
     JobConfig,
     OperatorConfig,
@@ -38,11 +36,13 @@ from jobs.config import (
     transform_function,
 )
 from jobs.errors import OutputOwnedError
-from jobs.jobrun import JobRun, new_run_id
-from jobs.ownership import check_all
-from jobs.preflight import prepare_own_session, require_source
+from jobs.output.commits import join
+from jobs.output.ownership import check_all
 from jobs.progress import Progress, log_progress
-from jobs.report import RunReport
+from jobs.runs.batch import Batch
+from jobs.runs.jobrun import JobRun, new_run_id
+from jobs.runs.preflight import prepare_own_session, require_source
+from jobs.runs.report import RunReport
 from jobs.sources import Source, SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
@@ -102,7 +102,7 @@ def _source(config: JobConfig) -> Source:
 
 def _check_owners(config: JobConfig, source: Source) -> None:
     """Refuse, before the job lock, a run whose source has a dataset whose output is
-    another job's (see :mod:`jobs.ownership`): this job renamed, say.
+    another job's (see :mod:`jobs.output.ownership`): this job renamed, say.
 
     Raises:
         OutputOwnedError: naming the dataset, its owner and the rename command.

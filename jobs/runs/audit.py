@@ -1,8 +1,8 @@
 """Audit before publish: a staged dataset's checks decide whether it is written ahead or held.
 
-:func:`audit` runs a dataset's checks (:mod:`jobs.checks`) on its **staged** data (what
+:func:`audit` runs a dataset's checks (:mod:`jobs.quality.checks`) on its **staged** data (what
 would be published: the source is not read again). The built-in checks are judged on the
-figures the staging write measured while it wrote the files (:mod:`jobs.measures`); what it
+figures the staging write measured while it wrote the files (:mod:`jobs.quality.measures`); what it
 did not measure (a custom check, a key that may be duplicated, a writer that measures
 nothing) reads the staged files back in Spark tasks, every built-in check in one pass.
 When an ``error`` check fails,
@@ -27,11 +27,11 @@ import attrs
 import fsspec
 
 from commitsteps import CommitStep
-from jobs.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
-from jobs.commits import join, staged_files
-from jobs.report import StagedInfo, newest_reports
+from jobs.output.commits import join, staged_files
+from jobs.output.taskwriter import DEFAULT_PARTITION
+from jobs.quality.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
+from jobs.runs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
-from jobs.taskwriter import DEFAULT_PARTITION
 from publisher import HeldDataset, Publisher
 from store.failpoints import failpoint
 from store.urls import is_local, local_path, redact
@@ -70,7 +70,7 @@ def read_staged(
 
     The files are shared out among ``tasks`` Spark tasks (default: Spark's default
     parallelism). Each task reads its files with pyarrow, locally or through fsspec, as the staging
-    writer wrote them (:mod:`jobs.taskwriter`): no Hadoop connector for an object store. A
+    writer wrote them (:mod:`jobs.output.taskwriter`): no Hadoop connector for an object store. A
     column that is not in the files is a hive partition column, read from the directory
     names as the string Spark wrote there and cast back to its type by Spark (the writer
     cast it to a string); a table's ``<column>_partition`` directories are left out.
@@ -205,7 +205,7 @@ def audit(
         steps: its would-be commit, or the builder of it.
         run_id: the run, recorded with a hold.
         reports: the job's reports directory, for the rows of its last published run.
-        measured: the checks' figures the staging write measured (:mod:`jobs.measures`):
+        measured: the checks' figures the staging write measured (:mod:`jobs.quality.measures`):
             the staged files are read back only for the checks it did not measure.
         files: the staged files the commit publishes, relative to the staging directory
             (None: those listed there); the only ones read back.

@@ -8,7 +8,7 @@ partition columns left out of the files, and files named
 ``part-<task>-<write id>-<attempt id>-<n>.parquet``: each attempt of a task writes names of
 its own, so no attempt ever replaces or completes another's files. It returns what it wrote
 (:class:`StagedFile`), and only the files named by the attempts whose results Spark accepted
-are the dataset's (:mod:`jobs.writing`): what a failed attempt left in staging, or an
+are the dataset's (:mod:`jobs.output.writing`): what a failed attempt left in staging, or an
 orphaned worker of a lost executor still wrote there after its attempt failed, is never
 published and goes with the staging directory.
 
@@ -55,7 +55,7 @@ class WriteOptions:
     #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: snappy.
     compression: str | None = None
     #: What the write task measures for checks, each ``(op, columns, values)``
-    #: (:mod:`jobs.measures`); it leaves the hidden columns out of the files.
+    #: (:mod:`jobs.quality.measures`); it leaves the hidden columns out of the files.
     measures: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...] = ()
 
 

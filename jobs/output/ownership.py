@@ -3,7 +3,7 @@
 Watermarks, commits, the lock and the staging claim are all keyed by the job's name. A job
 whose name changed (or another job pointed at the same output) would find no watermark and
 publish the whole source again into an output that already holds it. So each dataset's
-output names its job (:meth:`jobs.formats.OutputFormat.owner`):
+output names its job (:meth:`jobs.output.formats.OutputFormat.owner`):
 
 * a Parquet dataset or a Delta table (and a format of your own that publishes files): the
   file ``_commitpub_owner.json`` in ``<output>/<dataset>/``, ``{"format_version": 1, "job": ...}``;
@@ -15,7 +15,7 @@ output names its job (:meth:`jobs.formats.OutputFormat.owner`):
 **Checked** (:func:`check`) before a dataset is staged, and for every dataset of a job
 file's source before the job lock is taken: an output that names another job is refused
 (:class:`OutputOwnedError`, exit 2) with the command that moves a renamed job's state
-(``commitpub rename-job``, :mod:`jobs.rename`); nothing was staged or published.
+(``commitpub rename-job``, :mod:`jobs.commands.rename`); nothing was staged or published.
 
 **Recorded** (:func:`claim`) by a run right before its dataset's write-ahead, so the record
 is there before any byte of the job's is published: the owner file is created exclusively
@@ -25,7 +25,7 @@ that does not exist yet gets the property with its creating commit, atomically.
 **Adopted.** An output without a record (written by a version before records) is taken by
 the first job that publishes into it, as a new output is.
 
-**Renames** (:mod:`jobs.rename`) set ``moving_from`` in the record while they move the
+**Renames** (:mod:`jobs.commands.rename`) set ``moving_from`` in the record while they move the
 job's state; until they finish, runs of both names are refused there.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Iterable
 
 from jobs.config import BatchConfig
 from jobs.errors import OutputOwnedError
-from jobs.formats import OutputOwner, get_format
+from jobs.output.formats import OutputOwner, get_format
 from publisher import staging
 from store.errors import CommitPubError
 from store.urls import redact

@@ -1,4 +1,4 @@
-"""The job lock and the fence: primitives of :class:`jobs.session.JobSession`, which opens a
+"""The job lock and the fence: primitives of :class:`jobs.runs.session.JobSession`, which opens a
 job's stores once and holds them for a run or an operator's command.
 
 A run (or an operator's changing command) takes the job lock (a lease renewed in the
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from jobs.config import BatchConfig
-from jobs.formats import CATALOG_NAME
+from jobs.output.formats import CATALOG_NAME
 from publisher import Publisher, Runner
 from store import CommitStepStore, JobLock, LeaseKeeper, open_lock
 from store.errors import ConfigurationError, FencedError

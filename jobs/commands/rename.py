@@ -1,7 +1,7 @@
 """``commitpub rename-job``: move a job's state to its new name, crash-safely.
 
 A job's watermarks, commits, lock and staging claim are keyed by its name, and its outputs
-record it (:mod:`jobs.ownership`). When ``job.name`` changes, a run of the new name is
+record it (:mod:`jobs.output.ownership`). When ``job.name`` changes, a run of the new name is
 refused at the outputs the old name owns; this command moves what the old name has to the
 new one (the name in the configuration given):
 
@@ -40,9 +40,9 @@ from typing import Any
 import attrs
 
 from jobs.config import BatchConfig, OperatorConfig
-from jobs.formats import OutputFormat, OutputOwner, get_format
-from jobs.ownership import RENAME_COMMAND
-from jobs.session import JobSession
+from jobs.output.formats import OutputFormat, OutputOwner, get_format
+from jobs.output.ownership import RENAME_COMMAND
+from jobs.runs.session import JobSession
 from publisher import Publisher, staging
 from store import JsonScalar, WatermarkStore
 from store.base import encode_value

@@ -830,7 +830,7 @@ def validate_checks(checks: Sequence[object], df: DataFrame) -> None:
 @attrs.frozen
 class Measured:
     """Figures of built-in checks computed without a pass of their own (by the staging
-    write, :mod:`jobs.measures`): the rows, and for each check by its name the values of
+    write, :mod:`jobs.quality.measures`): the rows, and for each check by its name the values of
     its aggregates (what :meth:`~_BuiltinCheck.judge` is given). A check not in ``values``
     is computed on the data."""
 

@@ -23,10 +23,10 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 import publisher
 from commitsteps import UnknownStepTypeError
-from jobs.checks import CheckResults
-from jobs.checks import converter as checks_converter
 from jobs.exitcodes import ExitCode
 from jobs.files import write_whole
+from jobs.quality.checks import CheckResults
+from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
 from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
 from store import JsonScalar, formats

@@ -1,10 +1,10 @@
-"""What a run records of itself, each an observer of its lifecycle (:mod:`jobs.lifecycle`):
-the run report (:class:`ReportObserver`, the one writer of :class:`~jobs.report.RunReport`),
+"""What a run records of itself, each an observer of its lifecycle (:mod:`jobs.runs.lifecycle`):
+the run report (:class:`ReportObserver`, the one writer of :class:`~jobs.runs.report.RunReport`),
 the OpenLineage events (:class:`LineageObserver`) and the metrics (:class:`MetricsObserver`).
 
 They are told of a run's events in that order: the lineage's last event reads the report
-the report observer completed on :class:`~jobs.lifecycle.Finished`, and the metrics read the
-report once written, on :class:`~jobs.lifecycle.Closing`.
+the report observer completed on :class:`~jobs.runs.lifecycle.Finished`, and the metrics read the
+report once written, on :class:`~jobs.runs.lifecycle.Closing`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from collections.abc import Callable
 
 import attrs
 
-from jobs.checks import Check
-from jobs.commits import join
 from jobs.config import BatchConfig
 from jobs.errors import error_text
 from jobs.exitcodes import ExitCode, for_error
-from jobs.formats import get_format
-from jobs.lifecycle import (
+from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
+from jobs.messages import explain
+from jobs.output.commits import join
+from jobs.output.formats import get_format
+from jobs.quality.checks import Check
+from jobs.runs.lifecycle import (
     BadRecordsSkipped,
     Closing,
     DatasetChecked,
@@ -45,10 +47,8 @@ from jobs.lifecycle import (
     SparkStarted,
     StoresChecked,
 )
-from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
-from jobs.messages import explain
-from jobs.metrics import export as export_metrics
-from jobs.report import RunReport, count_empty_runs, now, write_report
+from jobs.runs.metrics import export as export_metrics
+from jobs.runs.report import RunReport, count_empty_runs, now, write_report
 from publisher import HeldDataset, Publisher, PublishReport
 from store.errors import ConfigurationError, FencedError
 from store.urls import encode_name
@@ -58,7 +58,7 @@ log = logging.getLogger("commitpub.jobs")
 
 class ReportObserver:
     """Fills the run's report from its events, and writes it: unfinished once the run may
-    change things (:class:`~jobs.lifecycle.Recording`; a run killed after that is seen
+    change things (:class:`~jobs.runs.lifecycle.Recording`; a run killed after that is seen
     unfinished by ``commitpub status``), complete when it closes.
 
     Args:
@@ -189,7 +189,7 @@ class LineageObserver:
         config: the job's settings (its ``[lineage]``, output and format).
         report: the run's report, read once complete (written by :class:`ReportObserver`).
         tell: tells the run's lifecycle how many events were delivered
-            (:class:`~jobs.lifecycle.LineageSent`).
+            (:class:`~jobs.runs.lifecycle.LineageSent`).
     """
 
     def __init__(
@@ -314,7 +314,7 @@ def _failed_checks(held: HeldDataset) -> list[LineageAssertion]:
 
 
 class MetricsObserver:
-    """Writes and/or pushes the run's metrics (:mod:`jobs.metrics`) when it closes, if it
+    """Writes and/or pushes the run's metrics (:mod:`jobs.runs.metrics`) when it closes, if it
     recorded anything (a run refused before it changed anything exports none).
 
     Args:

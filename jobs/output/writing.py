@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from commitsteps import CommitStep, MissingSourceError
-from jobs.commits import StagedDataset, join
 from jobs.config import BatchConfig
 from jobs.errors import BatchArgumentError
-from jobs.formats import CATALOG_NAME, get_format
-from jobs.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
+from jobs.output.commits import StagedDataset, join
+from jobs.output.formats import CATALOG_NAME, get_format
+from jobs.output.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
 from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
@@ -47,7 +47,7 @@ StepsBuilder = Callable[[], Sequence[CommitStep]]
 @attrs.frozen
 class Written:
     """What a write staged, and the figures its tasks measured for checks
-    (:mod:`jobs.measures`; None: the writer measures nothing).
+    (:mod:`jobs.quality.measures`; None: the writer measures nothing).
 
     ``staged`` names the dataset's files as the write's tasks reported them, each from the
     attempt whose result Spark accepted: the commit publishes those and nothing else in the
@@ -82,7 +82,7 @@ class Writer(abc.ABC):
     #: The ``output.format`` this writer serves (errors name it).
     format: ClassVar[str]
     #: True when :meth:`write` measures checks' figures while it writes: it is then given
-    #: a frame with hidden columns named in ``options.measures`` (:mod:`jobs.measures`),
+    #: a frame with hidden columns named in ``options.measures`` (:mod:`jobs.quality.measures`),
     #: which it leaves out of the files and measures, as :class:`ParquetWriter` does (a
     #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
     #: checks read the staged files back.
@@ -303,7 +303,7 @@ def _table_root(output: str, dataset: str) -> str:
 
 
 def writer_for(config: BatchConfig) -> Writer:
-    """The writer of the configured output format (see :mod:`jobs.formats`).
+    """The writer of the configured output format (see :mod:`jobs.output.formats`).
 
     Raises:
         ConfigurationError: for a format no one registered.
@@ -330,7 +330,7 @@ def _write_with_arrow(
 
     Returns:
         The files the tasks wrote, and each task's measured figures
-        (:class:`jobs.measures.TaskMeasures`).
+        (:class:`jobs.quality.measures.TaskMeasures`).
     """
     partition_by = options.partition_by
     frame = frame.select(
@@ -381,7 +381,7 @@ def _write_task(
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from jobs.measures import TaskMeasures
+    from jobs.quality.measures import TaskMeasures
 
     context = TaskContext.get()
     if context is None:

@@ -1,0 +1,1 @@
+"""Checks on staged data: what to check, and the figures the staging write measures."""
