@@ -30,7 +30,16 @@ _CTX = multiprocessing.get_context("forkserver")
 # One server per test process, shared with the store contract suites' workers
 # (store.testing), which is why their module is preloaded too: conftest imports this first.
 _CTX.set_forkserver_preload(
-    ["forkrun", "store.testing", "crashdriver", "opdriver", "tablecrashdriver", "redis", "s3fs"]
+    [
+        "forkrun",
+        "store.testing",
+        "crashdriver",
+        "opdriver",
+        "tablecrashdriver",
+        "redis",
+        "s3fs",
+        "forkwarm",
+    ]
 )
 
 
