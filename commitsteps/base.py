@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 import attrs
-import fsspec
 
 from commitsteps.errors import (
     DuplicateStepTypeError,
@@ -22,9 +20,11 @@ from commitsteps.modules import (
     import_failure,
     load_entry_points,
 )
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
 from store.failpoints import failpoint
-from store.lock import fence_check
+from store.fences import fence_check
+from store.files import FileIO
+from store.loader import load
 
 
 @attrs.frozen
@@ -48,8 +48,8 @@ class CommitStep(abc.ABC):
     Example, a step that publishes a marker file once its dataset is in place::
 
         import attrs
-        import fsspec
         import commitsteps
+        import store
 
         @commitsteps.register("acme.success-marker")
         @attrs.frozen
@@ -58,13 +58,13 @@ class CommitStep(abc.ABC):
             content: str = ""
 
             def verify(self) -> bool:
-                fs, p = fsspec.core.url_to_fs(self.path)
-                return fs.exists(p) and fs.cat_file(p).decode() == self.content
+                io = store.FileIO(self.path)
+                return io.exists(io.root) and io.read(io.root).decode() == self.content
 
             def execute(self) -> None:
                 if not self.verify():
-                    fs, p = fsspec.core.url_to_fs(self.path)
-                    fs.pipe_file(p, self.content.encode())
+                    io = store.FileIO(self.path)
+                    io.write(io.root, self.content.encode())
 
             def published_paths(self) -> tuple[str, ...]:
                 return (self.path,)
@@ -134,9 +134,8 @@ class CommitStep(abc.ABC):
         :meth:`rollback` for effects that are not files.
         """
         for url in self.published_paths():
-            fs, path = fsspec.core.url_to_fs(url)
-            fs.invalidate_cache(path)
-            if fs.exists(path):
+            io = FileIO(url)
+            if io.exists(io.root):
                 return False
         return True
 
@@ -168,7 +167,7 @@ class CommitStep(abc.ABC):
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
         """:meth:`execute` for consecutive steps of this class, in order; override to batch.
 
-        An override must tick :func:`store.fence_check` before each step, as this does: the
+        An override must tick :func:`store.fences.fence_check` before each step, as this does: the
         publisher stops a batch there once the job is known to be another run's.
         """
         fence = fence_check()
@@ -184,11 +183,10 @@ def delete_path(url: str) -> None:
     Raises:
         StepError: if the file exists and cannot be deleted.
     """
-    fs, path = fsspec.core.url_to_fs(url)
+    io = FileIO(url)
     try:
-        fs.rm_file(path)
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # a file under a path that is a file (not a directory) cannot be there either
+        # A file under a path that is a file (not a directory) cannot be there either.
+        io.remove(io.root)
     except OSError as e:
         raise StepError(f"could not delete {url}: {e}") from e
 
@@ -266,10 +264,10 @@ def class_for(tag: str) -> type[CommitStep]:
     if tag not in _BY_TAG and tag in _LAZY:
         module, hint = _LAZY[tag]
         try:
-            importlib.import_module(module)
-        except ImportError as e:
+            load(module, hint=hint)
+        except NotImportableError as e:
             raise UnknownStepTypeError(
-                f"step type {tag!r} needs a package that is not installed ({e.name}): {hint}"
+                f"step type {tag!r} needs a package that is not installed: {e}"
             ) from e
     if tag not in _BY_TAG:
         load_entry_points()

@@ -1,7 +1,15 @@
-"""The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
+"""The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes.
+
+What users use is exported here (docs/api.md); the layers above reach what they alone need
+through the module that owns it: :mod:`store.fences` (a thread's fencing token, job, lease
+keeper and fence check), :mod:`store.connections` (the stores a job's work may open),
+:mod:`store.loader` (importing by name), :mod:`store.urls`, :mod:`store.files`,
+:mod:`store.records`.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
-from store.connections import Connections, connecting_only
 from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
     BackendNotInstalledError,
@@ -13,6 +21,7 @@ from store.errors import (
     ForeignStoreError,
     LockHeldError,
     NewerFormatError,
+    NotImportableError,
     OutcomeUnknownError,
     SequenceExistsError,
     SequenceSealedError,
@@ -21,34 +30,34 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.lock import (
-    FenceCheck,
-    JobLock,
-    Lease,
-    LeaseKeeper,
-    check_fence_now,
-    check_lease,
-    checking_fence,
-    current_job,
-    current_token,
-    fence_check,
-    fencing,
-    holding,
-    note_progress,
-)
+from store.fences import current_job, fencing
+from store.lock import JobLock, Lease, LeaseKeeper, note_progress
 from store.registry import open_lock, open_store, open_watermarks, register_backend
+
+if TYPE_CHECKING:
+    from store.files import FileIO
+
+
+def __getattr__(name: str) -> Any:
+    # FileIO brings fsspec with it: imported when first asked for, so that `import store`
+    # stays light for what needs no file (a Redis store, the lock helpers).
+    if name == "FileIO":
+        from store.files import FileIO
+
+        return FileIO
+    raise AttributeError(f"module 'store' has no attribute {name!r}")
+
 
 __all__ = [
     "BackendNotInstalledError",
     "CommitPubError",
     "CommitStepStore",
     "ConfigurationError",
-    "Connections",
     "CorruptRecordError",
     "CredentialsInUrlError",
     "Durability",
-    "FenceCheck",
     "FencedError",
+    "FileIO",
     "ForeignStoreError",
     "HasDurability",
     "JobLock",
@@ -57,6 +66,7 @@ __all__ = [
     "LeaseKeeper",
     "LockHeldError",
     "NewerFormatError",
+    "NotImportableError",
     "OutcomeUnknownError",
     "SequenceExistsError",
     "SequenceInfo",
@@ -66,15 +76,8 @@ __all__ = [
     "StoreUnavailableError",
     "VolatileStoreError",
     "WatermarkStore",
-    "check_fence_now",
-    "check_lease",
-    "checking_fence",
-    "connecting_only",
     "current_job",
-    "current_token",
-    "fence_check",
     "fencing",
-    "holding",
     "note_progress",
     "open_lock",
     "open_store",

@@ -13,7 +13,6 @@ deltalake stay optional: only a job that uses their format imports them.
 from __future__ import annotations
 
 import abc
-import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -24,9 +23,17 @@ import attrs
 
 from jobs.errors import BatchArgumentError
 from store import formats
-from store.errors import ConfigurationError
-from store.files import PUBLIC_FILE_MODE, create_exclusive, replace
-from store.urls import decode_name, encode_name, is_local, local_path, require_no_credentials
+from store.errors import ConfigurationError, NotImportableError
+from store.files import PUBLIC_FILE_MODE, FileIO
+from store.loader import load
+from store.urls import (
+    decode_name,
+    encode_name,
+    is_local,
+    local_path,
+    require_no_credentials,
+    to_url,
+)
 
 if TYPE_CHECKING:
     from jobs.config import BatchConfig, Naming
@@ -234,16 +241,10 @@ class OutputFormat(abc.ABC):
         return None
 
 
-def _import(target: str) -> Any:
-    """The object ``"module:name"`` names, imported now."""
-    module_name, _, name = target.partition(":")
-    return getattr(importlib.import_module(module_name), name)
-
-
 def _writer(target: str) -> Callable[..., Writer]:
     """A built-in writer class, imported when a run writes: the Spark writing lies above the
     job file in jobs' layers, and the job file (``output.format``'s rules) uses this module."""
-    cls: Callable[..., Writer] = _import(target)
+    cls: Callable[..., Writer] = load(target)
     return cls
 
 
@@ -254,17 +255,8 @@ def dataset_directory(output: str, dataset: str) -> str:
 
 def _directories(url: str) -> list[str]:
     """The names of the directories directly under ``url``, sorted; none if it is missing."""
-    try:
-        if is_local(url):
-            with os.scandir(local_path(url)) as entries:
-                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
-        fs, path = _remote(url)
-        found = fs.ls(path, detail=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(
-        f["name"].rstrip("/").rsplit("/", 1)[-1] for f in found if f["type"] == "directory"
-    )
+    io = FileIO(url)
+    return sorted(io.directories(io.root))
 
 
 def _owner_file_bytes(job: str, moving_from: str | None = None) -> bytes:
@@ -274,14 +266,6 @@ def _owner_file_bytes(job: str, moving_from: str | None = None) -> bytes:
     return json.dumps(formats.stamped(doc, formats.OWNER_RECORD)).encode()
 
 
-def _remote(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache()  # other processes write there
-    return fs, path
-
-
 def read_owner_file(directory: str) -> OutputOwner:
     """The owner a dataset directory's :data:`OWNER_FILE` names (None without one).
 
@@ -289,16 +273,12 @@ def read_owner_file(directory: str) -> OutputOwner:
         OwnerRecordError: if the file is unreadable or of a newer layout.
     """
     where = f"{directory}/{OWNER_FILE}"
+    io = FileIO(directory)
     try:
-        if is_local(directory):
-            local = local_path(directory)
-            exists = os.path.isdir(local)
-            with open(f"{local}/{OWNER_FILE}", "rb") as f:
-                data = f.read()
-        else:
-            fs, path = _remote(directory)
-            exists = bool(fs.exists(path))
-            data = fs.cat_file(f"{path}/{OWNER_FILE}")
+        # Locally the directory itself (not a file or a link in its place); an object
+        # store has no directories, only keys under it.
+        exists = os.path.isdir(io.root) if io.local else io.exists(io.root)
+        data = io.read(io.join(OWNER_FILE))
     except (FileNotFoundError, NotADirectoryError):
         return OutputOwner(None, exists, where)
     try:
@@ -316,31 +296,19 @@ def read_owner_file(directory: str) -> OutputOwner:
 def create_owner_file(directory: str, job: str) -> bool:
     """Create :data:`OWNER_FILE` naming ``job`` in ``directory`` (made if need be), whole and
     durable; False if one exists already (nothing changed)."""
-    data = _owner_file_bytes(job)
-    if is_local(directory):
-        local = local_path(directory)
-        return create_exclusive(
-            f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755
-        )
-    fs, path = _remote(directory)
-    try:
-        # On S3 one PUT with If-None-Match: *: exactly one creator wins.
-        fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="create")
-    except FileExistsError:
-        return False
-    return True
+    io = FileIO(directory)
+    # On S3 one PUT with If-None-Match: *: exactly one creator wins.
+    return io.create_exclusive(
+        io.join(OWNER_FILE), _owner_file_bytes(job), mode=PUBLIC_FILE_MODE, dir_mode=0o755
+    )
 
 
 def replace_owner_file(directory: str, job: str, moving_from: str | None = None) -> None:
     """Make :data:`OWNER_FILE` in ``directory`` name ``job`` (and ``moving_from``), in one
     atomic replacement."""
+    io = FileIO(directory)
     data = _owner_file_bytes(job, moving_from)
-    if is_local(directory):
-        local = local_path(directory)
-        replace(f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
-        return
-    fs, path = _remote(directory)
-    fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="overwrite")
+    io.replace(io.join(OWNER_FILE), data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
 
 
 class ParquetFormat(OutputFormat):
@@ -439,7 +407,7 @@ class IcebergFormat(OutputFormat):
                 catalog={
                     "type": "sql",
                     "uri": f"sqlite:///{root}/catalog.db",
-                    "warehouse": f"file://{root}",
+                    "warehouse": to_url(root),
                 },
             )
         properties = {}
@@ -620,10 +588,10 @@ def format_class(name: str) -> type[OutputFormat]:
         )
     target = _REGISTRY[name]
     try:
-        cls = _import(target)
-    except (ImportError, AttributeError) as e:
+        cls = load(target)
+    except NotImportableError as e:
         raise ConfigurationError(
-            f"output format {name!r}: cannot import its class {target} ({e})"
+            f"output format {name!r}: cannot import its class {target} ({e.reason})"
         ) from e
     if not (isinstance(cls, type) and issubclass(cls, OutputFormat)):
         raise ConfigurationError(f"output format {name!r}: {target} is no jobs.OutputFormat")

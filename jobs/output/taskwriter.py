@@ -26,10 +26,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
 from store.failpoints import failpoint
-from store.urls import is_local, local_path
+from store.files import FileIO
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,14 +99,13 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
     them are the dataset's is said by the attempt whose result Spark accepted. What an
     attempt killed halfway leaves behind goes with the staging directory.
     """
-    local = is_local(directory)
+    io = FileIO(directory)
+    local, root = io.local, io.root
     fs: Any = None
     if local:
-        root = local_path(directory)
         target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt.id}")
     else:
-        fs, root = fsspec.core.url_to_fs(directory)
-        target = root
+        fs, target = io.fs, root
     first = attempt.number == 0
     files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}-{attempt.id}", first)
     try:

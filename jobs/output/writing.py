@@ -23,7 +23,7 @@ import errno
 import functools
 import os
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -34,14 +34,12 @@ from jobs.errors import BatchArgumentError
 from jobs.output.commits import StagedDataset, join
 from jobs.output.formats import CATALOG_NAME, get_format
 from jobs.output.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
+from publisher import StepsBuilder
 from store.failpoints import failpoint
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-#: What ``Publisher.publish`` takes for a dataset: a picklable function returning its steps.
-StepsBuilder = Callable[[], Sequence[CommitStep]]
 
 
 @attrs.frozen

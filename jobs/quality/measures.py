@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
 from jobs.quality.checks import (
     AcceptedValuesCheck,
@@ -49,8 +46,8 @@ from jobs.quality.checks import (
     RowCountCheck,
     UniqueCheck,
 )
-from publisher.staging import delete_tree
-from store.urls import is_local, local_path
+from publisher.integration import staging
+from store.files import FileIO
 
 if TYPE_CHECKING:
     import numpy as np
@@ -465,7 +462,7 @@ def discard_keys(directory: str) -> None:
     then need never write the keys to disk). One left behind goes with the staging
     directory."""
     try:
-        delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
+        staging.delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
     except OSError as e:
         log.warning("could not delete the checks' keys under %s: %s", directory, e)
 
@@ -487,17 +484,10 @@ def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
         "use_dictionary": False,
         "column_encoding": {"key": "DELTA_BINARY_PACKED"},
     }
-    if is_local(directory):
-        folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
-        os.makedirs(folder, exist_ok=True)
-        # Whole or absent, under its name.
-        temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
-        pq.write_table(table, temporary, **options)
-        os.replace(temporary, os.path.join(folder, name))
-    else:
-        fs, root = fsspec.core.url_to_fs(directory)
-        with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
-            pq.write_table(table, f, **options)
+    io = FileIO(directory)
+    # Whole or absent, under its name.
+    with io.writing(io.join(KEYS_DIRECTORY, name), durable=False) as f:
+        pq.write_table(table, f, **options)
 
 
 class _Consecutive:
@@ -529,11 +519,9 @@ class _KeyGroups:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if is_local(directory):
-            source: Any = os.path.join(local_path(directory), KEYS_DIRECTORY, name)
-        else:
-            fs, root = fsspec.core.url_to_fs(directory)
-            source = pa.BufferReader(fs.cat_file(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}"))
+        io = FileIO(directory)
+        path = io.join(KEYS_DIRECTORY, name)
+        source: Any = path if io.local else pa.BufferReader(io.read(path))
         self.file = pq.ParquetFile(source)
         meta = self.file.metadata
         self.groups: list[tuple[int, int, int]] = []  # least, greatest, keys

@@ -20,11 +20,10 @@ from __future__ import annotations
 import functools
 import logging
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep
 from jobs.output.commits import join, staged_files
@@ -32,9 +31,10 @@ from jobs.output.taskwriter import DEFAULT_PARTITION
 from jobs.quality.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
 from jobs.runs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
-from publisher import HeldDataset, Publisher
+from publisher import HeldDataset, Publisher, StepsBuilder
 from store.failpoints import failpoint
-from store.urls import is_local, local_path, redact
+from store.files import FileIO
+from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -111,10 +111,8 @@ def _column(name: str) -> Column:
 
 
 def _open(url: str) -> Any:
-    if is_local(url):
-        return open(local_path(url), "rb")
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.open(path, "rb")
+    io = FileIO(url)
+    return io.open(io.root)
 
 
 def _file_columns(url: str) -> list[str]:
@@ -187,7 +185,7 @@ def audit(
     *,
     info: StagedInfo,
     schema: StructType,
-    steps: Sequence[CommitStep] | Callable[[], Sequence[CommitStep]],
+    steps: Sequence[CommitStep] | StepsBuilder,
     run_id: str,
     reports: str,
     measured: Measured | None = None,
