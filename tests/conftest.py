@@ -86,7 +86,7 @@ ONE_WORKER = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``--dist loadgroup``: every test a unit of its own, handed out in collection
     order (``--no-loadscope-reorder``) to a worker with at most two tests left, but the tests
