@@ -39,10 +39,10 @@ from cattrs.errors import (
 
 import commitsteps
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
+from jobs.checkdeclarations import DeclaredChecks, declared_checks
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
 from jobs.output import formats
-from jobs.quality.checks import DeclaredChecks, declared_checks
 from jobs.settings import (
     NOT_BLANK,
     POSITIVE_SECONDS,
@@ -475,7 +475,8 @@ class JobConfig(OperatorConfig):
         factory=list,
         doc="more hive partition columns, after the time field's date column",
     )
-    #: Checked by :func:`~jobs.quality.checks.declared_checks` (each kind of check has its keys).
+    #: Checked by :func:`~jobs.checkdeclarations.declared_checks` (each kind of check has its
+    #: keys).
     checks = Setting[DeclaredChecks](
         "checks",
         given=list[dict[str, Any]],

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from jobs.measuring import NOTHING, Measuring
 from store.failpoints import failpoint
 from store.files import FileIO
 
@@ -53,9 +54,9 @@ class WriteOptions:
     max_records_per_file: int | None = None
     #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: snappy.
     compression: str | None = None
-    #: What the write task measures for checks, each ``(op, columns, values)``
-    #: (:mod:`jobs.quality.measures`); it leaves the hidden columns out of the files.
-    measures: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...] = ()
+    #: What the write tasks measure of their rows (:mod:`jobs.measuring`: for checks, say);
+    #: a task writes its batches as :meth:`~jobs.measuring.TaskMeasuring.strip` passes them.
+    measures: Measuring = NOTHING
 
 
 #: Rows a row group holds at least, unless its file or the task's rows end first, or the

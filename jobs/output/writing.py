@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 @attrs.frozen
 class Written:
     """What a write staged, and the figures its tasks measured for checks
-    (:mod:`jobs.quality.measures`; None: the writer measures nothing).
+    (:mod:`jobs.measuring`; None: the writer measures nothing).
 
     ``staged`` names the dataset's files as the write's tasks reported them, each from the
     attempt whose result Spark accepted: the commit publishes those and nothing else in the
@@ -80,8 +80,8 @@ class Writer(abc.ABC):
     #: The ``output.format`` this writer serves (errors name it).
     format: ClassVar[str]
     #: True when :meth:`write` measures checks' figures while it writes: it is then given
-    #: a frame with hidden columns named in ``options.measures`` (:mod:`jobs.quality.measures`),
-    #: which it leaves out of the files and measures, as :class:`ParquetWriter` does (a
+    #: a frame with hidden columns that ``options.measures`` (:mod:`jobs.measuring`) measures
+    #: and leaves out of the files, as :class:`ParquetWriter` does (a
     #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
     #: checks read the staged files back.
     measures_checks: ClassVar[bool] = False
@@ -328,7 +328,7 @@ def _write_with_arrow(
 
     Returns:
         The files the tasks wrote, and each task's measured figures
-        (:class:`jobs.quality.measures.TaskMeasures`).
+        (:meth:`jobs.measuring.TaskMeasuring.finish`).
     """
     partition_by = options.partition_by
     frame = frame.select(
@@ -379,12 +379,10 @@ def _write_task(
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from jobs.quality.measures import TaskMeasures
-
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("the staging write runs in a Spark task")
-    measures = TaskMeasures(options.measures)
+    measures = options.measures.task()
     index = context.partitionId()
     attempt = TaskAttempt(context.attemptNumber(), context.taskAttemptId())
     files = write_partition(directory, options, write_id, index, attempt, measures.strip(batches))
