@@ -68,10 +68,40 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` first, in their order, then the rest: handed out one at a time
-    to whichever worker is free (``make test``: ``--maxschedchunk 1``), the minutes-long
-    tests are shared out at the start and the many short ones fill the gaps, instead of one
-    long test starting last on one worker."""
+    to whichever worker is free (``make test``: ``--dist loadgroup``, see
+    :func:`pytest_xdist_make_scheduler`), the minutes-long tests are shared out at the start
+    and the many short ones fill the gaps, instead of one long test starting last on one
+    worker."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+#: Modules whose tests one worker runs together: each starts something costly in a
+#: module-scoped fixture (a standalone cluster, a Spark Connect server, an Airflow home, a
+#: Batch script's run), which every worker running one of their tests would start again.
+ONE_WORKER = (
+    "tests/jobs/test_cluster.py",
+    "tests/jobs/test_connect.py",
+    "tests/jobs/test_batch_operator.py",
+    "tests/test_airflow.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: every test a unit of its own, handed out in collection
+    order (``--no-loadscope-reorder``) to a worker with at most two tests left, but the tests
+    of a module of :data:`ONE_WORKER` one unit. (xdist's own loadgroup reads
+    ``xdist_group`` marks by renaming test ids, which pytest 9 no longer lets it do.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return Scheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

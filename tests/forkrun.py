@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,12 +30,25 @@ _CTX = multiprocessing.get_context("forkserver")
 # One server per test process, shared with the store contract suites' workers
 # (store.testing), which is why their module is preloaded too: conftest imports this first.
 _CTX.set_forkserver_preload(
-    ["forkrun", "store.testing", "crashdriver", "opdriver", "tablecrashdriver", "redis", "s3fs"]
+    [
+        "forkrun",
+        "store.testing",
+        "crashdriver",
+        "opdriver",
+        "tablecrashdriver",
+        "redis",
+        "s3fs",
+        "forkwarm",
+    ]
 )
 
 
-def _child(module: str, argv: list[str], env: dict[str, str], out: str, err: str) -> None:
+def _child(  # noqa: PLR0917 -- multiprocessing passes a target's arguments by position
+    module: str, argv: list[str], env: dict[str, str], out: str, err: str, session: bool = False
+) -> None:
     """The forked run: its own environment and output files, then ``module.main(argv)``."""
+    if session:
+        os.setsid()
     for fd, path in ((1, out), (2, err)):
         target = os.open(path, os.O_WRONLY | os.O_TRUNC)
         os.dup2(target, fd)
@@ -56,6 +70,76 @@ def _child(module: str, argv: list[str], env: dict[str, str], out: str, err: str
     os._exit(code)
 
 
+class Started:
+    """``module.main(argv)`` running in a forked process: the part of ``subprocess.Popen``
+    the tests use (``pid``, ``poll``, ``wait``, ``communicate``, ``send_signal``, ``kill``),
+    its standard output and error read from their files once it ended."""
+
+    def __init__(
+        self, module: str, argv: Sequence[str], env: Mapping[str, str], *, new_session: bool
+    ) -> None:
+        self.args = [module, *argv]
+        self._tmp = tempfile.TemporaryDirectory(prefix="forkrun-")
+        self._out = os.path.join(self._tmp.name, "out")
+        self._err = os.path.join(self._tmp.name, "err")
+        for path in (self._out, self._err):
+            open(path, "w").close()
+        self._proc = _CTX.Process(
+            target=_child, args=(module, list(argv), dict(env), self._out, self._err, new_session)
+        )
+        self._proc.start()
+        assert self._proc.pid is not None
+        self.pid: int = self._proc.pid
+        self.returncode: int | None = None
+        self._output: tuple[str, str] | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once it ended (negative when killed by a signal), else None."""
+        if self.returncode is None and not self._proc.is_alive():
+            self.returncode = self._proc.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Raises:
+        subprocess.TimeoutExpired: if it still runs after ``timeout`` seconds."""
+        self._proc.join(timeout)
+        code = self.poll()
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for it to end; its standard output and error.
+
+        Raises:
+            subprocess.TimeoutExpired: if it still runs after ``timeout`` seconds (it is
+                left running, as ``Popen.communicate`` leaves it).
+        """
+        self.wait(timeout)
+        if self._output is None:
+            with open(self._out) as o, open(self._err) as e:
+                self._output = (o.read(), e.read())
+            self._proc.close()
+            self._tmp.cleanup()
+        return self._output
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start(
+    module: str, argv: Sequence[str], *, env: Mapping[str, str], new_session: bool = False
+) -> Started:
+    """``module.main(argv)`` in a forked process, not waited for (a test stops it at a fail
+    point, signals it, then waits); ``new_session`` makes it a session leader, as
+    ``Popen(start_new_session=True)`` does."""
+    return Started(module, argv, env, new_session=new_session)
+
+
 def run(
     module: str,
     argv: Sequence[str],
@@ -68,20 +152,12 @@ def run(
     Raises:
         subprocess.TimeoutExpired: after ``timeout`` seconds (the process is killed).
     """
-    with tempfile.TemporaryDirectory(prefix="forkrun-") as tmp:
-        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        for path in (out, err):
-            open(path, "w").close()
-        proc = _CTX.Process(target=_child, args=(module, list(argv), dict(env), out, err))
-        proc.start()
-        proc.join(timeout)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-            raise subprocess.TimeoutExpired([module, *argv], timeout)
-        code = proc.exitcode
-        proc.close()
-        with open(out) as o, open(err) as e:
-            stdout, stderr = o.read(), e.read()
-    assert code is not None
-    return subprocess.CompletedProcess([module, *argv], code, stdout, stderr)
+    proc = start(module, argv, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess([module, *argv], proc.returncode, stdout, stderr)

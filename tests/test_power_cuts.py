@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -41,6 +39,7 @@ from typing import Any
 
 import attrs
 import crashdriver
+import forkrun
 import pytest
 from ext4_helpers import Ext4, ext4_filesystem
 from redis_helpers import RedisProcess
@@ -59,7 +58,6 @@ from test_crash_matrix import (
 from test_hold_crashes import HELD, held_state
 from zombies import driver_env, stopped
 
-DRIVER = Path(__file__).with_name("crashdriver.py")
 #: How long an ``appendfsync everysec`` cell waits before its cut (see the module docstring).
 EVERYSEC_WINDOW_S = 2.5
 PARK_TIMEOUT_S = 120.0
@@ -116,31 +114,14 @@ def park(
     *,
     chunk_records: int = 200_000,
     extra: Sequence[str] = (),
-) -> subprocess.Popen[str]:
+) -> forkrun.Started:
     """Start the driver and return once it is stopped at ``point`` (SIGSTOP)."""
     marks.mkdir(exist_ok=True)
     env = driver_env(f"{point}:stop", marks)
     backend = setup.backend
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(DRIVER),
-            command,
-            "--base",
-            str(setup.base),
-            "--store",
-            backend.store_url,
-            "--watermarks",
-            backend.watermarks_url,
-            "--chunk-records",
-            str(chunk_records),
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    argv = ["--base", str(setup.base), "--store", backend.store_url]
+    argv += ["--watermarks", backend.watermarks_url, "--chunk-records", str(chunk_records)]
+    proc = forkrun.start("crashdriver", [command, *argv, *extra], env=env)
     name = point.split("@", maxsplit=1)[0]
     deadline = time.monotonic() + PARK_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -154,7 +135,7 @@ def park(
     pytest.fail(f"the driver did not reach {point} within {PARK_TIMEOUT_S}s")
 
 
-def cut_and_restart(ext4: Ext4, setup: Setup, parked: subprocess.Popen[str] | None) -> None:
+def cut_and_restart(ext4: Ext4, setup: Setup, parked: forkrun.Started | None) -> None:
     """Cut the filesystem under the stopped driver, as a power cut of the machine would."""
     if setup.kind == "redis-everysec":
         time.sleep(EVERYSEC_WINDOW_S)

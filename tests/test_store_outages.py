@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +30,10 @@ from typing import Any
 
 import attrs
 import crashdriver
+import forkrun
 import pytest
 from redis_helpers import RedisProcess
-from test_crash_matrix import DRIVER, JOB, Backend, drive, expect_ok, snapshot
+from test_crash_matrix import JOB, Backend, drive, expect_ok, snapshot
 
 from store import open_store
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
@@ -201,16 +201,14 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _parked(
     command: str, base: Path, backend: Backend, phase: Phase, marks: Path
-) -> subprocess.Popen[str]:
+) -> forkrun.Started:
     """Start the driver and return once it has stopped itself at ``phase.park_at``."""
     marks.mkdir()
     env = {**os.environ, ENV_VAR: f"{phase.park_at}:stop", MARKS_ENV_VAR: str(marks)}
-    argv = [sys.executable, str(DRIVER), command, "--base", str(base)]
+    argv = [command, "--base", str(base)]
     argv += ["--store", backend.store_url, "--watermarks", backend.watermarks_url]
     argv += ["--run-id", "r1", "--chunk-records", str(phase.chunk_records)]
-    proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = forkrun.start("crashdriver", argv, env=env)
     name = phase.park_at.split("@")[0]
     deadline = time.monotonic() + 120
     while not (marks / f"{name}.{proc.pid}").exists() or _state(proc.pid) != "T":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +39,6 @@ from publisher.staging import ROOT_MARKER
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
-DRIVER = Path(__file__).with_name("tablecrashdriver.py")
 _RENAMES = driver.RENAMES_PER_DATASET
 
 
@@ -111,12 +109,7 @@ def drive(
         str(records),
     ]
     if not wait:
-        return subprocess.Popen(
-            [sys.executable, str(DRIVER), *argv],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        return forkrun.start("tablecrashdriver", argv, env=env)
     return forkrun.run("tablecrashdriver", argv, env=env)
 
 
@@ -188,7 +181,7 @@ def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_
     try:
         deadline = time.monotonic() + 120
         while not list(marks.iterdir()):
-            assert paused.poll() is None, paused.stderr.read().decode()[-2000:]
+            assert paused.poll() is None, paused.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the run never reached its table commit"
             time.sleep(0.05)
         # Another process finishes the sealed sequence the paused one was executing.
@@ -196,6 +189,6 @@ def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_
     finally:
         paused.send_signal(signal.SIGCONT)
     _out, err = paused.communicate(timeout=300)
-    assert paused.returncode == 0, err.decode()[-3000:]
+    assert paused.returncode == 0, err[-3000:]
     expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
     check_tables(fmt, base, backend)

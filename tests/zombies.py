@@ -1,6 +1,6 @@
-"""A harness for real zombies: ``crashdriver.py`` processes that hold the job lock, are
-stopped with SIGSTOP at a failpoint past their lease, and resumed with SIGCONT after another
-process took the job over.
+"""A harness for real zombies: ``crashdriver.py`` processes (forked by tests/forkrun.py)
+that hold the job lock, are stopped with SIGSTOP at a failpoint past their lease, and
+resumed with SIGCONT after another process took the job over.
 
     job = DriverJob.local(tmp_path)                     # or DriverJob.on_redis(tmp_path, url)
     zombie = job.park("run", "recover.before_sweep@1", "--run-id", "r1", ttl=1)
@@ -19,19 +19,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 import crashdriver
+import forkrun
 
 from store import open_lock
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
-DRIVER = Path(__file__).with_name("crashdriver.py")
 JOB = crashdriver.JOB
 DEADLINE_S = 120.0
 
@@ -73,7 +71,7 @@ class Finished:
 class Parked:
     """A driver process stopped by a ``:stop`` failpoint."""
 
-    proc: subprocess.Popen[str]
+    proc: forkrun.Started
     point: str
 
     def resume(self) -> None:
@@ -118,8 +116,6 @@ class DriverJob:
 
     def args(self, command: str, *extra: str, ttl: float = 60.0) -> list[str]:
         return [
-            sys.executable,
-            str(DRIVER),
             command,
             "--base",
             str(self.base),
@@ -138,26 +134,22 @@ class DriverJob:
         self, command: str, *extra: str, failpoints: str | None = None, ttl: float = 60.0
     ) -> Finished:
         """Run the driver to its end (or its SIGKILL, with a killing failpoint)."""
-        done = subprocess.run(
+        done = forkrun.run(
+            "crashdriver",
             self.args(command, *extra, ttl=ttl),
             env=driver_env(failpoints, None),
-            capture_output=True,
-            text=True,
             timeout=DEADLINE_S,
-            check=False,
         )
         return Finished(done.returncode, done.stdout, done.stderr)
 
     def park(self, command: str, point: str, *extra: str, ttl: float = 60.0) -> Parked:
         """Start the driver armed with ``point`` (``name@N``) as a stop; return once it is
         stopped there."""
-        proc = subprocess.Popen(
+        proc = forkrun.start(
+            "crashdriver",
             self.args(command, *extra, ttl=ttl),
             env=driver_env(f"{point}:stop", self.marks),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+            new_session=True,
         )
         parked = Parked(proc, point)
         mark = self.marks / f"{point.split('@', maxsplit=1)[0]}.{proc.pid}"

@@ -197,6 +197,7 @@ def test_bad_records_must_be_fail_or_skip(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_the_exit_message_names_the_file_and_line(tmp_path: Path) -> None:
     """``commitpub run`` in its own process: its Spark driver and Python workers."""
     _landing, seg = _two_datasets(tmp_path, BAD_LINES["not an object"][0])

@@ -1,7 +1,9 @@
 """A source that went backwards is never silent: a partition wiped and landed again below
 its committed watermark fails its dataset (quarantined after ``max_attempts``), and
 ``commitpub set-watermark`` (fenced, one compare-and-set, killed anywhere: old or new value)
-lets the operator ingest the re-landed records exactly once. The real CLI throughout."""
+lets the operator ingest the re-landed records exactly once. The real CLI throughout, but
+for the runs that only lay down what a test starts from: those run in this process on the
+session's SparkSession (a driver JVM fewer each)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from pathlib import Path
 
 import pytest
 from jobhelpers import Landing, commitpub, output_rows, write_job
+from pyspark.sql import SparkSession
 
 import commitsteps
 from commitsteps import WatermarkCommitStep
 from jobs.config import JobConfig, load_config
 from jobs.errors import error_text
 from jobs.exitcodes import ExitCode
+from jobs.runs.run import run_job
 from jobs.sources import LandingSource, Source, SourceWentBackwardsError
 from publisher import DatasetStatus
 from publisher import status as status_record
@@ -60,9 +64,16 @@ def _run(job_file: Path, code: ExitCode) -> str:
     return proc.stdout
 
 
+def _run_here(spark: SparkSession, job_file: Path, code: ExitCode) -> None:
+    """A run that only lays down a test's starting point, in this process."""
+    report = run_job(load_config(job_file), spark=spark)
+    assert report.exit_code == code, report.error or report.errors
+
+
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it_once(
-    tmp_path: Path,
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     job_file = write_job(tmp_path, publish={"max_attempts": 2})
     config = load_config(job_file)
@@ -70,7 +81,7 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
     landing.append("orders", "0", 10)
     landing.append("orders", "1", 4)
     landing.append("clicks", "0", 3)
-    _run(job_file, ExitCode.OK)
+    _run_here(spark, job_file, ExitCode.OK)
     first = _serials(tmp_path, "orders")
     assert len(first) == 14
 
@@ -130,16 +141,17 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_set_watermark_killed_anywhere_leaves_old_or_new_and_ends_exactly_once(
-    tmp_path: Path,
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     job_file = write_job(tmp_path)
     config = load_config(job_file)
     Landing(tmp_path / "landing").append("orders", "0", 10)
-    _run(job_file, ExitCode.OK)
+    _run_here(spark, job_file, ExitCode.OK)
     first = _serials(tmp_path, "orders")
     _relanded(tmp_path, "orders", "0", 6, serial=1000)
-    _run(job_file, ExitCode.FAILURE)
+    _run_here(spark, job_file, ExitCode.FAILURE)
     args = ("set-watermark", str(job_file), "orders", "0", "null", "--yes")
 
     # Killed before and after its compare-and-set: the old value or the new one, and the
