@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from jobs import Batch
 from jobs.exitcodes import ExitCode
-from jobs.output.formats import OWNER_FILE, get_format
+from jobs.output import OWNER_FILE, get_format
 from jobs.output.ownership import OutputOwnedError
 from publisher.staging import ROOT_MARKER
 from store import open_watermarks
