@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --maxschedchunk 1
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server npm bench clean constraints
+.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -82,6 +82,13 @@ test:
 demo: $(STAMP)
 	$(BIN)/commitpub demo --dir demo
 
+# A wheel to install into your own project's environment, extras and all:
+# pip install 'dist/commitpub-0.1.0-py3-none-any.whl[spark,redis]'.
+dist: $(BIN)/python
+	$(BIN)/uv build --quiet --wheel --out-dir dist .
+	rm -rf build
+	@ls dist/*.whl
+
 # Every benchmarks/NAME.py (helpers start with an underscore), then report.py refreshes the
 # README table and chart. Fixtures shared between scripts live in BENCH_CACHE, removed after.
 # `make bench BENCH_ARGS=--quick` is a smoke run at small N; it leaves the README's figures.
@@ -101,4 +108,4 @@ bench: $(BENCH_STAMP) redis-server
 	$(BIN)/python benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) demo .bench-cache .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) demo dist build .bench-cache .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

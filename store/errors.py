@@ -30,8 +30,9 @@ class VolatileStoreError(ConfigurationError):
     ``store.allow_volatile = true`` (docs/guarantees.md#8-durable-stores-only)."""
 
 
-class BackendNotInstalledError(CommitPubError, ImportError):
-    """The backend for a URL scheme needs an optional dependency that is missing."""
+class BackendNotInstalledError(ConfigurationError, ImportError):
+    """The backend for a URL scheme needs an optional dependency that is missing: a
+    configuration error of the environment (exit 2), named with the extra to install."""
 
 
 class StoreError(CommitPubError):

@@ -51,7 +51,7 @@ from store import (
     open_watermarks,
     require_durable,
 )
-from store.errors import CommitPubError, ConfigurationError
+from store.errors import BackendNotInstalledError, CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -175,6 +175,14 @@ class JobSession:
 
     # -- the parts, each opened once ---------------------------------------------------------
 
+    def _opened(self, key: str, open_: Callable[[], T]) -> T:
+        """``open_()``; a missing extra is refused naming the key whose URL needs it."""
+        try:
+            return open_()
+        except BackendNotInstalledError as e:
+            naming = self.config.naming
+            raise naming.error(f"{naming.the(key)}: {e}") from e
+
     def _usable(self) -> None:
         if self._state == "closed":
             raise SessionStateError("the JobSession is closed")
@@ -184,7 +192,7 @@ class JobSession:
         """The job's commit store."""
         self._usable()
         if self._store is None:
-            self._store = open_store(self.config.store_url)
+            self._store = self._opened("store.url", lambda: open_store(self.config.store_url))
         return self._store
 
     @property
@@ -192,7 +200,10 @@ class JobSession:
         """The job's watermarks (its own namespace of the watermark store)."""
         self._usable()
         if self._watermarks is None:
-            self._watermarks = open_watermarks(self.config.watermarks_url, job=self.config.name)
+            self._watermarks = self._opened(
+                "watermarks.url",
+                lambda: open_watermarks(self.config.watermarks_url, job=self.config.name),
+            )
         return self._watermarks
 
     @property
@@ -210,7 +221,8 @@ class JobSession:
         """The job lock (taken by :meth:`open`)."""
         self._usable()
         if self._lock is None:
-            self._lock = open_lock(self.config.lock_at)
+            key = "lock.url" if self.config.lock_url else "store.url"
+            self._lock = self._opened(key, lambda: open_lock(self.config.lock_at))
         return self._lock
 
     @property

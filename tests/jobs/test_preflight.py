@@ -9,7 +9,6 @@ run``, where every run used to fail after staging.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,8 @@ from jobs.errors import BatchArgumentError
 
 PASSWORD = "s3cret"
 TOKEN_KEY = "commitpub:lock:{test-job}:token"
-#: A command refused before Spark starts takes the CLI's own start-up time, about 2 s.
-FAST_S = 15.0
-#: Where Spark could not start: a run that got as far as starting it fails otherwise.
+#: Where Spark could not start: a run that got as far as starting it fails with Java's
+#: error instead (no timing: the machines running the tests are shared and noisy).
 NO_JAVA = {"JAVA_HOME": "/nonexistent/java", "COMMITPUB_REDIS_PASSWORD": ""}
 
 
@@ -59,13 +57,11 @@ def _redis_job(directory: Path, store: str, watermarks: str, **tables: Any) -> P
 
 
 def _refused(directory: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run the command line; assert it was refused as a configuration error, fast, with
-    one line on stderr, nothing written beside the job file; return that line."""
-    started = time.monotonic()
+    """Run the command line; assert it was refused as a configuration error before Spark,
+    with one line on stderr, nothing written beside the job file; return that line."""
     done = commitpub(*args, env={**NO_JAVA, **(env or {})}, cwd=directory)
-    took = time.monotonic() - started
     assert done.returncode == 2, done.stderr
-    assert took < FAST_S, f"refused after {took:.1f} s: {done.stderr}"
+    assert "java" not in done.stderr.lower(), done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert "next run" not in done.stderr
@@ -292,3 +288,20 @@ def test_speculative_tasks_in_the_job_file_are_refused_before_the_lock(
     line = _refused(tmp_path, "run", str(path))
     assert "key 'spark.conf' sets spark.speculation = true" in line
     assert _token(redis_url) is None
+
+
+def test_a_store_whose_extra_is_not_installed_is_refused_naming_the_extra(
+    tmp_path: Path,
+) -> None:
+    # redis-py missing from the environment, as in a project that installed commitpub
+    # without the [redis] extra: a `redis` package on PYTHONPATH that cannot be imported.
+    missing = tmp_path / "without-redis" / "redis"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'redis'\", name='redis')\n"
+    )
+    Landing(tmp_path / "landing").append("orders", "0", 3)
+    job = _redis_job(tmp_path, "redis://127.0.0.1:6379/0", str(tmp_path / "wm"))
+    line = _refused(tmp_path, "run", str(job), env={"PYTHONPATH": str(missing.parent)})
+    assert "store.url" in line
+    assert "pip install 'commitpub[redis]'" in line
