@@ -117,6 +117,16 @@ def test_a_registered_name_is_refused_for_another_class(isolated_registry: None)
     assert formats.format_class("mine") is formats.DeltaFormat
 
 
+def test_a_format_registers_by_class_as_the_built_ins_do(isolated_registry: None) -> None:
+    formats.register_format("mine", formats.DeltaFormat)
+    formats.register_format("mine", "jobs.output.delta:DeltaFormat")  # the same class
+    assert formats.format_class("mine") is formats.DeltaFormat
+    with pytest.raises(ConfigurationError, match="'mine' is already registered"):
+        formats.register_format("mine", formats.ParquetFormat)
+    with pytest.raises(ConfigurationError, match=r"ParquetWriter'> is no jobs\.OutputFormat"):
+        formats.register_format("writer", formats.ParquetWriter)
+
+
 def test_a_registered_target_that_is_no_format_is_refused(isolated_registry: None) -> None:
     formats.register_format("broken", "jobs.output.parquet:ParquetWriter")
     with pytest.raises(ConfigurationError, match=r"jobs\.output\.parquet:ParquetWriter is no"):
