@@ -13,12 +13,11 @@ table libraries, and the store and publisher names work without Spark installed.
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from commitpub import _names
-from commitpub._names import ShadowedPackageError
+import _commitpub_names as _names
+from _commitpub_names import ShadowedPackageError as ShadowedPackageError
 
 if TYPE_CHECKING:
     from commitsteps import CommitStep as CommitStep
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from jobs import load_config as load_config
     from jobs import recover_job as recover_job
     from jobs import run_job as run_job
+    from publisher import CommitSequence as CommitSequence
     from publisher import Publisher as Publisher
     from publisher import PublishReport as PublishReport
     from store import CommitPubError as CommitPubError
@@ -85,6 +85,7 @@ _HOME = {
     "load_config": "jobs",
     "recover_job": "jobs",
     "run_job": "jobs",
+    "CommitSequence": "publisher",
     "Publisher": "publisher",
     "PublishReport": "publisher",
     "CommitStep": "commitsteps",
@@ -108,7 +109,10 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'commitpub' has no attribute {name!r}")
     _names.ours_first()
-    value = getattr(importlib.import_module(home), name)
+    # Only now: a store.py of the user's would have been imported as store before.
+    from store.loader import load
+
+    value = load(f"{home}:{name}")
     globals()[name] = value
     return value
 
@@ -117,41 +121,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOME})
 
 
-__all__ = [
-    "AcceptedValuesCheck",
-    "Batch",
-    "CheckOutcome",
-    "CommitPubError",
-    "CommitStep",
-    "CustomCheck",
-    "DatasetHeldError",
-    "DatasetQuarantinedError",
-    "DeltaAppendCommitStep",
-    "ExitCode",
-    "FreshnessCheck",
-    "FsRenameCommitStep",
-    "IcebergAppendCommitStep",
-    "LandingSource",
-    "LockHeldError",
-    "NotNullCheck",
-    "PredicateCheck",
-    "PublishReport",
-    "Publisher",
-    "RowCountCheck",
-    "RunReport",
-    "ShadowedPackageError",
-    "Source",
-    "SparkRunner",
-    "UniqueCheck",
-    "WatermarkCommitStep",
-    "__version__",
-    "dumps",
-    "load_config",
-    "loads",
-    "open_lock",
-    "open_store",
-    "open_watermarks",
-    "recover_job",
-    "register",
-    "run_job",
-]
+#: Every public name: the two defined here, and the table's.
+__all__ = ["ShadowedPackageError", "__version__"]
+__all__.extend(_HOME)

@@ -7,7 +7,7 @@ lacks. They stay out of ``__all__`` so that ``from commitsteps import *`` works 
 
 # A store.py or jobs/ of the user's beside their script would be imported in place of our
 # packages: one clear error naming it, instead of "'store' is not a package".
-from commitpub import _names
+import _commitpub_names as _names
 
 _names.check(("store",))
 
@@ -46,13 +46,14 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'commitsteps' has no attribute {name!r}")
-    import importlib
+    from store.errors import NotImportableError
+    from store.loader import load
 
     module, hint = _LAZY[name]
     try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise ImportError(f"{name} needs a package that is not installed ({e.name}): {hint}") from e
+        return load(f"{module}:{name}", hint=hint)
+    except NotImportableError as e:
+        raise ImportError(f"{name} needs a package that is not installed: {e}") from e
 
 
 __all__ = [

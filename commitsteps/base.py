@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
@@ -22,9 +21,10 @@ from commitsteps.modules import (
     import_failure,
     load_entry_points,
 )
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
 from store.failpoints import failpoint
-from store.lock import fence_check
+from store.fences import fence_check
+from store.loader import load
 
 
 @attrs.frozen
@@ -168,7 +168,7 @@ class CommitStep(abc.ABC):
     def execute_many(cls, steps: Sequence[CommitStep]) -> None:
         """:meth:`execute` for consecutive steps of this class, in order; override to batch.
 
-        An override must tick :func:`store.fence_check` before each step, as this does: the
+        An override must tick :func:`store.fences.fence_check` before each step, as this does: the
         publisher stops a batch there once the job is known to be another run's.
         """
         fence = fence_check()
@@ -266,10 +266,10 @@ def class_for(tag: str) -> type[CommitStep]:
     if tag not in _BY_TAG and tag in _LAZY:
         module, hint = _LAZY[tag]
         try:
-            importlib.import_module(module)
-        except ImportError as e:
+            load(module, hint=hint)
+        except NotImportableError as e:
             raise UnknownStepTypeError(
-                f"step type {tag!r} needs a package that is not installed ({e.name}): {hint}"
+                f"step type {tag!r} needs a package that is not installed: {e}"
             ) from e
     if tag not in _BY_TAG:
         load_entry_points()

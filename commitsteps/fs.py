@@ -69,8 +69,8 @@ from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
+from store.fences import FenceCheck, fence_check
 from store.files import PUBLIC_FILE_MODE, protocols, remove_leftovers, write_stream
-from store.lock import FenceCheck, fence_check
 from store.urls import is_local, local_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made

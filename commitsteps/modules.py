@@ -18,14 +18,14 @@ A step type that is still unknown after that is a configuration error
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
 import sys
 from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
+from store.loader import load
 
 #: The entry-point group that installed packages declare their step modules in.
 GROUP = "commitpub.steps"
@@ -66,11 +66,11 @@ def load_step_modules(
                 f"a step module is a dotted module name such as 'acme_steps', got {name!r}"
             )
         try:
-            importlib.import_module(name)
-        except ImportError as e:
+            load(name)
+        except NotImportableError as e:
             where = f" (looked beside the job file, in {search_path}, too)" if search_path else ""
             raise ConfigurationError(
-                f"step module {name!r} cannot be imported: {type(e).__name__}: {e}{where}"
+                f"step module {name!r} cannot be imported: {e.reason}{where}"
             ) from e
 
 
@@ -86,7 +86,7 @@ def load_entry_points() -> None:
     _entry_points_loaded = True
     for ep in entry_points(group=GROUP):
         try:
-            ep.load()
+            load(ep.value)
         except Exception as e:
             _entry_point_errors.append(f"{ep.name} = {ep.value!r}: {type(e).__name__}: {e}")
 

@@ -1,7 +1,7 @@
 """``WatermarkCommitStep``: move one partition's high watermark by compare-and-set.
 
 A step acts in the watermarks of the job that executes it, never of a job its record names:
-the record has no job field, and the job comes from :func:`store.lock.current_job`, which the
+the record has no job field, and the job comes from :func:`store.fences.current_job`, which the
 publisher sets around execution (with the fencing token). A record copied into another
 job's sequence therefore moves that job's own watermark, and one job's run cannot read,
 move or fence another job's watermark of the same dataset name.
@@ -24,7 +24,7 @@ from commitsteps.errors import StepConflictError
 from store.base import JsonScalar, WatermarkStore, encode_value
 from store.connections import require_allowed
 from store.errors import ConfigurationError
-from store.lock import current_job, current_token
+from store.fences import current_job, current_token
 from store.registry import open_watermarks
 from store.urls import require_no_credentials
 

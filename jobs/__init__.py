@@ -3,7 +3,7 @@ command line. The only layer importing pyspark."""
 
 # A store.py or jobs/ of the user's beside their script would be imported in place of our
 # packages: one clear error naming it, instead of "'store' is not a package".
-from commitpub import _names
+import _commitpub_names as _names
 
 _names.check(("store", "commitsteps", "publisher"))
 

@@ -21,7 +21,6 @@ options (:func:`operator_config`), with Batch's defaults and errors naming the o
 
 from __future__ import annotations
 
-import importlib
 import os
 import posixpath
 import tomllib
@@ -62,7 +61,8 @@ from jobs.settings import (
     settings,
 )
 from jobs.sources import BAD_RECORDS
-from store.errors import ConfigurationError
+from store.errors import ConfigurationError, NotImportableError
+from store.loader import load
 from store.records import TOML, strict_converter
 from store.urls import (
     encode_name,
@@ -1159,9 +1159,9 @@ def _import(spec: str, key: str, example: str) -> Any:
     if not module_name or not name:
         raise ConfigurationError(f"key '{key}' must be a dotted name ({example}), got {spec!r}")
     try:
-        return getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigurationError(f"key '{key}': cannot import {spec!r}: {e}") from e
+        return load(spec)
+    except NotImportableError as e:
+        raise ConfigurationError(f"key '{key}': {e}") from e
 
 
 def source_class(type_name: str) -> type[Any]:

@@ -37,7 +37,7 @@ _MEANINGS = {
     ExitCode.OK: "all published",
     ExitCode.FAILURE: "failure",
     ExitCode.CONFIG: "bad configuration or usage",
-    ExitCode.PARTIAL: "some datasets quarantined",
+    ExitCode.PARTIAL: "some datasets quarantined or held",
     ExitCode.LOCKED: "another run holds the job lock",
 }
 

@@ -12,7 +12,6 @@ session (``SparkSession.builder.remote(...)``) run the same code.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 import pickle
@@ -30,17 +29,12 @@ import attrs
 
 import commitsteps
 from jobs import stepmodules
-from publisher import (
-    DeadlineError,
-    RunDeadlineError,
-    StepDeadlineError,
-    call_within,
-    task_attempt,
-    work_name,
-)
-from store.errors import ConfigurationError, FencedError
+from publisher import DeadlineError, RunDeadlineError, StepDeadlineError
+from publisher.integration import call_within, task_attempt, work_name
+from store.errors import ConfigurationError, FencedError, NotImportableError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
+from store.loader import load
 
 #: Environment variables of the driver that executors need as well.
 _EXECUTOR_ENV = (
@@ -375,7 +369,9 @@ def _import_all(modules: Sequence[str]) -> tuple[str, ...]:
     errors = []
     for name in modules:
         try:
-            importlib.import_module(name)
+            load(name)
+        except NotImportableError as e:
+            errors.append(f"{name}: {e.reason}")
         except Exception as e:  # any import-time error of a user module is reported, not fatal
             errors.append(f"{name}: {type(e).__name__}: {e}")
     return tuple(errors)

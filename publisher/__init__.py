@@ -1,9 +1,11 @@
 """Write ahead, execute, recover: the exactly-once protocol over steps and stores.
 
-What the layer above uses is exported here; its modules, one concern each:
+What users use is exported here (docs/api.md); what the ``jobs`` layer needs beyond it is
+:mod:`publisher.integration`'s. The modules, one concern each:
 
 * :mod:`~publisher.core`: :class:`Publisher`, the facade on the driver.
-* :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute).
+* :mod:`~publisher.commit`: publishing a new sequence (prepare, write ahead, seal, execute);
+  :class:`CommitSequence`, one dataset's commit as :meth:`Publisher.publish` takes it.
 * :mod:`~publisher.recovery`: finishing sealed sequences found pending, aborting unsealed ones.
 * :mod:`~publisher.discard`: an operator's discard, durable across crashes.
 * :mod:`~publisher.holds`: datasets held by a failed check: hold, release, discard.
@@ -19,20 +21,18 @@ What the layer above uses is exported here; its modules, one concern each:
 * :mod:`~publisher.reports`: what a publish or recovery did, per dataset.
 * :mod:`~publisher.converter`: the one converter of these records to and from JSON.
 * :mod:`~publisher.errors`: the layer's errors.
+* :mod:`~publisher.integration`: what the layer above builds on beyond this API.
 """
 
 # A store.py or jobs/ of the user's beside their script would be imported in place of our
 # packages: one clear error naming it, instead of "'store' is not a package".
-from commitpub import _names
+import _commitpub_names as _names
 
 _names.check(("store", "commitsteps"))
 
-from publisher import staging, status
-from publisher.confinement import Roots, check_connections
-from publisher.context import Context
-from publisher.converter import converter, from_json, to_json
+from publisher.commit import CommitSequence, StepsBuilder
 from publisher.core import Publisher
-from publisher.deadlines import DeadlineError, RunDeadlineError, StepDeadlineError, call_within
+from publisher.deadlines import DeadlineError, RunDeadlineError, StepDeadlineError
 from publisher.errors import (
     CorruptStatusError,
     DatasetHeldError,
@@ -46,24 +46,16 @@ from publisher.errors import (
     TableDiscardRefusedError,
     WatermarkMovedError,
 )
-from publisher.execution import verify_all
 from publisher.holds import HeldDataset
 from publisher.pending import PendingSequence
-from publisher.reports import (
-    FAILING,
-    DatasetReport,
-    Outcome,
-    Outcomes,
-    PublishReport,
-    RecoveryReport,
-)
+from publisher.reports import DatasetReport, Outcome, Outcomes, PublishReport, RecoveryReport
 from publisher.retry import RetryPolicy
-from publisher.runner import InProcessRunner, Runner, current_attempt, task_attempt, work_name
+from publisher.runner import InProcessRunner, Runner
+from publisher.staging import StagingClaimError
 from publisher.status import DatasetStatus, Discarding, Hold
 
 __all__ = [
-    "FAILING",
-    "Context",
+    "CommitSequence",
     "CorruptStatusError",
     "DatasetHeldError",
     "DatasetReport",
@@ -87,21 +79,11 @@ __all__ = [
     "Publisher",
     "RecoveryReport",
     "RetryPolicy",
-    "Roots",
     "RunDeadlineError",
     "Runner",
+    "StagingClaimError",
     "StepDeadlineError",
+    "StepsBuilder",
     "TableDiscardRefusedError",
     "WatermarkMovedError",
-    "call_within",
-    "check_connections",
-    "converter",
-    "current_attempt",
-    "from_json",
-    "staging",
-    "status",
-    "task_attempt",
-    "to_json",
-    "verify_all",
-    "work_name",
 ]

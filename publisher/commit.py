@@ -43,20 +43,32 @@ from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
 
+#: A picklable no-argument callable returning a dataset's steps, called where the work runs.
 StepsBuilder = Callable[[], Sequence[CommitStep]]
 
 
+def _steps(steps: Sequence[CommitStep] | StepsBuilder) -> tuple[CommitStep, ...] | StepsBuilder:
+    return steps if callable(steps) else tuple(steps)
+
+
 @attrs.frozen
-class PublishItem:
-    """One dataset to publish: its steps, or a picklable callable that builds them where the
-    task runs (so executors list staging and build sequences themselves), and optionally its
-    staging directory to delete once published."""
+class CommitSequence:
+    """One dataset's commit, as :meth:`publisher.Publisher.publish` takes it.
+
+    Args:
+        dataset: the dataset it publishes into.
+        steps: its steps (kept as a tuple), or a :data:`StepsBuilder`: a picklable
+            no-argument callable that builds them where the work runs (a Spark executor
+            lists its own staging). Watermark steps run after data steps.
+        staging_dir: the dataset's staging directory, deleted once published; None: none.
+    """
 
     dataset: str
-    steps: tuple[CommitStep, ...] | StepsBuilder
+    steps: tuple[CommitStep, ...] | StepsBuilder = attrs.field(converter=_steps)
     staging_dir: str | None = None
 
     def build(self) -> tuple[CommitStep, ...]:
+        """The steps, built now if a builder was given."""
         return self.steps if isinstance(self.steps, tuple) else tuple(self.steps())
 
 
@@ -64,14 +76,14 @@ class PublishItem:
 class _Prepared:
     """A dataset ready to be written ahead: checked steps and their records."""
 
-    item: PublishItem
+    sequence: CommitSequence
     steps: list[CommitStep]
     records: list[bytes]
     status: DatasetStatus
     started: float
 
 
-def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
+def _prepare(ctx: Context, sequence: CommitSequence) -> _Prepared | DatasetReport:
     """Build, check and serialize one dataset's sequence; a report if it goes no further.
 
     No step runs and nothing is written ahead. The only writes are to the dataset's status:
@@ -79,7 +91,7 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
     that was killed after removing its sequence is dropped.
     """
     started = time.monotonic()
-    dataset = item.dataset
+    dataset = sequence.dataset
     try:
         status = ctx.status(dataset)
     except CorruptStatusError as e:
@@ -97,10 +109,10 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
         held = _held(dataset, status, pending, started)
         if held is not None:
             return held
-        steps = ordered(ctx.retry.call(item.build))
+        steps = ordered(ctx.retry.call(sequence.build))
         ctx.confine(steps)
-        if item.staging_dir is not None:
-            ctx.roots.check([StagedPath(item.staging_dir)])
+        if sequence.staging_dir is not None:
+            ctx.roots.check([StagedPath(sequence.staging_dir)])
         for step in steps:
             step.check_preconditions()
         records = [dumps(s) for s in steps]
@@ -112,7 +124,7 @@ def _prepare(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
     except Exception as e:  # a builder or a user step may raise anything; only this dataset
         log.error("dataset %s failed before write-ahead: %s", dataset, describe(e))
         return dataset_report(dataset, Outcome.FAILED, started, error=describe(e))
-    return _Prepared(item, steps, records, status, started)
+    return _Prepared(sequence, steps, records, status, started)
 
 
 def _held(
@@ -174,7 +186,7 @@ def write_ahead(ctx: Context, dataset: str, records: list[bytes], *, resume: boo
 
 def _commit(ctx: Context, prepared: _Prepared, *, resume: bool = False) -> DatasetReport:
     """Write a prepared sequence ahead, seal it, execute it, remove it."""
-    dataset = prepared.item.dataset
+    dataset = prepared.sequence.dataset
     if not resume:
         failpoint("publish.before_write_ahead")
     try:
@@ -193,7 +205,7 @@ def _commit(ctx: Context, prepared: _Prepared, *, resume: bool = False) -> Datas
 
 def _unwritten(prepared: _Prepared, error: CommitPubError) -> DatasetReport:
     return dataset_report(
-        prepared.item.dataset,
+        prepared.sequence.dataset,
         Outcome.FAILED,
         prepared.started,
         steps=len(prepared.steps),
@@ -205,7 +217,7 @@ def _execute(ctx: Context, prepared: _Prepared) -> DatasetReport:
     """Execute a sealed sequence, remove it, clean up its staging."""
     return finish(
         ctx,
-        prepared.item.dataset,
+        prepared.sequence.dataset,
         prepared.steps,
         [False] * len(prepared.steps),
         prepared.status,
@@ -214,7 +226,7 @@ def _execute(ctx: Context, prepared: _Prepared) -> DatasetReport:
         # Each step is verified right after it executed (not the renames and watermarks,
         # whose execute proves its effect), not all again at the end.
         verify_after=False,
-        staging_dir=prepared.item.staging_dir,
+        staging_dir=prepared.sequence.staging_dir,
     )
 
 
@@ -236,7 +248,7 @@ def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetRe
     if len(batch) == 1:
         return [_commit(ctx, batch[0])]
     failpoint("publish.before_write_ahead")
-    sequences = [(p.item.dataset, p.records) for p in batch]
+    sequences = [(p.sequence.dataset, p.records) for p in batch]
     try:
         barriers.before_seal(s for p in batch for s in p.steps)
         refused = ctx.store.put_sequences(ctx.job, sequences, token=ctx.token)
@@ -249,7 +261,7 @@ def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetRe
         return [_commit(ctx, p, resume=True) for p in batch]
     reports = []
     for prepared in batch:
-        error = refused.get(prepared.item.dataset)
+        error = refused.get(prepared.sequence.dataset)
         if error is not None:
             reports.append(_unwritten(prepared, error))
             continue
@@ -258,14 +270,14 @@ def _commit_together(ctx: Context, batch: Sequence[_Prepared]) -> list[DatasetRe
     return reports
 
 
-def _prepare_checked(ctx: Context, item: PublishItem) -> _Prepared | DatasetReport:
+def _prepare_checked(ctx: Context, sequence: CommitSequence) -> _Prepared | DatasetReport:
     """:func:`_prepare`, but in a retried attempt of its task (see
     :func:`publisher.runner.task_attempt`), a dataset refused before write-ahead is reported
     ``blocked``: an earlier attempt may have published it and died before returning, which
     leaves exactly what a refusal sees (its staged files gone, its watermark moved). Only
     the next run can tell, from the store.
     """
-    prepared = _prepare(ctx, item)
+    prepared = _prepare(ctx, sequence)
     if not isinstance(prepared, DatasetReport):
         return prepared
     attempt = current_attempt()
@@ -282,8 +294,8 @@ def _prepare_checked(ctx: Context, item: PublishItem) -> _Prepared | DatasetRepo
     return prepared
 
 
-def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetReport]:
-    """Publish each item, in order; the unit a runner ships to a task.
+def publish_group(ctx: Context, sequences: Sequence[CommitSequence]) -> list[DatasetReport]:
+    """Publish each sequence, in order; the unit a runner ships to a task.
 
     Consecutive datasets are written ahead together, up to :data:`WRITE_AHEAD_STEPS` steps
     (a sequence that takes several chunks goes alone), then executed one after the other
@@ -298,8 +310,8 @@ def publish_group(ctx: Context, items: Sequence[PublishItem]) -> list[DatasetRep
     with ctx.working():
         batch: list[_Prepared] = []
         steps = 0
-        for item in items:
-            prepared = _prepare_checked(ctx, item)
+        for sequence in sequences:
+            prepared = _prepare_checked(ctx, sequence)
             if isinstance(prepared, DatasetReport):
                 reports.append(prepared)
                 continue

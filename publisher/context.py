@@ -12,7 +12,7 @@ most :data:`~publisher.execution.UNDO_BATCH` steps aborted or rolled back, each 
 clean-up (see :mod:`publisher.staging` for staging, and why a takeover between that check
 and the deletion cannot reach the new owner's run directories). Inside a batch the same
 check is asked at least every 256 steps or second, and the lease keeper before every step
-(:func:`store.checking_fence`, set up by :meth:`Context.working`; the bounds are argued in
+(:func:`store.fences.checking_fence`, set up by :meth:`Context.working`; the bounds are argued in
 :mod:`publisher.execution`). A run that lost its lock therefore stops within about a second
 of steps, in Spark tasks as on the driver, and at once on the driver when its lease keeper
 knows the lease lost or run out. The check is a read; what a takeover right after it leaves
@@ -53,14 +53,9 @@ from publisher.confinement import Roots, check_connections
 from publisher.errors import CorruptStatusError
 from publisher.retry import RetryPolicy
 from publisher.status import DatasetStatus
-from store import (
-    CommitStepStore,
-    Connections,
-    check_lease,
-    checking_fence,
-    connecting_only,
-    fencing,
-)
+from store import CommitStepStore, fencing
+from store.connections import Connections, connecting_only
+from store.fences import check_lease, checking_fence
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -120,8 +115,8 @@ class Context:
         """The block in which steps of this job execute: its fencing token, its name (the
         namespace of its watermarks), its stores, its table commit budget, and the check
         that batches of steps ask within a bounded number of steps and time
-        (:func:`store.checking_fence`: this context's :meth:`guard`, with the lease keeper the
-        publisher set, if any)."""
+        (:func:`store.fences.checking_fence`: this context's :meth:`guard`, with the lease
+        keeper the publisher set, if any)."""
         with (
             fencing(self.token, job=self.job),
             connecting_only(self.connections),
@@ -135,8 +130,8 @@ class Context:
 
         Called right before each batch of steps and each batch of deletions, here and in
         Spark tasks alike, and within each batch of steps executed (see
-        :func:`store.checking_fence`). Where the publisher's lease keeper is known (work run
-        in its process, :func:`store.holding`), a lease it knows lost or run out refuses
+        :func:`store.fences.checking_fence`). Where the publisher's lease keeper is known (work run
+        in its process, :func:`store.fences.holding`), a lease it knows lost or run out refuses
         too, without asking the store.
 
         Raises:

@@ -6,7 +6,7 @@ reports of a publish or a recovery (:class:`~publisher.reports.PublishReport`,
 dataset's status in the commit store (:class:`~publisher.status.DatasetStatus`), a run
 directory's marker (:class:`~publisher.staging.RunMarker`) and the pending sequences an
 operator lists (:class:`~publisher.pending.PendingSequence`). The jobs layer turns its run
-report into JSON with it too, so there is no hand-written ``to_dict``.
+report into JSON with a copy of it taught that report's own records (``jobs.report``).
 
 Structuring reads what others wrote (a status from a shared store, a marker from a shared
 directory), so the converter is a strict one (:func:`store.records.strict_converter`):

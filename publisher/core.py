@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from commitsteps import DEFAULT_COMMIT_BUDGET_S, CommitStep, check_budget
 from publisher import holds as holds_of
 from publisher import staging
 from publisher import status as status_record
-from publisher.commit import PublishItem, StepsBuilder, publish_group
+from publisher.commit import CommitSequence, StepsBuilder, publish_group
 from publisher.confinement import Roots
 from publisher.context import Context
 from publisher.deadlines import DeadlineError, RunDeadlineError
@@ -32,9 +32,11 @@ from publisher.reports import DatasetReport, PublishReport, RecoveryReport
 from publisher.retry import RetryPolicy
 from publisher.runner import InProcessRunner, Runner
 from publisher.status import DatasetStatus
-from store import CommitStepStore, Connections, LeaseKeeper, holding, note_progress, open_store
+from store import CommitStepStore, LeaseKeeper, note_progress, open_store
+from store.connections import Connections
 from store.errors import ConfigurationError, FencedError
 from store.failpoints import failpoint
+from store.fences import holding
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,7 +71,7 @@ class Publisher:
             this process stops before its next step.
         catalogs: table catalogs by name -> their properties (pyiceberg catalog properties),
             the only ones table steps may reach; a step records a catalog's name, never where
-            it is (see :class:`store.Connections`).
+            it is (see :class:`store.connections.Connections`).
         table_commit_budget_s: seconds a table step keeps committing while concurrent
             writers' commits beat it (each attempt verified first) before the dataset's
             attempt fails (default 300).
@@ -154,7 +156,7 @@ class Publisher:
 
     def publish(
         self,
-        sequences: Mapping[str, Sequence[CommitStep] | StepsBuilder],
+        sequences: Iterable[CommitSequence] | Mapping[str, Sequence[CommitStep] | StepsBuilder],
         *,
         staging_dirs: Mapping[str, str] | None = None,
     ) -> PublishReport:
@@ -165,33 +167,34 @@ class Publisher:
         :meth:`recover` first (``commitpub run`` always does).
 
         Args:
-            sequences: dataset URN -> its steps, or a picklable no-argument callable that
-                builds them inside the task (a Spark executor lists its own staging).
-                Watermark steps run after data steps.
-            staging_dirs: dataset URN -> its staging directory, deleted once published.
-                Inside a run directory of the job (:meth:`create_run_dir`) it is moved
-                aside there and what the renames left in it (checksum sidecars, say) is
-                deleted after this returns, when the publisher runs the work in this
-                process; :meth:`finish_run_dir`, :meth:`recover` and :meth:`close` wait
-                for that.
+            sequences: one :class:`CommitSequence` per dataset (its steps and staging
+                directory). Or a mapping of dataset URN -> its steps, or a picklable
+                no-argument callable that builds them inside the task, with their staging
+                directories in ``staging_dirs``: each entry is the ``CommitSequence`` of
+                those three.
+            staging_dirs: with a mapping only: dataset URN -> its staging directory.
+
+        A staging directory is deleted once its dataset is published. Inside a run directory
+        of the job (:meth:`create_run_dir`) it is moved aside there and what the renames left
+        in it (checksum sidecars, say) is deleted after this returns, when the publisher runs
+        the work in this process; :meth:`finish_run_dir`, :meth:`recover` and :meth:`close`
+        wait for that.
 
         Returns:
             A :class:`PublishReport` with one entry per dataset.
+
+        Raises:
+            ConfigurationError: a dataset given twice, something else than a
+                ``CommitSequence`` in ``sequences`` (or one as a mapping's value),
+                ``staging_dirs`` with them, or ``staging_dirs`` naming a dataset not
+                published; nothing was written.
+            FencedError: if this run lost the job lock.
         """
         started = time.monotonic()
         self.require_lock("publishing")
-        dirs = staging_dirs or {}
-        unknown = set(dirs) - set(sequences)
-        if unknown:
-            raise ConfigurationError(
-                f"staging_dirs names datasets not published: {sorted(unknown)}"
-            )
-        items = [
-            PublishItem(dataset, steps if callable(steps) else tuple(steps), dirs.get(dataset))
-            for dataset, steps in sequences.items()
-        ]
+        commits = _commit_sequences(sequences, staging_dirs)
         with holding(self.lease):
-            reports = self._map_groups(functools.partial(publish_group, self.context), items)
+            reports = self._map_groups(functools.partial(publish_group, self.context), commits)
         return PublishReport(_sorted(reports), round(time.monotonic() - started, 6))
 
     def recover(self) -> RecoveryReport:
@@ -611,6 +614,43 @@ def _waits_for_cleanup(runner: Runner) -> bool:
 
 def _sorted(reports: Sequence[DatasetReport]) -> tuple[DatasetReport, ...]:
     return tuple(sorted(reports, key=lambda r: r.dataset))
+
+
+def _commit_sequences(
+    given: Iterable[CommitSequence] | Mapping[str, Sequence[CommitStep] | StepsBuilder],
+    staging_dirs: Mapping[str, str] | None,
+) -> list[CommitSequence]:
+    """What :meth:`Publisher.publish` was given, as one :class:`CommitSequence` a dataset."""
+    if isinstance(given, Mapping):
+        dirs = staging_dirs or {}
+        unknown = set(dirs) - set(given)
+        if unknown:
+            raise ConfigurationError(
+                f"staging_dirs names datasets not published: {sorted(unknown)}"
+            )
+        if any(isinstance(steps, CommitSequence) for steps in given.values()):
+            raise ConfigurationError(
+                "a CommitSequence names its dataset: give CommitSequences as a list, "
+                "publish([CommitSequence(...), ...]), not as the values of a mapping"
+            )
+        return [CommitSequence(d, steps, dirs.get(d)) for d, steps in given.items()]
+    if staging_dirs is not None:
+        raise ConfigurationError(
+            "staging_dirs goes with a mapping of dataset -> steps; a CommitSequence carries "
+            "its own staging_dir"
+        )
+    commits = list(given)
+    seen: set[str] = set()
+    for commit in commits:
+        if not isinstance(commit, CommitSequence):
+            raise ConfigurationError(
+                "publish takes CommitSequences or a mapping of dataset -> steps, got a "
+                f"{type(commit).__name__}"
+            )
+        if commit.dataset in seen:
+            raise ConfigurationError(f"dataset {commit.dataset!r} has two CommitSequences")
+        seen.add(commit.dataset)
+    return commits
 
 
 __all__ = ["Publisher"]

@@ -9,13 +9,13 @@ preceded by the same check. A sequence is removed from the store only once every
 done, and its staging is cleaned up after that (:func:`clean_up`).
 
 Inside a batch. A batch may be a million renames, longer than any lease, so the check is
-not only at its start: ``execute_many`` ticks :func:`store.fence_check` before every step
+not only at its start: ``execute_many`` ticks :func:`store.fences.fence_check` before every step
 (the publisher sets it up in :meth:`Context.working <publisher.context.Context.working>`),
 and so does :func:`undo`. A tick looks at the lease keeper of the publisher's process
-(:func:`store.holding`): a lease it knows lost, or one that ran out by the holder's own
+(:func:`store.fences.holding`): a lease it knows lost, or one that ran out by the holder's own
 clock (not renewed in time: the process was stopped or starved), stops the batch at once,
-before the next step. Every :data:`~store.lock.FENCE_CHECK_STEPS` steps (256) or
-:data:`~store.lock.FENCE_CHECK_S` seconds (1), whichever comes first, the tick also reads
+before the next step. Every :data:`~store.fences.FENCE_CHECK_STEPS` steps (256) or
+:data:`~store.fences.FENCE_CHECK_S` seconds (1), whichever comes first, the tick also reads
 the store's fence, which is what a Spark task (no keeper there) relies on. S3 renames tick
 before each concurrent copy and check again before the bulk delete of the sources.
 
@@ -51,9 +51,10 @@ from publisher.quarantine import fail
 from publisher.reports import DatasetReport, Outcome, dataset_report, newer_format
 from publisher.staging import Later, cleanup
 from publisher.status import DatasetStatus
-from store import FenceCheck, note_progress
+from store import note_progress
 from store.errors import FencedError, NewerFormatError
 from store.failpoints import failpoint
+from store.fences import FenceCheck
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -107,7 +108,7 @@ def undo(
 ) -> None:
     """``step_undo`` of each step in order, in batches of at most :data:`UNDO_BATCH` steps
     of one class, each preceded by a check of the fence naming ``doing``, and within them
-    as within a batch executed (:class:`store.FenceCheck`: the lease keeper before every
+    as within a batch executed (:class:`store.fences.FenceCheck`: the lease keeper before every
     step, the fence every few hundred steps or second).
 
     Raises:

@@ -1,7 +1,13 @@
-"""The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes."""
+"""The lowest layer: durable records, sealing, watermarks. Knows nothing of step classes.
+
+What users use is exported here (docs/api.md); the layers above reach what they alone need
+through the module that owns it: :mod:`store.fences` (a thread's fencing token, job, lease
+keeper and fence check), :mod:`store.connections` (the stores a job's work may open),
+:mod:`store.loader` (importing by name), :mod:`store.urls`, :mod:`store.files`,
+:mod:`store.records`.
+"""
 
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
-from store.connections import Connections, connecting_only
 from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
     BackendNotInstalledError,
@@ -13,6 +19,7 @@ from store.errors import (
     ForeignStoreError,
     LockHeldError,
     NewerFormatError,
+    NotImportableError,
     OutcomeUnknownError,
     SequenceExistsError,
     SequenceSealedError,
@@ -21,21 +28,8 @@ from store.errors import (
     StoreUnavailableError,
     VolatileStoreError,
 )
-from store.lock import (
-    FenceCheck,
-    JobLock,
-    Lease,
-    LeaseKeeper,
-    check_fence_now,
-    check_lease,
-    checking_fence,
-    current_job,
-    current_token,
-    fence_check,
-    fencing,
-    holding,
-    note_progress,
-)
+from store.fences import current_job, fencing
+from store.lock import JobLock, Lease, LeaseKeeper, note_progress
 from store.registry import open_lock, open_store, open_watermarks, register_backend
 
 __all__ = [
@@ -43,11 +37,9 @@ __all__ = [
     "CommitPubError",
     "CommitStepStore",
     "ConfigurationError",
-    "Connections",
     "CorruptRecordError",
     "CredentialsInUrlError",
     "Durability",
-    "FenceCheck",
     "FencedError",
     "ForeignStoreError",
     "HasDurability",
@@ -57,6 +49,7 @@ __all__ = [
     "LeaseKeeper",
     "LockHeldError",
     "NewerFormatError",
+    "NotImportableError",
     "OutcomeUnknownError",
     "SequenceExistsError",
     "SequenceInfo",
@@ -66,15 +59,8 @@ __all__ = [
     "StoreUnavailableError",
     "VolatileStoreError",
     "WatermarkStore",
-    "check_fence_now",
-    "check_lease",
-    "checking_fence",
-    "connecting_only",
     "current_job",
-    "current_token",
-    "fence_check",
     "fencing",
-    "holding",
     "note_progress",
     "open_lock",
     "open_store",

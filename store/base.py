@@ -56,7 +56,8 @@ class CommitStepStore(abc.ABC):
         """Record that a run holding fencing ``token`` now owns ``store_name``.
 
         From then on a sealing write of ``store_name`` that carries a lower token is refused.
-        The job lock calls this right after each acquisition, before the run reads anything.
+        The run that took the job lock calls this (``publisher.Publisher.fence``) right after
+        acquiring it, before it reads anything; the lock itself never does.
 
         Raises:
             FencedError: if a higher token was seen already (this run lost its lease).

@@ -35,6 +35,31 @@ class BackendNotInstalledError(ConfigurationError, ImportError):
     configuration error of the environment (exit 2), named with the extra to install."""
 
 
+class NotImportableError(CommitPubError, ImportError):
+    """A module or object named in a string (a registry's row, an entry point, the job file)
+    cannot be imported (:func:`store.loader.load`).
+
+    Args:
+        message: names the target, why, and what to install when a package is missing.
+        target: the name as given (``"package.module:name"``).
+        name: the missing module, when one is missing (as :class:`ImportError` has it).
+        reason: the error met, ``"ModuleNotFoundError: No module named 'redis'"``.
+    """
+
+    def __init__(self, message: str, *, target: str, name: str | None, reason: str) -> None:
+        super().__init__(message, name=name)
+        self.target = target
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword arguments are not pickled by default; it crosses processes (Spark tasks).
+        return (_not_importable, (str(self), self.target, self.name, self.reason))
+
+
+def _not_importable(message: str, target: str, name: str | None, reason: str) -> NotImportableError:
+    return NotImportableError(message, target=target, name=name, reason=reason)
+
+
 class StoreError(CommitPubError):
     """A commit-step or watermark store could not do what was asked."""
 

@@ -39,11 +39,6 @@ _ANY_CHUNK = re.compile(rb"CPCHUNK(\d{1,9})\n")
 CHUNK_END = b"CPEND"
 
 
-def frame_record(payload: bytes) -> bytes:
-    """Prefix ``payload`` with the format version and its checksum."""
-    return _REC_HEAD.pack(RECORD_VERSION, zlib.crc32(payload)) + payload
-
-
 def frame_records(records: Sequence[bytes]) -> bytes:
     """``length (4 bytes, big endian) | framed record`` of each record, one after the other:
     the records of a chunk, and how the Redis store sends a write-ahead in one argument."""

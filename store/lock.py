@@ -7,13 +7,16 @@ and the stores refuse a token lower than one they have seen: a driver that was p
 its lease ("zombie") and wakes after another run took over cannot commit anything.
 
 A lease whose holder is *proven* dead is taken over at once, so a cron run right after a
-crash is not blocked until the TTL runs out. A host name and a pid prove little: containers
-share host names, pids are reused, and a pid means another process in another pid namespace
-or after a reboot. So a lease records, besides host and pid, the boot id
-(``/proc/sys/kernel/random/boot_id``), the pid namespace (``/proc/self/ns/pid``) and the
-process start time, and its holder is dead only when host, boot id and pid namespace are
-all this process's and the pid is gone, a zombie, or names a process that started at
-another time.
+crash is not blocked until the TTL runs out; one whose holder is *proven* live is refused at
+once (the same records prove it: the holder's very process runs on this host, not stopped,
+and its lease is not past ``expires_at`` by the one clock of this host).
+
+A host name and a pid prove little: containers share host names, pids are reused, and a pid
+means another process in another pid namespace or after a reboot. So a lease records,
+besides host and pid, the boot id (``/proc/sys/kernel/random/boot_id``), the pid namespace
+(``/proc/self/ns/pid``) and the process start time, and its holder is dead only when host,
+boot id and pid namespace are all this process's and the pid is gone, a zombie, or names a
+process that started at another time.
 
 Anything short of that proof (a lease written by an older version, in another container, on
 another host, before a reboot) is waited out, and no decision ever compares two hosts'
@@ -39,235 +42,16 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from store import clock, formats
 from store.durability import Durability, unknown_durability
-from store.errors import CorruptRecordError, FencedError, LockHeldError, StoreUnavailableError
+from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
 
 log = logging.getLogger("commitpub.lock")
-
-_TOKEN: ContextVar[int | None] = ContextVar("commitpub_fencing_token", default=None)
-_JOB: ContextVar[str | None] = ContextVar("commitpub_job", default=None)
-
-
-def current_token() -> int | None:
-    """The fencing token of the run executing in this context (see :func:`fencing`)."""
-    return _TOKEN.get()
-
-
-def current_job() -> str | None:
-    """The job whose steps execute in this context (see :func:`fencing`), or None."""
-    return _JOB.get()
-
-
-@contextmanager
-def fencing(token: int | None, *, job: str | None = None) -> Iterator[None]:
-    """Make ``token`` the fencing token, and ``job`` the job, of store writes that steps make
-    in this block.
-
-    Steps cannot take either as an argument (``execute()`` has none), and a record must not
-    name its job (a record naming another job would act in that job's watermarks), so the
-    publisher sets both here around execution, on the driver and in Spark tasks alike. Both
-    are set exactly as given: an inner block without ``job`` runs without one.
-    """
-    reset_token = _TOKEN.set(token)
-    reset_job = _JOB.set(job)
-    try:
-        yield
-    finally:
-        _JOB.reset(reset_job)
-        _TOKEN.reset(reset_token)
-
-
-#: A batch of steps asks "is the job still this run's?" (:class:`FenceCheck`) at least
-#: once per this many steps...
-FENCE_CHECK_STEPS = 256
-#: ... and at least once per this many seconds, whichever comes first. A lease is renewed
-#: every third of its TTL (at least a second in practice), so no batch runs on for longer
-#: than about this after its lease was lost (see publisher/execution.py for what remains).
-FENCE_CHECK_S = 1.0
-
-_KEEPER: ContextVar[LeaseKeeper | None] = ContextVar("commitpub_lease_keeper", default=None)
-_CHECK: ContextVar[FenceCheck | None] = ContextVar("commitpub_fence_check", default=None)
-
-
-@contextmanager
-def holding(keeper: LeaseKeeper | None) -> Iterator[None]:
-    """Make ``keeper`` the lease keeper that work in this block (in this thread) consults:
-    :func:`check_lease` and every :class:`FenceCheck` begun in it refuse to go on once it
-    knows the lease lost. Work shipped to other processes (Spark tasks) has no keeper; the
-    store's fence is its check."""
-    reset = _KEEPER.set(keeper)
-    try:
-        yield
-    finally:
-        _KEEPER.reset(reset)
-
-
-def _lease_gone(keeper: LeaseKeeper | None) -> str | None:
-    """Why ``keeper``'s lease is no longer this run's, or None while it is (as far as the
-    keeper knows). Attribute reads and a monotonic clock read: cheap enough for every step
-    (a wall-clock read here costs ten times more, see store/clock.py)."""
-    if keeper is None:
-        return None
-    lost = keeper.lost
-    if lost is not None:
-        return f"this run lost the job lock ({type(lost).__name__}: {lost})"
-    late = time.monotonic() - keeper.valid_until
-    if late >= 0:
-        # Measured on this process's monotonic clock from the start of the last renewal
-        # that succeeded: a contender may own the job already; nothing is done on it.
-        return (
-            f"the lease of this run (token {keeper.lease.token}) ran out {late:.1f}s ago "
-            "without being renewed (the process was stopped or starved, or the lock's "
-            "store out of reach)"
-        )
-    return None
-
-
-def check_lease(doing: str, job: str) -> None:
-    """Refuse ``doing`` in ``job`` if the lease keeper of this block (:func:`holding`) knows
-    the lease lost or run out; nothing to check without one.
-
-    Raises:
-        FencedError: naming ``doing``, the job and why the lease is gone.
-    """
-    gone = _lease_gone(_KEEPER.get())
-    if gone is not None:
-        raise FencedError(f"{doing} of job {job!r} refused: {gone}")
-
-
-class FenceCheck:
-    """ "Is the job still this run's?", asked inside a batch of steps (see :func:`checking_fence`).
-
-    :meth:`tick` is called once per step, before the step acts: it looks at the lease
-    keeper of the block (:func:`holding`; cheap) every time, and calls ``check`` (which
-    raises :class:`FencedError` when the job is not this run's any more: the store's fence,
-    a read, and the keeper again) at once when the keeper knows the lease gone, else once
-    :data:`FENCE_CHECK_STEPS` steps or :data:`FENCE_CHECK_S` seconds passed since the
-    last. Once refused, every later tick is refused at once: the concurrent copies of a
-    remote batch stop too. Safe to tick from several threads.
-    """
-
-    def __init__(
-        self,
-        check: Callable[[], None],
-        *,
-        doing: str = "a batch of steps",
-        job: str | None = None,
-        steps: int = FENCE_CHECK_STEPS,
-        seconds: float = FENCE_CHECK_S,
-    ) -> None:
-        self._check = check
-        # Said when the keeper refuses, as check_lease (and the store's fence) say it.
-        self._refusal = f"{doing} of job {job!r} refused" if job is not None else f"{doing} stopped"
-        self._keeper = _KEEPER.get()
-        self._steps = steps
-        self._seconds = seconds
-        self._left = steps
-        self._due = time.monotonic() + seconds
-        self._refused: FencedError | None = None
-        self._lock = threading.Lock()
-
-    def tick(self) -> None:
-        """Before one step: refuse it if the job is known not to be this run's any more.
-
-        Raises:
-            FencedError: if the lease is lost or run out, or the store's fence is newer.
-        """
-        if self._refused is not None:
-            raise self._refused
-        self._left -= 1
-        # Written out rather than through _lease_gone: this runs once per rename.
-        t = time.monotonic()
-        keeper = self._keeper
-        if (
-            self._left <= 0
-            or t >= self._due
-            or (keeper is not None and (keeper.lost is not None or t >= keeper.valid_until))
-        ):
-            self.now()
-
-    def now(self) -> None:
-        """Call the check now.
-
-        Raises:
-            FencedError: if the job is not this run's.
-        """
-        with self._lock:
-            if self._refused is not None:
-                raise self._refused
-            try:
-                # The keeper first, and this one: the check may run in a thread that does
-                # not see the block's keeper (the concurrent copies of a remote batch).
-                gone = _lease_gone(self._keeper)
-                if gone is not None:
-                    raise FencedError(f"{self._refusal}: {gone}")
-                self._check()
-            except FencedError as e:
-                self._refused = e
-                raise
-            self._left = self._steps
-            self._due = time.monotonic() + self._seconds
-
-
-class _NoCheck(FenceCheck):
-    """Outside :func:`checking_fence`: nothing to check (a step run by hand, a test)."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda: None)
-        self._keeper = None
-
-    def tick(self) -> None:
-        pass
-
-    def now(self) -> None:
-        pass
-
-
-_NO_CHECK = _NoCheck()
-
-
-@contextmanager
-def checking_fence(
-    check: Callable[[], None], *, doing: str = "a batch of steps", job: str | None = None
-) -> Iterator[FenceCheck]:
-    """Make ``check`` (raising :class:`FencedError` when the job is no longer this run's,
-    e.g. ``Context.guard``) the check that batches of steps in this block ask within a
-    bounded number of steps and a bounded time (:func:`fence_check`), together with the
-    lease keeper of the block (:func:`holding`), if any.
-
-    ``CommitStep.execute_many(steps)`` has no argument for it (nor should a record carry
-    one), so the publisher sets it here around execution, as :func:`fencing` sets the token.
-    """
-    found = FenceCheck(check, doing=doing, job=job)
-    reset = _CHECK.set(found)
-    try:
-        yield found
-    finally:
-        _CHECK.reset(reset)
-
-
-def fence_check() -> FenceCheck:
-    """The check of the block a batch of steps runs in (:func:`checking_fence`); outside
-    one, a check that never refuses. Take it once per batch and :meth:`~FenceCheck.tick`
-    it before each step."""
-    return _CHECK.get() or _NO_CHECK
-
-
-def check_fence_now() -> None:
-    """Ask the check of this block (:func:`fence_check`) now, not when it is due.
-
-    Raises:
-        FencedError: if the job is no longer this run's.
-    """
-    fence_check().now()
 
 
 def _process_stat(pid: int) -> tuple[str, str] | None:
@@ -279,6 +63,11 @@ def _process_stat(pid: int) -> tuple[str, str] | None:
             return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
+
+
+#: Process states (``/proc/PID/stat``) of a holder that is live: running, sleeping, or
+#: waiting on a disk. Stopped (``T``, ``t``: a paused run) and zombies are not.
+_RUNNING = frozenset("RSD")
 
 
 def _process_start(pid: int) -> str | None:
@@ -423,18 +212,41 @@ class Lease:
         """
         return self.released or clock.wall() >= self.expires_at
 
+    def _held_here(self) -> bool:
+        """The holder ran on this host, in this boot and in this pid namespace (all three
+        recorded and equal to this process's): its pid means a process this one can see."""
+        if self.host != socket.gethostname():
+            return False
+        return all(
+            recorded is not None and recorded == here
+            for recorded, here in ((self.boot_id, _boot_id()), (self.pid_ns, _pid_namespace()))
+        )
+
+    def holder_live_here(self) -> bool:
+        """True only when the holder is proven live; see the module docstring.
+
+        The holder runs here (:meth:`_held_here`), its pid names the very process that took
+        the lease (same start time), running or sleeping (not stopped, not a zombie), and the
+        lease is not past ``expires_at``: on one host the holder's clock is this process's.
+        A holder that stopped renewing, or is paused, is not live by this rule: it is
+        watched like any other (:meth:`JobLock.watch`).
+        """
+        if self.released or self.pid_start is None or not self._held_here():
+            return False
+        stat = _process_stat(self.pid)
+        if stat is None:
+            return False
+        state, start = stat
+        return start == self.pid_start and state in _RUNNING and not self.expired()
+
     def holder_dead(self) -> bool:
         """True only when the holder is proven dead; see the module docstring.
 
-        The holder ran on this host, in this boot and in this pid namespace (all three
-        recorded and equal to this process's), and its pid is gone, a zombie, or a process
+        The holder ran here (:meth:`_held_here`), and its pid is gone, a zombie, or a process
         that started at another time than the holder.
         """
-        if self.host != socket.gethostname():
+        if not self._held_here():
             return False
-        for recorded, here in ((self.boot_id, _boot_id()), (self.pid_ns, _pid_namespace())):
-            if recorded is None or recorded != here:
-                return False
         stat = _process_stat(self.pid)
         if stat is not None:
             state, start = stat
@@ -543,6 +355,11 @@ class JobLock(abc.ABC):
         """
         if seen.released or seen.holder_dead():
             return seen
+        if seen.holder_live_here():
+            raise LockHeldError(
+                f"job {job!r} is locked by another run ({seen.describe()}), running on this host",
+                holder=seen,
+            )
         wait = seen.ttl_s if seen.ttl_s is not None else ttl_s
         if watching is not None:
             watching(seen, wait)
@@ -650,7 +467,8 @@ class LeaseKeeper:
     ``valid_until`` is when the lease runs out unless renewed, on this process's monotonic
     clock: the TTL from the start of the last renewal that succeeded (from the keeper's
     making, for the lease just acquired). Work of the run refuses to go on past it
-    (:func:`check_lease`, :class:`FenceCheck`), as a contender may then take the lease.
+    (:func:`store.fences.check_lease`, :class:`store.fences.FenceCheck`), as a contender may
+    then take the lease.
     """
 
     def __init__(self, lock: JobLock, lease: Lease, *, ttl_s: float) -> None:

@@ -7,7 +7,6 @@ Backends outside this package register through the entry-point groups
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from importlib.metadata import entry_points
 from typing import Literal
@@ -17,7 +16,8 @@ import attrs
 
 from store.base import CommitStepStore, WatermarkStore
 from store.connections import require_allowed
-from store.errors import BackendNotInstalledError, ConfigurationError
+from store.errors import BackendNotInstalledError, ConfigurationError, NotImportableError
+from store.loader import load
 from store.lock import JobLock
 from store.urls import redact
 
@@ -116,16 +116,13 @@ def _resolve(kind: Kind, url: str) -> type:
         raise ConfigurationError(f"malformed store URL {redact(url)!r}: {e}") from e
     require_allowed(url, f"opening a {_WHAT[kind]}")
     backend = _REGISTRY[kind].get(scheme, _DEFAULT[kind])
-    module_name, _, class_name = backend.target.partition(":")
+    hint = backend.hint or _HINTS.get(scheme)
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        hint = backend.hint or _HINTS.get(scheme)
-        raise BackendNotInstalledError(
-            f"the backend for {redact(url)!r} needs a missing package ({e.name})"
-            + (f": {hint}" if hint else "")
-        ) from e
-    cls: type = getattr(module, class_name)
+        cls: type = load(backend.target, hint=hint)
+    except NotImportableError as e:
+        if e.name is None:  # the module is there, the class is not: not an install problem
+            raise
+        raise BackendNotInstalledError(f"the backend for {redact(url)!r}: {e}") from e
     return cls
 
 

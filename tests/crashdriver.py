@@ -47,7 +47,8 @@ import fsspec
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
 from jobs.exitcodes import ExitCode
 from jobs.runs.locking import fence, held_lock
-from publisher import Publisher, RetryPolicy, to_json
+from publisher import Publisher, RetryPolicy
+from publisher.converter import to_json
 from store import LeaseKeeper, open_watermarks
 from store.errors import CommitPubError, FencedError, LockHeldError
 from store.failpoints import CrashPoint, Where, failpoint, register

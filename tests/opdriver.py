@@ -14,7 +14,8 @@ import argparse
 import json
 import sys
 
-from publisher import Publisher, RetryPolicy, to_json
+from publisher import Publisher, RetryPolicy
+from publisher.converter import to_json
 
 JOB = "crash-job"
 

@@ -29,7 +29,8 @@ from commitsteps import (
     IcebergAppendCommitStep,
     WatermarkCommitStep,
 )
-from publisher import Publisher, RetryPolicy, to_json
+from publisher import Publisher, RetryPolicy
+from publisher.converter import to_json
 from store import open_watermarks
 from store.connections import Connections, connecting_only
 

@@ -14,7 +14,8 @@ import pytest
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, PathConfinementError, WatermarkCommitStep
-from publisher import Outcome, Publisher, RetryPolicy, Roots, confinement
+from publisher import Outcome, Publisher, RetryPolicy, confinement
+from publisher.confinement import Roots
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
 

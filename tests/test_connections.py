@@ -15,15 +15,10 @@ from redis_helpers import RecordedHost
 
 import commitsteps
 from commitsteps import FsRenameCommitStep, WatermarkCommitStep
-from publisher import Context, Outcome, Publisher
-from store import (
-    Connections,
-    ForeignStoreError,
-    connecting_only,
-    open_lock,
-    open_store,
-    open_watermarks,
-)
+from publisher import Outcome, Publisher
+from publisher.context import Context
+from store import ForeignStoreError, open_lock, open_store, open_watermarks
+from store.connections import Connections, connecting_only
 from store.urls import canonical_url
 
 JOB = "job"

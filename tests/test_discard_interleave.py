@@ -315,7 +315,7 @@ def test_a_run_whose_store_was_fenced_stops_inside_its_batch_without_its_keeper_
         token = st.fence_token(JOB)
         assert token is not None
         st.fence(JOB, token + 1)
-    time.sleep(1.1)  # longer than store.lock.FENCE_CHECK_S: the next tick reads the fence
+    time.sleep(1.1)  # longer than store.fences.FENCE_CHECK_S: the next tick reads the fence
 
     zombie.resume()
     woken = zombie.finish()

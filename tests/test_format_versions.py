@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from framing_helpers import frame_record
 
 import commitsteps
 import store
@@ -39,7 +40,6 @@ from store.framing import (
     CHUNK_MAGIC,
     decode_chunk_header,
     encode_chunk,
-    frame_record,
     iter_chunk_records,
     unframe_record,
 )

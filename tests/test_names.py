@@ -12,11 +12,13 @@ package on ``PYTHONPATH``.
   (it was ``No module named 'store.errors'; 'store' is not a package``), and so does
   ``import commitpub`` once the user's own ``jobs`` is imported: that one cannot be replaced.
 * Every name in ``commitpub.__all__`` resolves, and ``import commitpub`` with the store's
-  names imports no pyspark.
+  names imports no pyspark; ``__all__`` is the facade's table of names, which its type hints
+  import from the same homes.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -97,7 +99,7 @@ def test_import_jobs_beside_a_users_store_py_names_the_file(tmp_path: Path) -> N
     done = _run([sys.executable, "-c", "import jobs"], home)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("commitpub._names.ShadowedPackageError: the module 'store' is ")
+    assert last.startswith("commitpub.ShadowedPackageError: the module 'store' is ")
     assert str(home / "store.py") in last
     assert "rename your store package/store.py" in last
     assert "import commitpub" in last
@@ -141,3 +143,17 @@ def test_names_are_imported_on_first_use(name: str, tmp_path: Path) -> None:
     code = f"import sys, commitpub\nassert {name!r} not in vars(commitpub)\ncommitpub.{name}\n"
     done = _run([sys.executable, "-c", code], tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_facade_names_are_its_table_and_its_type_hints_import_them_from_there() -> None:
+    import commitpub
+
+    hinted = {}
+    tree = ast.parse((ROOT / "commitpub" / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imported in node.body:
+                assert isinstance(imported, ast.ImportFrom)
+                hinted.update({alias.name: imported.module for alias in imported.names})
+    assert hinted == commitpub._HOME
+    assert sorted(commitpub.__all__) == sorted([*hinted, "ShadowedPackageError", "__version__"])

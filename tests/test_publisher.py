@@ -14,7 +14,16 @@ from redis_helpers import RedisProcess
 
 import commitsteps
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
-from publisher import DiscardRefusedError, Outcome, Publisher, RetryPolicy, Roots, commit, staging
+from publisher import (
+    CommitSequence,
+    DiscardRefusedError,
+    Outcome,
+    Publisher,
+    RetryPolicy,
+    commit,
+    staging,
+)
+from publisher.confinement import Roots
 from store import open_store, open_watermarks
 from store.errors import ConfigurationError
 
@@ -68,6 +77,58 @@ def test_publish_writes_ahead_executes_and_cleans(job: Job) -> None:
     assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER, "r1", ".commitpub-run"]
     assert pub.finish_run_dir(str(job.staging / "r1")) is True
     assert [p.name for p in job.staging.rglob("*")] == [staging.ROOT_MARKER]
+
+
+@pytest.mark.redis
+def test_publish_takes_commit_sequences_as_it_takes_a_mapping(job: Job) -> None:
+    a, b = job.stage("a"), job.stage("b")
+    for d in "ab":  # what a rename leaves (a checksum sidecar) goes with the staging_dir
+        (job.staging / "r1" / d / ".f0.crc").write_text("crc")
+    pub = job.publisher()
+    report = pub.publish(
+        [
+            CommitSequence("a", a, staging_dir=str(job.staging / "r1" / "a")),
+            CommitSequence("b", lambda: b),  # built where the work runs, no staging to delete
+        ]
+    )
+    assert report.published == ["a", "b"]
+    assert [report[d].executed for d in "ab"] == [4, 4]
+    assert job.published() == [f"{d}/f{i}-r1" for d in "ab" for i in range(3)]
+    assert open_watermarks(job.wm_url, job="job").get_all("b") == {"0": 3}
+    staging.drain()
+    assert job.staged() == ["r1/b/.f0.crc"]
+    assert job.store().datasets("job") == []
+
+
+def test_a_commit_sequence_keeps_its_steps_as_a_tuple_or_its_builder() -> None:
+    step = WatermarkCommitStep("wm", "a", "0", None, 1)
+    assert CommitSequence("a", [step]).steps == (step,)
+    assert CommitSequence("a", [step]).build() == (step,)
+
+    def builder() -> list[CommitStep]:
+        return [step]
+
+    assert CommitSequence("a", builder).steps is builder
+    assert CommitSequence("a", builder).build() == (step,)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        CommitSequence("a", builder).staging_dir = "x"  # type: ignore[misc]
+
+
+def test_publish_refuses_what_is_not_one_commit_sequence_a_dataset(tmp_path: Path) -> None:
+    pub = Publisher(str(tmp_path / "steps"), "job")
+    step = WatermarkCommitStep(str(tmp_path / "wm"), "a", "0", None, 1)
+    with pytest.raises(ConfigurationError, match="dataset 'a' has two CommitSequences"):
+        pub.publish([CommitSequence("a", [step]), CommitSequence("a", [step])])
+    with pytest.raises(ConfigurationError, match="a CommitSequence carries its own staging_dir"):
+        pub.publish([CommitSequence("a", [step])], staging_dirs={"a": str(tmp_path)})
+    with pytest.raises(ConfigurationError, match="give CommitSequences as a list"):
+        pub.publish({"a": CommitSequence("a", [step])})  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="got a list"):
+        pub.publish([[step]])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match=r"staging_dirs names datasets not published"):
+        pub.publish({"a": [step]}, staging_dirs={"b": str(tmp_path)})
+    assert pub.store.datasets("job") == []
+    pub.close()
 
 
 @pytest.mark.redis

@@ -24,9 +24,8 @@ from publisher import (
     Publisher,
     PublishReport,
     RecoveryReport,
-    from_json,
-    to_json,
 )
+from publisher.converter import from_json, to_json
 from publisher.staging import RunMarker
 from store import open_store
 

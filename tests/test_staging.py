@@ -16,7 +16,9 @@ import pytest
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
-from publisher import Publisher, RetryPolicy, Roots, staging, to_json
+from publisher import Publisher, RetryPolicy, staging
+from publisher.confinement import Roots
+from publisher.converter import to_json
 from store import LeaseKeeper, open_lock, open_store
 from store.errors import ConfigurationError, FencedError, StoreRolledBackError
 

@@ -170,6 +170,76 @@ def test_a_live_holder_is_not_taken_for_dead(
     assert _acquire_after_its_ttl(backend.lock, started).token > token
 
 
+_TAKE_AND_HOLD = """
+import sys, time
+import store
+lease = store.open_lock(sys.argv[1]).acquire("job", ttl_s=float(sys.argv[2]))
+print(lease.token, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def live_holder(tmp_path: Path) -> Iterator[tuple[JobLock, subprocess.Popen[str]]]:
+    """A real process that took the filesystem lock for ten minutes and still runs."""
+    root = str(tmp_path / "locks")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TAKE_AND_HOLD, root, "600"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert int(proc.stdout.readline()) >= 1
+    lock = store.open_lock(root)
+    yield lock, proc
+    proc.kill()
+    proc.wait()
+    lock.close()
+
+
+def test_a_live_holder_on_this_host_is_refused_at_once(
+    live_holder: tuple[JobLock, subprocess.Popen[str]],
+) -> None:
+    # Its lease runs for ten minutes: watched, the contender would wait that long (the
+    # suite's timeout); refused at once, it never starts watching.
+    lock, proc = live_holder
+    lease = lock.current(JOB)
+    assert lease is not None
+    assert lease.pid == proc.pid
+    assert lease.holder_live_here()
+    watched: list[float] = []
+    with pytest.raises(LockHeldError, match="running on this host") as refused:
+        lock.watch(JOB, lease, ttl_s=600, watching=lambda _lease, wait: watched.append(wait))
+    assert refused.value.holder == lease
+    assert watched == []
+    with pytest.raises(LockHeldError, match=f"pid {proc.pid} .*running on this host"):
+        lock.acquire(JOB, ttl_s=60)
+    with pytest.raises(LockHeldError, match="live run"):
+        lock.force_unlock(JOB, ttl_s=600)
+    assert lock.current(JOB) == lease
+
+
+def test_a_paused_holder_on_this_host_is_watched_not_refused(
+    live_holder: tuple[JobLock, subprocess.Popen[str]],
+) -> None:
+    # A run stopped with SIGSTOP renews nothing: it is neither proven live nor dead, and is
+    # waited out as any other holder that stops renewing (the fence keeps it harmless).
+    lock, proc = live_holder
+    lease = lock.current(JOB)
+    assert lease is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while lease.holder_live_here():
+            assert time.monotonic() < deadline, "the holder never showed as stopped"
+            time.sleep(0.01)
+        assert not lease.holder_dead()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while not lease.holder_live_here():
+        assert time.monotonic() < deadline, "the holder never showed as running again"
+        time.sleep(0.01)
+
+
 # -- Lease alone ------------------------------------------------------------------------------
 def test_a_lease_records_what_proves_its_holder_dead() -> None:
     lease = Lease.new(JOB, 1, 60)
@@ -281,4 +351,14 @@ def test_an_abandoned_lease_is_neither_renewed_nor_released(backend: _Backend) -
         assert left == abandoned
         assert left is not None
         assert not left.released
-    assert backend.lock.acquire(JOB, ttl_s=60).token == abandoned.token + 1  # type: ignore[union-attr]
+    # On the filesystem its holder (this process, alive) is refused until the lease's
+    # expiry, then the lease is watched for its TTL: taken over a few seconds later.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            taken = backend.lock.acquire(JOB, ttl_s=60)
+            break
+        except LockHeldError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert taken.token == abandoned.token + 1  # type: ignore[union-attr]

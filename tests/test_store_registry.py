@@ -12,6 +12,7 @@ import zlib
 from typing import Any
 
 import pytest
+from framing_helpers import frame_record
 
 import store
 from store import (
@@ -27,7 +28,6 @@ from store.framing import (
     CHUNK_MAGIC,
     decode_chunk_header,
     encode_chunk,
-    frame_record,
     iter_chunk_records,
     unframe_record,
 )

@@ -352,13 +352,14 @@ _AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the resul
 
 def _hold_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A hold's id as ``--hold`` takes it: the hex digits ``status`` shows."""
-    from publisher.status import HOLD_ID_DIGITS
+    from publisher.integration import status
 
+    digits = status.HOLD_ID_DIGITS
     if value is None:
         return None
-    if re.fullmatch(f"[0-9a-f]{{{HOLD_ID_DIGITS}}}", value.lower()) is None:
+    if re.fullmatch(f"[0-9a-f]{{{digits}}}", value.lower()) is None:
         raise click.BadParameter(
-            f"a hold's id is {HOLD_ID_DIGITS} hex digits, as commitpub status shows it "
+            f"a hold's id is {digits} hex digits, as commitpub status shows it "
             f"(HELD (hold 3fa9c1d2e4b5) ...), got {value!r}"
         )
     return value.lower()

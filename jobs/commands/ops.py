@@ -36,12 +36,12 @@ from publisher import (
     HeldDataset,
     NotHeldError,
     Publisher,
-    check_connections,
-    verify_all,
 )
-from publisher import status as status_record
-from store import Connections, JsonScalar, Lease, SequenceInfo, connecting_only, fencing
+from publisher.integration import check_connections, verify_all
+from publisher.integration import status as status_record
+from store import JsonScalar, Lease, SequenceInfo, fencing
 from store.base import encode_value
+from store.connections import Connections, connecting_only
 from store.errors import (
     CommitPubError,
     ConfigurationError,

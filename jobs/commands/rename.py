@@ -43,7 +43,8 @@ from jobs.config import BatchConfig, OperatorConfig
 from jobs.output import OutputFormat, OutputOwner, get_format
 from jobs.output.ownership import RENAME_COMMAND
 from jobs.runs.session import JobSession
-from publisher import Publisher, staging
+from publisher import Publisher
+from publisher.integration import staging
 from store import JsonScalar, WatermarkStore
 from store.base import encode_value
 from store.errors import ConfigurationError

@@ -18,11 +18,10 @@ format: they are optional extras.
 
 from __future__ import annotations
 
-import pkgutil
 from importlib.metadata import entry_points
 
 from jobs.config import BatchConfig, OutputFormats, use_output_formats
-from jobs.output.base import OutputFormat, StepsBuilder, Writer
+from jobs.output.base import OutputFormat, Writer
 from jobs.output.delta import DeltaFormat, DeltaWriter
 from jobs.output.directories import (
     OWNER_FILE,
@@ -37,7 +36,9 @@ from jobs.output.iceberg import CATALOG_NAME, IcebergFormat, IcebergWriter
 from jobs.output.parquet import ParquetFormat, ParquetWriter
 from jobs.output.tables import TableWriter
 from jobs.output.writing import Written
-from store.errors import ConfigurationError
+from publisher import StepsBuilder
+from store.errors import ConfigurationError, NotImportableError
+from store.loader import load
 
 #: The entry-point group that formats from outside this package register in.
 GROUP = "commitpub.formats"
@@ -107,10 +108,10 @@ def format_class(name: str) -> type[OutputFormat]:
     if not isinstance(entry, str):
         return entry
     try:
-        cls = pkgutil.resolve_name(entry)
-    except (ImportError, AttributeError, ValueError) as e:
+        cls = load(entry)
+    except NotImportableError as e:
         raise ConfigurationError(
-            f"output format {name!r}: cannot import its class {entry} ({e})"
+            f"output format {name!r}: cannot import its class {entry} ({e.reason})"
         ) from e
     if not (isinstance(cls, type) and issubclass(cls, OutputFormat)):
         raise ConfigurationError(f"output format {name!r}: {entry} is no jobs.OutputFormat")

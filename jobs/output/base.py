@@ -9,10 +9,8 @@ Each format is one module of this package holding all of it (:mod:`jobs.output.p
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from commitsteps import CommitStep
 from jobs.config import BatchConfig, FormatSettings, Naming, OutputKeys
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import (
@@ -25,13 +23,11 @@ from jobs.output.directories import (
 )
 from jobs.output.taskwriter import WriteOptions
 from jobs.output.writing import Written
+from publisher import StepsBuilder
 from store.urls import decode_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-#: What ``Publisher.publish`` takes for a dataset: a picklable function returning its steps.
-StepsBuilder = Callable[[], Sequence[CommitStep]]
 
 
 class Writer(abc.ABC):

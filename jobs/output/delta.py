@@ -12,10 +12,11 @@ import attrs
 
 from commitsteps import CommitStep
 from jobs.config import BatchConfig
-from jobs.output.base import OutputFormat, StepsBuilder, Writer
+from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import dataset_directory
 from jobs.output.tables import TableWriter, staged_urls, table_root
+from publisher import StepsBuilder
 
 
 @attrs.frozen

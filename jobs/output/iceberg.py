@@ -16,10 +16,11 @@ import attrs
 from commitsteps import CommitStep
 from jobs.config import BatchConfig, FormatSettings, Naming, OutputKeys
 from jobs.errors import BatchArgumentError
-from jobs.output.base import OutputFormat, StepsBuilder, Writer
+from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import OutputOwner
 from jobs.output.tables import TableWriter, staged_urls, table_root
+from publisher import StepsBuilder
 from store.errors import ConfigurationError
 from store.urls import is_local, local_path, require_no_credentials
 

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from jobs.config import BatchConfig
 from jobs.errors import OutputOwnedError
 from jobs.output import OutputOwner, get_format
-from publisher import staging
+from publisher.integration import staging
 from store.errors import CommitPubError
 from store.urls import redact
 

@@ -7,11 +7,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from jobs.config import BatchConfig
-from jobs.output.base import OutputFormat, StepsBuilder, Writer
+from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import dataset_directory
 from jobs.output.taskwriter import WriteOptions
 from jobs.output.writing import Written, stage
+from publisher import StepsBuilder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

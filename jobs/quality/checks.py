@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
-import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +35,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from jobs.errors import CheckDeclarationError, error_text
 from store import JsonScalar
+from store.errors import NotImportableError
+from store.loader import load
 from store.records import JSON, TOML, error_messages, strict_converter
 
 if TYPE_CHECKING:
@@ -1086,9 +1087,9 @@ def _custom(doc: dict[str, Any], where: str) -> CustomCheck:
             f"('package.module:function'), got {spec!r}"
         )
     try:
-        function = pkgutil.resolve_name(spec)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise CheckDeclarationError(f"{where}.function: cannot import {spec!r}: {e}") from e
+        function = load(spec)
+    except NotImportableError as e:
+        raise CheckDeclarationError(f"{where}.function: {e}") from e
     common = _config.structure({k: v for k, v in doc.items() if k != "function"}, _Common)
     return CustomCheck(function, name=common.name, severity=common.severity)
 

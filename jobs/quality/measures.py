@@ -49,7 +49,7 @@ from jobs.quality.checks import (
     RowCountCheck,
     UniqueCheck,
 )
-from publisher.staging import delete_tree
+from publisher.integration import staging
 from store.urls import is_local, local_path
 
 if TYPE_CHECKING:
@@ -465,7 +465,7 @@ def discard_keys(directory: str) -> None:
     then need never write the keys to disk). One left behind goes with the staging
     directory."""
     try:
-        delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
+        staging.delete_tree(f"{directory.rstrip('/')}/{KEYS_DIRECTORY}")
     except OSError as e:
         log.warning("could not delete the checks' keys under %s: %s", directory, e)
 

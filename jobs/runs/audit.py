@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,7 +32,7 @@ from jobs.output.taskwriter import DEFAULT_PARTITION
 from jobs.quality.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
 from jobs.runs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
-from publisher import HeldDataset, Publisher
+from publisher import HeldDataset, Publisher, StepsBuilder
 from store.failpoints import failpoint
 from store.urls import is_local, local_path, redact
 
@@ -187,7 +187,7 @@ def audit(
     *,
     info: StagedInfo,
     schema: StructType,
-    steps: Sequence[CommitStep] | Callable[[], Sequence[CommitStep]],
+    steps: Sequence[CommitStep] | StepsBuilder,
     run_id: str,
     reports: str,
     measured: Measured | None = None,

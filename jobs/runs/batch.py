@@ -58,21 +58,10 @@ from jobs.quality.checks import Check, validate_checks
 from jobs.quality.measures import Plan, discard_keys, plan
 from jobs.runs.audit import audit
 from jobs.runs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
-from jobs.runs.lifecycle import (
-    BadRecordsSkipped,
-    DatasetChecked,
-    DatasetHeld,
-    DatasetStaged,
-    Extracted,
-    ExtractFailed,
-    ExtractQuarantined,
-    NothingNew,
-    Published,
-    RunDirCreated,
-)
 from jobs.runs.report import RunReport, StagedInfo
 from jobs.settings import argument_docs
-from publisher import Outcome, Publisher, PublishReport, staging
+from publisher import CommitSequence, Outcome, Publisher, PublishReport
+from publisher.integration import staging
 from store import JsonScalar
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError
@@ -88,6 +77,35 @@ log = logging.getLogger("commitpub.jobs")
 
 class BatchStateError(CommitPubError, RuntimeError):
     """A :class:`Batch` was used outside its ``with`` block, or entered twice."""
+
+
+@attrs.frozen
+class _Dataset:
+    """What a run commits of one dataset: what :meth:`Batch.stage` wrote of it (None: only
+    steps were added) and the steps :meth:`Batch.add_steps` gave; replaced, never changed."""
+
+    staged: StagedInfo | None = None
+    #: The user's own steps, run after what was staged.
+    steps: tuple[CommitStep, ...] = ()
+    #: The columns the staged files are partitioned by.
+    partition_by: tuple[str, ...] = ()
+    #: The staged files, as the write's accepted task attempts reported them (None: listed
+    #: from the staging directory): what is checked and published.
+    files: tuple[tuple[str, int], ...] | None = None
+    #: The checks of the staged data (None: none).
+    checks: _Checks | None = None
+
+
+@attrs.frozen
+class _Checks:
+    """A staged dataset's checks, judged before its write-ahead."""
+
+    checks: tuple[Check, ...]
+    #: The schema the staged data is read back with.
+    schema: StructType
+    #: What the staging write measured for the checks, and how to read it (None: the
+    #: checks read the staged files back).
+    measured: tuple[Plan, Written] | None = None
 
 
 class Batch:
@@ -179,18 +197,8 @@ class Batch:
         #: Datasets whose stage() began (staged, or failed half-way), and failed ones.
         self._attempted: set[str] = set()
         self._failed: set[str] = set()
-        self._staged: dict[str, StagedInfo] = {}
-        self._steps: dict[str, list[CommitStep]] = {}
-        #: Each staged dataset's partition columns.
-        self._partition_by: dict[str, tuple[str, ...]] = {}
-        #: Each staged dataset's checks and the schema its staged data is read back with.
-        self._checks: dict[str, tuple[Check, ...]] = {}
-        self._schemas: dict[str, StructType] = {}
-        #: What the staging write measured of each dataset's checks, and how to read it.
-        self._measures: dict[str, tuple[Plan, Written]] = {}
-        #: The files of each staged dataset, as its write's accepted task attempts reported
-        #: them (None: listed from its staging directory): what is checked and published.
-        self._files: dict[str, tuple[tuple[str, int], ...] | None] = {}
+        #: What this run commits of each dataset staged or given steps.
+        self._datasets: dict[str, _Dataset] = {}
         self._block_started = time.monotonic()
 
     @property
@@ -326,7 +334,7 @@ class Batch:
         if self._run_dir is None:
             # Marked with this run's token before Spark writes a byte into it.
             self._run_dir = pub.create_run_dir(self.run_id)
-            self._run.tell(RunDirCreated(self._run_dir))
+            self._run.lifecycle.on_run_dir_created(run_dir=self._run_dir)
         directory = join(self._run_dir, encode_name(dataset, "dataset"))
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
@@ -334,9 +342,10 @@ class Batch:
         if source is not None and (not isinstance(source, str) or not source):
             raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
         info = StagedInfo(directory, partitions, empty=True, source=source)
-        self._partition_by[dataset] = columns
-        if checks:
-            self._checks[dataset], self._schemas[dataset] = tuple(checks), df.schema
+        # The schema is taken before the write's hidden columns are added: the staged files
+        # are read back with it.
+        checked = _Checks(tuple(checks), df.schema) if checks else None
+        files: tuple[tuple[str, int], ...] | None = None
         if df.columns:
             options = WriteOptions(
                 columns, self.config.max_records_per_file, self.config.compression
@@ -349,11 +358,10 @@ class Batch:
                     df = df.select("*", *measures.columns)
                 options = attrs.evolve(options, measures=measures.ops)
             written = self.writer.write(df, directory, options)
-            if measures is not None and written.measured is not None:
-                self._measures[dataset] = (measures, written)
-            self._files[dataset] = (
-                None if written.staged is None else tuple((f.path, f.size) for f in written.staged)
-            )
+            if checked is not None and measures is not None and written.measured is not None:
+                checked = attrs.evolve(checked, measured=(measures, written))
+            if written.staged is not None:
+                files = tuple((f.path, f.size) for f in written.staged)
             info = StagedInfo(
                 directory,
                 partitions,
@@ -363,8 +371,14 @@ class Batch:
                 empty=written.files == 0,
                 source=source,
             )
-        self._staged[dataset] = info
-        self._run.tell(DatasetStaged(dataset, info, tuple(checks)))
+        self._datasets[dataset] = attrs.evolve(
+            self._datasets.get(dataset, _Dataset()),
+            staged=info,
+            partition_by=columns,
+            files=files,
+            checks=checked,
+        )
+        self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
         return info
 
@@ -393,7 +407,8 @@ class Batch:
             )
         for i, step in enumerate(steps):
             _check_step(step, f"steps[{i}]")
-        self._steps.setdefault(dataset, []).extend(steps)
+        entry = self._datasets.get(dataset, _Dataset())
+        self._datasets[dataset] = attrs.evolve(entry, steps=(*entry.steps, *steps))
 
     def fail(self, dataset: str, error: BaseException) -> None:
         """Record that the extract of ``dataset`` failed; nothing of it is published.
@@ -407,7 +422,7 @@ class Batch:
         """
         self._require_open("fail")
         _name(dataset, "dataset")
-        if dataset in self._staged or dataset in self._steps:
+        if dataset in self._datasets:
             raise BatchArgumentError(
                 f"argument 'dataset': {dataset!r} was staged in this batch; it cannot fail now"
             )
@@ -416,19 +431,19 @@ class Batch:
         # The status keeps the telling line (file and line of a bad record), not a wrapper.
         counted = self._publisher.record_failure(dataset, ExtractError(text))
         if counted.outcome == Outcome.QUARANTINED:
-            self._run.tell(ExtractQuarantined(dataset, text))
+            self._run.lifecycle.on_extract_quarantined(dataset=dataset, error=text)
             log.error("extract of %s failed, quarantined: %s", dataset, text)
         else:
-            self._run.tell(ExtractFailed(dataset, text))
+            self._run.lifecycle.on_extract_failed(dataset=dataset, error=text)
             log.error("extract of %s failed: %s", dataset, text)
 
     def bad_records(self, dataset: str, count: int, first: str | None = None) -> None:
         """Report that the extract of a staged dataset skipped ``count`` bad records
         (``first``: the first one's error), in the run report and metrics."""
         self._require_open("bad_records")
-        if dataset not in self._staged:
+        if dataset not in self._datasets or self._datasets[dataset].staged is None:
             raise BatchArgumentError(f"argument 'dataset': {dataset!r} was not staged")
-        self._run.tell(BadRecordsSkipped(dataset, count, first))
+        self._run.lifecycle.on_bad_records_skipped(dataset=dataset, count=count, first=first)
 
     # -- leaving -----------------------------------------------------------------------------
 
@@ -441,7 +456,7 @@ class Batch:
         if self._state != "open":
             return
         self._state = "leaving"
-        self._run.tell(Extracted(time.monotonic() - self._block_started))
+        self._run.lifecycle.on_extracted(seconds=time.monotonic() - self._block_started)
         error = exc
         try:
             if exc is None:
@@ -457,53 +472,45 @@ class Batch:
 
     def _publish(self) -> None:
         pub = self._publisher
-        run, staged, steps = self._run, self._staged, self._steps
-        if not staged and not steps:
-            run.tell(NothingNew())
+        run = self._run
+        if not self._datasets:
+            run.lifecycle.on_nothing_new()
             run.say("nothing new to publish")
             self._finish_run_dir()
             return
         run.start_spark()  # commits are written ahead and executed in Spark tasks
         failpoint("run.before_publish")
-        datasets = sorted({*staged, *steps})
+        datasets = sorted(self._datasets)
         run.say("writing ahead and publishing in Spark tasks", 0, len(datasets))
         started = time.monotonic()
-        sequences: dict[str, Any] = {}
+        commits: list[CommitSequence] = []
         for dataset in datasets:
-            extra = tuple(steps.get(dataset, ()))
-            info = staged.get(dataset)
-            if info is None:
-                sequences[dataset] = extra
-                continue
-            staged_dataset = StagedDataset(
-                dataset=dataset,
-                staging_dir=info.directory,
-                output_dir=join(self.config.output, encode_name(dataset, "dataset")),
-                run_id=self.run_id,
-                watermarks_url=self.config.watermarks_url,
-                marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
-                empty=info.empty,
-                extra=extra,
-                partition_by=self._partition_by.get(dataset, ()),
-                files=self._files.get(dataset),
-            )
-            sequences[dataset] = self.writer.commit(staged_dataset)
-            if dataset in self._checks:
-                self._audit(dataset, info, sequences)
+            entry = self._datasets[dataset]
+            commit = self._commit(dataset, entry)
+            info, checks = entry.staged, entry.checks
+            if info is not None and checks is not None and self._audit(commit, info, checks):
+                continue  # held: its staged files stay, kept by the hold
+            commits.append(commit)
         # Each output records this job before its write-ahead (see jobs.output.ownership); a table
         # made by its first commit gets its record after it.
-        unrecorded = [d for d in sorted(staged) if d in sequences and self._claim(d) is None]
+        unrecorded = [
+            c.dataset
+            for c in commits
+            if self._datasets[c.dataset].staged is not None and self._claim(c.dataset) is None
+        ]
         publish: PublishReport | None = None
         try:
-            publish = pub.publish(
-                sequences,
-                staging_dirs={d: i.directory for d, i in staged.items() if d in sequences},
-            )
+            publish = pub.publish(commits)
         finally:
             # Also after a crashed publish task: what the store holds sealed was written ahead.
             written_ahead = self._written_ahead(datasets, publish)
             seconds = time.monotonic() - started
-            run.tell(Published(publish, seconds, run.runner.last_tasks, written_ahead))
+            run.lifecycle.on_published(
+                publish=publish,
+                seconds=seconds,
+                tasks=run.runner.last_tasks,
+                written_ahead=written_ahead,
+            )
         run.say("writing ahead and publishing in Spark tasks", len(datasets), len(datasets))
         for dataset in unrecorded:
             if dataset in publish.published:
@@ -517,6 +524,26 @@ class Batch:
                 f": {d.error}" if d.error else "",
             )
         self._finish_run_dir()
+
+    def _commit(self, dataset: str, entry: _Dataset) -> CommitSequence:
+        """The dataset's commit: what the writer publishes of its staged data (built in the
+        publish task), then its own steps; or only its own steps when nothing was staged."""
+        info = entry.staged
+        if info is None:
+            return CommitSequence(dataset, entry.steps)
+        staged = StagedDataset(
+            dataset=dataset,
+            staging_dir=info.directory,
+            output_dir=join(self.config.output, encode_name(dataset, "dataset")),
+            run_id=self.run_id,
+            watermarks_url=self.config.watermarks_url,
+            marks=tuple(Mark(p, a, b) for p, (a, b) in sorted(info.partitions.items())),
+            empty=info.empty,
+            extra=entry.steps,
+            partition_by=entry.partition_by,
+            files=entry.files,
+        )
+        return CommitSequence(dataset, self.writer.commit(staged), info.directory)
 
     def _claim(self, dataset: str, *, after: bool = False) -> str | None:
         """Record this job as the owner of the dataset's output; the owner recorded (None:
@@ -534,34 +561,38 @@ class Batch:
             log.warning("could not record the owner of the output of %s: %s", dataset, e)
             return None
 
-    def _audit(self, dataset: str, info: StagedInfo, sequences: dict[str, Any]) -> None:
-        """Check the dataset's staged data before its write-ahead; held, it leaves
-        ``sequences`` (its staged files stay, kept by the hold)."""
+    def _audit(self, commit: CommitSequence, info: StagedInfo, checks: _Checks) -> bool:
+        """Check a dataset's staged data before its write-ahead; True if it is held (its
+        commit is kept back, with its staged files)."""
+        dataset = commit.dataset
+        files = self._datasets[dataset].files  # the files its write reported, if it did
         self._run.say(f"checking the staged data of {dataset} in Spark tasks")
         started = time.monotonic()
         measured = None
-        files = self._files.get(dataset)
-        if dataset in self._measures:
-            measures, written = self._measures[dataset]
+        if checks.measured is not None:
+            measures, written = checks.measured
             measured = measures.measured(written.measured or (), info.directory, written.rows)
             discard_keys(info.directory)
         audited = audit(
             self._run.start_spark(),
             self._publisher,
             dataset,
-            self._checks[dataset],
+            checks.checks,
             info=info,
-            schema=self._schemas[dataset],
-            steps=sequences[dataset],
+            schema=checks.schema,
+            steps=commit.steps,
             run_id=self.run_id,
             reports=self.config.reports,
             measured=measured,
             files=None if files is None else [path for path, _ in files],
         )
-        self._run.tell(DatasetChecked(dataset, audited.results, time.monotonic() - started))
-        if audited.held is not None:
-            del sequences[dataset]
-            self._run.tell(DatasetHeld(audited.held))
+        self._run.lifecycle.on_checked(
+            dataset=dataset, results=audited.results, seconds=time.monotonic() - started
+        )
+        if audited.held is None:
+            return False
+        self._run.lifecycle.on_held(held=audited.held)
+        return True
 
     def _written_ahead(
         self, datasets: Sequence[str], publish: PublishReport | None

@@ -15,7 +15,7 @@ aborts unsealed ones, in Spark tasks (Spark is started only for work: a run with
 recover and nothing new never starts it), and finds the datasets that get nothing new.
 Leaving records the run's end and closes the job.
 
-Each step is an event of the run's :class:`~jobs.runs.lifecycle.Lifecycle`; the report, the
+Each step calls a hook of the run's :class:`~jobs.runs.lifecycle.Lifecycle`; the report, the
 lineage events and the metrics are its observers (:mod:`jobs.runs.observers`).
 """
 
@@ -35,23 +35,7 @@ import attrs
 from jobs.config import BatchConfig
 from jobs.progress import Progress, on_terminal, showing
 from jobs.runs.audit import HELD_REASON
-from jobs.runs.lifecycle import (
-    Closing,
-    DatasetHeld,
-    DatasetSkipped,
-    ExtractQuarantined,
-    Finished,
-    Lifecycle,
-    LockTaken,
-    Recording,
-    Recovered,
-    Released,
-    RunEntering,
-    RunObserver,
-    RunStarted,
-    SparkStarted,
-    StoresChecked,
-)
+from jobs.runs.lifecycle import Lifecycle, RunObserver
 from jobs.runs.observers import LineageObserver, MetricsObserver, ReportObserver
 from jobs.runs.preflight import preflight
 from jobs.runs.report import RunReport, now, staged_figures
@@ -96,7 +80,7 @@ class JobRun:
             or ``"release"``.
         progress: told of each phase; default: progress bars on a terminal, log lines
             otherwise.
-        observers: told of the run's events (:mod:`jobs.runs.lifecycle`) after its report,
+        observers: told of the run's steps (:mod:`jobs.runs.lifecycle`) after its report,
             lineage and metrics.
         claim_staging: whether the run claims the job's staging root (a ``release`` stages
             nothing).
@@ -124,14 +108,13 @@ class JobRun:
         #: Runs the publisher's work in this process until Spark starts, in Spark tasks after.
         self.runner = OnDemandSparkRunner()
         self.report = RunReport(config.name, run_id, command, now())
+        #: Relays each hook of the run's steps to its observers.
         self.lifecycle = Lifecycle()
         self.lifecycle.add(ReportObserver(self.report, config.reports, log_errors=log_errors))
-        self.lifecycle.add(LineageObserver(config, self.report, self.lifecycle.tell))
+        self.lifecycle.add(LineageObserver(config, self.report, self.lifecycle))
         self.lifecycle.add(MetricsObserver(config, self.report, lambda: self.publisher))
         for observer in observers:
             self.lifecycle.add(observer)
-        #: Tells the run's observers of an event.
-        self.tell = self.lifecycle.tell
         self.say: Progress = progress or _quiet
         self._progress = progress
         self._spark = spark
@@ -185,7 +168,7 @@ class JobRun:
                 watermarks to be adopted.
         """
         self._started = time.monotonic()
-        self.tell(RunEntering())
+        self.lifecycle.on_entering()
         stack = self._stack
         # What can never work is refused before the lock and before Spark.
         preflight(
@@ -201,16 +184,16 @@ class JobRun:
         # Before Spark starts: a lock held by a live run changes nothing.
         job.open(
             claim_staging=self._claim_staging,
-            checked=lambda: self.tell(StoresChecked(tuple(job.warnings))),
-            locked=lambda keeper: self.tell(LockTaken(keeper.lease.token)),
+            checked=lambda: self.lifecycle.on_stores_checked(warnings=tuple(job.warnings)),
+            locked=lambda keeper: self.lifecycle.on_lock_taken(token=keeper.lease.token),
         )
-        self.tell(RunStarted())
+        self.lifecycle.on_started()
         # A pending sequence of such a dataset would move the job's watermark from a value
         # only the legacy layout holds: refused before recovery runs anything.
         for dataset in sorted({p.dataset for p in job.publisher.pending()}):
             self.require_adopted(dataset)
         # From here on this run may change things: it reports what it did, whatever happens.
-        self.tell(Recording())
+        self.lifecycle.on_recording()
 
     def recover(self) -> Holds:
         """Recover the job's pending commits: finish the sealed ones, abort the others.
@@ -235,7 +218,9 @@ class JobRun:
         recovery = pub.recover()
         if pending:  # nothing to count: said once
             self.say(what, len(pending), len(pending))
-        self.tell(Recovered(recovery, time.monotonic() - started, self.runner.last_tasks))
+        self.lifecycle.on_recovered(
+            recovery=recovery, seconds=time.monotonic() - started, tasks=self.runner.last_tasks
+        )
         for d in recovery.datasets:
             log.info(
                 "recovery: %s %s (%d steps, %d executed)", d.dataset, d.outcome, d.steps, d.executed
@@ -269,7 +254,13 @@ class JobRun:
             else staged_figures(self.config.reports, held.run_id, dataset)
         )
         rows, files = (None, None) if staged is None else staged
-        self.tell(Released(held, released, time.monotonic() - started, rows, files))
+        self.lifecycle.on_released(
+            held=held,
+            report=released,
+            seconds=time.monotonic() - started,
+            rows=rows,
+            files=files,
+        )
         log.info("release: %s %s (%d steps)", dataset, released.outcome, released.steps)
         return released
 
@@ -295,18 +286,18 @@ class JobRun:
             if status.held is not None:
                 reasons[dataset] = HELD_REASON
                 held.add(dataset)
-                self.tell(DatasetHeld(HeldDataset.of(dataset, status.held)))
+                self.lifecycle.on_held(held=HeldDataset.of(dataset, status.held))
             elif status.quarantined:
                 quarantined.add(dataset)
                 reasons[dataset] = "quarantined"
                 if dataset not in pending:
                     # Quarantined by failed extracts: reported as such on every run (exit 3).
                     error = status.last_error or "quarantined"
-                    self.tell(ExtractQuarantined(dataset, error))
+                    self.lifecycle.on_extract_quarantined(dataset=dataset, error=error)
         for dataset in sorted(pending - quarantined - held - set(reasons)):
             reasons[dataset] = "its pending commit failed"
         for dataset, why in reasons.items():
-            self.tell(DatasetSkipped(dataset, why))
+            self.lifecycle.on_skipped(dataset=dataset, why=why)
         for dataset, why in sorted(reasons.items()):
             log.warning("nothing new for %s in this run: %s", dataset, why)
         return Holds(reasons, frozenset(quarantined), frozenset(held), failing)
@@ -325,7 +316,7 @@ class JobRun:
         self.runner.start(session)
         self._session = session
         # A Connect session's is the server's master.
-        self.tell(SparkStarted(session.conf.get("spark.master", None)))
+        self.lifecycle.on_spark_started(master=session.conf.get("spark.master", None))
         return session
 
     def require_adopted(self, dataset: str) -> None:
@@ -349,9 +340,11 @@ class JobRun:
         """Record the run's end (``error``: what stopped it), then release the lock and
         close the job."""
         keeper = None if self._job is None else self._job.keeper
-        self.tell(Finished(error, time.monotonic() - self._started, keeper))
+        self.lifecycle.on_finished(
+            error=error, seconds=time.monotonic() - self._started, keeper=keeper
+        )
         try:
-            self.tell(Closing())
+            self.lifecycle.on_closing()
         finally:
             self._stack.close()
 

@@ -1,30 +1,35 @@
-"""The lifecycle of a run: the events a run (a ``jobs.Batch``, ``commitpub run`` or
-``commitpub recover``) goes through, and the observers told of each.
+"""The lifecycle of a run: the hooks a run (a ``jobs.Batch``, ``commitpub run`` or
+``commitpub recover``) calls as things happen, and the observers they are relayed to.
 
-A run tells what happened as it happens, once, in this order::
+A run calls each hook as it happens, once, in this order::
 
-    RunEntering -> StoresChecked -> LockTaken -> RunStarted -> Recording
-      -> SparkStarted? -> Recovered -> DatasetHeld* / ExtractQuarantined* / DatasetSkipped*
-      -> (RunDirCreated? DatasetStaged* BadRecordsSkipped* ExtractFailed* ExtractQuarantined*)
-      -> Extracted -> (NothingNew | DatasetChecked* DatasetHeld* Published)
-      -> Finished -> Closing
+    on_entering -> on_stores_checked -> on_lock_taken -> on_started -> on_recording
+      -> on_spark_started? -> on_recovered -> on_held* / on_extract_quarantined* / on_skipped*
+      -> (on_run_dir_created? on_staged* on_bad_records_skipped* on_extract_failed*
+          on_extract_quarantined*)
+      -> on_extracted -> (on_nothing_new | on_checked* on_held* on_published)
+      -> on_finished -> on_closing
 
-(``commitpub recover`` ends after ``DatasetSkipped``, with ``Finished`` and ``Closing``;
-``commitpub release`` goes from ``Recording`` to ``Released``, ``Finished`` and ``Closing``.)
-A run refused before ``Recording`` (a live lock holder, a volatile store) changed nothing:
-it goes from where it was refused to ``Finished`` and ``Closing``. The observers
-(:mod:`jobs.runs.observers`: the run report, the lineage events, the metrics) each keep what
-they need of the events; the run itself keeps only what its user's script asks for. An
-observer may tell an event of its own: the lineage observer tells :class:`LineageSent`
-after each event it sent, which every observer is told of after the event that caused it.
+(``commitpub recover`` ends after ``on_skipped``, with ``on_finished`` and ``on_closing``;
+``commitpub release`` goes from ``on_recording`` to ``on_released``, ``on_finished`` and
+``on_closing``.) A run refused before ``on_recording`` (a live lock holder, a volatile store)
+changed nothing: it goes from where it was refused to ``on_finished`` and ``on_closing``.
+
+An observer is a :class:`RunObserver` that overrides the hooks it needs; the others do
+nothing. The observers (:mod:`jobs.runs.observers`: the run report, the lineage events, the
+metrics) each keep what they need; the run itself keeps only what its user's script asks
+for. The run calls the hooks of its :class:`Lifecycle`, which relays each call to every
+observer. An observer may call a hook of the lifecycle itself: the lineage observer calls
+:meth:`RunObserver.on_lineage_sent` after each event it sent, which every observer is told
+of after the call that caused it.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Protocol
-
-import attrs
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from jobs.quality.checks import Check, CheckResults
 from jobs.runs.report import StagedInfo
@@ -35,239 +40,184 @@ if TYPE_CHECKING:
     from store import LeaseKeeper
 
 
-@attrs.frozen
-class RunEntering:
-    """The run starts: nothing is opened yet."""
-
-
-@attrs.frozen
-class StoresChecked:
-    """The stores passed the durability check; the lock is not taken yet."""
-
-    #: A volatile store allowed, a store that could not tell, ...
-    warnings: tuple[str, ...]
-
-
-@attrs.frozen
-class LockTaken:
-    """The job lock is taken, with this fencing token; the store is not fenced yet."""
-
-    token: int
-
-
-@attrs.frozen
-class RunStarted:
-    """The lock is held, the commit store fenced, staging claimed."""
-
-
-@attrs.frozen
-class Recording:
-    """From here on the run may change things: it records what it did, whatever happens."""
-
-
-@attrs.frozen
-class SparkStarted:
-    """The run's SparkSession is in use; the publisher's work runs in its tasks."""
-
-    master: str | None
-
-
-@attrs.frozen
-class Recovered:
-    """The job's pending commits were recovered."""
-
-    recovery: RecoveryReport
-    seconds: float
-    tasks: tuple[TaskInfo, ...]
-
-
-@attrs.frozen
-class DatasetHeld:
-    """A dataset is held by failed checks of its staged data (of this run or an earlier)."""
-
-    held: HeldDataset
-
-
-@attrs.frozen
-class ExtractQuarantined:
-    """A dataset is quarantined by its failed extracts (no pending commit of it)."""
-
-    dataset: str
-    error: str
-
-
-@attrs.frozen
-class DatasetSkipped:
-    """Nothing new is ingested for a dataset in this run."""
-
-    dataset: str
-    why: str
-
-
-@attrs.frozen
-class RunDirCreated:
-    """The run's own directory under the staging path was created."""
-
-    run_dir: str
-
-
-@attrs.frozen
-class DatasetStaged:
-    """A dataset's new data is staged, to be checked with ``checks`` before its commit."""
-
-    dataset: str
-    info: StagedInfo
-    checks: tuple[Check, ...] = ()
-
-
-@attrs.frozen
-class BadRecordsSkipped:
-    """The extract of a staged dataset skipped ``count`` bad records."""
-
-    dataset: str
-    count: int
-    first: str | None
-
-
-@attrs.frozen
-class ExtractFailed:
-    """The extract of a dataset failed; nothing of it is published."""
-
-    dataset: str
-    error: str
-
-
-@attrs.frozen
-class Extracted:
-    """The user's block (the extract) ended."""
-
-    seconds: float
-
-
-@attrs.frozen
-class NothingNew:
-    """Nothing was staged: nothing is published."""
-
-
-@attrs.frozen
-class DatasetChecked:
-    """The staged data of a dataset was checked (a failed ``error`` check holds it:
-    :class:`DatasetHeld` follows)."""
-
-    dataset: str
-    results: CheckResults
-    seconds: float
-
-
-@attrs.frozen
-class Published:
-    """The staged datasets were written ahead and published; ``publish`` is None when the
-    publish itself raised (``written_ahead``: what the store holds sealed all the same)."""
-
-    publish: PublishReport | None
-    seconds: float
-    tasks: tuple[TaskInfo, ...]
-    written_ahead: tuple[str, ...]
-
-
-@attrs.frozen
-class Released:
-    """An operator released a held dataset (``commitpub release``): its held commit was
-    written ahead and executed (``report``: published, or failed after its seal)."""
-
-    held: HeldDataset
-    report: DatasetReport
-    seconds: float
-    #: The rows and files the run that held it staged (None where its report is gone).
-    rows: int | None = None
-    files: int | None = None
-
-
-@attrs.frozen
-class Finished:
-    """The run ended, in ``error`` or not, after ``seconds``; its lock is not released yet."""
-
-    error: BaseException | None
-    seconds: float
-    #: The keeper of the job lock's lease (None if the lock was never taken).
-    keeper: LeaseKeeper | None
-
-
-@attrs.frozen
-class LineageSent:
-    """The run's OpenLineage events so far: delivered, and not delivered."""
-
-    run_id: str
-    emitted: int
-    failed: int
-
-
-@attrs.frozen
-class Closing:
-    """The last event: what the run records of itself is written now, then the job closes."""
-
-
-RunEvent = (
-    RunEntering
-    | StoresChecked
-    | LockTaken
-    | RunStarted
-    | Recording
-    | SparkStarted
-    | Recovered
-    | DatasetHeld
-    | ExtractQuarantined
-    | DatasetSkipped
-    | RunDirCreated
-    | DatasetStaged
-    | BadRecordsSkipped
-    | ExtractFailed
-    | Extracted
-    | NothingNew
-    | DatasetChecked
-    | Published
-    | Released
-    | Finished
-    | LineageSent
-    | Closing
-)
-
-
-class RunObserver(Protocol):
-    """Told of each event of a run, in order; ignores those it does not need."""
-
-    def on_event(self, event: RunEvent) -> None:
-        """Take note of ``event``. An error raised here stops the run (the report's writer
-        raises when it cannot write; the lineage and metrics observers never raise)."""
-
-
-class Lifecycle:
-    """A run's observers, each told of every event in the order they were added.
-
-    An event an observer tells while it is being told of another waits until every
-    observer was told of that one: all observers see the events in one order.
+class RunObserver:
+    """Told of each step of a run, in order, by a call of the step's hook. Every hook does
+    nothing here: an observer overrides those it needs.
+
+    Hooks take keyword arguments only, so an override that misnames one is caught. An error
+    raised by a hook stops the run (the report's writer raises when it cannot write; the
+    lineage and metrics observers never raise).
+    """
+
+    def on_entering(self) -> None:
+        """The run starts: nothing is opened yet."""
+
+    def on_stores_checked(self, *, warnings: tuple[str, ...]) -> None:
+        """The stores passed the durability check; the lock is not taken yet.
+
+        Args:
+            warnings: a volatile store allowed, a store that could not tell, ...
+        """
+
+    def on_lock_taken(self, *, token: int) -> None:
+        """The job lock is taken, with fencing token ``token``; the store is not fenced yet."""
+
+    def on_started(self) -> None:
+        """The lock is held, the commit store fenced, staging claimed."""
+
+    def on_recording(self) -> None:
+        """From here on the run may change things: it records what it did, whatever happens."""
+
+    def on_spark_started(self, *, master: str | None) -> None:
+        """The run's SparkSession (of ``master``) is in use; the publisher's work runs in its
+        tasks."""
+
+    def on_recovered(
+        self, *, recovery: RecoveryReport, seconds: float, tasks: tuple[TaskInfo, ...]
+    ) -> None:
+        """The job's pending commits were recovered, in ``seconds``, by ``tasks``."""
+
+    def on_held(self, *, held: HeldDataset) -> None:
+        """A dataset is held by failed checks of its staged data (of this run or an earlier)."""
+
+    def on_extract_quarantined(self, *, dataset: str, error: str) -> None:
+        """A dataset is quarantined by its failed extracts (no pending commit of it)."""
+
+    def on_skipped(self, *, dataset: str, why: str) -> None:
+        """Nothing new is ingested for a dataset in this run."""
+
+    def on_run_dir_created(self, *, run_dir: str) -> None:
+        """The run's own directory under the staging path was created."""
+
+    def on_staged(self, *, dataset: str, info: StagedInfo, checks: tuple[Check, ...]) -> None:
+        """A dataset's new data is staged, to be checked with ``checks`` before its commit."""
+
+    def on_bad_records_skipped(self, *, dataset: str, count: int, first: str | None) -> None:
+        """The extract of a staged dataset skipped ``count`` bad records (``first``: the
+        first one's error)."""
+
+    def on_extract_failed(self, *, dataset: str, error: str) -> None:
+        """The extract of a dataset failed; nothing of it is published."""
+
+    def on_extracted(self, *, seconds: float) -> None:
+        """The user's block (the extract) ended, after ``seconds``."""
+
+    def on_nothing_new(self) -> None:
+        """Nothing was staged: nothing is published."""
+
+    def on_checked(self, *, dataset: str, results: CheckResults, seconds: float) -> None:
+        """The staged data of a dataset was checked (a failed ``error`` check holds it:
+        :meth:`on_held` follows)."""
+
+    def on_published(
+        self,
+        *,
+        publish: PublishReport | None,
+        seconds: float,
+        tasks: tuple[TaskInfo, ...],
+        written_ahead: tuple[str, ...],
+    ) -> None:
+        """The staged datasets were written ahead and published.
+
+        Args:
+            publish: the publisher's report; None when the publish itself raised.
+            seconds: how long it took.
+            tasks: the Spark tasks that did it.
+            written_ahead: the datasets whose commit the store holds sealed (also when the
+                publish raised).
+        """
+
+    def on_released(
+        self,
+        *,
+        held: HeldDataset,
+        report: DatasetReport,
+        seconds: float,
+        rows: int | None,
+        files: int | None,
+    ) -> None:
+        """An operator released a held dataset (``commitpub release``): its held commit was
+        written ahead and executed.
+
+        Args:
+            held: the hold released.
+            report: the dataset's report: published, or failed after its seal.
+            seconds: how long it took.
+            rows: the rows the run that held it staged (None where its report is gone).
+            files: the files that run staged (None where its report is gone).
+        """
+
+    def on_finished(
+        self, *, error: BaseException | None, seconds: float, keeper: LeaseKeeper | None
+    ) -> None:
+        """The run ended, in ``error`` or not, after ``seconds``; its lock is not released yet.
+
+        Args:
+            error: what stopped the run, or None.
+            seconds: how long the run took.
+            keeper: the keeper of the job lock's lease (None if the lock was never taken).
+        """
+
+    def on_lineage_sent(self, *, run_id: str, emitted: int, failed: int) -> None:
+        """The run's OpenLineage events so far (of run ``run_id``): delivered, and not
+        delivered."""
+
+    def on_closing(self) -> None:
+        """The last call: what the run records of itself is written now, then the job
+        closes."""
+
+
+#: The hooks of a run, in the order of its lifecycle.
+HOOKS = tuple(name for name in vars(RunObserver) if name.startswith("on_"))
+
+
+class Lifecycle(RunObserver):
+    """A run's observers: each hook called here is relayed to every observer, in the order
+    they were added.
+
+    A hook an observer calls here while it is being told of another waits until every
+    observer was told of that one: all observers see the calls in one order. When an
+    observer raises, the observers after it are not told of that call, nor of those waiting,
+    and the error goes on to the run.
     """
 
     def __init__(self) -> None:
         self._observers: list[RunObserver] = []
-        self._waiting: collections.deque[RunEvent] = collections.deque()
+        self._waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self._telling = False
 
     def add(self, observer: RunObserver) -> None:
-        """Tell ``observer`` of the run's events from now on, after those added before."""
+        """Tell ``observer`` of the run from now on, after those added before."""
         self._observers.append(observer)
 
-    def tell(self, event: RunEvent) -> None:
-        """Tell every observer of ``event``."""
-        self._waiting.append(event)
+    def _tell(self, hook: str, arguments: dict[str, Any]) -> None:
+        """Call ``hook`` of every observer with ``arguments``."""
+        self._waiting.append((hook, arguments))
         if self._telling:
             return
         self._telling = True
         try:
             while self._waiting:
-                told = self._waiting.popleft()
+                name, told = self._waiting.popleft()
                 for observer in self._observers:
-                    observer.on_event(told)
+                    getattr(observer, name)(**told)
         finally:
             self._telling = False
             self._waiting.clear()
+
+
+def _relay(hook: str) -> Callable[..., None]:
+    """The lifecycle's ``hook``: relays the call to every observer (:meth:`Lifecycle._tell`)."""
+
+    @functools.wraps(getattr(RunObserver, hook))
+    def relay(self: Lifecycle, **arguments: Any) -> None:
+        self._tell(hook, arguments)
+
+    relay.__qualname__ = f"Lifecycle.{hook}"
+    return relay
+
+
+# Made from the hooks, so none can be left out; each keeps its hook's signature for mypy.
+for _hook in HOOKS:
+    setattr(Lifecycle, _hook, _relay(_hook))
+del _hook

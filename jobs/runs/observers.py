@@ -2,15 +2,16 @@
 the run report (:class:`ReportObserver`, the one writer of :class:`~jobs.runs.report.RunReport`),
 the OpenLineage events (:class:`LineageObserver`) and the metrics (:class:`MetricsObserver`).
 
-They are told of a run's events in that order: the lineage's last event reads the report
-the report observer completed on :class:`~jobs.runs.lifecycle.Finished`, and the metrics read the
-report once written, on :class:`~jobs.runs.lifecycle.Closing`.
+They are told of a run's steps in that order: the lineage's last event reads the report the
+report observer completed in :meth:`~jobs.runs.lifecycle.RunObserver.on_finished`, and the
+metrics read the report once written, in :meth:`~jobs.runs.lifecycle.RunObserver.on_closing`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -21,45 +22,25 @@ from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
 from jobs.messages import explain
 from jobs.output import get_format
 from jobs.output.commits import join
-from jobs.quality.checks import Check
-from jobs.runs.lifecycle import (
-    BadRecordsSkipped,
-    Closing,
-    DatasetChecked,
-    DatasetHeld,
-    DatasetSkipped,
-    DatasetStaged,
-    Extracted,
-    ExtractFailed,
-    ExtractQuarantined,
-    Finished,
-    LineageSent,
-    LockTaken,
-    NothingNew,
-    Published,
-    Recording,
-    Recovered,
-    Released,
-    RunDirCreated,
-    RunEntering,
-    RunEvent,
-    RunStarted,
-    SparkStarted,
-    StoresChecked,
-)
+from jobs.quality.checks import Check, CheckResults
+from jobs.runs.lifecycle import RunObserver
 from jobs.runs.metrics import export as export_metrics
-from jobs.runs.report import RunReport, count_empty_runs, now, write_report
-from publisher import HeldDataset, Publisher, PublishReport
+from jobs.runs.report import RunReport, StagedInfo, count_empty_runs, now, write_report
+from jobs.spark import TaskInfo
+from publisher import DatasetReport, HeldDataset, Publisher, PublishReport, RecoveryReport
 from store.errors import ConfigurationError, FencedError
 from store.urls import encode_name
+
+if TYPE_CHECKING:
+    from store import LeaseKeeper
 
 log = logging.getLogger("commitpub.jobs")
 
 
-class ReportObserver:
-    """Fills the run's report from its events, and writes it: unfinished once the run may
-    change things (:class:`~jobs.runs.lifecycle.Recording`; a run killed after that is seen
-    unfinished by ``commitpub status``), complete when it closes.
+class ReportObserver(RunObserver):
+    """Fills the run's report as the run goes, and writes it: unfinished once the run may
+    change things (:meth:`~jobs.runs.lifecycle.RunObserver.on_recording`; a run killed after
+    that is seen unfinished by ``commitpub status``), complete when it closes.
 
     Args:
         report: the run's report, as made when the run was.
@@ -74,79 +55,101 @@ class ReportObserver:
         self._log_errors = log_errors
         self._recording = False
 
-    def on_event(self, event: RunEvent) -> None:  # noqa: PLR0912 -- one case per event
-        report = self.report
-        match event:
-            case RunEntering():
-                report.started = now()
-            case StoresChecked(warnings):
-                report.warnings.extend(warnings)
-            case LockTaken(token):
-                report.lock_token = token
-            case Recording():
-                self._recording = True
-                write_report(report, self._reports)
-            case SparkStarted(master):
-                report.spark_master = master
-            case Recovered(recovery, seconds, tasks):
-                report.recovery = recovery
-                report.durations_s["recover"] = round(seconds, 3)
-                report.tasks["recover"] = list(tasks)
-            case RunDirCreated(run_dir):
-                report.run_dir = run_dir
-            case Extracted(seconds):
-                report.durations_s["extract"] = round(seconds, 3)
-            case NothingNew():
-                report.durations_s["publish"] = 0.0
-            case Published(publish, seconds, tasks, written_ahead):
-                if publish is not None:
-                    report.publish = publish
-                report.durations_s["publish"] = round(seconds, 3)
-                report.tasks["publish"] = list(tasks)
-                report.written_ahead = list(written_ahead)
-            case Released(held, released, seconds):
-                report.released[held.dataset] = held
-                report.publish = PublishReport((released,), round(seconds, 3))
-                report.durations_s["release"] = round(seconds, 3)
-            case Finished():
-                self._finished(event)
-            case LineageSent(run_id, emitted, failed):
-                report.lineage_run_id = run_id
-                report.lineage_emitted, report.lineage_failed = emitted, failed
-            case Closing() if self._recording:
-                if report.command == "run":
-                    count_empty_runs(report, self._reports)
-                write_report(report, self._reports)
-            case _:
-                self._on_dataset(event)
+    def on_entering(self) -> None:
+        self.report.started = now()
 
-    def _on_dataset(self, event: RunEvent) -> None:
-        report = self.report
-        match event:
-            case DatasetStaged(dataset, info):
-                report.staged[dataset] = info
-            case BadRecordsSkipped(dataset, count, first):
-                report.staged[dataset] = attrs.evolve(
-                    report.staged[dataset], bad_records_skipped=count, first_bad_record=first
-                )
-            case ExtractFailed(dataset, error):
-                report.extract_failed[dataset] = error
-            case ExtractQuarantined(dataset, error):
-                report.extract_quarantined[dataset] = error
-            case DatasetChecked(dataset, results, seconds):
-                spent = report.durations_s.get("checks", 0.0) + seconds
-                report.durations_s["checks"] = round(spent, 3)
-                report.checks[dataset] = results
-            case DatasetHeld(held):
-                report.held[held.dataset] = held
-            case DatasetSkipped(dataset, why):
-                report.skipped[dataset] = why
+    def on_stores_checked(self, *, warnings: tuple[str, ...]) -> None:
+        self.report.warnings.extend(warnings)
 
-    def _finished(self, event: Finished) -> None:
-        report, keeper = self.report, event.keeper
-        if event.error is not None and report.error is None:
-            self._record_error(event.error)
-        report.durations_s["total"] = round(event.seconds, 3)
+    def on_lock_taken(self, *, token: int) -> None:
+        self.report.lock_token = token
+
+    def on_recording(self) -> None:
+        self._recording = True
+        write_report(self.report, self._reports)
+
+    def on_spark_started(self, *, master: str | None) -> None:
+        self.report.spark_master = master
+
+    def on_recovered(
+        self, *, recovery: RecoveryReport, seconds: float, tasks: tuple[TaskInfo, ...]
+    ) -> None:
+        report = self.report
+        report.recovery = recovery
+        report.durations_s["recover"] = round(seconds, 3)
+        report.tasks["recover"] = list(tasks)
+
+    def on_held(self, *, held: HeldDataset) -> None:
+        self.report.held[held.dataset] = held
+
+    def on_extract_quarantined(self, *, dataset: str, error: str) -> None:
+        self.report.extract_quarantined[dataset] = error
+
+    def on_skipped(self, *, dataset: str, why: str) -> None:
+        self.report.skipped[dataset] = why
+
+    def on_run_dir_created(self, *, run_dir: str) -> None:
+        self.report.run_dir = run_dir
+
+    def on_staged(self, *, dataset: str, info: StagedInfo, checks: tuple[Check, ...]) -> None:
+        self.report.staged[dataset] = info
+
+    def on_bad_records_skipped(self, *, dataset: str, count: int, first: str | None) -> None:
+        staged = self.report.staged
+        staged[dataset] = attrs.evolve(
+            staged[dataset], bad_records_skipped=count, first_bad_record=first
+        )
+
+    def on_extract_failed(self, *, dataset: str, error: str) -> None:
+        self.report.extract_failed[dataset] = error
+
+    def on_extracted(self, *, seconds: float) -> None:
+        self.report.durations_s["extract"] = round(seconds, 3)
+
+    def on_nothing_new(self) -> None:
+        self.report.durations_s["publish"] = 0.0
+
+    def on_checked(self, *, dataset: str, results: CheckResults, seconds: float) -> None:
+        report = self.report
+        spent = report.durations_s.get("checks", 0.0) + seconds
+        report.durations_s["checks"] = round(spent, 3)
+        report.checks[dataset] = results
+
+    def on_published(
+        self,
+        *,
+        publish: PublishReport | None,
+        seconds: float,
+        tasks: tuple[TaskInfo, ...],
+        written_ahead: tuple[str, ...],
+    ) -> None:
+        report = self.report
+        if publish is not None:
+            report.publish = publish
+        report.durations_s["publish"] = round(seconds, 3)
+        report.tasks["publish"] = list(tasks)
+        report.written_ahead = list(written_ahead)
+
+    def on_released(
+        self,
+        *,
+        held: HeldDataset,
+        report: DatasetReport,
+        seconds: float,
+        rows: int | None,
+        files: int | None,
+    ) -> None:
+        self.report.released[held.dataset] = held
+        self.report.publish = PublishReport((report,), round(seconds, 3))
+        self.report.durations_s["release"] = round(seconds, 3)
+
+    def on_finished(
+        self, *, error: BaseException | None, seconds: float, keeper: LeaseKeeper | None
+    ) -> None:
+        report = self.report
+        if error is not None and report.error is None:
+            self._record_error(error)
+        report.durations_s["total"] = round(seconds, 3)
         if keeper is not None and keeper.lost is not None and report.error is None:
             report.error = f"lost the job lock during the run: {keeper.lost}"
             report.error_exit_code = ExitCode.LOCKED
@@ -157,6 +160,19 @@ class ReportObserver:
                 "over then"
             )
         report.finished = now()
+
+    def on_lineage_sent(self, *, run_id: str, emitted: int, failed: int) -> None:
+        report = self.report
+        report.lineage_run_id = run_id
+        report.lineage_emitted, report.lineage_failed = emitted, failed
+
+    def on_closing(self) -> None:
+        if not self._recording:
+            return
+        report = self.report
+        if report.command == "run":
+            count_empty_runs(report, self._reports)
+        write_report(report, self._reports)
 
     def _record_error(self, error: BaseException) -> None:
         report = self.report
@@ -179,7 +195,7 @@ class ReportObserver:
             log.error("%s failed: %s", report.command, report.message or report.error)
 
 
-class LineageObserver:
+class LineageObserver(RunObserver):
     """Sends the run's OpenLineage events (:mod:`jobs.lineage`), if the job configures them:
     START once the lock is held, COMPLETE (exit 0) or FAIL when the run finished, with the
     inputs read and the outputs published, released or held (by this run or still by an
@@ -188,45 +204,60 @@ class LineageObserver:
     Args:
         config: the job's settings (its ``[lineage]``, output and format).
         report: the run's report, read once complete (written by :class:`ReportObserver`).
-        tell: tells the run's lifecycle how many events were delivered
-            (:class:`~jobs.runs.lifecycle.LineageSent`).
+        lifecycle: the run's lifecycle, told how many events were delivered
+            (:meth:`~jobs.runs.lifecycle.RunObserver.on_lineage_sent`).
     """
 
-    def __init__(
-        self, config: BatchConfig, report: RunReport, tell: Callable[[RunEvent], None]
-    ) -> None:
+    def __init__(self, config: BatchConfig, report: RunReport, lifecycle: RunObserver) -> None:
         self._config = config
         self._report = report
-        self._tell = tell
+        self._lifecycle = lifecycle
         self._lineage: Lineage | None = None
         self._started = False
         #: Each staged dataset's checks, for the column each assertion reads.
         self._checks: dict[str, tuple[Check, ...]] = {}
         #: The hold each released dataset was in (``commitpub release``).
-        self._released: dict[str, Released] = {}
+        self._released: dict[str, _Released] = {}
 
-    def on_event(self, event: RunEvent) -> None:
+    def on_stores_checked(self, *, warnings: tuple[str, ...]) -> None:
         config = self._config
-        match event:
-            case StoresChecked() if config.lineage is not None:
-                # Built before the lock: an unusable transport is refused before anything
-                # changes.
-                self._lineage = Lineage(config.lineage, config.name)
-                self._sent(self._lineage)
-            case RunStarted() if self._lineage is not None:
-                self._started = True
-                self._lineage.start()
-                self._sent(self._lineage)
-            case DatasetStaged(dataset, _info, checks) if checks:
-                self._checks[dataset] = checks
-            case Released(held):
-                self._released[held.dataset] = event
-            case Finished() if self._lineage is not None and self._started:
-                self._end(self._lineage)
-                self._sent(self._lineage)
+        if config.lineage is not None:
+            # Built before the lock: an unusable transport is refused before anything changes.
+            self._lineage = Lineage(config.lineage, config.name)
+            self._sent(self._lineage)
+
+    def on_started(self) -> None:
+        if self._lineage is not None:
+            self._started = True
+            self._lineage.start()
+            self._sent(self._lineage)
+
+    def on_staged(self, *, dataset: str, info: StagedInfo, checks: tuple[Check, ...]) -> None:
+        if checks:
+            self._checks[dataset] = checks
+
+    def on_released(
+        self,
+        *,
+        held: HeldDataset,
+        report: DatasetReport,
+        seconds: float,
+        rows: int | None,
+        files: int | None,
+    ) -> None:
+        self._released[held.dataset] = _Released(held, rows, files)
+
+    def on_finished(
+        self, *, error: BaseException | None, seconds: float, keeper: LeaseKeeper | None
+    ) -> None:
+        if self._lineage is not None and self._started:
+            self._end(self._lineage)
+            self._sent(self._lineage)
 
     def _sent(self, lineage: Lineage) -> None:
-        self._tell(LineageSent(lineage.run_id, lineage.emitted, lineage.failed))
+        self._lifecycle.on_lineage_sent(
+            run_id=lineage.run_id, emitted=lineage.emitted, failed=lineage.failed
+        )
 
     def _end(self, lineage: Lineage) -> None:
         """COMPLETE (exit 0) or FAIL, with the inputs read and the outputs published."""
@@ -269,7 +300,7 @@ class LineageObserver:
         url, name = self._where(held.dataset)
         return LineageOutput(url, name=name, assertions=_failed_checks(held), held=True)
 
-    def _released_output(self, released: Released) -> LineageOutput:
+    def _released_output(self, released: _Released) -> LineageOutput:
         """A released dataset: published as its run staged it, though these checks failed."""
         url, name = self._where(released.held.dataset)
         return LineageOutput(
@@ -301,6 +332,15 @@ class LineageObserver:
         )
 
 
+@attrs.frozen
+class _Released:
+    """A dataset released in this run: its hold, and what the run that held it staged."""
+
+    held: HeldDataset
+    rows: int | None
+    files: int | None
+
+
 def _failed_checks(held: HeldDataset) -> list[LineageAssertion]:
     """The failed checks a hold records (as the checks reported them), as assertions."""
     return [
@@ -313,7 +353,7 @@ def _failed_checks(held: HeldDataset) -> list[LineageAssertion]:
     ]
 
 
-class MetricsObserver:
+class MetricsObserver(RunObserver):
     """Writes and/or pushes the run's metrics (:mod:`jobs.runs.metrics`) when it closes, if it
     recorded anything (a run refused before it changed anything exports none).
 
@@ -331,9 +371,9 @@ class MetricsObserver:
         self._publisher = publisher
         self._recording = False
 
-    def on_event(self, event: RunEvent) -> None:
-        match event:
-            case Recording():
-                self._recording = True
-            case Closing() if self._recording:
-                export_metrics(self._config, self._report, self._publisher())
+    def on_recording(self) -> None:
+        self._recording = True
+
+    def on_closing(self) -> None:
+        if self._recording:
+            export_metrics(self._config, self._report, self._publisher())

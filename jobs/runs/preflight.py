@@ -31,7 +31,7 @@ import fsspec
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
 from jobs.output.ownership import renamed_hint
 from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
-from publisher import staging
+from publisher.integration import staging
 from store.errors import ConfigurationError
 from store.urls import REDIS_PASSWORD_ENV, redact, redis_password
 

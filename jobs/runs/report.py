@@ -21,7 +21,6 @@ import attrs
 import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
-import publisher
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
 from jobs.files import write_whole
@@ -29,6 +28,7 @@ from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
 from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
+from publisher.integration import converter as publisher_converter
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
 from store.urls import is_local, local_path, redact
@@ -223,8 +223,7 @@ class RunReport:
 
 #: Turns the report's records into JSON-ready data: the publisher's one converter, taught
 #: this layer's records (the publisher's reports inside a run report keep their JSON form).
-# (``import publisher``: its name ``converter`` is also the name of its module.)
-converter = publisher.converter.copy()
+converter = publisher_converter.copy()
 converter.register_unstructure_hook(
     StagedInfo,
     make_dict_unstructure_fn(

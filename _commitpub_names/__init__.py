@@ -6,8 +6,11 @@ common names: a user's ``jobs/`` package or ``store.py`` beside a script, or on
 and the fix, instead of a puzzling ``AttributeError`` or ``No module named 'store.errors'``
 later. :func:`ours_first` imports our four packages from commitpub's own install location
 whatever comes first on ``sys.path``; what it cannot undo is a shadowing module already
-imported, which :func:`check` reports. This module uses the standard library only: it runs
-before any of the four is imported.
+imported, which :func:`check` reports.
+
+This module uses the standard library only: it runs before any of the four is imported, so
+it is none of theirs, nor the ``commitpub`` facade's (which sits above them all): a package
+of its own, below every layer, that each of them can import.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class ShadowedPackageError(ImportError):
     """A module of the user's has the name of one of commitpub's top-level packages and is
     the one Python imports (or has imported) under that name."""
+
+
+# Its public name: tracebacks and pickles say commitpub.ShadowedPackageError.
+ShadowedPackageError.__module__ = "commitpub"
 
 
 def _origin(name: str) -> str | None:
