@@ -36,7 +36,6 @@ from jobs.output.iceberg import CATALOG_NAME, IcebergFormat, IcebergWriter
 from jobs.output.parquet import ParquetFormat, ParquetWriter
 from jobs.output.tables import TableWriter
 from jobs.output.writing import Written
-from publisher import StepsBuilder
 from store.errors import ConfigurationError, NotImportableError
 from store.loader import load
 
@@ -154,7 +153,6 @@ __all__ = [
     "OwnerRecordError",
     "ParquetFormat",
     "ParquetWriter",
-    "StepsBuilder",
     "TableWriter",
     "Writer",
     "Written",
