@@ -31,7 +31,7 @@ from typing import Any
 import _common
 
 from jobs import Batch
-from jobs.quality.checks import (
+from jobs.quality import (
     AcceptedValuesCheck,
     Check,
     NotNullCheck,

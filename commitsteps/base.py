@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 import attrs
-import fsspec
 
 from commitsteps.errors import (
     DuplicateStepTypeError,
@@ -24,6 +23,7 @@ from commitsteps.modules import (
 from store.errors import ConfigurationError, NotImportableError
 from store.failpoints import failpoint
 from store.fences import fence_check
+from store.files import FileIO
 from store.loader import load
 
 
@@ -48,8 +48,8 @@ class CommitStep(abc.ABC):
     Example, a step that publishes a marker file once its dataset is in place::
 
         import attrs
-        import fsspec
         import commitsteps
+        import store
 
         @commitsteps.register("acme.success-marker")
         @attrs.frozen
@@ -58,13 +58,13 @@ class CommitStep(abc.ABC):
             content: str = ""
 
             def verify(self) -> bool:
-                fs, p = fsspec.core.url_to_fs(self.path)
-                return fs.exists(p) and fs.cat_file(p).decode() == self.content
+                io = store.FileIO(self.path)
+                return io.exists(io.root) and io.read(io.root).decode() == self.content
 
             def execute(self) -> None:
                 if not self.verify():
-                    fs, p = fsspec.core.url_to_fs(self.path)
-                    fs.pipe_file(p, self.content.encode())
+                    io = store.FileIO(self.path)
+                    io.write(io.root, self.content.encode())
 
             def published_paths(self) -> tuple[str, ...]:
                 return (self.path,)
@@ -134,9 +134,8 @@ class CommitStep(abc.ABC):
         :meth:`rollback` for effects that are not files.
         """
         for url in self.published_paths():
-            fs, path = fsspec.core.url_to_fs(url)
-            fs.invalidate_cache(path)
-            if fs.exists(path):
+            io = FileIO(url)
+            if io.exists(io.root):
                 return False
         return True
 
@@ -184,11 +183,10 @@ def delete_path(url: str) -> None:
     Raises:
         StepError: if the file exists and cannot be deleted.
     """
-    fs, path = fsspec.core.url_to_fs(url)
+    io = FileIO(url)
     try:
-        fs.rm_file(path)
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # a file under a path that is a file (not a directory) cannot be there either
+        # A file under a path that is a file (not a directory) cannot be there either.
+        io.remove(io.root)
     except OSError as e:
         raise StepError(f"could not delete {url}: {e}") from e
 

@@ -62,16 +62,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.fences import FenceCheck, fence_check
-from store.files import PUBLIC_FILE_MODE, protocols, remove_leftovers, write_stream
-from store.urls import is_local, local_path, require_no_credentials
+from store.files import PUBLIC_FILE_MODE, FileIO, protocols, remove_leftovers, write_stream
+from store.urls import is_local, local_path, plain_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
 # them 3-4x slower), so local batches run serially.
@@ -95,7 +93,9 @@ def _check_url(_instance: Any, attribute: attrs.Attribute[str], value: str) -> N
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{attribute.name} must be a non-empty path or URL")
     require_no_credentials(value, attribute.name)
-    if is_local(value) and not os.path.isabs(_bare_path(value)):
+    # The path as written, not made absolute (local_path would).
+    written = plain_path(value)
+    if written is not None and not os.path.isabs(written):
         raise ConfigurationError(
             f"{attribute.name} {value!r} must be absolute: a relative path would resolve "
             "against whichever directory recovery runs in"
@@ -123,18 +123,12 @@ def _check_size(_instance: Any, _attribute: attrs.Attribute[int], value: int) ->
         raise StepValueError(f"size must be a non-negative int (bytes), got {value!r}")
 
 
-def _bare_path(url: str) -> str:
-    # The path as written, not made absolute (local_path would): the check above is on it.
-    return url[len("file://") :] if url.lower().startswith("file://") else url
-
-
 def _fs(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` (None for the local disk) and its path there."""
     if is_local(url):
         return None, local_path(url)
-    fs, path = fsspec.core.url_to_fs(url)
-    if isinstance(fs, LocalFileSystem):
-        return None, path
-    return fs, path
+    io = FileIO(url)
+    return (None if io.local else io.fs), io.root
 
 
 def _is_s3(fs: Any) -> bool:
@@ -381,21 +375,13 @@ class _LocalRenames:
         """
         remote = []
         fds = self._fds
-        prefix = "file://"
-        cut = len(prefix)
+        plain = plain_path
         tick = fence.tick
         for step in steps:
-            src, dst = step.src, step.dst
-            if "://" in src:
-                if not src.startswith(prefix):
-                    remote.append(step)
-                    continue
-                src = src[cut:]
-            if "://" in dst:
-                if not dst.startswith(prefix):
-                    remote.append(step)
-                    continue
-                dst = dst[cut:]
+            src, dst = plain(step.src), plain(step.dst)
+            if src is None or dst is None:
+                remote.append(step)
+                continue
             sdir, _, sname = src.rpartition("/")
             ddir, _, dname = dst.rpartition("/")
             sfd, dfd = fds.get(sdir), fds.get(ddir)

@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import attrs
-import fsspec
 
 from commitsteps.errors import MissingSourceError, StepConflictError, StepError
 from commitsteps.fs import FsRenameCommitStep
 from store.errors import ConfigurationError
-from store.urls import require_no_credentials
+from store.files import FileIO
+from store.urls import has_scheme, plain_path, require_no_credentials
 
 log = logging.getLogger("commitpub.steps")
 
@@ -147,7 +147,7 @@ def check_location(_instance: Any, attribute: attrs.Attribute[str], value: str) 
             f"got {value!r}"
         )
     require_no_credentials(value, attribute.name)
-    if "://" not in value and not value.startswith("/"):
+    if not has_scheme(value) and not value.startswith("/"):
         raise ConfigurationError(f"{attribute.name} {value!r} must be absolute")
 
 
@@ -218,13 +218,6 @@ class Footer:
     metadata: Any  # pyarrow.parquet.FileMetaData
 
 
-def _local(url: str) -> str | None:
-    """The path of a local file URL or path; None for other filesystems."""
-    if url.startswith("file://"):
-        return url[len("file://") :]
-    return None if "://" in url else url
-
-
 def read_footer(url: str) -> Footer:
     """Read the footer of the Parquet file at ``url`` (a path or fsspec URL).
 
@@ -236,7 +229,7 @@ def read_footer(url: str) -> Footer:
     import pyarrow.parquet as pq
 
     try:
-        local = _local(url)
+        local = plain_path(url)
         if local is not None:
             # Straight to pyarrow: going through fsspec cost as much again per small file;
             # and opened here, since a path makes pyarrow resolve a filesystem for it first
@@ -244,8 +237,8 @@ def read_footer(url: str) -> Footer:
             with pa.OSFile(local) as f:
                 metadata = pq.read_metadata(f)
         else:
-            fs, path = fsspec.core.url_to_fs(url)
-            with fs.open(path, "rb") as f:
+            io = FileIO(url)
+            with io.open(io.root) as f:
                 metadata = pq.read_metadata(f)
     except FileNotFoundError as e:
         raise MissingSourceError(f"data file {url} does not exist") from e
@@ -256,7 +249,7 @@ def read_footer(url: str) -> Footer:
 
 def read_footers(urls: Sequence[str]) -> list[Footer]:
     """:func:`read_footer` of each URL, in order, several at once."""
-    if len(urls) < 2 or all(_local(u) is not None for u in urls):
+    if len(urls) < 2 or all(plain_path(u) is not None for u in urls):
         # Local footers are read faster one after the other than by threads taking turns
         # at the GIL; object stores gain from many requests in flight.
         return [read_footer(u) for u in urls]
@@ -460,13 +453,12 @@ def check_in_place(files: Sequence[TableFile]) -> None:
     for f in files:
         size: int | None
         try:
-            local = _local(f.path)
+            local = plain_path(f.path)
             if local is not None:
                 size = os.stat(local).st_size
             else:
-                fs, path = fsspec.core.url_to_fs(f.path)
-                fs.invalidate_cache(path)  # s3fs may answer from a listing older than the renames
-                size = int(fs.size(path))
+                io = FileIO(f.path)  # never answered from a listing older than the renames
+                size = io.size(io.root)
         except FileNotFoundError:
             size = None
         if size != f.size:
@@ -504,17 +496,17 @@ def renames_into(
 
 
 def _staged_size(url: str) -> int:
-    local = _local(url)
+    local = plain_path(url)
     try:
         if local is not None:
             st = os.stat(local)
             if stat.S_ISREG(st.st_mode):
                 return st.st_size
         else:
-            fs, path = fsspec.core.url_to_fs(url)
-            info = fs.info(path)
-            if info.get("type") == "file":
-                return int(info["size"])
+            io = FileIO(url)
+            size = io.size(io.root, cached=True)
+            if size is not None:
+                return size
     except FileNotFoundError:
         pass
     raise MissingSourceError(f"staged file {url} does not exist")

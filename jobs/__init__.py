@@ -20,7 +20,7 @@ from jobs.errors import (
 )
 from jobs.exitcodes import ExitCode
 from jobs.output import OutputFormat, register_format
-from jobs.quality.checks import (
+from jobs.quality import (
     AcceptedValuesCheck,
     CheckOutcome,
     CustomCheck,

@@ -39,9 +39,9 @@ from cattrs.errors import (
 
 import commitsteps
 from commitsteps import DEFAULT_COMMIT_BUDGET_S
+from jobs.checkdeclarations import DeclaredChecks, declared_checks
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
-from jobs.quality.checks import DeclaredChecks, declared_checks
 from jobs.settings import (
     NOT_BLANK,
     POSITIVE_SECONDS,
@@ -66,6 +66,7 @@ from store.loader import load
 from store.records import TOML, strict_converter
 from store.urls import (
     encode_name,
+    has_scheme,
     is_local,
     local_path,
     redact,
@@ -545,7 +546,8 @@ class JobConfig(OperatorConfig):
         factory=list,
         doc="more hive partition columns, after the time field's date column",
     )
-    #: Checked by :func:`~jobs.quality.checks.declared_checks` (each kind of check has its keys).
+    #: Checked by :func:`~jobs.checkdeclarations.declared_checks` (each kind of check has its
+    #: keys).
     checks = Setting[DeclaredChecks](
         "checks",
         given=list[dict[str, Any]],
@@ -685,7 +687,7 @@ def _resolve(value: str, base: Path, key: str, naming: Naming) -> str:
     problem = url_problem(value)
     if problem is not None:
         raise naming.error(f"{naming.the(key)}: {problem}")
-    if not is_local(value) or value.lower().startswith("file://"):
+    if has_scheme(value):
         return value
     path = Path(value).expanduser()
     return os.path.normpath(path if path.is_absolute() else base / path)

@@ -34,7 +34,7 @@ class BatchArgumentError(ConfigurationError):
 
 
 class CheckDeclarationError(ConfigurationError):
-    """A check on staged data (:mod:`jobs.quality.checks`) is declared wrong: a key or argument of
+    """A check on staged data (:mod:`jobs.quality`) is declared wrong: a key or argument of
     the wrong type, an unknown kind of check, a column the data does not have, a predicate
     Spark cannot plan. The message names the check (``checks[2].columns: ...``) and is told
     before any Spark job ran."""

@@ -27,13 +27,13 @@ import attrs
 from commitsteps import CommitStep, PathConfinementError, StagedLinkError, tag_of
 from store.connections import Connections
 from store.errors import ConfigurationError
-from store.urls import is_local, split_scheme
+from store.urls import is_local, plain_path, split_scheme
 
 
 def normalize(url: str) -> str:
     """A canonical form of a path or URL for prefix comparison."""
-    if is_local(url):
-        path = url[len("file://") :] if url.lower().startswith("file://") else url
+    path = plain_path(url)
+    if path is not None:
         return os.path.normpath(os.path.abspath(path))
     scheme, rest = split_scheme(url)
     netloc, _, path = rest.partition("/")
@@ -93,7 +93,7 @@ class _Kind:
     roots: tuple[str, ...]
     resolved: tuple[str, ...]
     inside: dict[str, bool] = attrs.Factory(dict)
-    #: Directories as written in paths (``file://`` kept) of the usual case below, judged
+    #: Directories as written in paths (a scheme kept) of the usual case below, judged
     #: once: whether they lie inside, and the local directory.
     seen: dict[str, tuple[bool, str]] = attrs.Factory(dict)
 
@@ -115,12 +115,13 @@ class _Kind:
             return PathConfinementError(
                 f"{path} needs a configured {self.name} root, and the publisher has none"
             )
-        local = path[len("file://") :] if path.startswith("file://") else path
+        local = plain_path(path)
+        if local is None:
+            ok = _strictly_inside(normalize(path), self.roots)
+            return None if ok else self._refusal(path)
         cut = local.rfind("/")
         name = local[cut + 1 :]
-        if not is_local(local):
-            ok = _strictly_inside(normalize(path), self.roots)
-        elif cut >= 0 and local[0] == "/" and name not in _NOT_FILES:
+        if cut >= 0 and local[0] == "/" and name not in _NOT_FILES:
             # The usual case, kept cheap: an absolute path naming a file in a directory.
             directory = local[:cut] or "/"
             found = self.inside.get(directory)

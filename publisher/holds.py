@@ -45,13 +45,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep, WatermarkCommitStep, dumps, loads, watermark_store
 from publisher import barriers, staging
@@ -76,7 +74,7 @@ from store import formats
 from store.base import encode_value
 from store.errors import ConfigurationError, CorruptRecordError, NewerFormatError
 from store.failpoints import failpoint
-from store.urls import is_local, local_path
+from store.files import FileIO
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -336,10 +334,8 @@ def _check_staged(dataset: str, steps: Sequence[CommitStep]) -> None:
 
 
 def _exists(url: str) -> bool:
-    if is_local(url):
-        return os.path.lexists(local_path(url))
-    fs, path = fsspec.core.url_to_fs(url)
-    return bool(fs.exists(path))
+    io = FileIO(url)  # a local link counts: the rename refuses it
+    return io.exists(io.root)
 
 
 def resume_release(ctx: Context, dataset: str, status: DatasetStatus) -> DatasetStatus | None:

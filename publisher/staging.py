@@ -81,10 +81,8 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep
 from publisher.confinement import Roots, normalize
@@ -98,8 +96,8 @@ from store.errors import (
     StoreRolledBackError,
 )
 from store.failpoints import failpoint
-from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, create_exclusive, fsync_path, replace
-from store.urls import is_local, local_path, split_scheme
+from store.files import PUBLIC_FILE_MODE, TEMP_PREFIX, FileIO, fsync_path
+from store.urls import is_local, local_path
 
 log = logging.getLogger("commitpub.publisher")
 
@@ -186,7 +184,7 @@ def decode_marker(data: bytes, where: str) -> RunMarker:
     return marker
 
 
-# -- filesystem access: local paths directly, anything else through fsspec ----------------
+# -- filesystem access: through store.FileIO, markers' own errors here ------------------------
 
 
 def _local_path(url: str) -> str | None:
@@ -198,22 +196,11 @@ def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
 
-def _remote(url: str) -> tuple[Any, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache()  # other processes write here; a cached listing would not see it
-    return fs, path
-
-
 def _read(url: str) -> bytes | None:
     """The bytes of a file, or None when it does not exist."""
-    local = _local_path(url)
+    io = FileIO(url)
     try:
-        if local is not None:
-            with open(local, "rb") as f:
-                return f.read()
-        fs, path = _remote(url)
-        data: bytes = fs.cat_file(path)
-        return data
+        return io.read(io.root)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except IsADirectoryError as e:
@@ -221,30 +208,22 @@ def _read(url: str) -> bytes | None:
 
 
 def _create_exclusive(url: str, data: bytes) -> bool:
-    """Create a file holding ``data``, durably; False if it exists already."""
-    local = _local_path(url)
-    if local is None:
-        fs, path = _remote(url)
-        try:
-            # On S3 one PUT with If-None-Match: *: exactly one creator wins.
-            fs.pipe_file(path, data, mode="create")
-        except FileExistsError:
-            return False
-        return True
-    # Written aside and linked to its name: a marker is whole or absent, never a prefix.
-    return create_exclusive(local, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+    """Create a file holding ``data``, whole and durably; False if it exists already
+    (on S3 one PUT with If-None-Match: *: exactly one creator wins)."""
+    io = FileIO(url)
+    return io.create_exclusive(io.root, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+
+
+def _replace(url: str, data: bytes) -> None:
+    """Write a file whole and durably over what is there (an object: one PUT)."""
+    io = FileIO(url)
+    io.replace(io.root, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
 
 
 def _names(url: str) -> list[str]:
     """Names directly under a directory, sorted; empty when it does not exist."""
-    local = _local_path(url)
-    try:
-        if local is not None:
-            return sorted(os.listdir(local))
-        fs, path = _remote(url)
-        return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+    io = FileIO(url)
+    return sorted(io.names(io.root))
 
 
 def _children(root: str) -> list[str]:
@@ -252,33 +231,19 @@ def _children(root: str) -> list[str]:
     local = _local_path(root)
     if local is not None:
         return [f"{local.rstrip('/')}/{n}" for n in _names(root)]
-    scheme = split_scheme(root)[0]
-    fs, path = _remote(root)
-    try:
-        found = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return []
-    return sorted(normalize(f"{scheme}://{p.rstrip('/')}") for p in found)
+    return sorted(normalize(_join(root, n)) for n in _names(root))
 
 
-def _files_under(url: str) -> list[str]:
-    """Every file under a remote directory, as filesystem paths."""
-    fs, path = _remote(url)
-    return sorted(fs.find(path))
+def _files_below(url: str) -> bool:
+    """Whether any file lies below a directory, at any depth."""
+    io = FileIO(url)
+    return bool(io.walk(io.root))
 
 
 def delete_tree(path: str) -> None:
     """Delete a file or a directory tree. Errors are raised: the caller decides."""
-    local = _local_path(path)
-    if local is None:
-        fs, p = _remote(path)
-        if fs.exists(p):
-            fs.rm(p, recursive=True)
-        return
-    if os.path.isdir(local) and not os.path.islink(local):
-        shutil.rmtree(local)
-    elif os.path.lexists(local):
-        os.unlink(local)
+    io = FileIO(path)
+    io.delete_tree(io.root)
 
 
 # -- claim ---------------------------------------------------------------------------------
@@ -370,13 +335,7 @@ def move_claim(root: str, job: str, new: str, guard: Guard) -> bool:
             f"staging path {root} belongs to job {owner!r}, neither {job!r} nor {new!r}"
         )
     guard(f"moving the staging path {root} to job {new!r}")
-    marker = _join(root, ROOT_MARKER)
-    local = _local_path(marker)
-    if local is None:
-        fs, path = _remote(marker)
-        fs.pipe_file(path, new.encode(), mode="overwrite")
-    else:
-        replace(local, new.encode(), mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+    _replace(_join(root, ROOT_MARKER), new.encode())
     log.info("staging path %s moved from job %s to job %s", root, job, new)
     return True
 
@@ -459,12 +418,7 @@ def _forgot(job: str, seen: TokenRecord, token: int, where: str) -> str:
 
 def _write_token(where: str, record: TokenRecord) -> None:
     data = json.dumps(formats.stamped(to_json(record), formats.TOKEN_RECORD)).encode()
-    local = _local_path(where)
-    if local is None:
-        fs, path = _remote(where)
-        fs.pipe_file(path, data)  # one PUT: the object is whole or absent
-    else:
-        replace(local, data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
+    _replace(where, data)
 
 
 # -- run directories -----------------------------------------------------------------------
@@ -557,13 +511,13 @@ def finish_run(run_dir: str, guard: Guard) -> bool:
             log.warning("run directory %s left behind: %s", run_dir, e)
             return False
         return True
-    fs, path = _remote(run_dir)
-    files = sorted(fs.find(path))
+    io = FileIO(run_dir)
+    files = sorted(io.walk(io.root))
     if [posixpath.basename(f) for f in files] not in ([], [RUN_MARKER]):
         return False
     guard(f"removing the finished run directory {run_dir}")
     if files:
-        fs.rm_file(files[0])
+        io.remove(io.join(files[0]))
     return True
 
 
@@ -892,7 +846,7 @@ def _judge(entry: str, name: str, job: str, token: int | None) -> tuple[str, str
 def _judge_unmarked(entry: str, local: str | None) -> tuple[str, str]:
     if local is not None and not _names(entry):
         return "rmdir", ""  # a run killed between creating its directory and its marker
-    if local is None and not _files_under(entry):
+    if local is None and not _files_below(entry):
         return "leave", ""  # an object store has no empty directories worth a word
     return "leave", (
         f"{entry}: no run marker ({RUN_MARKER}), so commitpub did not create it (or a "
@@ -960,10 +914,6 @@ def _delete_run_dir(entry: str) -> None:
             os.unlink(f"{local}/{RUN_MARKER}")
         os.rmdir(local)
         return
-    fs, path = _remote(entry)
-    marker = f"{path.rstrip('/')}/{RUN_MARKER}"
-    rest = [f for f in fs.find(path) if f != marker]
-    if rest:
-        fs.rm(rest)
-    with contextlib.suppress(FileNotFoundError):
-        fs.rm_file(marker)
+    io = FileIO(entry)
+    io.remove_all([io.join(f) for f in io.walk(io.root) if f != RUN_MARKER])
+    io.remove(io.join(RUN_MARKER))

@@ -7,6 +7,8 @@ keeper and fence check), :mod:`store.connections` (the stores a job's work may o
 :mod:`store.records`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from store.base import CommitStepStore, JsonScalar, SequenceInfo, WatermarkStore
 from store.durability import Durability, HasDurability, require_durable
 from store.errors import (
@@ -32,6 +34,20 @@ from store.fences import current_job, fencing
 from store.lock import JobLock, Lease, LeaseKeeper, note_progress
 from store.registry import open_lock, open_store, open_watermarks, register_backend
 
+if TYPE_CHECKING:
+    from store.files import FileIO
+
+
+def __getattr__(name: str) -> Any:
+    # FileIO brings fsspec with it: imported when first asked for, so that `import store`
+    # stays light for what needs no file (a Redis store, the lock helpers).
+    if name == "FileIO":
+        from store.files import FileIO
+
+        return FileIO
+    raise AttributeError(f"module 'store' has no attribute {name!r}")
+
+
 __all__ = [
     "BackendNotInstalledError",
     "CommitPubError",
@@ -41,6 +57,7 @@ __all__ = [
     "CredentialsInUrlError",
     "Durability",
     "FencedError",
+    "FileIO",
     "ForeignStoreError",
     "HasDurability",
     "JobLock",

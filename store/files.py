@@ -1,8 +1,11 @@
-"""Files on a local disk and what makes them last: the one owner of durable file I/O.
+"""Files at a URL, and what makes them last: the one owner of file I/O and its durability.
 
-Every module that writes a file it relies on after a crash, or makes something durable,
-calls this one; which paths are local is :mod:`store.urls`'s (:func:`~store.urls.is_local`,
-:func:`~store.urls.local_path`). The policy:
+:class:`FileIO` (exported as ``store.FileIO``) is how every layer reaches a file it does not
+write through Spark: chosen once by the URL's scheme, the local disk through the functions
+below, anything else through fsspec. Every module that writes a file it relies on after a
+crash, or makes something durable, calls this one; which paths are local is
+:mod:`store.urls`'s (:func:`~store.urls.is_local`, :func:`~store.urls.local_path`). The
+policy on a local disk:
 
 * **A record appears whole or not at all.** It is written to a temporary name unique to the
   writer (``.tmp-<random>`` beside it: readers and Spark skip hidden names), every byte
@@ -32,10 +35,13 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import posixpath
+import shutil
+import stat
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -381,22 +387,67 @@ def translate_error(e: OSError, path: str) -> StoreError:
 
 
 class FileIO:
-    """The few file operations the stores and the job lock need, on any fsspec filesystem,
-    with a fast path for local disks (where the functions above make them durable)."""
+    """The file or directory at a URL, and every file beside it on its filesystem: the one
+    way commitpub reaches a file it does not write through Spark.
 
-    def __init__(self, url: str) -> None:
-        try:
-            fs, root = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as e:
-            hint = install_hint(url) if isinstance(e, ImportError) else None
-            raise ConfigurationError(
-                f"cannot open store URL {redact(url)!r}: {e}" + (f" ({hint})" if hint else "")
-            ) from e
+    Chosen once, by the URL's scheme (:func:`store.urls.is_local`): a bare path or a
+    ``file://`` URL is the local disk, reached with ``os`` calls, where writes are made
+    durable (written aside, fsynced, named, the directory fsynced: see the module doc);
+    any other URL is the fsspec filesystem its scheme names (``s3://``, ``gs://``,
+    ``az://``, ``memory://``, ...), where a PUT is durable once acknowledged and listings
+    are never answered from fsspec's cache (other processes write there too). The shape is
+    pyiceberg's ``pyiceberg.io.FileIO``: build one per root, then address files by path.
+
+    Paths given to the methods are paths on :attr:`fs`, such as :attr:`root` and
+    :meth:`join` give: an absolute path on the local disk, ``bucket/key`` on S3.
+
+    Example::
+
+        from store import FileIO
+
+        io = FileIO("s3://bucket/reports")         # or "/var/lib/job/reports"
+        io.write(io.join("latest.json"), b"{}")    # whole, durably on a local disk
+        names = io.names(io.root)                  # ["latest.json"]
+        data = io.read(io.join("latest.json"))
+
+    Attributes:
+        fs: the fsspec filesystem (a ``LocalFileSystem`` for a local URL), for what the
+            methods do not cover.
+        local: True on the local disk.
+        root: the URL's own path on :attr:`fs`, without a trailing ``/``; local paths are
+            absolute and normalized (:func:`store.urls.local_path`).
+
+    Args:
+        url: a path, a ``file://`` URL or any fsspec URL.
+        store: True for a store's own records: an ``OSError`` of :meth:`names` becomes a
+            :class:`StoreError` (:class:`StoreUnavailableError` when unreachable), and the
+            crash point ``store.write_ahead.temp_written`` (:mod:`store.failpoints`) fires
+            when a file of :meth:`create_exclusive` is ready and not yet visible.
+
+    Raises:
+        ConfigurationError: if no filesystem serves the URL's scheme, or its package is not
+            installed (with the ``pip install`` that adds it).
+    """
+
+    def __init__(self, url: str, *, store: bool = False) -> None:
+        fs: Any
+        if is_local(url):
+            fs, root = _LOCAL_FS, local_path(url)
+        else:
+            try:
+                fs, root = fsspec.core.url_to_fs(url)
+            except (ImportError, ValueError) as e:
+                hint = install_hint(url) if isinstance(e, ImportError) else None
+                what = "store URL" if store else "URL"
+                raise ConfigurationError(
+                    f"cannot open {what} {redact(url)!r}: {e}" + (f" ({hint})" if hint else "")
+                ) from e
         self.fs = fs
         self.local = isinstance(fs, LocalFileSystem)
         self.root = root.rstrip("/") or "/"
+        self._store = store
         # s3fs would HEAD every object before reading it, to split large reads into parallel
-        # ranges; what the stores read is small, so one GET does.
+        # ranges; what is read here is small, so one GET does.
         self._read_options = {"max_concurrency": 1} if "s3" in protocols(fs) else {}
 
     def durability(self, url: str) -> Durability:
@@ -413,10 +464,64 @@ class FileIO:
         return Durability.of([])
 
     def join(self, *parts: str) -> str:
+        """The path of ``parts`` (names or ``a/b`` paths) under :attr:`root`."""
         return "/".join((self.root, *parts))
 
+    # -- reading ------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        """Whether anything is at ``path``; a local symbolic link counts, even a dangling
+        one (it is not followed)."""
+        if self.local:
+            return os.path.lexists(path)
+        self._forget(path)
+        return bool(self.fs.exists(path))
+
+    def _forget(self, path: str) -> None:
+        """Drop what fsspec's cache holds of ``path`` and of the listing of its directory
+        (where a filesystem would look it up): others may have written or deleted it."""
+        self.fs.invalidate_cache(path)
+        self.fs.invalidate_cache(posixpath.dirname(path.rstrip("/")))
+
+    def size(self, path: str, *, cached: bool = False) -> int | None:
+        """The size of the regular file at ``path`` (a local link is followed); None when
+        nothing, or a directory, is there. With ``cached``, an object store may answer from
+        a listing made earlier in this process (for a file nobody changes meanwhile)."""
+        try:
+            if self.local:
+                st = os.stat(path)
+                return st.st_size if stat.S_ISREG(st.st_mode) else None
+            if not cached:
+                self._forget(path)
+            info = self.fs.info(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return int(info["size"]) if info.get("type") == "file" else None
+
+    def read(self, path: str) -> bytes:
+        """The bytes of the file at ``path``.
+
+        Raises:
+            FileNotFoundError: if there is none.
+        """
+        if self.local:
+            with open(path, "rb") as f:
+                return f.read()
+        data: bytes = self.fs.cat_file(path, **self._read_options)
+        return data
+
+    def open(self, path: str) -> BinaryIO:
+        """The file at ``path``, open for reading (a local link is followed)."""
+        if self.local:
+            return open(path, "rb")
+        return cast("BinaryIO", self.fs.open(path, "rb"))
+
     def names(self, path: str) -> list[str]:
-        """Names directly under ``path``; empty when it does not exist."""
+        """Names directly under ``path``; empty when it does not exist (or is a file).
+
+        Raises:
+            OSError: if it cannot be listed; a :class:`StoreError` for a store's records.
+        """
         try:
             if self.local:
                 return os.listdir(path)
@@ -428,14 +533,56 @@ class FileIO:
             # no sequence; it must not fail the listing of every other dataset.
             return []
         except OSError as e:
+            if not self._store:
+                raise
             raise translate_error(e, path) from e
 
-    def read(self, path: str) -> bytes:
-        if self.local:
-            with open(path, "rb") as f:
-                return f.read()
-        data: bytes = self.fs.cat_file(path, **self._read_options)
-        return data
+    def directories(self, path: str) -> list[str]:
+        """Names of the directories directly under ``path`` (a local link to one is not
+        one); empty when it does not exist.
+
+        Raises:
+            OSError: if it cannot be listed.
+        """
+        try:
+            if self.local:
+                with os.scandir(path) as entries:
+                    return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+            self.fs.invalidate_cache(path)
+            found = self.fs.ls(path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [f["name"].rstrip("/").rsplit("/", 1)[-1] for f in found if f["type"] == "directory"]
+
+    def walk(self, path: str) -> dict[str, int]:
+        """Every file below ``path`` (at any depth), as its path relative to ``path`` ->
+        its size: one listing per directory locally, links not followed (a link is listed
+        as a file, with the size of the link itself); on an object store the whole prefix in
+        one listing. Empty when ``path`` does not exist."""
+        if not self.local:
+            self.fs.invalidate_cache(path)
+            base = path.rstrip("/")
+            return {
+                posixpath.relpath(full, base): int(info["size"])
+                for full, info in self.fs.find(base, detail=True).items()
+                if info.get("type", "file") == "file"
+            }
+        found: dict[str, int] = {}
+        pending = [(path, "")]
+        while pending:
+            directory, prefix = pending.pop()
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append((entry.path, f"{prefix}{entry.name}/"))
+                        else:
+                            found[prefix + entry.name] = entry.stat(follow_symlinks=False).st_size
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return found
+
+    # -- writing ------------------------------------------------------------------------
 
     def _put(self, path: str, data: bytes, mode: str) -> None:
         try:
@@ -446,14 +593,37 @@ class FileIO:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(path, data, mode=mode)
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        """Create ``path`` holding ``data`` in one atomic step; False if it exists already."""
+    def _crashing(self) -> None:
+        if self._store:
+            failpoint("store.write_ahead.temp_written")
+
+    def create_exclusive(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int = PRIVATE_FILE_MODE,
+        dir_mode: int = PRIVATE_DIR_MODE,
+    ) -> bool:
+        """Create ``path`` holding ``data`` in one atomic step, durably; False if it exists
+        already. Two writers cannot both create it.
+
+        Args:
+            path: the file's path.
+            data: its bytes.
+            mode: a local file's mode, less the umask.
+            dir_mode: the mode of local directories created for it.
+
+        Raises:
+            StoreError: on a local filesystem that cannot make hard links (where a check
+                then a rename would let two writers both create the name).
+        """
         directory = path.rsplit("/", 1)[0]
         if not self.local:
             # fsspec's create mode: on S3 one PUT with If-None-Match: *, which makes the object
             # visible whole or fails because it exists. See the module docstring for endpoints
             # and filesystems that cannot do this atomically.
-            failpoint("store.write_ahead.temp_written")  # as on disk: all ready, nothing visible
+            self._crashing()  # as on disk: all ready, nothing visible
             try:
                 self._put(path, data, "create")
             except FileExistsError:
@@ -461,20 +631,23 @@ class FileIO:
             return True
         try:
             return create_exclusive(
-                path,
-                data,
-                mode=PRIVATE_FILE_MODE,
-                before_link=lambda: failpoint("store.write_ahead.temp_written"),
+                path, data, mode=mode, dir_mode=dir_mode, before_link=self._crashing
             )
         except OSError as e:
             if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
                 raise
             # A check then a rename would let two writers both "create" the name, which the
             # stores' arguments (and the job lock's) rule out: refuse such a filesystem loudly.
+            if self._store:
+                raise StoreError(
+                    f"{directory}: this filesystem cannot make hard links, so records cannot "
+                    "be created exclusively here; keep the store on a local filesystem that "
+                    "can (ext4, xfs, ...), on S3 or on Redis"
+                ) from e
             raise StoreError(
-                f"{directory}: this filesystem cannot make hard links, so records cannot be "
-                "created exclusively here; keep the store on a local filesystem that can "
-                "(ext4, xfs, ...), on S3 or on Redis"
+                f"{directory}: this filesystem cannot make hard links, so files cannot be "
+                "created exclusively here; keep them on a local filesystem that can (ext4, "
+                "xfs, ...) or on an object store"
             ) from e
 
     def create_exclusive_many(self, files: Sequence[tuple[str, bytes]]) -> list[bool]:
@@ -493,7 +666,7 @@ class FileIO:
                 temps.append(
                     (write_temp(directory, data, mode=PRIVATE_FILE_MODE, sync=False), path)
                 )
-                failpoint("store.write_ahead.temp_written")
+                self._crashing()
             fsync_all([tmp for tmp, _path in temps])
             created = []
             for tmp, path in temps:
@@ -511,14 +684,98 @@ class FileIO:
         fsync_all(sorted(to_sync))
         return created
 
-    def replace(self, path: str, data: bytes) -> None:
-        """Write ``path`` atomically, replacing what is there."""
+    def replace(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int = PRIVATE_FILE_MODE,
+        dir_mode: int = PRIVATE_DIR_MODE,
+    ) -> None:
+        """Write ``path`` whole and durably, replacing what is there in one step (locally
+        through a temporary file of a random name, fsynced, renamed)."""
         if not self.local:
             self._put(path, data, "overwrite")
             return
-        replace(path, data, mode=PRIVATE_FILE_MODE)
+        replace(path, data, mode=mode, dir_mode=dir_mode)
+
+    def write(
+        self, path: str, data: bytes, *, mode: int = PUBLIC_FILE_MODE, dir_mode: int = 0o755
+    ) -> None:
+        """Write ``path`` whole and durably for others to read, replacing what is there in
+        one step: :meth:`writing` of ``data``.
+
+        Raises:
+            OSError: if it cannot be written; nothing is left behind then.
+        """
+        if not self.local:
+            self._put(path, data, "overwrite")
+            return
+        with self.writing(path, mode=mode, dir_mode=dir_mode) as f:
+            f.write(data)
+
+    @contextlib.contextmanager
+    def writing(
+        self,
+        path: str,
+        *,
+        mode: int = PUBLIC_FILE_MODE,
+        dir_mode: int = 0o755,
+        durable: bool = True,
+    ) -> Iterator[BinaryIO]:
+        """A file to write ``path`` through, which appears whole when the block ends and not
+        at all if it raises.
+
+        Locally the bytes go to a hidden name of this writer's own beside it
+        (:func:`hidden_temp_name`), are fsynced unless ``durable`` is False, and renamed
+        into place, its directory fsynced then too; elsewhere the object appears whole once
+        the file is closed.
+
+        Args:
+            path: the file's path.
+            mode: a local file's mode, less the umask (readable by all by default).
+            dir_mode: the mode of local directories created for it.
+            durable: False for a file that may be lost in a power cut (one made again
+                when missing): no fsync then.
+        """
+        if not self.local:
+            with self.fs.open(path, "wb") as remote:
+                yield cast("BinaryIO", remote)
+            return
+        directory = os.path.dirname(path) or "."
+        created = makedirs(directory, dir_mode)
+        tmp = hidden_temp_name(os.path.join(directory, os.path.basename(path)))
+        f = os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb")
+        try:
+            with f:
+                yield f
+                f.flush()
+                if durable:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if durable:
+            fsync_path(directory)
+            sync_created(created)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move the file ``src`` to ``dst``, over what is there (on an object store a copy,
+        then a delete); the parent of ``dst`` is created if need be."""
+        if not self.local:
+            self.fs.mv(src, dst)
+            return
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        os.replace(src, dst)
 
     def delete(self, path: str) -> None:
+        """Delete the file at ``path``, if it is there.
+
+        Raises:
+            StoreError: if it cannot (``StoreUnavailableError`` when unreachable).
+        """
         try:
             if self.local:
                 os.unlink(path)
@@ -529,12 +786,56 @@ class FileIO:
         except OSError as e:  # a read-only or failing filesystem: the store's error
             raise translate_error(e, path) from e
 
+    def remove(self, path: str) -> None:
+        """Delete the file at ``path``; nothing there (nor could be: a file stands where a
+        directory on its way should) is no error. Errors are the filesystem's own.
+
+        Raises:
+            OSError: if it is there and cannot be deleted.
+        """
+        try:
+            if self.local:
+                os.unlink(path)
+            else:
+                self.fs.rm_file(path)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+
+    def remove_all(self, paths: Sequence[str]) -> None:
+        """Delete the files at ``paths``, those already gone too: locally one by one,
+        elsewhere in bulk (s3fs sends one request per 1,000 keys). Errors are the
+        filesystem's own."""
+        if not self.local:
+            if paths:
+                self.fs.rm(list(paths))
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def delete_tree(self, path: str) -> None:
+        """Delete a file, or a directory and everything below it; nothing there is no
+        error. A local symbolic link is deleted, never followed. Errors are the
+        filesystem's own: the caller decides."""
+        if not self.local:
+            self.fs.invalidate_cache(path)
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+            return
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
     def rmdir(self, path: str, *, keep: bool = False) -> None:
-        """Remove a directory and anything left in it (temporary files).
+        """Remove a directory and the files in it (temporary files), durably.
 
         With ``keep``, a local directory is emptied but stays: a dataset's directory is
         written to again by the next run, and creating it anew costs a directory fsync
         of its parent on every commit.
+
+        Raises:
+            StoreError: if it cannot (``StoreUnavailableError`` when unreachable).
         """
         try:
             if self.local:
@@ -556,6 +857,24 @@ class FileIO:
             pass
         except OSError as e:
             raise translate_error(e, path) from e
+
+    # -- durability barriers --------------------------------------------------------------
+
+    def sync(self, paths: Iterable[str]) -> None:
+        """Make what was written to ``paths`` (files or directories, already closed) durable:
+        their fsyncs made concurrently. Nothing to do on an object store."""
+        if self.local:
+            fsync_all(sorted(set(paths)))
+
+    def sync_filesystem(self) -> None:
+        """Make everything written on the local filesystem holding :attr:`root` durable (one
+        :func:`syncfs`, see :func:`sync_filesystems`). Nothing to do on an object store."""
+        if self.local:
+            sync_filesystems([self.root])
+
+
+#: The one local filesystem: fsspec's, for callers that reach for :attr:`FileIO.fs`.
+_LOCAL_FS = LocalFileSystem()
 
 
 __all__ = [

@@ -191,7 +191,7 @@ class FsCommitStepStore(CommitStepStore):
     def __init__(self, url: str) -> None:
         self._full_url = url
         self.url = redact(url)
-        self._io = FileIO(url)
+        self._io = FileIO(url, store=True)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Executors reopen the store from its URL; connections never travel.
@@ -493,7 +493,7 @@ class FsWatermarkStore(WatermarkStore):
         self._full_url = url
         self.url = redact(url)
         self.job = job
-        self._io = FileIO(url)
+        self._io = FileIO(url, store=True)
         # Checked once here, so a bad job name fails on opening, not on the first write.
         self._base = () if job is None else (_JOBS_DIR, encode_name(job, "job name"))
 

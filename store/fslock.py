@@ -45,7 +45,7 @@ class FsJobLock(JobLock):
     def __init__(self, url: str) -> None:
         self._full_url = url
         self.url = redact(url)
-        self._io = FileIO(url)
+        self._io = FileIO(url, store=True)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._full_url,))

@@ -36,10 +36,10 @@ class Writer(abc.ABC):
     #: The ``output.format`` this writer serves (errors name it).
     format: ClassVar[str]
     #: True when :meth:`write` measures checks' figures while it writes: it is then given
-    #: a frame with hidden columns named in ``options.measures`` (:mod:`jobs.quality.measures`),
-    #: which it leaves out of the files and measures, as
-    #: :class:`~jobs.output.parquet.ParquetWriter` does (a subclass that hands the frame on to
-    #: ``ParquetWriter.write`` keeps it); False: the checks read the staged files back.
+    #: a frame with hidden columns that ``options.measures`` (:mod:`jobs.measuring`) measures
+    #: and leaves out of the files, as :class:`~jobs.output.parquet.ParquetWriter` does (a
+    #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
+    #: checks read the staged files back.
     measures_checks: ClassVar[bool] = False
 
     @abc.abstractmethod

@@ -8,10 +8,10 @@ import os
 import posixpath
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
 from store import JsonScalar
+from store.files import FileIO
 from store.urls import is_local, local_path
 
 
@@ -123,11 +123,8 @@ def staged_files(root: str) -> dict[str, int]:
 
 def _present(url: str) -> bool:
     """Whether a staged file is at ``url`` (a local link counts: the rename refuses it)."""
-    if is_local(url):
-        return os.path.lexists(local_path(url))
-    fs, path = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache(posixpath.dirname(path))  # a worker run before may have listed it
-    return bool(fs.exists(path))
+    io = FileIO(url)  # never answered from a listing a worker made before
+    return io.exists(io.root)
 
 
 def _listing(root: str) -> list[tuple[str, str, int]]:
@@ -145,12 +142,11 @@ def _listing(root: str) -> list[tuple[str, str, int]]:
         finally:
             os.close(top_fd)
     else:
-        fs, path = fsspec.core.url_to_fs(root)
-        for full, info in fs.find(path, detail=True).items():
-            rel = posixpath.relpath(full, path)
+        io = FileIO(root)
+        for rel, size in io.walk(io.root).items():
             if all(_data(part) for part in rel.split("/")):
                 prefix, name = posixpath.split(rel)
-                found.append((f"{prefix}/" if prefix else "", name, int(info["size"])))
+                found.append((f"{prefix}/" if prefix else "", name, size))
     found.sort(key=lambda file: file[0] + file[1])  # by relative path
     return found
 

@@ -16,8 +16,8 @@ import attrs
 
 from store import formats
 from store.errors import ConfigurationError
-from store.files import PUBLIC_FILE_MODE, create_exclusive, replace
-from store.urls import encode_name, is_local, local_path
+from store.files import PUBLIC_FILE_MODE, FileIO
+from store.urls import encode_name
 
 #: The file in a dataset's directory naming the job that publishes into it. It starts with
 #: "_", so Spark, pyarrow and DuckDB do not take it for data.
@@ -50,17 +50,8 @@ def dataset_directory(output: str, dataset: str) -> str:
 
 def directories(url: str) -> list[str]:
     """The names of the directories directly under ``url``, sorted; none if it is missing."""
-    try:
-        if is_local(url):
-            with os.scandir(local_path(url)) as entries:
-                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
-        fs, path = _remote(url)
-        found = fs.ls(path, detail=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(
-        f["name"].rstrip("/").rsplit("/", 1)[-1] for f in found if f["type"] == "directory"
-    )
+    io = FileIO(url)
+    return sorted(io.directories(io.root))
 
 
 def _owner_file_bytes(job: str, moving_from: str | None = None) -> bytes:
@@ -70,14 +61,6 @@ def _owner_file_bytes(job: str, moving_from: str | None = None) -> bytes:
     return json.dumps(formats.stamped(doc, formats.OWNER_RECORD)).encode()
 
 
-def _remote(url: str) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url)
-    fs.invalidate_cache()  # other processes write there
-    return fs, path
-
-
 def read_owner_file(directory: str) -> OutputOwner:
     """The owner a dataset directory's :data:`OWNER_FILE` names (None without one).
 
@@ -85,16 +68,12 @@ def read_owner_file(directory: str) -> OutputOwner:
         OwnerRecordError: if the file is unreadable or of a newer layout.
     """
     where = f"{directory}/{OWNER_FILE}"
+    io = FileIO(directory)
     try:
-        if is_local(directory):
-            local = local_path(directory)
-            exists = os.path.isdir(local)
-            with open(f"{local}/{OWNER_FILE}", "rb") as f:
-                data = f.read()
-        else:
-            fs, path = _remote(directory)
-            exists = bool(fs.exists(path))
-            data = fs.cat_file(f"{path}/{OWNER_FILE}")
+        # Locally the directory itself (not a file or a link in its place); an object
+        # store has no directories, only keys under it.
+        exists = os.path.isdir(io.root) if io.local else io.exists(io.root)
+        data = io.read(io.join(OWNER_FILE))
     except (FileNotFoundError, NotADirectoryError):
         return OutputOwner(None, exists, where)
     try:
@@ -112,28 +91,16 @@ def read_owner_file(directory: str) -> OutputOwner:
 def create_owner_file(directory: str, job: str) -> bool:
     """Create :data:`OWNER_FILE` naming ``job`` in ``directory`` (made if need be), whole and
     durable; False if one exists already (nothing changed)."""
-    data = _owner_file_bytes(job)
-    if is_local(directory):
-        local = local_path(directory)
-        return create_exclusive(
-            f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755
-        )
-    fs, path = _remote(directory)
-    try:
-        # On S3 one PUT with If-None-Match: *: exactly one creator wins.
-        fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="create")
-    except FileExistsError:
-        return False
-    return True
+    io = FileIO(directory)
+    # On S3 one PUT with If-None-Match: *: exactly one creator wins.
+    return io.create_exclusive(
+        io.join(OWNER_FILE), _owner_file_bytes(job), mode=PUBLIC_FILE_MODE, dir_mode=0o755
+    )
 
 
 def replace_owner_file(directory: str, job: str, moving_from: str | None = None) -> None:
     """Make :data:`OWNER_FILE` in ``directory`` name ``job`` (and ``moving_from``), in one
     atomic replacement."""
+    io = FileIO(directory)
     data = _owner_file_bytes(job, moving_from)
-    if is_local(directory):
-        local = local_path(directory)
-        replace(f"{local}/{OWNER_FILE}", data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)
-        return
-    fs, path = _remote(directory)
-    fs.pipe_file(f"{path}/{OWNER_FILE}", data, mode="overwrite")
+    io.replace(io.join(OWNER_FILE), data, mode=PUBLIC_FILE_MODE, dir_mode=0o755)

@@ -22,7 +22,7 @@ from jobs.output.directories import OutputOwner
 from jobs.output.tables import TableWriter, staged_urls, table_root
 from publisher import StepsBuilder
 from store.errors import ConfigurationError
-from store.urls import is_local, local_path, require_no_credentials
+from store.urls import is_local, local_path, require_no_credentials, to_url
 
 #: The name under which the job's Iceberg catalog is loaded: pyiceberg's own configuration
 #: (``PYICEBERG_CATALOG__DEFAULT__...``, ``~/.pyiceberg.yaml``) for it adds credentials.
@@ -159,7 +159,7 @@ class IcebergFormat(OutputFormat):
                 catalog={
                     "type": "sql",
                     "uri": f"sqlite:///{root}/catalog.db",
-                    "warehouse": f"file://{root}",
+                    "warehouse": to_url(root),
                 },
             )
         properties = {}

@@ -26,10 +26,10 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
+from jobs.measuring import NOTHING, Measuring
 from store.failpoints import failpoint
-from store.urls import is_local, local_path
+from store.files import FileIO
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,9 +54,9 @@ class WriteOptions:
     max_records_per_file: int | None = None
     #: A Parquet codec (see :data:`jobs.config.COMPRESSIONS`); None: snappy.
     compression: str | None = None
-    #: What the write task measures for checks, each ``(op, columns, values)``
-    #: (:mod:`jobs.quality.measures`); it leaves the hidden columns out of the files.
-    measures: tuple[tuple[str, tuple[str, ...], tuple[Any, ...]], ...] = ()
+    #: What the write tasks measure of their rows (:mod:`jobs.measuring`: for checks, say);
+    #: a task writes its batches as :meth:`~jobs.measuring.TaskMeasuring.strip` passes them.
+    measures: Measuring = NOTHING
 
 
 #: Rows a row group holds at least, unless its file or the task's rows end first, or the
@@ -100,14 +100,13 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
     them are the dataset's is said by the attempt whose result Spark accepted. What an
     attempt killed halfway leaves behind goes with the staging directory.
     """
-    local = is_local(directory)
+    io = FileIO(directory)
+    local, root = io.local, io.root
     fs: Any = None
     if local:
-        root = local_path(directory)
         target = os.path.join(root, f"_attempt-{write_id}-{index:05d}-{attempt.id}")
     else:
-        fs, root = fsspec.core.url_to_fs(directory)
-        target = root
+        fs, target = io.fs, root
     first = attempt.number == 0
     files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}-{attempt.id}", first)
     try:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 @attrs.frozen
 class Written:
     """What a write staged, and the figures its tasks measured for checks
-    (:mod:`jobs.quality.measures`; None: the writer measures nothing).
+    (:mod:`jobs.measuring`; None: the writer measures nothing).
 
     ``staged`` names the dataset's files as the write's tasks reported them, each from the
     attempt whose result Spark accepted: the commit publishes those and nothing else in the
@@ -93,7 +93,7 @@ def _write_with_arrow(
 
     Returns:
         The files the tasks wrote, and each task's measured figures
-        (:class:`jobs.quality.measures.TaskMeasures`).
+        (:meth:`jobs.measuring.TaskMeasuring.finish`).
     """
     partition_by = options.partition_by
     frame = frame.select(
@@ -144,12 +144,10 @@ def _write_task(
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from jobs.quality.measures import TaskMeasures
-
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("the staging write runs in a Spark task")
-    measures = TaskMeasures(options.measures)
+    measures = options.measures.task()
     index = context.partitionId()
     attempt = TaskAttempt(context.attemptNumber(), context.taskAttemptId())
     files = write_partition(directory, options, write_id, index, attempt, measures.strip(batches))

@@ -1,14 +1,18 @@
 """The built-in checks' figures, measured by the staging write: no second pass over the data.
 
 The staging write (:mod:`jobs.output.writing`) sees every row once, in its Spark tasks.
-:func:`plan` says what each task measures of the rows it writes (:class:`Op`), and the
-driver turns the tasks' figures into each check's (:meth:`Plan.measured`): the sums of their
-counts, the least or greatest of their values. Only the result rows of a task's successful
+:func:`plan` asks each check how it is measured (``Check.measure``, given a
+:class:`WriteMeasures`): what each task measures of the rows it writes (:class:`Op`), and
+how the check's values come from the write's :class:`Figures`. The write tasks measure
+through :mod:`jobs.measuring` (:class:`MeasureOps`, :class:`TaskMeasures`), and the driver
+turns their figures into each check's (:meth:`Plan.measured`): the sums of their counts,
+the least or greatest of their values. Only the result rows of a task's successful
 attempt reach the driver, so a retried task counts once. A figure of a data column (NULLs)
 is counted by pyarrow on the column itself; one that needs Spark SQL's semantics (a
 predicate, accepted values, a time) is a hidden column that Spark evaluates beside the data
-with the expression the read-back's aggregate has (:mod:`jobs.quality.checks`), which the task
-counts and leaves out of the files.
+with the expression the read-back's aggregate has (the check's own), which the task counts
+and leaves out of the files. A check that cannot be measured so says it
+(``Check.measure`` returns None) and is computed by the read-back.
 
 A unique key is exact. Each task sorts its rows' keys, counts its own equal neighbours and
 writes the keys into the staging directory (:data:`KEYS_DIRECTORY`, hidden: not data,
@@ -24,33 +28,21 @@ by range (about :data:`MERGE_KEYS` in memory at once), counting equal neighbours
 Values are the keys themselves: the duplicates are counted. Equal keys always have equal
 hashes, so no equal hashes means no duplicate; equal hashes may be two keys that share one,
 and the check is then computed by the read-back pass over the staged data
-(:func:`jobs.quality.checks.run_checks`), as a check that is not measured is.
+(:func:`jobs.quality.run_checks`), as a check that is not measured is.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
-import secrets
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import fsspec
 
-from jobs.quality.checks import (
-    AcceptedValuesCheck,
-    Check,
-    FreshnessCheck,
-    Measured,
-    NotNullCheck,
-    PredicateCheck,
-    RowCountCheck,
-    UniqueCheck,
-)
+from jobs.measuring import Measuring, TaskMeasuring
 from publisher.integration import staging
-from store.urls import is_local, local_path
+from store.files import FileIO
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,7 +63,7 @@ KEY_GROUP = 1 << 16
 
 
 class Op:
-    """What a write task measures of columns (``Plan.ops``)."""
+    """What a write task measures of columns (:meth:`WriteMeasures.measure`)."""
 
     #: Rows whose value is true.
     TRUE = "true"
@@ -89,7 +81,8 @@ class Op:
     #: Rows with a key (not NULL); the keys themselves (integers) go to the keys' file, and
     #: the task's figure is ``[rows with a key, least, greatest, equal neighbours, task, its
     #: attempt's id or None]`` (None: no keys' file, the keys are every integer from the
-    #: least to the greatest).
+    #: least to the greatest). The write's figure is the rows with a key;
+    #: :meth:`Figures.equal_keys` counts the keys equal to another.
     KEYS = "keys"
     #: As :attr:`KEYS`, the column holding 64-bit hashes of the keys.
     HASHES = "hashes"
@@ -111,9 +104,90 @@ def _start(op: str) -> Any:
     return 0 if op in _COUNTS else None
 
 
-#: A check's values (what its ``judge`` is given) from the figures of the whole write, the
-#: rows and the number of equal neighbours among the keys; None: not measured after all.
-_Values = Callable[[Sequence[Any], int, Callable[[int], int]], "tuple[Any, ...] | None"]
+@attrs.frozen
+class Figures:
+    """What the whole write measured: each figure by its number
+    (:meth:`WriteMeasures.measure`'s), and the rows."""
+
+    figures: Sequence[Any]
+    rows: int
+    _equal: Callable[[int], int]
+
+    def __getitem__(self, number: int) -> Any:
+        return self.figures[number]
+
+    def equal_keys(self, number: int) -> int:
+        """How many keys of the :attr:`Op.KEYS` or :attr:`Op.HASHES` figure ``number``
+        equal another one before them (reads the tasks' keys' files where ranges overlap)."""
+        return self._equal(number)
+
+
+#: How a check's values (what its ``judge`` is given) come from the write's figures; None:
+#: not measured after all (two keys share a hash), computed on the data instead.
+FromFigures = Callable[[Figures], "tuple[Any, ...] | None"]
+
+
+class WriteMeasures:
+    """What the staging write measures for a dataset's checks, as each asks for it in its
+    ``measure``: figures of columns (:meth:`measure`), of data columns or of hidden ones
+    that Spark evaluates beside the data (:meth:`hide`)."""
+
+    def __init__(self, schema: StructType, partition_by: Sequence[str]) -> None:
+        #: The data's columns' types, by name.
+        self.types: Mapping[str, DataType] = {f.name: f.dataType for f in schema.fields}
+        #: The columns that reach the tasks as strings (Spark's own form of their values).
+        self.partition_by = tuple(partition_by)
+        self.columns: list[Column] = []
+        self.ops: list[MeasureOp] = []
+
+    def measure(self, op: str, *columns: str, values: tuple[Any, ...] = ()) -> int:
+        """Have every task measure ``op`` (:class:`Op`) of ``columns``; the figure's number
+        in the write's :class:`Figures`."""
+        self.ops.append((op, columns, values))
+        return len(self.ops) - 1
+
+    def hide(self, expression: Column) -> str:
+        """The name of a hidden column of ``expression``'s values, which Spark evaluates
+        beside the data and the task measures and leaves out of the files."""
+        name = f"{HIDDEN}{len(self.columns)}"
+        self.columns.append(expression.alias(name))
+        return name
+
+
+class Measurable(Protocol):
+    """A check as :func:`plan` sees it: its name and how the write measures it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def measure(self, write: WriteMeasures) -> FromFigures | None: ...
+
+
+@attrs.frozen
+class Measured:
+    """Figures of checks computed without a pass of their own (by the staging write): the
+    rows, and for each check by its name the values its ``judge`` is given. A check not in
+    ``values`` is computed on the data."""
+
+    rows: int
+    values: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class MeasureOps(Measuring):
+    """What each write task measures (:class:`jobs.measuring.Measuring`): ``(op, columns,
+    values)``, of data or hidden columns."""
+
+    each: tuple[MeasureOp, ...] = ()
+
+    def __iter__(self) -> Iterator[MeasureOp]:
+        return iter(self.each)
+
+    def __len__(self) -> int:
+        return len(self.each)
+
+    def task(self) -> TaskMeasures:
+        return TaskMeasures(self)
 
 
 @attrs.frozen
@@ -122,37 +196,38 @@ class Plan:
 
     Args:
         columns: the hidden columns' expressions, each aliased to its name.
-        ops: what each task measures, ``(op, columns, values)`` (:class:`Op`; data or
-            hidden columns), given to the write tasks.
+        ops: what each task measures, given to the write tasks (``WriteOptions.measures``).
         checks: each measured check's name and how its values come from the figures.
     """
 
     columns: tuple[Column, ...] = ()
-    ops: tuple[MeasureOp, ...] = ()
-    checks: tuple[tuple[str, _Values], ...] = ()
+    ops: MeasureOps = MeasureOps()
+    checks: tuple[tuple[str, FromFigures], ...] = ()
 
     def measured(self, results: Sequence[bytes | bytearray], directory: str, rows: int) -> Measured:
         """The checks' figures from the write's task results and its keys' files; a check
         whose key hashes collide is left out (computed on the data instead)."""
-        figures: list[Any] = [_start(op) for op, _, _ in self.ops]
+        ops = self.ops.each
+        figures: list[Any] = [_start(op) for op, _, _ in ops]
         spans: dict[int, list[_Span]] = {}
         for result in results:
             for i, value in enumerate(_decode(result)):
-                if self.ops[i][0] in _KEYED:
+                if ops[i][0] in _KEYED:
                     keyed, least, greatest, same, task, attempt = value
                     figures[i] += keyed
                     if keyed:
                         file = None if attempt is None else _key_file(i, task, attempt)
                         spans.setdefault(i, []).append(_Span(least, greatest, same, file))
                 else:
-                    figures[i] = _combine(self.ops[i][0], figures[i], value)
+                    figures[i] = _combine(ops[i][0], figures[i], value)
 
         def equal(number: int) -> int:
             return _equal_neighbours(directory, spans.get(number, []))
 
+        whole = Figures(figures, rows, equal)
         found: dict[str, tuple[Any, ...]] = {}
         for name, values in self.checks:
-            judged = values(figures, rows, equal)
+            judged = values(whole)
             if judged is None:
                 log.info(
                     "check %r: two keys have one hash; the key is counted on the staged data",
@@ -163,149 +238,19 @@ class Plan:
         return Measured(rows, found)
 
 
-def plan(checks: Sequence[Check], schema: StructType, partition_by: Sequence[str] = ()) -> Plan:
+def plan(
+    checks: Sequence[Measurable], schema: StructType, partition_by: Sequence[str] = ()
+) -> Plan:
     """What the write measures for ``checks`` on data of ``schema`` (``partition_by``: the
-    columns that reach the tasks as strings). Every built-in check is measured but a unique
-    key of a column Spark compares otherwise than by its bytes (a nested type, a string
-    collation), left to the read-back."""
-    from pyspark.sql import functions as sf
-
-    types = {f.name: f.dataType for f in schema.fields}
-    columns: list[Column] = []
-    ops: list[MeasureOp] = []
-    measured: list[tuple[str, _Values]] = []
-
-    def measure(op: str, *names: str, values: tuple[Any, ...] = ()) -> int:
-        ops.append((op, names, values))
-        return len(ops) - 1
-
-    def hide(expression: Column) -> str:
-        name = f"{HIDDEN}{len(columns)}"
-        columns.append(expression.alias(name))
-        return name
-
+    columns that reach the tasks as strings): each check says how, or that it cannot (then
+    the read-back computes it)."""
+    write = WriteMeasures(schema, partition_by)
+    measured = []
     for check in checks:
-        values: _Values
-        if isinstance(check, RowCountCheck):
-            values = _no_values
-        elif isinstance(check, NotNullCheck):
-            numbers = [measure(Op.ANY_NULL, *check.columns)]
-            numbers += [measure(Op.ANY_NULL, c) for c in check.columns]
-            values = _pick(numbers)
-        elif isinstance(check, UniqueCheck):
-            if not all(_comparable(types[c]) for c in check.columns):
-                continue
-            [key] = check.columns if len(check.columns) == 1 else [None]
-            if key is not None and key not in partition_by and _integral(types[key]):
-                values = _unique(measure(Op.KEYS, key), exact=True)
-            else:
-                # Spark hashes -0.0 as 0.0 and every NaN alike, as count(DISTINCT) compares.
-                hashed = sf.xxhash64(*(_col(c) for c in check.columns))
-                values = _unique(measure(Op.HASHES, hide(sf.when(check.keyed(), hashed))))
-        elif isinstance(check, AcceptedValuesCheck) and _arrow_compares(
-            types[check.column], check.values, check.column in partition_by
-        ):
-            # Compared by pyarrow as Spark compares them: no hidden column.
-            values = _rejected(measure(Op.REJECTED, check.column, values=check.values))
-        elif isinstance(check, AcceptedValuesCheck):
-            # The value where it is not accepted: counted, and its least is the example.
-            column = _col(check.column)
-            rejected = hide(sf.when(~column.isin(list(check.values)), column))
-            values = _pick([measure(Op.VALID, rejected), measure(Op.MIN, rejected)])
-        elif isinstance(check, PredicateCheck):
-            predicate = hide(sf.expr(check.sql))
-            values = _predicate(measure(Op.TRUE, predicate), measure(Op.VALID, predicate))
-        elif isinstance(check, FreshnessCheck):
-            # The cast keeps the order: the newest value's micros are the most.
-            micros = sf.unix_micros(_col(check.column).cast("timestamp"))
-            values = _pick([measure(Op.MAX, hide(micros))])
-        else:
-            continue
-        measured.append((check.name, values))
-    return Plan(tuple(columns), tuple(ops), tuple(measured))
-
-
-def _no_values(figures: Sequence[Any], rows: int, equal: Callable[[int], int]) -> tuple[Any, ...]:
-    return ()
-
-
-def _pick(numbers: Sequence[int]) -> _Values:
-    return lambda figures, rows, equal: tuple(figures[i] for i in numbers)
-
-
-def _rejected(number: int) -> _Values:
-    return lambda figures, rows, equal: (figures[number]["rows"], figures[number]["least"])
-
-
-def _predicate(true: int, valid: int) -> _Values:
-    # Failing: not true (false or NULL); NULL: not valid.
-    return lambda figures, rows, equal: (rows - figures[true], rows - figures[valid])
-
-
-def _unique(number: int, *, exact: bool = False) -> _Values:
-    def values(figures: Sequence[Any], rows: int, equal: Callable[[int], int]) -> Any:
-        keyed = figures[number]
-        same = equal(number)
-        if same and not exact:
-            return None
-        return (keyed, keyed - same)
-
-    return values
-
-
-def _col(name: str) -> Column:
-    from pyspark.sql import functions as sf
-
-    return sf.col("`" + name.replace("`", "``") + "`")
-
-
-def _comparable(type_: DataType) -> bool:
-    from pyspark.sql import types as st
-
-    if isinstance(type_, st.StringType):
-        return getattr(type_, "collation", "UTF8_BINARY") == "UTF8_BINARY"
-    return isinstance(
-        type_,
-        st.NumericType
-        | st.BooleanType
-        | st.BinaryType
-        | st.DateType
-        | st.TimestampType
-        | st.TimestampNTZType,
-    )
-
-
-def _arrow_compares(type_: DataType, values: Sequence[Any], partition: bool) -> bool:
-    """Whether pyarrow tells the column's accepted values as Spark's ``isin`` does: a
-    string compared by its bytes, an integer or a boolean, as the task gets them (a
-    partition column reaches it as text)."""
-    from pyspark.sql import types as st
-
-    if partition:
-        return False
-    if isinstance(type_, st.StringType):
-        return getattr(type_, "collation", "UTF8_BINARY") == "UTF8_BINARY"
-    if isinstance(type_, st.BooleanType):
-        return all(isinstance(v, bool) for v in values)
-    return isinstance(type_, st.ByteType | st.ShortType | st.IntegerType | st.LongType) and all(
-        isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63 for v in values
-    )
-
-
-def _integral(type_: DataType) -> bool:
-    """Whether the task's values of the type are exact 64-bit integers (days, micros)."""
-    from pyspark.sql import types as st
-
-    return isinstance(
-        type_,
-        st.ByteType
-        | st.ShortType
-        | st.IntegerType
-        | st.LongType
-        | st.DateType
-        | st.TimestampType
-        | st.TimestampNTZType,
-    )
+        values = check.measure(write)
+        if values is not None:
+            measured.append((check.name, values))
+    return Plan(tuple(write.columns), MeasureOps(tuple(write.ops)), tuple(measured))
 
 
 def _combine(op: str, a: Any, b: Any) -> Any:
@@ -319,13 +264,13 @@ def _combine(op: str, a: Any, b: Any) -> Any:
     return min(a, b) if op == Op.MIN else max(a, b)
 
 
-class TaskMeasures:
-    """One write task's figures (``WriteOptions.measures``): :meth:`strip` measures the
+class TaskMeasures(TaskMeasuring):
+    """One write task's figures (:meth:`MeasureOps.task`): :meth:`strip` measures the
     batches and passes them on without the hidden columns, :meth:`finish` writes the keys'
     files and returns the task's figures."""
 
-    def __init__(self, ops: Sequence[MeasureOp]) -> None:
-        self.ops = list(ops)
+    def __init__(self, ops: MeasureOps) -> None:
+        self.ops = list(ops.each)
         self.figures: list[Any] = [_start(op) for op, _, _ in self.ops]
         self.keys: dict[int, list[np.ndarray[Any, Any]]] = {}
 
@@ -487,17 +432,10 @@ def _write_keys(directory: str, name: str, keys: np.ndarray[Any, Any]) -> None:
         "use_dictionary": False,
         "column_encoding": {"key": "DELTA_BINARY_PACKED"},
     }
-    if is_local(directory):
-        folder = os.path.join(local_path(directory), KEYS_DIRECTORY)
-        os.makedirs(folder, exist_ok=True)
-        # Whole or absent, under its name.
-        temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}")
-        pq.write_table(table, temporary, **options)
-        os.replace(temporary, os.path.join(folder, name))
-    else:
-        fs, root = fsspec.core.url_to_fs(directory)
-        with fs.open(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}", "wb") as f:
-            pq.write_table(table, f, **options)
+    io = FileIO(directory)
+    # Whole or absent, under its name.
+    with io.writing(io.join(KEYS_DIRECTORY, name), durable=False) as f:
+        pq.write_table(table, f, **options)
 
 
 class _Consecutive:
@@ -529,11 +467,9 @@ class _KeyGroups:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if is_local(directory):
-            source: Any = os.path.join(local_path(directory), KEYS_DIRECTORY, name)
-        else:
-            fs, root = fsspec.core.url_to_fs(directory)
-            source = pa.BufferReader(fs.cat_file(f"{root.rstrip('/')}/{KEYS_DIRECTORY}/{name}"))
+        io = FileIO(directory)
+        path = io.join(KEYS_DIRECTORY, name)
+        source: Any = path if io.local else pa.BufferReader(io.read(path))
         self.file = pq.ParquetFile(source)
         meta = self.file.metadata
         self.groups: list[tuple[int, int, int]] = []  # least, greatest, keys

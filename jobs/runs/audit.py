@@ -1,6 +1,6 @@
 """Audit before publish: a staged dataset's checks decide whether it is written ahead or held.
 
-:func:`audit` runs a dataset's checks (:mod:`jobs.quality.checks`) on its **staged** data (what
+:func:`audit` runs a dataset's checks (:mod:`jobs.quality`) on its **staged** data (what
 would be published: the source is not read again). The built-in checks are judged on the
 figures the staging write measured while it wrote the files (:mod:`jobs.quality.measures`); what it
 did not measure (a custom check, a key that may be duplicated, a writer that measures
@@ -24,17 +24,18 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import fsspec
 
 from commitsteps import CommitStep
 from jobs.output.commits import join, staged_files
 from jobs.output.taskwriter import DEFAULT_PARTITION
-from jobs.quality.checks import Check, CheckResults, Measured, RowCountCheck, converter, run_checks
+from jobs.quality import Check, CheckResults, converter, run_checks
+from jobs.quality.measures import Measured
 from jobs.runs.report import StagedInfo, newest_reports
 from jobs.spark import default_parallelism
 from publisher import HeldDataset, Publisher, StepsBuilder
 from store.failpoints import failpoint
-from store.urls import is_local, local_path, redact
+from store.files import FileIO
+from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -111,10 +112,8 @@ def _column(name: str) -> Column:
 
 
 def _open(url: str) -> Any:
-    if is_local(url):
-        return open(local_path(url), "rb")
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.open(path, "rb")
+    io = FileIO(url)
+    return io.open(io.root)
 
 
 def _file_columns(url: str) -> list[str]:
@@ -237,7 +236,4 @@ def audit(
 
 
 def _needs_previous(checks: Sequence[Check]) -> bool:
-    return any(
-        isinstance(c, RowCountCheck) and (c.min_ratio is not None or c.max_ratio is not None)
-        for c in checks
-    )
+    return any(c.needs_previous_rows() for c in checks)

@@ -66,7 +66,7 @@ from store import JsonScalar
 from store.base import encode_value
 from store.errors import CommitPubError, ConfigurationError
 from store.failpoints import failpoint
-from store.urls import encode_name
+from store.urls import encode_name, to_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -701,8 +701,8 @@ class Batch:
         except Exception:  # sources that cannot list their files are not in staging
             return
         root = self.config.staging.rstrip("/") + "/"
-        local = f"file://{root}" if not root.startswith("file://") else root
-        inside = [f for f in files if f.startswith((root, local))]
+        # Spark names a local file by its URL.
+        inside = [f for f in files if f.startswith((root, to_url(root)))]
         if inside:
             raise BatchArgumentError(
                 f"argument 'df' reads from the staging path {self.config.staging} "

@@ -26,13 +26,12 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-import fsspec
-
 from jobs.config import BatchConfig, JobConfig, OperatorConfig
 from jobs.output.ownership import renamed_hint
 from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
 from publisher.integration import staging
 from store.errors import ConfigurationError
+from store.files import FileIO
 from store.urls import REDIS_PASSWORD_ENV, redact, redis_password
 
 if TYPE_CHECKING:
@@ -221,8 +220,8 @@ def require_source(config: JobConfig, source: Source) -> list[str]:
     datasets = source.datasets()
     if datasets or source.path is None:
         return datasets
-    fs, where = fsspec.core.url_to_fs(source.path)
-    found = "does not exist" if not fs.exists(where) else "holds no dataset"
+    io = FileIO(source.path)
+    found = "does not exist" if not io.exists(io.root) else "holds no dataset"
     raise ConfigurationError(
         f"{config.file}: key 'source.path': {redact(source.path)} {found} (the "
         f"{config.source.type} source found no dataset there)"

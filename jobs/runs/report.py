@@ -18,12 +18,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
-import fsspec
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
-from jobs.files import write_whole
 from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
@@ -31,7 +29,8 @@ from publisher import HeldDataset, Outcomes, PublishReport, RecoveryReport
 from publisher.integration import converter as publisher_converter
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
-from store.urls import is_local, local_path, redact
+from store.files import FileIO
+from store.urls import redact
 
 #: How a report names the error of a step type whose module was not declared.
 _UNDECLARED = f"{UnknownStepTypeError.__name__}: "
@@ -284,18 +283,14 @@ def write_report(report: RunReport, reports: str) -> str:
 
     A run writes it twice: when it starts (``finished`` still None: status
     :data:`UNFINISHED`, so a run killed mid-way leaves a trace) and when it ends, over the
-    first. A local file is written whole and never more open than ``0644`` (see
-    :func:`jobs.files.write_whole`).
+    first. A local file is written whole, durably, and never more open than ``0644`` (see
+    :meth:`store.FileIO.write`).
     """
     name = f"{report.run_id}-{report.command}.json"
     data = json.dumps(as_json(report), indent=2, ensure_ascii=False).encode()
-    if is_local(reports):
-        path = os.path.join(local_path(reports), name)
-        write_whole(path, data)
-    else:
-        path = posixpath.join(reports, name)
-        fs, p = fsspec.core.url_to_fs(path)
-        fs.pipe_file(p, data)
+    io = FileIO(reports)
+    io.write(io.join(name), data)
+    path = io.join(name) if io.local else posixpath.join(reports, name)
     report.path = path
     if report.finished is not None:
         log.info("report: %s", redact(path))
@@ -307,8 +302,8 @@ def staged_figures(reports: str, run_id: str, dataset: str) -> tuple[int, int] |
     if the report is gone, unreadable or does not list the dataset."""
     path = posixpath.join(reports, f"{run_id}-run.json")
     try:
-        fs, p = fsspec.core.url_to_fs(path)
-        doc = json.loads(fs.cat_file(p))
+        io = FileIO(path)
+        doc = json.loads(io.read(io.root))
         formats.check_doc(doc, path, formats.RUN_REPORT)
         staged = doc["staged"][dataset]
         return int(staged["rows"]), int(staged["files"])
@@ -321,14 +316,11 @@ def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
     """The job's readable run reports, newest (last written) first, each with its
     ``"path"``; nothing if the reports directory does not exist. One a newer commitpub
     wrote is skipped, with a warning: its fields may not mean what this version reads."""
-    fs, root = fsspec.core.url_to_fs(reports)
-    try:
-        names = [p for p in fs.ls(root, detail=False) if p.endswith(".json")]
-    except FileNotFoundError:
-        return
-    for path in sorted(names, key=lambda p: (fs.modified(p), p), reverse=True):
+    io = FileIO(reports)
+    names = [io.join(n) for n in io.names(io.root) if n.endswith(".json")]
+    for path in sorted(names, key=lambda p: (io.fs.modified(p), p), reverse=True):
         try:
-            doc: dict[str, Any] = json.loads(fs.cat_file(path))
+            doc: dict[str, Any] = json.loads(io.read(path))
             formats.check_doc(doc, path, formats.RUN_REPORT)
         except (OSError, ValueError, AttributeError):
             continue

@@ -39,6 +39,7 @@ from jobs.errors import OutputOwnedError
 from jobs.output.commits import join
 from jobs.output.ownership import check_all
 from jobs.progress import Progress, log_progress
+from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.preflight import prepare_own_session, require_source
@@ -194,7 +195,7 @@ def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> N
                 partition_by=partition_by,
                 watermarks=watermarks,
                 source=join(config.source.path, dataset) if config.source.path else None,
-                checks=config.checks.of(dataset),
+                checks=checks_of(config.checks, dataset),
             )
         except (ConfigurationError, FencedError):
             raise

@@ -23,7 +23,7 @@ from jobs.commands import ops
 from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
 from jobs.output.commits import staged_files
-from jobs.quality.checks import (
+from jobs.quality import (
     AcceptedValuesCheck,
     CheckResults,
     NotNullCheck,

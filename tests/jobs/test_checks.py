@@ -1,4 +1,4 @@
-"""Checks on staged data (``jobs.quality.checks``) on the session's SparkSession: each kind passing
+"""Checks on staged data (``jobs.quality``) on the session's SparkSession: each kind passing
 and failing with its figures, NULLs, the relative row count, custom functions, declarations
 from a job file's tables, columns the data lacks, and the one pass of the built-in checks.
 
@@ -20,8 +20,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
+from jobs.checkdeclarations import checks_from_config, declared_checks
 from jobs.errors import CheckDeclarationError
-from jobs.quality.checks import (
+from jobs.quality import (
     AcceptedValuesCheck,
     Check,
     CheckOutcome,
@@ -34,9 +35,7 @@ from jobs.quality.checks import (
     RowCountCheck,
     Severity,
     UniqueCheck,
-    checks_from_config,
     converter,
-    declared_checks,
     run_checks,
     validate_checks,
 )

@@ -35,7 +35,7 @@ SCRIPT = """
 import json, sys
 from pyspark.sql import SparkSession
 import jobs
-from jobs.quality.checks import NotNullCheck, PredicateCheck, UniqueCheck
+from jobs.quality import NotNullCheck, PredicateCheck, UniqueCheck
 
 remote, base, run_id = sys.argv[1:]
 spark = SparkSession.builder.remote(remote).getOrCreate()
@@ -68,7 +68,7 @@ import jobs
 remote, base, run_id, steps = sys.argv[1:]
 sys.path.insert(0, steps)
 import usersteps
-from jobs.quality.checks import UniqueCheck
+from jobs.quality import UniqueCheck
 
 spark = SparkSession.builder.remote(remote).getOrCreate()
 places = {k: f"{base}/{k}" for k in ("store", "watermarks", "staging", "output")}

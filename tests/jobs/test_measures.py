@@ -20,19 +20,19 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs.output import ParquetWriter
 from jobs.output.taskwriter import WriteOptions
-from jobs.quality import measures
-from jobs.quality.checks import (
+from jobs.quality import (
     AcceptedValuesCheck,
     Check,
     CheckResults,
     FreshnessCheck,
-    Measured,
     NotNullCheck,
     PredicateCheck,
     RowCountCheck,
     UniqueCheck,
+    measures,
     run_checks,
 )
+from jobs.quality.measures import Measured
 from jobs.runs.audit import read_staged
 from jobs.runs.report import StagedInfo
 

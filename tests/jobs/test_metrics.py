@@ -18,7 +18,7 @@ from jobhelpers import write_job
 import commitsteps
 from commitsteps import WatermarkCommitStep
 from jobs.config import JobConfig, load_config
-from jobs.quality.checks import CheckResult, CheckResults, Severity
+from jobs.quality import CheckResult, CheckResults, Severity
 from jobs.runs.metrics import export
 from jobs.runs.report import RunReport, StagedInfo, write_report
 from publisher import HeldDataset

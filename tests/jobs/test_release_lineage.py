@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 import jobs
 from jobs import Batch
-from jobs.quality.checks import UniqueCheck
+from jobs.quality import UniqueCheck
 
 pytestmark = pytest.mark.spark
 
