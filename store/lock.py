@@ -46,10 +46,12 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import cattrs
 
 from store import clock, formats
 from store.durability import Durability, unknown_durability
 from store.errors import CorruptRecordError, LockHeldError, StoreUnavailableError
+from store.records import error_messages, strict_converter
 
 log = logging.getLogger("commitpub.lock")
 
@@ -93,49 +95,23 @@ def _pid_namespace() -> str | None:
         return None
 
 
-def _text_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{attribute.name} must be text or null, got {value!r}")
+#: Reads stored leases: a field of the wrong type is an error naming it, never a conversion.
+_converter = strict_converter()
+_number = _converter.get_structure_hook(float)
 
 
-def _integer(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be an integer, got {value!r}")
+def _number_as_written(value: Any, type_: Any) -> Any:
+    # Checked like any number, kept as written: a TTL of 120 stays 120, so the lease reads
+    # back (and ``status`` shows it) as it was stored.
+    _number(value, type_)
+    return value
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _integer(instance, attribute, value)
-    if value < 1:  # type: ignore[operator]
-        # kill(0, ...) and kill(-1, ...) would ask about process groups, not a process.
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
-
-
-def _number(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{attribute.name} must be a number, got {value!r}")
-
-
-def _number_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        _number(instance, attribute, value)
-
-
-def _ttl(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    _number(_instance, attribute, value)
-    if not value > 0:  # type: ignore[operator]
-        # A TTL of zero or less would let any contender take the lease without watching it.
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
-
-
-def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _integer(instance, attribute, value)
-    if value < 0:  # type: ignore[operator]
-        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
-
-
-_TEXT = attrs.validators.instance_of(str)
+_converter.register_structure_hook(float, _number_as_written)
+#: A pid of 0 or less would make ``kill`` ask about a process group, not a process; a TTL
+#: of zero or less would let any contender take the lease without watching it.
+_POSITIVE = attrs.validators.gt(0)
+_COUNT = attrs.validators.ge(0)
 
 #: How often a contender re-reads a lease it watches: a tenth of the TTL, within these bounds
 #: (often enough to see a renewal soon after it happens, seldom enough to cost nothing).
@@ -147,31 +123,32 @@ _MAX_POLL_S = 2.0
 class Lease:
     """A held job lock: who holds it, its fencing token, its TTL and renewal count, when it
     expires by its holder's clock, and what proves its holder dead (see the module
-    docstring). Every field is checked when a stored lease is read: a lease is data from a
-    store, not to be trusted."""
+    docstring). A stored lease is read by a strict converter (:meth:`from_json`): a lease
+    is data from a store, not to be trusted, so a field of the wrong type is an error naming
+    it, and a pid, a TTL or a count out of range is refused."""
 
-    job: str = attrs.field(validator=_TEXT)
-    owner: str = attrs.field(validator=_TEXT)
-    token: int = attrs.field(validator=_integer)
-    expires_at: float = attrs.field(validator=_number)
-    host: str = attrs.field(validator=_TEXT)
-    pid: int = attrs.field(validator=_positive)
-    pid_start: str | None = attrs.field(default=None, validator=_text_or_none)
-    released: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    job: str
+    owner: str
+    token: int
+    expires_at: float
+    host: str
+    pid: int = attrs.field(validator=_POSITIVE)
+    pid_start: str | None = None
+    released: bool = False
     #: Missing from leases of older versions: their holders are never taken for dead.
-    boot_id: str | None = attrs.field(default=None, validator=_text_or_none)
-    pid_ns: str | None = attrs.field(default=None, validator=_text_or_none)
+    boot_id: str | None = None
+    pid_ns: str | None = None
     #: Missing from leases of older versions: a contender waits out its own TTL instead.
-    ttl_s: float | None = attrs.field(default=None, validator=_ttl)
+    ttl_s: float | None = attrs.field(default=None, validator=attrs.validators.optional(_POSITIVE))
     #: Grows with every renewal, so that a renewed lease differs from the one before.
-    renewals: int = attrs.field(default=0, validator=_count)
+    renewals: int = attrs.field(default=0, validator=_COUNT)
     #: Grows when the holder's work advances (a group of steps executed, a dataset done):
     #: written by the holder with its renewals, see :meth:`stalled_renewals`.
-    progress: int = attrs.field(default=0, validator=_count)
+    progress: int = attrs.field(default=0, validator=_COUNT)
     #: ``renewals`` of the renewal that first carried the current ``progress``.
-    progress_renewal: int = attrs.field(default=0, validator=_count)
+    progress_renewal: int = attrs.field(default=0, validator=_COUNT)
     #: The holder's wall clock when ``progress`` last grew: for display only.
-    progress_at: float | None = attrs.field(default=None, validator=_number_or_none)
+    progress_at: float | None = None
 
     @property
     def stalled_renewals(self) -> int:
@@ -271,7 +248,9 @@ class Lease:
         return f"token {self.token}, held by pid {self.pid} on {self.host}, {state}"
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """The lease's fields, as JSON takes them."""
+        doc: dict[str, Any] = _converter.unstructure(self)
+        return doc
 
     def to_json(self) -> bytes:
         """The lease as stored: JSON, with its format version."""
@@ -288,9 +267,11 @@ class Lease:
         try:
             doc = json.loads(data)
             formats.check_doc(doc, f"{where} (lease)", formats.LEASE)
-            return cls(**{f.name: doc[f.name] for f in attrs.fields(cls) if f.name in doc})
-        except (ValueError, TypeError, AttributeError) as e:
-            raise CorruptRecordError(f"{where}: unreadable lease: {e}") from e
+            lease: Lease = _converter.structure(doc, cls)
+        except (ValueError, TypeError, AttributeError, cattrs.BaseValidationError) as e:
+            problems = "; ".join(error_messages(e, path="lease"))
+            raise CorruptRecordError(f"{where}: unreadable lease: {problems}") from e
+        return lease
 
 
 class JobLock(abc.ABC):

@@ -388,7 +388,7 @@ def test_a_run_report_carries_its_version_and_a_newer_one_is_skipped(tmp_path: P
     doc = {"run_id": "r1", "staged": {"orders": {"rows": 3, "files": 1}}}
     (reports / "r1-run.json").write_text(json.dumps(doc))  # as versions before the key wrote
     assert staged_figures(str(reports), "r1", "orders") == (3, 1)
-    assert [d["run_id"] for d in newest_reports(str(reports))] == ["r1"]
+    assert [d.run_id for d in newest_reports(str(reports))] == ["r1"]
     (reports / "r1-run.json").write_text(json.dumps({formats.KEY: 2, **doc}))
     assert staged_figures(str(reports), "r1", "orders") is None
     assert list(newest_reports(str(reports))) == []

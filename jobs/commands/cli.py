@@ -22,7 +22,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import attrs
 import click
 
 import commitsteps
@@ -36,14 +35,15 @@ from jobs.config import (
     operator_config,
 )
 from jobs.exitcodes import ExitCode
-from jobs.messages import explain, outcome
+from jobs.messages import explain
 from jobs.output import names as format_names
 from jobs.progress import Progress, showing
-from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport
+from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport, summary_lines
 from jobs.runs.report import as_json as report_json
 from store.errors import CommitPubError, ConfigurationError
 
 if TYPE_CHECKING:
+    from jobs.commands.ops import DatasetState
     from publisher import DatasetReport
 
 log = logging.getLogger("commitpub.jobs")
@@ -255,39 +255,12 @@ def _progress() -> AbstractContextManager[Progress]:
     return showing(_fancy(_log_format()))
 
 
-def _nothing(report: RunReport) -> str:
-    """What a run that counted nothing did: a failed one did not find "nothing to do"."""
-    return "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
-
-
 def _finish(report: RunReport, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
     else:
-        counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
-        click.echo(
-            f"{report.command} {report.run_id}: {report.status} ({counts or _nothing(report)})"
-        )
-        newer = report.outcomes.newer_format
-        for dataset, error in sorted(report.errors.items()):
-            click.echo(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
-        for dataset, error in sorted(report.extract_quarantined.items()):
-            click.echo(f"quarantined {dataset}: {error}")
-        for dataset, reason in sorted(report.skipped.items()):
-            click.echo(f"skipped {dataset}: {reason}")
-        click.echo(f"report: {report.path}")
-        # The last line says what happened and what to do, when there is something to do.
-        told = outcome(
-            report.failed,
-            report.quarantined,
-            sorted(report.held),
-            report.outcomes.newer_format,
-            report.undeclared_steps,
-        )
-        if report.error:
-            click.echo(f"error: {report.message or report.error}")
-        elif told is not None:
-            click.echo(f"error: {told.line}")
+        for line in summary_lines(report):
+            click.echo(line)
     sys.exit(report.exit_code)
 
 
@@ -430,42 +403,44 @@ def recover(job_file: str | None, as_json: bool, **where: str | None) -> None:
     _finish(_store_call(go), as_json)
 
 
-def _state(doc: dict[str, Any], otherwise: str | None = None) -> str:
-    """How ``status`` and ``inspect`` name a dataset's state; ``otherwise`` for one without
-    a pending sequence that is neither quarantined nor being discarded."""
-    held = doc.get("held")
-    if held:
-        by = f" by run {held['run_id']}" if held["run_id"] else ""
+def _state(state: DatasetState, sealed: bool | None = None, otherwise: str | None = None) -> str:
+    """How ``status`` and ``inspect`` name a dataset's state, ``sealed`` that of its pending
+    sequence (None: unreadable, or none); ``otherwise`` for one without a pending sequence
+    that is neither quarantined nor being discarded."""
+    held = state.held
+    if held is not None:
+        by = f" by run {held.run_id}" if held.run_id else ""
         unfinished = ""
-        if held["discarding"]:
+        if held.discarding:
             unfinished = ", DISCARDING (unfinished: run discard again)"
-        elif doc.get("sealed"):
+        elif sealed:
             unfinished = ", its release is written ahead (release again, or recover, finishes it)"
-        elif doc.get("sealed") is False:
+        elif sealed is False:
             unfinished = ", its release was cut off writing ahead (release again resumes it)"
-        return f"HELD (hold {held['id']}) since {held['since']}{by}{unfinished}"
-    if doc.get("newer_format"):
+        return f"HELD (hold {held.id}) since {held.since}{by}{unfinished}"
+    if state.newer_format:
         return (
             "WRITTEN BY A NEWER COMMITPUB (upgrade commitpub to read it; do not discard it): "
-            f"{doc['newer_format']}"
+            f"{state.newer_format}"
         )
-    if doc["discarding"]:
+    if state.discarding:
         return "DISCARDING (unfinished: run discard again)"
-    if doc["quarantined"]:
+    if state.quarantined:
         refused = " (discard refused by the table: retry publishes the commit as it stands)"
-        return f"QUARANTINED{refused if doc.get('discard_refused') else ''}"
+        return f"QUARANTINED{refused if state.discard_refused else ''}"
     if otherwise is not None:
         return otherwise
-    return "UNREADABLE" if doc["sealed"] is None else "sealed" if doc["sealed"] else "unsealed"
+    return "UNREADABLE" if sealed is None else "sealed" if sealed else "unsealed"
 
 
-def _echo_hold(doc: dict[str, Any], indent: str = "    ") -> None:
+def _echo_hold(state: DatasetState, indent: str = "    ") -> None:
     """A held dataset's failed checks (one line each, with their figures) and where its
     staged data is, under its line in ``status`` and ``inspect``."""
-    held = doc.get("held")
-    if not held:
+    held = state.held
+    if held is None:
         return
-    for check in held["checks"]:
+    for check in held.checks:
+        # The failed checks are JSON objects as the run that held the dataset gave them.
         if "message" in check and isinstance(check.get("figures"), dict):
             # A result of jobs.quality.checks: its severity, its line, its figures.
             figures = json.dumps(check["figures"], ensure_ascii=False, default=str)
@@ -474,7 +449,7 @@ def _echo_hold(doc: dict[str, Any], indent: str = "    ") -> None:
             rest = {k: v for k, v in check.items() if k != "name"}
             shown = f": {json.dumps(rest, ensure_ascii=False, default=str)}" if rest else ""
         click.echo(f"{indent}failed check {check.get('name', '?')}{shown}")
-    click.echo(f"{indent}staged data: {held['staging_dir']}")
+    click.echo(f"{indent}staged data: {held.staging_dir}")
     click.echo(
         f"{indent}commitpub release publishes it as staged; commitpub discard deletes it "
         "and the data is read again"
@@ -507,69 +482,66 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
     config = _operator_config(job_file, where)
     doc = _store_call(lambda: ops.status(config))
     if as_json:
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(ops.as_json(doc), indent=2, ensure_ascii=False))
         return
-    lock = doc["lock"]
-    click.echo(f"job {doc['job']} (store {doc['store']})")
-    held = (
-        f", token {lock['token']}, pid {lock['pid']} on {lock['host']}" if "token" in lock else ""
-    )
-    click.echo(f"lock: {lock['state']}{held}")
-    if lock.get("stalled"):
-        about = lock["stalled_about_s"]
+    lock, lease = doc.lock, doc.lock.lease
+    click.echo(f"job {doc.job} (store {doc.store})")
+    held = f", token {lease.token}, pid {lease.pid} on {lease.host}" if lease is not None else ""
+    click.echo(f"lock: {lock.state}{held}")
+    if lock.stalled:
+        about = lock.stalled_about_s
         click.echo(
-            f"  stalled: no progress for {lock['stalled_renewals']} renewals of the lease"
+            f"  stalled: no progress for {lock.stalled_renewals} renewals of the lease"
             + (f" (about {about:.0f}s)" if about is not None else "")
             + "; its run is alive but has not advanced (a hung step?). It ends at "
             "publish.step_timeout_s; see docs/operations.md"
         )
-    if not doc["pending"]:
+    if not doc.pending:
         click.echo("pending: none")
-    for p in doc["pending"]:
-        state = _state(p)
+    for p in doc.pending:
+        st = p.state
         click.echo(
-            f"  {p['dataset']}: {state}, {p['steps']} steps, {p['attempts']} attempts, "
-            f"age {_age(p['age_s'])}"
-            + (f", last error: {p['last_error']}" if p["last_error"] else "")
-            + (f", unreadable: {p['error']}" if p["error"] else "")
+            f"  {p.dataset}: {_state(st, p.sealed)}, {p.steps} steps, {st.attempts} attempts, "
+            f"age {_age(p.age_s)}"
+            + (f", last error: {st.last_error}" if st.last_error else "")
+            + (f", unreadable: {p.error}" if p.error else "")
         )
-        _echo_hold(p)
-    for p in doc["without_pending"]:
-        if p["held"]:
-            click.echo(
-                f"  {p['dataset']}: {_state(p)}, {p['held']['steps']} steps held, not published"
-            )
+        _echo_hold(st)
+    for f in doc.without_pending:
+        st = f.state
+        if st.held is not None:
+            click.echo(f"  {f.dataset}: {_state(st)}, {st.held.steps} steps held, not published")
         else:
             click.echo(
-                f"  {p['dataset']}: {_state(p, 'failed')}, no pending commit, "
-                f"{p['attempts']} attempts"
-                + (f", last error: {p['last_error']}" if p["last_error"] else "")
+                f"  {f.dataset}: {_state(st, otherwise='failed')}, no pending commit, "
+                f"{st.attempts} attempts"
+                + (f", last error: {st.last_error}" if st.last_error else "")
             )
-        _echo_hold(p)
-    last = doc["last_run"]
+        _echo_hold(st)
+    last = doc.last_run
     if last is None:
         click.echo("last run: none recorded")
         return
-    if last["state"] != "finished":
+    if last.state != "finished":
         click.echo(
-            f"last run: {last['command']} {last['run_id']} started {last['started']}, "
-            + ("still running (it holds the job lock)" if last["state"] == "running" else "")
-            + ("did not finish (killed?)" if last["state"] == "did not finish" else "")
+            f"last run: {last.command} {last.run_id} started {last.started}, "
+            + ("still running (it holds the job lock)" if last.state == "running" else "")
+            + ("did not finish (killed?)" if last.state == "did not finish" else "")
         )
-    shown = doc["last_finished_run"]
+    shown = doc.last_finished_run
     if shown is None:
         click.echo("last finished run: none recorded")
         return
-    counts = ", ".join(f"{k} {v}" for k, v in (shown.get("counts") or {}).items() if v)
+    counts = ", ".join(f"{k} {v}" for k, v in (shown.counts or {}).items() if v)
     click.echo(
-        f"{'last run' if last['state'] == 'finished' else 'last finished run'}: {shown['command']} "
-        f"{shown['run_id']} {shown['status']} (exit {shown['exit_code']}) at "
-        f"{shown['finished']}: "
-        + (counts or ("nothing to do" if shown["exit_code"] == 0 else "nothing published"))
+        f"{'last run' if last.state == 'finished' else 'last finished run'}: {shown.command} "
+        f"{shown.run_id} {shown.status} (exit {shown.exit_code}) at "
+        f"{shown.finished}: "
+        + (counts or ("nothing to do" if shown.exit_code == 0 else "nothing published"))
     )
-    if shown.get("empty_runs", 0) >= EMPTY_RUNS_WARNING:
+    if shown.empty_runs >= EMPTY_RUNS_WARNING:
         click.echo(
-            f"  {shown['empty_runs']} runs in a row staged no record: is the job reading the "
+            f"  {shown.empty_runs} runs in a row staged no record: is the job reading the "
             "right input?"
         )
 
@@ -593,35 +565,36 @@ def inspect(args: tuple[str, ...], as_json: bool, **where: str | None) -> None:
     config = _operator_config(job_file, where)
     doc = _store_call(lambda: ops.inspect(config, dataset))
     if as_json:
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        click.echo(json.dumps(ops.as_json(doc), indent=2, ensure_ascii=False, default=str))
         return
-    last_error = f", last error: {doc['last_error']}" if doc["last_error"] else ""
-    if not doc["pending"] and not doc["held"]:
+    st = doc.state
+    last_error = f", last error: {st.last_error}" if st.last_error else ""
+    if not doc.pending and st.held is None:
         click.echo(
-            f"{doc['dataset']}: {_state(doc, 'healthy')}, no pending commit, "
-            f"{doc['attempts']} attempts{last_error}"
+            f"{doc.dataset}: {_state(st, otherwise='healthy')}, no pending commit, "
+            f"{st.attempts} attempts{last_error}"
         )
         return
-    state = _state(doc)
     click.echo(
-        f"{doc['dataset']}: {state}, {len(doc['steps'])} steps, {doc['done']} done, "
-        f"{doc['attempts']} attempts{last_error}"
-        + ("" if doc["pending"] else ", not written ahead")
+        f"{doc.dataset}: {_state(st, doc.sealed)}, {len(doc.steps)} steps, {doc.done} done, "
+        f"{st.attempts} attempts{last_error}" + ("" if doc.pending else ", not written ahead")
     )
-    _echo_hold(doc, indent="  ")
-    if doc["unreadable"]:
-        click.echo(f"  unreadable: {doc['unreadable']}")
-    for step in doc["steps"]:
-        mark = {True: "done", False: "todo", None: "?"}[step.get("verified")]
-        if step["failing"]:
+    _echo_hold(st, indent="  ")
+    if doc.unreadable:
+        click.echo(f"  unreadable: {doc.unreadable}")
+    for step in doc.steps:
+        mark = {True: "done", False: "todo", None: "?"}[step.verified]
+        if step.failing:
             mark = "FAILED"
-        fields = {
-            k: v for k, v in step.items() if k not in ("index", "type", "verified", "failing")
-        }
-        shown = " ".join(f"{k}={v}" for k, v in fields.items())
-        click.echo(f"  [{step['index']:>4}] {mark:<4} {step['type']} {shown}")
-        if step["failing"]:
-            click.echo(f"         ^ the last attempt failed here: {doc['last_error']}")
+        fields = {**step.fields, **({} if step.error is None else {"error": step.error})}
+        shown = " ".join(
+            f"{k}={v}"
+            for k, v in fields.items()
+            if k not in ("index", "type", "verified", "failing")
+        )
+        click.echo(f"  [{step.index:>4}] {mark:<4} {step.type} {shown}")
+        if step.failing:
+            click.echo(f"         ^ the last attempt failed here: {st.last_error}")
 
 
 @main.command(
@@ -909,7 +882,7 @@ def adopt_watermarks(
         )
     )
     if as_json:
-        click.echo(json.dumps([d.to_dict() for d in done], indent=2, ensure_ascii=False))
+        click.echo(json.dumps(ops.as_json(done), indent=2, ensure_ascii=False))
         return
     if not done:
         click.echo("no legacy watermarks found")
@@ -986,7 +959,7 @@ def set_watermark(args: tuple[str, ...], yes: bool, as_json: bool, **where: str 
         lambda: ops.set_watermark(config, dataset, partition, value, confirm=confirm)
     )
     if as_json:
-        click.echo(json.dumps(attrs.asdict(done), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(ops.as_json(done), indent=2, ensure_ascii=False))
         return
     cleared = "; its failure for a source that went backwards is cleared" if done.cleared else ""
     if not done.changed:

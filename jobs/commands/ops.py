@@ -6,6 +6,10 @@ nothing. Changing commands (:func:`retry`, :func:`discard`, :func:`release`,
 :func:`adopt_watermarks`, :func:`set_watermark`) take the job lock first,
 exactly like a run, so they never race one; :func:`unlock` frees only a lease whose holder is
 dead or stopped renewing it (see ``store.JobLock.force_unlock``).
+
+Their results are typed records (:class:`JobStatus`, :class:`Inspection`, the adoption's
+``Adopted``, :class:`WatermarkSet`); :func:`as_json` turns one into the JSON ``--json``
+prints, by the one converter of the jobs layer (:data:`jobs.runs.report.converter`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 import commitsteps
 from commitsteps import CommitStep
@@ -26,7 +31,7 @@ from jobs.config import BatchConfig
 from jobs.output import CATALOG_NAME
 from jobs.progress import log_progress
 from jobs.runs.jobrun import JobRun, new_run_id
-from jobs.runs.report import newest_reports
+from jobs.runs.report import StoredReport, converter, newest_reports
 from jobs.runs.session import JobSession, SessionStateError
 from jobs.runs.watermarks import Adopted, adopt
 from jobs.sources import SourceWentBackwardsError
@@ -125,15 +130,259 @@ def _nothing_pending(
     )
 
 
+#: Field metadata: the field's own fields stand in its place in the JSON (none if None).
+_FLAT = {"flatten": True}
+_OMIT = "omit_if"
+
+
+def _omitted(when: Callable[[Any], bool]) -> dict[str, Any]:
+    """Field metadata: leave the field out of the JSON when ``when(record)`` is true."""
+    return {_OMIT: when}
+
+
+def _unstructure_fn(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """How :data:`converter` turns a result record into JSON: its fields in order, each by
+    the converter, the ones marked :data:`_FLAT` merged in place and the ones marked
+    :func:`_omitted` left out where they do not apply (the JSON keeps the shape it has
+    always had)."""
+    fields = attrs.fields(cls)
+
+    def unstructure(record: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for field in fields:
+            omit = field.metadata.get(_OMIT)
+            if omit is not None and omit(record):
+                continue
+            value = converter.unstructure(getattr(record, field.name), field.type)
+            if field.metadata.get("flatten"):
+                doc.update(value or {})
+            else:
+                doc[field.name] = value
+        return doc
+
+    return unstructure
+
+
+@attrs.frozen
+class DiscardState:
+    """A discard of the dataset begun and not finished."""
+
+    started: str
+    token: int | None
+    rolled_back: bool
+
+
+@attrs.frozen
+class HoldState:
+    """A dataset's hold, as ``status`` and ``inspect`` show it."""
+
+    id: str
+    since: str
+    run_id: str | None
+    staging_dir: str
+    #: Steps of the held commit.
+    steps: int
+    #: The failed checks (JSON objects: name, figures, ...).
+    checks: list[dict[str, Any]]
+    #: When a discard of the held data began.
+    discarding: str | None
+
+
+@attrs.frozen
+class DatasetState:
+    """A dataset's status, as ``status`` and ``inspect`` show it."""
+
+    #: A newer commitpub wrote it: not corrupt, not quarantined; upgrade, never discard.
+    newer_format: str | None = None
+    attempts: int = 0
+    quarantined: bool = False
+    last_error: str | None = None
+    first_failed: str | None = None
+    discarding: DiscardState | None = None
+    discard_refused: str | None = None
+    held: HoldState | None = None
+
+    @classmethod
+    def of(cls, st: DatasetStatus | None) -> DatasetState:
+        """The state a status record (None: none) shows."""
+        st = st or DatasetStatus()
+        hold = st.held
+        return cls(
+            newer_format=st.newer_format,
+            attempts=st.attempts,
+            quarantined=st.quarantined,
+            last_error=None if st.newer_format else st.last_error,
+            first_failed=st.first_failed,
+            discarding=None
+            if st.discarding is None
+            else DiscardState(
+                st.discarding.started, st.discarding.token, st.discarding.rolled_back
+            ),
+            discard_refused=st.discard_refused,
+            held=None
+            if hold is None
+            else HoldState(
+                id=hold.id,
+                since=hold.since,
+                run_id=hold.run_id,
+                staging_dir=hold.staging_dir,
+                steps=len(hold.records),
+                checks=list(hold.checks),
+                discarding=hold.discarding,
+            ),
+        )
+
+
+@attrs.frozen
+class PendingDataset:
+    """A pending sequence, as ``status`` lists it."""
+
+    dataset: str
+    #: None when the store could not read it (see ``error``).
+    sealed: bool | None
+    steps: int
+    state: DatasetState = attrs.field(metadata=_FLAT)
+    written_at: float | None = None
+    age_s: float | None = None
+    #: Why the store could not describe the sequence, if it could not.
+    error: str | None = None
+
+
+@attrs.frozen
+class FailedDataset:
+    """A dataset with a status and no pending sequence (held, or failed outside a commit)."""
+
+    dataset: str
+    state: DatasetState = attrs.field(metadata=_FLAT)
+
+
+@attrs.frozen
+class LockState:
+    """The job lock, as ``status`` shows it: ``free``, ``held``, ``released`` or ``held by a
+    dead process``, and the lease with how long its holder made no progress."""
+
+    state: str
+    lease: Lease | None = attrs.field(default=None, metadata=_FLAT)
+    stalled_renewals: int = attrs.field(default=0, metadata=_omitted(lambda r: r.lease is None))
+    #: An estimate from the renewal period, for people; None without a recorded TTL.
+    stalled_about_s: float | None = attrs.field(
+        default=None, metadata=_omitted(lambda r: r.lease is None)
+    )
+    stalled: bool = attrs.field(default=False, metadata=_omitted(lambda r: r.lease is None))
+
+
+@attrs.frozen
+class RunSummary:
+    """A run report as ``status`` shows it; ``state`` tells a ``finished`` run, a run still
+    holding the job lock (``running``) and one that ``did not finish`` (killed) apart."""
+
+    run_id: str | None
+    command: str | None
+    status: str | None
+    exit_code: int | None
+    error: str | None
+    started: str | None
+    finished: str | None
+    counts: dict[str, int] | None
+    empty_runs: int
+    path: str
+    state: str
+
+
+@attrs.frozen
+class JobStatus:
+    """What ``status`` shows: pending and quarantined sequences, the job lock, the last run."""
+
+    job: str
+    #: The commit store's URL, its secrets redacted.
+    store: str
+    lock: LockState
+    pending: list[PendingDataset]
+    quarantined: list[str]
+    #: Kept back by a failed check of their staged data, until released or discarded.
+    held: list[str]
+    #: Failures counted outside a commit (an extract, say): no sequence to inspect.
+    without_pending: list[FailedDataset]
+    last_run: RunSummary | None
+    #: The last run that went to its end: the same as last_run unless that one did not.
+    last_finished_run: RunSummary | None
+
+
+@attrs.frozen
+class InspectedStep:
+    """A step of a sequence, as ``inspect`` shows it: its fields and whether it verifies,
+    or why it cannot be decoded (``type`` None) or verified."""
+
+    index: int
+    #: The step's type tag; None when its record cannot be decoded.
+    type: str | None
+    #: The step's own fields.
+    fields: dict[str, Any] = attrs.field(factory=dict, metadata=_FLAT)
+    error: str | None = attrs.field(default=None, metadata=_omitted(lambda r: r.error is None))
+    #: Whether it verifies; None when verifying failed. Shown for the steps without
+    #: ``error`` only: those were verified.
+    verified: bool | None = attrs.field(
+        default=None, metadata=_omitted(lambda r: r.error is not None)
+    )
+    #: The step a recorded failure stopped at (see :func:`_failing_step`).
+    failing: bool = False
+
+
+def _brief(record: Inspection) -> bool:
+    return record.brief
+
+
+@attrs.frozen
+class Inspection:
+    """What ``inspect`` shows of a dataset: its pending sequence (or held commit) with the
+    steps decoded and verified, and its status."""
+
+    job: str
+    dataset: str
+    pending: bool
+    sealed: bool | None = attrs.field(default=None, metadata=_omitted(_brief))
+    token: int | None = attrs.field(default=None, metadata=_omitted(_brief))
+    written_at: float | None = attrs.field(default=None, metadata=_omitted(_brief))
+    state: DatasetState = attrs.field(factory=DatasetState, metadata=_FLAT)
+    steps: list[InspectedStep] = attrs.field(factory=list)
+    done: int = attrs.field(default=0, metadata=_omitted(_brief))
+    failing_step: int | None = attrs.field(default=None, metadata=_omitted(_brief))
+    #: Why the store could not read the sequence (or its rest, after the steps shown).
+    unreadable: str | None = attrs.field(default=None, metadata=_omitted(_brief))
+    #: Neither pending nor held: only the status is shown.
+    brief: bool = attrs.field(default=False, metadata=_omitted(lambda _r: True))
+
+
+# The converter of these results: the run report's (the publisher's one converter, taught
+# this layer's records), taught the shape of their JSON here.
+for _cls in (LockState, PendingDataset, FailedDataset, InspectedStep, Inspection):
+    converter.register_unstructure_hook(_cls, _unstructure_fn(_cls))
+converter.register_unstructure_hook(
+    Adopted,
+    make_dict_unstructure_fn(
+        Adopted,
+        converter,
+        kept=override(
+            unstruct_hook=lambda kept: {p: {"job": j, "legacy": lg} for p, (j, lg) in kept.items()}
+        ),
+    ),
+)
+
+
+def as_json(result: object) -> Any:
+    """A command's result record as the JSON its ``--json`` prints."""
+    return converter.unstructure(result)
+
+
 #: Renewals without progress after which ``status`` calls a held lease's run stalled: two
 #: TTLs (a renewal comes every third of one). A live step may take that long (a big table
 #: commit); the step deadline (``publish.step_timeout_s``) is what ends a hung one.
 STALLED_RENEWALS = 6
 
 
-def _lease_state(lease: Lease | None) -> dict[str, Any]:
+def _lease_state(lease: Lease | None) -> LockState:
     if lease is None:
-        return {"state": "free"}
+        return LockState("free")
     # No "expired": that would compare this host's clock with the holder's. Whether a held
     # lease is still renewed takes watching it for a TTL, which is unlock's job, not status's.
     state = "released" if lease.released else "held"
@@ -143,53 +392,22 @@ def _lease_state(lease: Lease | None) -> dict[str, Any]:
     # an estimate from the renewal period, for people.
     stalled = lease.stalled_renewals
     period = None if lease.ttl_s is None else lease.ttl_s / 3
-    return {
-        "state": state,
-        **lease.to_dict(),
-        "stalled_renewals": stalled,
-        "stalled_about_s": None if period is None else round(stalled * period, 1),
-        "stalled": state == "held" and stalled >= STALLED_RENEWALS,
-    }
+    return LockState(
+        state,
+        lease,
+        stalled_renewals=stalled,
+        stalled_about_s=None if period is None else round(stalled * period, 1),
+        stalled=state == "held" and stalled >= STALLED_RENEWALS,
+    )
 
 
-def last_report(config: BatchConfig) -> dict[str, Any] | None:
+def last_report(config: BatchConfig) -> StoredReport | None:
     """The newest run report of the job (the record of a run still going, or killed, too),
     or None."""
     return next(newest_reports(config.reports), None)
 
 
-def _status_fields(st: DatasetStatus) -> dict[str, Any]:
-    """A dataset status as ``status`` and ``inspect`` show it."""
-    return {
-        # A newer commitpub wrote it: not corrupt, not quarantined; upgrade, never discard.
-        "newer_format": st.newer_format,
-        "attempts": st.attempts,
-        "quarantined": st.quarantined,
-        "last_error": None if st.newer_format else st.last_error,
-        "first_failed": st.first_failed,
-        "discarding": None
-        if st.discarding is None
-        else {
-            "started": st.discarding.started,
-            "token": st.discarding.token,
-            "rolled_back": st.discarding.rolled_back,
-        },
-        "discard_refused": st.discard_refused,
-        "held": None
-        if st.held is None
-        else {
-            "id": st.held.id,
-            "since": st.held.since,
-            "run_id": st.held.run_id,
-            "staging_dir": st.held.staging_dir,
-            "steps": len(st.held.records),
-            "checks": list(st.held.checks),
-            "discarding": st.held.discarding,
-        },
-    }
-
-
-def status(config: BatchConfig) -> dict[str, Any]:
+def status(config: BatchConfig) -> JobStatus:
     """Pending and quarantined sequences, the job lock, the last run's summary.
 
     ``quarantined`` also lists datasets quarantined without a pending sequence (their
@@ -202,16 +420,15 @@ def status(config: BatchConfig) -> dict[str, Any]:
     with JobSession(config) as job:
         pub = job.publisher
         pending = [
-            {
-                "dataset": item.dataset,
-                "sealed": item.sealed,
-                "steps": item.steps,
-                **_status_fields(item.status),
-                "written_at": item.written_at,
-                "age_s": None if item.written_at is None else round(now - item.written_at, 1),
-                "error": item.error,
-                "newer_format": item.newer_format,
-            }
+            PendingDataset(
+                dataset=item.dataset,
+                sealed=item.sealed,
+                steps=item.steps,
+                state=attrs.evolve(DatasetState.of(item.status), newer_format=item.newer_format),
+                written_at=item.written_at,
+                age_s=None if item.written_at is None else round(now - item.written_at, 1),
+                error=item.error,
+            )
             for item in pub.pending()
         ]
         statuses = pub.statuses()
@@ -219,60 +436,64 @@ def status(config: BatchConfig) -> dict[str, Any]:
     reports = newest_reports(config.reports)
     report = next(reports, None)
     finished = report
-    if report is not None and report.get("finished") is None:
-        finished = next((doc for doc in reports if doc.get("finished") is not None), None)
-    return {
-        "job": config.name,
-        "store": redact(config.store_url),
-        "lock": _lease_state(lease),
-        "pending": pending,
-        "quarantined": sorted(d for d, st in statuses.items() if st.quarantined),
-        # Kept back by a failed check of their staged data, until released or discarded.
-        "held": sorted(d for d, st in statuses.items() if st.held is not None),
-        # Failures counted outside a commit (an extract, say): no sequence to inspect.
-        "without_pending": [
-            {"dataset": d, **_status_fields(st)}
+    if report is not None and report.finished is None:
+        finished = next((doc for doc in reports if doc.finished is not None), None)
+    listed = {p.dataset for p in pending}
+    return JobStatus(
+        job=config.name,
+        store=redact(config.store_url),
+        lock=_lease_state(lease),
+        pending=pending,
+        quarantined=sorted(d for d, st in statuses.items() if st.quarantined),
+        held=sorted(d for d, st in statuses.items() if st.held is not None),
+        without_pending=[
+            FailedDataset(d, DatasetState.of(st))
             for d, st in sorted(statuses.items())
-            if d not in {p["dataset"] for p in pending}
+            if d not in listed
         ],
-        "last_run": _run_summary(report, lease),
-        # The last run that went to its end: the same as last_run unless that one did not.
-        "last_finished_run": _run_summary(finished, lease),
-    }
+        last_run=_run_summary(report, lease),
+        last_finished_run=_run_summary(finished, lease),
+    )
 
 
-def _run_summary(report: dict[str, Any] | None, lease: Lease | None) -> dict[str, Any] | None:
-    """A run report as ``status`` shows it; ``state`` tells a finished run, a run still
-    holding the job lock and one that did not finish (killed) apart."""
+def _run_summary(report: StoredReport | None, lease: Lease | None) -> RunSummary | None:
+    """A run report as ``status`` shows it."""
     if report is None:
         return None
-    keys = ("run_id", "command", "status", "exit_code", "error", "started", "finished")
-    summary = {k: report.get(k) for k in keys}
-    summary["counts"] = report.get("counts")
-    summary["empty_runs"] = report.get("empty_runs", 0)
-    summary["path"] = report["path"]
-    if report.get("finished") is not None:
-        summary["state"] = "finished"
+    if report.finished is not None:
+        state = "finished"
     elif (
         lease is not None
         and not lease.released
-        and lease.token == report.get("lock_token")
+        and lease.token == report.lock_token
         and not lease.holder_dead()
     ):
-        summary["state"] = "running"
+        state = "running"
     else:
-        summary["state"] = "did not finish"
-    return summary
+        state = "did not finish"
+    return RunSummary(
+        run_id=report.run_id,
+        command=report.command,
+        status=report.status,
+        exit_code=report.exit_code,
+        error=report.error,
+        started=report.started,
+        finished=report.finished,
+        counts=report.counts,
+        empty_runs=report.empty_runs,
+        path=report.path,
+        state=state,
+    )
 
 
-def _describe_step(step: CommitStep) -> dict[str, Any]:
+def _step_fields(step: CommitStep) -> dict[str, Any]:
     fields: dict[str, Any] = cattrs.Converter().unstructure(step)
     if isinstance(step, LegacyFsRenameCommitStep):
         fields.update(size=None, legacy=step.NOTE)
-    return {"type": commitsteps.tag_of(type(step)), **fields}
+    return fields
 
 
-def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
+def inspect(config: BatchConfig, dataset: str) -> Inspection:
     """The decoded steps of a pending sequence and whether each verifies; changes nothing.
 
     A sequence the store cannot read is shown with the error (and the steps read before
@@ -300,13 +521,13 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
         if not pending:
             _known(job, dataset)
             if status_doc is None or status_doc.held is None:
-                return {
-                    "job": config.name,
-                    "dataset": dataset,
-                    "pending": False,
-                    **_status_fields(status_doc or DatasetStatus()),
-                    "steps": [],
-                }
+                return Inspection(
+                    job=config.name,
+                    dataset=dataset,
+                    pending=False,
+                    state=DatasetState.of(status_doc),
+                    brief=True,
+                )
             records.extend(r.encode() for r in status_doc.held.records)
         else:
             try:
@@ -314,43 +535,41 @@ def inspect(config: BatchConfig, dataset: str) -> dict[str, Any]:
                 records.extend(st.iter_records(config.name, dataset))
             except (CorruptRecordError, NewerFormatError) as e:
                 unreadable = f"{type(e).__name__}: {e}"
-    steps = _decoded(config, dataset, records)
-    failing = _failing_step(status_doc, steps)
-    for doc in steps:
-        doc["failing"] = doc["index"] == failing
+    decoded = _decoded(config, dataset, records)
+    failing = _failing_step(status_doc, decoded)
+    steps = [attrs.evolve(step, failing=step.index == failing) for step in decoded]
     newer = (status_doc.newer_format if status_doc is not None else None) or next(
         (
             why.removeprefix(_NEWER)
-            for why in [unreadable, *(s.get("error") for s in steps)]
+            for why in [unreadable, *(s.error for s in steps)]
             if why is not None and why.startswith(_NEWER)
         ),
         None,
     )
-    return {
-        "job": config.name,
-        "dataset": dataset,
-        "pending": pending,
-        "sealed": None if info is None or not pending else info.sealed,
-        "token": None if info is None or not pending else info.token,
-        "written_at": None if info is None or not pending else info.written_at,
-        **_status_fields(status_doc or DatasetStatus()),
-        "newer_format": newer,
-        "steps": steps,
-        "done": sum(1 for s in steps if s.get("verified")),
-        "failing_step": failing,
-        # Why the store could not read the sequence (or its rest, after the steps shown).
-        "unreadable": unreadable,
-    }
+    shown = info is not None and pending
+    return Inspection(
+        job=config.name,
+        dataset=dataset,
+        pending=pending,
+        sealed=info.sealed if shown and info is not None else None,
+        token=info.token if shown and info is not None else None,
+        written_at=info.written_at if shown and info is not None else None,
+        state=attrs.evolve(DatasetState.of(status_doc), newer_format=newer),
+        steps=steps,
+        done=sum(1 for s in steps if s.error is None and s.verified),
+        failing_step=failing,
+        unreadable=unreadable,
+    )
 
 
 #: How ``inspect`` names an error of a record a newer commitpub wrote.
 _NEWER = f"{NewerFormatError.__name__}: "
 
 
-def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> list[dict[str, Any]]:
+def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> list[InspectedStep]:
     """Each record as ``inspect`` shows it: its step's fields and whether it verifies, or
     why it cannot be decoded (or verified: a store that is not the job's)."""
-    steps: list[dict[str, Any]] = []
+    steps: list[InspectedStep] = []
     decoded: list[tuple[int, CommitStep]] = []
     connections = Connections(
         [config.watermarks_url, config.store_url],
@@ -360,32 +579,33 @@ def _decoded(config: BatchConfig, dataset: str, records: Sequence[bytes]) -> lis
         try:
             step = commitsteps.loads(record)
         except CommitPubError as e:
-            steps.append({"index": index, "type": None, "error": f"{type(e).__name__}: {e}"})
+            steps.append(InspectedStep(index, None, error=f"{type(e).__name__}: {e}"))
             continue
+        tag = commitsteps.tag_of(type(step))
         try:
             # Verifying would connect where the record says: only the job's own stores.
             check_connections(connections, [step])
         except ForeignStoreError as e:
-            steps.append({"index": index, **_describe_step(step), "error": str(e)})
+            steps.append(InspectedStep(index, tag, _step_fields(step), error=str(e)))
             continue
         decoded.append((index, step))
-        steps.append({"index": index, **_describe_step(step)})
+        steps.append(InspectedStep(index, tag, _step_fields(step)))
     try:
         # Watermark steps verify in the job's own namespace, as when its run executes them.
         with fencing(None, job=config.name), connecting_only(connections):
-            verified = verify_all([s for _, s in decoded])
+            verified: Sequence[bool | None] = verify_all([s for _, s in decoded])
     except Exception as e:  # shown, not raised: inspect is for finding out what is wrong
         log.warning("verification of %s failed: %s", dataset, e)
-        verified = [None] * len(decoded)  # type: ignore[list-item]
+        verified = [None] * len(decoded)
     for (index, _), ok in zip(decoded, verified, strict=True):
-        steps[index]["verified"] = ok
+        steps[index] = attrs.evolve(steps[index], verified=ok)
     return steps
 
 
 _STEP_RE = re.compile(r"\bstep (\d+) \(")
 
 
-def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]]) -> int | None:
+def _failing_step(status: DatasetStatus | None, steps: Sequence[InspectedStep]) -> int | None:
     """The index of the step a recorded failure stopped at, or None without a failure.
 
     The error names it when a step's deadline ended it (``step 3 (...)``); otherwise it is
@@ -397,7 +617,7 @@ def _failing_step(status: DatasetStatus | None, steps: Sequence[dict[str, Any]])
     named = _STEP_RE.search(status.last_error)
     if named is not None and int(named.group(1)) < len(steps):
         return int(named.group(1))
-    return next((s["index"] for s in steps if s.get("verified") is False), None)
+    return next((s.index for s in steps if s.error is None and s.verified is False), None)
 
 
 def _on_dataset(config: BatchConfig, dataset: str, action: Callable[[Publisher], T]) -> T:

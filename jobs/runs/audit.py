@@ -168,10 +168,11 @@ def previous_rows(reports: str, dataset: str) -> int | None:
     job's run reports (newest first); None when no report says so."""
     try:
         for doc in newest_reports(reports):
-            if doc.get("command") != "run" or dataset not in (doc.get("published") or ()):
+            if doc.command != "run" or dataset not in doc.published:
                 continue
-            rows = (doc.get("staged") or {}).get(dataset, {}).get("rows")
-            if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0:
+            staged = doc.staged.get(dataset)
+            rows = None if staged is None else staged.rows
+            if rows is not None and rows >= 0:
                 return rows
     except Exception as e:  # the ratios are skipped and say so; the run goes on
         log.warning("could not read the run reports in %s: %s", redact(reports), e)

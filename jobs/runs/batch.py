@@ -30,6 +30,7 @@ The TOML runner (:mod:`jobs.runs.run`) is a Batch driven by a job file and a Sou
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -58,7 +59,7 @@ from jobs.quality.checks import Check, validate_checks
 from jobs.quality.measures import Plan, discard_keys, plan
 from jobs.runs.audit import audit
 from jobs.runs.jobrun import NEWER_REASON, Holds, JobRun, new_run_id
-from jobs.runs.report import RunReport, StagedInfo
+from jobs.runs.report import RunReport, StagedInfo, summary_lines
 from jobs.settings import argument_docs
 from publisher import CommitSequence, Outcome, Publisher, PublishReport
 from publisher.integration import staging
@@ -144,6 +145,7 @@ class Batch:
         output: str,
         run_id: str | None = None,
         progress: Progress | None = None,
+        summary: bool = True,
         **settings: Any,
     ) -> None:
         config = batch_config(
@@ -154,7 +156,7 @@ class Batch:
             output=output,
             **settings,
         )
-        self._setup(spark, config, run_id=run_id, progress=progress)
+        self._setup(spark, config, run_id=run_id, progress=progress, summary=summary)
 
     __doc__ = (__doc__ or "").replace("        {settings}", argument_docs(BatchConfig))
 
@@ -166,10 +168,12 @@ class Batch:
         *,
         run_id: str | None = None,
         progress: Progress | None = None,
+        summary: bool = False,
     ) -> Batch:
-        """A Batch of checked settings (a job file's :class:`~jobs.config.JobConfig`)."""
+        """A Batch of checked settings (a job file's :class:`~jobs.config.JobConfig`); its
+        summary is off by default (``commitpub run`` prints its own)."""
         batch = cls.__new__(cls)
-        batch._setup(spark, config, run_id=run_id, progress=progress)
+        batch._setup(spark, config, run_id=run_id, progress=progress, summary=summary)
         return batch
 
     def _setup(
@@ -179,7 +183,9 @@ class Batch:
         *,
         run_id: str | None,
         progress: Progress | None,
+        summary: bool,
     ) -> None:
+        self._summary = summary
         if run_id is not None:
             try:
                 staging.check_run_id(run_id)
@@ -631,6 +637,11 @@ class Batch:
             self._run.finish(error)
         finally:
             self._state = "closed"
+        if self._summary:
+            # A script run from cron shows no INFO log: what happened, and where the report
+            # is, are told on stderr whatever the logging set-up.
+            sys.stderr.writelines(f"commitpub: {line}\n" for line in summary_lines(self.report))
+            sys.stderr.flush()
 
     # -- checks ------------------------------------------------------------------------------
 

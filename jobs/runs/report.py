@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from commitsteps import UnknownStepTypeError
 from jobs.exitcodes import ExitCode
+from jobs.messages import outcome
 from jobs.quality.checks import CheckResults
 from jobs.quality.checks import converter as checks_converter
 from jobs.spark import TaskInfo
@@ -30,6 +32,7 @@ from publisher.integration import converter as publisher_converter
 from store import JsonScalar, formats
 from store.errors import NewerFormatError
 from store.files import FileIO
+from store.records import error_messages
 from store.urls import redact
 
 #: How a report names the error of a step type whose module was not declared.
@@ -303,32 +306,82 @@ def staged_figures(reports: str, run_id: str, dataset: str) -> tuple[int, int] |
     path = posixpath.join(reports, f"{run_id}-run.json")
     try:
         io = FileIO(path)
-        doc = json.loads(io.read(io.root))
-        formats.check_doc(doc, path, formats.RUN_REPORT)
-        staged = doc["staged"][dataset]
-        return int(staged["rows"]), int(staged["files"])
+        staged = read_report(io.read(io.root), path).staged[dataset]
     except (OSError, ValueError, LookupError, TypeError, AttributeError, NewerFormatError) as e:
         log.debug("the staged figures of %s by run %s are not known: %s", dataset, run_id, e)
         return None
+    if staged.rows is None or staged.files is None:
+        return None
+    return staged.rows, staged.files
 
 
-def newest_reports(reports: str) -> Iterator[dict[str, Any]]:
-    """The job's readable run reports, newest (last written) first, each with its
-    ``"path"``; nothing if the reports directory does not exist. One a newer commitpub
-    wrote is skipped, with a warning: its fields may not mean what this version reads."""
+@attrs.frozen
+class StagedFigures:
+    """What a stored report says a run staged for one dataset."""
+
+    rows: int | None = None
+    files: int | None = None
+
+
+@attrs.frozen
+class StoredReport:
+    """A run report as read back from the reports directory: the fields that are read of
+    it (``status``, the empty-run count, the previous rows of a dataset).
+
+    Every field has a default: reports of older versions lack some. A field of the wrong
+    type makes the whole report unreadable (see :func:`newest_reports`).
+    """
+
+    #: Where the report was read from.
+    path: str
+    run_id: str | None = None
+    command: str | None = None
+    status: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    counts: dict[str, int] | None = None
+    empty_runs: int = 0
+    lock_token: int | None = None
+    published: list[str] = attrs.field(factory=list)
+    staged: dict[str, StagedFigures] = attrs.field(factory=dict)
+
+
+def read_report(data: bytes | str, path: str) -> StoredReport:
+    """The report ``data`` holds, read by the one converter.
+
+    Raises:
+        NewerFormatError: if a newer commitpub wrote it.
+        ValueError: if it is not JSON, or not a report: naming each field that does not fit
+            (``"expected int, found str '3' @ report.empty_runs"``).
+    """
+    doc = json.loads(data)
+    formats.check_doc(doc, path, formats.RUN_REPORT)
+    try:
+        report: StoredReport = converter.structure({**doc, "path": path}, StoredReport)
+    except (cattrs.BaseValidationError, TypeError) as e:
+        raise ValueError("; ".join(error_messages(e, path="report"))) from e
+    return report
+
+
+def newest_reports(reports: str) -> Iterator[StoredReport]:
+    """The job's readable run reports, newest (last written) first; nothing if the reports
+    directory does not exist. One a newer commitpub wrote is skipped, with a warning: its
+    fields may not mean what this version reads; one that is not a report (a field of the
+    wrong type) is skipped, logged at debug level."""
     io = FileIO(reports)
     names = [io.join(n) for n in io.names(io.root) if n.endswith(".json")]
     for path in sorted(names, key=lambda p: (io.fs.modified(p), p), reverse=True):
         try:
-            doc: dict[str, Any] = json.loads(io.read(path))
-            formats.check_doc(doc, path, formats.RUN_REPORT)
-        except (OSError, ValueError, AttributeError):
+            report = read_report(io.read(path), path)
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            log.debug("run report skipped: %s: %s", path, e)
             continue
         except NewerFormatError as e:
             log.warning("run report skipped: %s", e)
             continue
-        doc["path"] = path
-        yield doc
+        yield report
 
 
 def count_empty_runs(report: RunReport, reports: str) -> None:
@@ -344,12 +397,8 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
     before = 0
     try:
         for doc in newest_reports(reports):
-            if (
-                doc.get("command") == "run"
-                and doc.get("finished")
-                and doc.get("run_id") != (report.run_id)
-            ):
-                before = int(doc.get("empty_runs") or 0)
+            if doc.command == "run" and doc.finished and doc.run_id != report.run_id:
+                before = doc.empty_runs
                 break
     except Exception as e:  # the count restarts; the run goes on
         log.warning("could not read the previous run reports in %s: %s", redact(reports), e)
@@ -364,3 +413,33 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
         )
         report.warnings.append(text)
         log.warning("%s", text)
+
+
+def summary_lines(report: RunReport) -> list[str]:
+    """What a run says when it ends, a line each: its status and counts, each failed,
+    quarantined and skipped dataset, the report's path, and last what to do when there is
+    something to do. ``commitpub run`` and ``recover`` print them; a ``jobs.Batch`` writes
+    them to stderr."""
+    counts = ", ".join(f"{k} {v}" for k, v in report.counts.items() if v)
+    nothing = "nothing to do" if report.exit_code == ExitCode.OK else "nothing published"
+    lines = [f"{report.command} {report.run_id}: {report.status} ({counts or nothing})"]
+    newer = report.outcomes.newer_format
+    for dataset, error in sorted(report.errors.items()):
+        lines.append(f"{'newer format' if dataset in newer else 'failed'} {dataset}: {error}")
+    for dataset, error in sorted(report.extract_quarantined.items()):
+        lines.append(f"quarantined {dataset}: {error}")
+    for dataset, reason in sorted(report.skipped.items()):
+        lines.append(f"skipped {dataset}: {reason}")
+    lines.append(f"report: {report.path}")
+    told = outcome(
+        report.failed,
+        report.quarantined,
+        sorted(report.held),
+        report.outcomes.newer_format,
+        report.undeclared_steps,
+    )
+    if report.error:
+        lines.append(f"error: {report.message or report.error}")
+    elif told is not None:
+        lines.append(f"error: {told.line}")
+    return lines

@@ -27,7 +27,6 @@ in the order Redis made them, so a power loss that keeps the null keeps the copy
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -86,7 +85,8 @@ def require_adopted(
 
 @attrs.frozen
 class Adopted:
-    """What :func:`adopt` did with one dataset's legacy watermarks."""
+    """What :func:`adopt` did with one dataset's legacy watermarks (as JSON, by
+    ``jobs.commands.ops.as_json``: ``kept`` as ``{"job": ..., "legacy": ...}``)."""
 
     dataset: str
     #: Partitions copied into the job's namespace now, with their value.
@@ -97,11 +97,6 @@ class Adopted:
     kept: dict[str, tuple[JsonScalar, JsonScalar]] = attrs.field(factory=dict)
     #: Legacy partitions set to null now that the job holds their value.
     cleared: list[str] = attrs.field(factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        doc = attrs.asdict(self)
-        doc["kept"] = {p: {"job": j, "legacy": lg} for p, (j, lg) in self.kept.items()}
-        return doc
 
 
 def adopt(

@@ -443,3 +443,21 @@ def test_a_step_past_its_deadline_fails_the_batch_and_leaves_the_lease_to_expire
             lock.close()
     finally:
         gate.touch()  # the abandoned step waits in a Python worker of the shared session
+
+
+def test_a_batch_says_what_happened_on_stderr_unless_told_not_to(
+    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A script under cron shows no INFO log: the summary goes to stderr whatever logging says.
+    with _batch(spark, tmp_path, run_id="s1") as batch:
+        batch.stage("orders", _orders(spark, 0, 6), watermarks={"p0": 6})
+    told = capfd.readouterr().err.splitlines()
+    ours = [line for line in told if line.startswith("commitpub: ")]
+    assert ours[0].startswith("commitpub: run s1: ok (staged_datasets 1, staged_rows 6"), told
+    assert ours[0].endswith("published 1)"), told
+    assert ours[-1] == f"commitpub: report: {batch.report.path}", told
+    assert batch.report.path is not None
+    with _batch(spark, tmp_path, run_id="s2", summary=False) as quiet:
+        quiet.stage("orders", _orders(spark, 6, 9), watermarks={"p0": 9})
+    assert quiet.report.published == ["orders"]
+    assert not [x for x in capfd.readouterr().err.splitlines() if x.startswith("commitpub: ")]

@@ -123,9 +123,9 @@ def test_operator_commands_connect_once_to_each_store_they_use(
     finally:
         pub.close()
     stores.connections()
-    assert ops.status(config)["quarantined"] == ["orders"]
+    assert ops.status(config).quarantined == ["orders"]
     assert stores.connections() == {"store": 1, "watermarks": 0, "lock": 1}
-    assert ops.inspect(config, "orders")["quarantined"]
+    assert ops.inspect(config, "orders").state.quarantined
     assert stores.connections() == {"store": 1, "watermarks": 0, "lock": 0}
     assert ops.retry(config, "orders")
     assert stores.connections() == ONCE
