@@ -2,7 +2,7 @@
 
 Same data both sides, local[2]: ROWS rows in 8 tasks, partitioned by 10 dates, Parquet, as
 ``commitpub run`` writes a dataset (``jobs.runs.run``: ``mode("error")``, partitioned by
-the date column). A: the write into a staging directory by ``jobs.output.writing.ParquetWriter``
+the date column). A: the write into a staging directory by ``jobs.output.ParquetWriter``
 (the product's writer: each Spark task writes its Arrow batches with pyarrow, no commit
 protocol, no checksum sidecars, no ``_SUCCESS``), then ``Publisher.publish`` in a Spark task
 through ``jobs.SparkRunner`` with the filesystem store, the builder listing the staged files
@@ -20,9 +20,9 @@ from typing import Any
 
 import _common
 
+from jobs.output import ParquetWriter
 from jobs.output.commits import StagedDataset
 from jobs.output.taskwriter import WriteOptions
-from jobs.output.writing import ParquetWriter
 from jobs.spark import SparkRunner
 from publisher import Outcome, Publisher
 from store import open_store

@@ -19,7 +19,7 @@ from jobs.errors import (
     UnadoptedWatermarksError,
 )
 from jobs.exitcodes import ExitCode
-from jobs.output.formats import OutputFormat, register_format
+from jobs.output import OutputFormat, register_format
 from jobs.quality import (
     AcceptedValuesCheck,
     CheckOutcome,

@@ -26,7 +26,7 @@ import posixpath
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse, urlsplit
 
 import attrs
@@ -42,7 +42,6 @@ from commitsteps import DEFAULT_COMMIT_BUDGET_S
 from jobs.checkdeclarations import DeclaredChecks, declared_checks
 from jobs.errors import BatchArgumentError
 from jobs.lineage import LineageConfig
-from jobs.output import formats
 from jobs.settings import (
     NOT_BLANK,
     POSITIVE_SECONDS,
@@ -88,11 +87,83 @@ STEP_TIMEOUT_S = 3600.0
 RUN_TIMEOUT_S = 6 * 3600.0
 
 
+@attrs.frozen(kw_only=True)
+class OutputKeys:
+    """The ``[output]`` keys a format's rules look at (``Batch``'s arguments of the same
+    meaning)."""
+
+    #: The output path or URL, resolved; empty when the settings have no output.
+    path: str
+    #: ``output.namespace``, or None when not given.
+    namespace: str | None = None
+    #: ``[output.catalog]``, or None when not given.
+    catalog: Mapping[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FormatSettings:
+    """What a format's rules made of the ``[output]`` keys (:class:`BatchConfig` carries
+    them)."""
+
+    namespace: str = ""
+    catalog: Mapping[str, str] = attrs.field(factory=dict)
+
+
+class OutputRules(Protocol):
+    """What the job's settings need of an output format: its rules (a
+    :class:`jobs.output.OutputFormat` has them)."""
+
+    @property
+    def table(self) -> bool:
+        """True when each dataset is a table partitioned by the date of
+        ``source.time_field`` only."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The ``[output]`` keys it takes beyond those every format takes."""
+
+    def settings(self, output: OutputKeys, job: str, naming: Naming) -> FormatSettings:
+        """Its rules for its keys, and what the job carries of them."""
+
+
+@attrs.frozen
+class OutputFormats:
+    """How the job's settings reach the output formats by name: the registry of
+    :mod:`jobs.output`, which lies above them and hands itself over when it is imported
+    (:func:`use_output_formats`)."""
+
+    #: The known formats' names.
+    names: Callable[[], tuple[str, ...]]
+    #: The rules of the format of a name (a :class:`~store.errors.ConfigurationError` for a
+    #: name no format has).
+    rules: Callable[[str], OutputRules]
+
+
+_output_formats: OutputFormats | None = None
+
+
+def use_output_formats(formats: OutputFormats) -> None:
+    """Check ``output.format`` and its keys against ``formats`` from now on."""
+    global _output_formats  # noqa: PLW0603 -- set once, by the registry when it is imported
+    _output_formats = formats
+
+
+def output_formats() -> OutputFormats:
+    """The output formats the job's settings are checked against.
+
+    Raises:
+        RuntimeError: if no registry was handed over (``jobs`` imports it with itself).
+    """
+    if _output_formats is None:
+        raise RuntimeError("no output formats are known: import jobs.output")
+    return _output_formats
+
+
 def _known_format() -> Validator:
-    """The registered output formats (:mod:`jobs.output.formats`), asked when a value is checked."""
+    """The registered output formats (:mod:`jobs.output`), asked when a value is checked."""
     return check(
-        lambda v: v in formats.names(),
-        lambda v: f"must be one of {', '.join(map(repr, formats.names()))}, got {v!r}",
+        lambda v: v in output_formats().names(),
+        lambda v: f"must be one of {', '.join(map(repr, output_formats().names()))}, got {v!r}",
     )
 
 
@@ -233,7 +304,7 @@ class BatchConfig(SettingsRecord):
         argument="format",
         doc="the output format: 'parquet' (files under <output>/<dataset>/), 'iceberg' (the "
         "table <namespace>.<dataset> in catalog), 'delta' (the Delta table "
-        "<output>/<dataset>), or a format registered in jobs.output.formats. A table is "
+        "<output>/<dataset>), or a format registered in jobs.output. A table is "
         "partitioned by one date column at most (stage(partition_by=[...]))",
     )
     max_records_per_file = Setting[int | None](
@@ -768,12 +839,7 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
             )
     if values["lock.url"] is None:
         values["lock.url"] = ""  # the store's URL
-    keys = formats.OutputKeys(
-        path=values["output.path"],
-        namespace=values["output.namespace"],
-        catalog=values["output.catalog"],
-    )
-    output = formats.get_format(values["output.format"]).settings(keys, values["job.name"], naming)
+    output = _format_settings(values, naming)
     values["output.namespace"] = output.namespace
     values["output.catalog"] = dict(output.catalog)
     values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
@@ -789,6 +855,26 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         _check_apart(values, source_path, naming)
     if "source.type" in values:
         _check_importable(values, naming)
+
+
+def _format_settings(values: Mapping[str, Any], naming: Naming) -> FormatSettings:
+    """The output format's keys: those it does not take refused, naming the formats that
+    do; then checked by the format's own rules."""
+    formats = output_formats()
+    rules = formats.rules(values["output.format"])
+    for key in ("namespace", "catalog"):
+        if key not in rules.keys and values[f"output.{key}"] is not None:
+            takers = [name for name in formats.names() if key in formats.rules(name).keys]
+            raise naming.error(
+                f"{naming.the(f'output.{key}')} is for output.format "
+                f"{' or '.join(map(repr, takers))}, not {values['output.format']!r}"
+            )
+    keys = OutputKeys(
+        path=values["output.path"],
+        namespace=values["output.namespace"],
+        catalog=values["output.catalog"],
+    )
+    return rules.settings(keys, values["job.name"], naming)
 
 
 def _check_spark(values: dict[str, Any], naming: Naming) -> None:
@@ -918,7 +1004,7 @@ def _check_importable(values: Mapping[str, Any], naming: Naming) -> None:
 def _partition_by(values: Mapping[str, Any], naming: Naming) -> tuple[str, ...]:
     columns = tuple(values["output.partition_by"])
     output_format = values["output.format"]
-    if columns and formats.get_format(output_format).table:
+    if columns and output_formats().rules(output_format).table:
         raise naming.error(
             f"key 'output.partition_by': {output_format} tables are partitioned by the date "
             "of source.time_field only"

@@ -479,7 +479,7 @@ def test_a_token_record_carries_its_version_and_a_newer_one_is_refused(tmp_path:
 
 
 def test_an_owner_record_carries_its_version_and_a_newer_one_is_refused(tmp_path: Path) -> None:
-    from jobs.output.formats import OWNER_FILE, create_owner_file, read_owner_file
+    from jobs.output import OWNER_FILE, create_owner_file, read_owner_file
 
     directory = str(tmp_path / "orders")
     assert create_owner_file(directory, "job")

@@ -36,7 +36,7 @@ from jobs.config import (
 )
 from jobs.exitcodes import ExitCode
 from jobs.messages import explain
-from jobs.output import formats
+from jobs.output import names as format_names
 from jobs.progress import Progress, showing
 from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport, summary_lines
 from jobs.runs.report import as_json as report_json
@@ -106,13 +106,13 @@ def _log_format() -> str:
 
 
 class _FormatName(click.ParamType[str]):
-    """An output format's name, checked against the registry (:mod:`jobs.output.formats`) when
+    """An output format's name, checked against the registry (:mod:`jobs.output`) when
     given, so formats registered through entry points are accepted too."""
 
     name = "format"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        known = formats.names()
+        known = format_names()
         if value not in known:
             self.fail(f"{value!r} is not one of {', '.join(map(repr, known))}", param, ctx)
         return str(value)

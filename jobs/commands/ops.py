@@ -28,7 +28,7 @@ import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
 from jobs.config import BatchConfig
-from jobs.output.formats import CATALOG_NAME
+from jobs.output import CATALOG_NAME
 from jobs.progress import log_progress
 from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.report import StoredReport, converter, newest_reports

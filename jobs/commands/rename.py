@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 
 from jobs.config import BatchConfig, OperatorConfig
-from jobs.output.formats import OutputFormat, OutputOwner, get_format
+from jobs.output import OutputFormat, OutputOwner, get_format
 from jobs.output.ownership import RENAME_COMMAND
 from jobs.runs.session import JobSession
 from publisher import Publisher

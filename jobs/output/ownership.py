@@ -3,7 +3,7 @@
 Watermarks, commits, the lock and the staging claim are all keyed by the job's name. A job
 whose name changed (or another job pointed at the same output) would find no watermark and
 publish the whole source again into an output that already holds it. So each dataset's
-output names its job (:meth:`jobs.output.formats.OutputFormat.owner`):
+output names its job (:meth:`jobs.output.OutputFormat.owner`):
 
 * a Parquet dataset or a Delta table (and a format of your own that publishes files): the
   file ``_commitpub_owner.json`` in ``<output>/<dataset>/``, ``{"format_version": 1, "job": ...}``;
@@ -36,7 +36,7 @@ from collections.abc import Iterable
 
 from jobs.config import BatchConfig
 from jobs.errors import OutputOwnedError
-from jobs.output.formats import OutputOwner, get_format
+from jobs.output import OutputOwner, get_format
 from publisher.integration import staging
 from store.errors import CommitPubError
 from store.urls import redact

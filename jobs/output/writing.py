@@ -1,22 +1,13 @@
-"""Spark writing into staging, one writer per output format.
+"""The staging write that the writers share (:class:`jobs.output.base.Writer`).
 
-A :class:`Writer` writes a DataFrame into a dataset's staging directory, counts what it
-wrote, and says what the dataset's commit is (its steps builder). Parquet files are
-published by renames; an Iceberg or Delta table's by renames into the table's data location
-and then one table step (:class:`~commitsteps.IcebergAppendCommitStep`,
-:class:`~commitsteps.DeltaAppendCommitStep`), before the watermark steps.
-
-The Spark tasks write the files with pyarrow (:func:`write_partition`), so timestamps are
-TIMESTAMP_MICROS, never Spark's default INT96 (refused by table readers). Table files are
-staged so that the table step can prove each one's partition: each file holds one value of
-the partition column, which stays *in* the file (hive partitioning leaves its column out):
-the files are split by a copy of the column, ``<column>_partition``, whose directories they
-are staged under.
+:func:`stage` writes a DataFrame into a dataset's staging directory from the Spark tasks,
+which write the files with pyarrow (:func:`write_partition`), so timestamps are
+TIMESTAMP_MICROS, never Spark's default INT96 (refused by table readers), and returns what it
+staged (:class:`Written`) with the figures the tasks measured for checks.
 """
 
 from __future__ import annotations
 
-import abc
 import builtins
 import contextlib
 import errno
@@ -24,19 +15,13 @@ import functools
 import os
 import secrets
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from commitsteps import CommitStep, MissingSourceError
-from jobs.config import BatchConfig
-from jobs.errors import BatchArgumentError
-from jobs.output.commits import StagedDataset, join
-from jobs.output.formats import CATALOG_NAME, get_format
 from jobs.output.taskwriter import StagedFile, TaskAttempt, WriteOptions, write_partition
-from publisher import StepsBuilder
 from store.failpoints import failpoint
-from store.urls import encode_name, is_local, local_path
+from store.urls import is_local, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -74,239 +59,19 @@ class Written:
         )
 
 
-class Writer(abc.ABC):
-    """Writes a DataFrame into a staging directory and builds that dataset's commit."""
-
-    #: The ``output.format`` this writer serves (errors name it).
-    format: ClassVar[str]
-    #: True when :meth:`write` measures checks' figures while it writes: it is then given
-    #: a frame with hidden columns that ``options.measures`` (:mod:`jobs.measuring`) measures
-    #: and leaves out of the files, as :class:`ParquetWriter` does (a
-    #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
-    #: checks read the staged files back.
-    measures_checks: ClassVar[bool] = False
-
-    @abc.abstractmethod
-    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
-        """Write ``frame`` into ``directory``, which must not exist yet.
-
-        Returns:
-            What is in ``directory`` now; zero files when the frame had no rows.
-        """
-
-    @abc.abstractmethod
-    def commit(self, staged: StagedDataset) -> StepsBuilder:
-        """The picklable builder of a staged dataset's commit sequence, run in a publish
-        task."""
-
-
-class ParquetWriter(Writer):
-    """Hive-partitioned Parquet files, published by renames into ``<output>/<dataset>/``.
-
-    Each Spark task writes its own rows with pyarrow (:meth:`DataFrame.mapInArrow
-    <pyspark.sql.DataFrame.mapInArrow>`, then :func:`_write_task`), into local staging or
-    through fsspec onto an object store. Staging is private to the run and the write-ahead
-    is the commit, so Spark's own commit protocol is left out: no task-attempt directories
-    merged at job commit, no checksum sidecars, no ``_SUCCESS``, and no Hadoop S3A
-    connector on the nodes. A file's name is fixed by the task's partition and an id of
-    this write and the task attempt's own id, so a later write into the same directory
-    never meets them, and two attempts of a task never share one: the files published are
-    those the accepted attempt of each task reported, whatever a failed attempt (or an
-    orphaned worker of a lost executor, still writing after its attempt failed) left in
-    staging.
-    """
-
-    format = "parquet"
-    measures_checks = True
-
-    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
-        if is_local(directory) and os.path.lexists(local_path(directory)):
-            raise FileExistsError(
-                errno.EEXIST, "a staging directory is written once; it exists already", directory
-            )
-        staged, measured = _write_with_arrow(frame, directory, options)
-        return Written.of(staged, measured)
-
-    def commit(self, staged: StagedDataset) -> StepsBuilder:
-        # The files are published by renames: the staged dataset builds them itself.
-        return staged
-
-
-def partition_directory(column: str) -> str:
-    """The copy of ``column`` whose directories a table's files are staged under."""
-    return f"{column}_partition"
-
-
-class TableWriter(ParquetWriter):
-    """Parquet files for a table: one partition value per file with the partition column in
-    the file; published by renames and one table step."""
-
-    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
-        from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
-        from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
-
-        split: tuple[str, ...] = ()
-        column = self.partition_column(options.partition_by)
-        if column is not None:
-            kind = frame.schema[column].dataType
-            if not isinstance(kind, T.DateType):
-                raise BatchArgumentError(
-                    f"argument 'partition_by': {self.format} tables are partitioned by a date "
-                    f"column; {column!r} is a {kind.simpleString()} (use F.to_date)"
-                )
-            copy = partition_directory(column)
-            if copy in frame.columns:
-                raise BatchArgumentError(
-                    f"argument 'df' has a column {copy!r}, the name under which the files of "
-                    f"partition column {column!r} are split; rename it"
-                )
-            frame = frame.withColumn(copy, F.col(column))
-            split = (copy,)
-        return super().write(frame, directory, attrs.evolve(options, partition_by=split))
-
-    def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
-        """The one partition column of a table, or None.
-
-        Raises:
-            BatchArgumentError: for more than one.
-        """
-        if len(partition_by) > 1:
-            raise BatchArgumentError(
-                f"argument 'partition_by': {self.format} tables are partitioned by one date "
-                f"column at most, got {list(partition_by)}"
-            )
-        return partition_by[0] if partition_by else None
-
-
-@attrs.frozen
-class IcebergCommit:
-    """A staged dataset's commit into its Iceberg table; picklable, built in the publish task."""
-
-    staged: StagedDataset
-    catalog: str
-    namespace: str
-    location: str
-    job: str
-
-    def __call__(self) -> list[CommitStep]:
-        if self.staged.empty:
-            return self.staged()
-        from commitsteps import IcebergAppendCommitStep
-
-        staged = self.staged
-        steps = IcebergAppendCommitStep.steps_for(
-            _staged_urls(staged),
-            staging_dir=staged.staging_dir,
-            catalog=self.catalog,
-            namespace=self.namespace,
-            table=staged.dataset,
-            location=self.location,
-            job=self.job,
-            run_id=staged.run_id,
-            partition_by=staged.partition_by[0] if staged.partition_by else None,
-        )
-        return [*steps, *staged.after_data()]
-
-
-@attrs.frozen
-class DeltaCommit:
-    """A staged dataset's commit into its Delta table; picklable, built in the publish task."""
-
-    staged: StagedDataset
-    table_uri: str
-    job: str
-
-    def __call__(self) -> list[CommitStep]:
-        if self.staged.empty:
-            return self.staged()
-        from commitsteps import DeltaAppendCommitStep
-
-        staged = self.staged
-        steps = DeltaAppendCommitStep.steps_for(
-            _staged_urls(staged),
-            staging_dir=staged.staging_dir,
-            table_uri=self.table_uri,
-            job=self.job,
-            dataset=staged.dataset,
-            run_id=staged.run_id,
-            partition_by=staged.partition_by[0] if staged.partition_by else None,
-        )
-        return [*steps, *staged.after_data()]
-
-
-def _staged_urls(staged: StagedDataset) -> list[str]:
-    files = staged.relative_paths()
-    if not files:
-        raise MissingSourceError(f"no staged files for {staged.dataset} under {staged.staging_dir}")
-    return [join(staged.staging_dir, rel) for rel in files]
-
-
-class IcebergWriter(TableWriter):
-    """Each dataset is the Iceberg table ``<namespace>.<dataset>`` at ``<output>/<dataset>``
-    in the job's catalog (reached by name: its properties come from the job's settings)."""
-
-    format = "iceberg"
-
-    def __init__(self, config: BatchConfig) -> None:
-        self.config = config
-        self._namespace_ready = False
-
-    def commit(self, staged: StagedDataset) -> StepsBuilder:
-        self.partition_column(staged.partition_by)
-        self._create_namespace()
-        return IcebergCommit(
-            staged,
-            CATALOG_NAME,
-            self.config.namespace,
-            _table_root(self.config.output, staged.dataset),
-            self.config.name,
-        )
-
-    def _create_namespace(self) -> None:
-        """Create the tables' namespace once, here on the driver: the publish tasks of two
-        datasets creating it at once collide in the catalog (a unique key in a SQL catalog)."""
-        if self._namespace_ready:
-            return
-        from commitsteps.iceberg import open_catalog
-
-        properties = dict(self.config.catalog)
-        uri = properties.get("uri", "")
-        if properties.get("type") == "sql" and uri.startswith("sqlite:///"):
-            # sqlite creates its file, not the directory it lies in.
-            directory = os.path.dirname(uri[len("sqlite:///") :])
-            if directory:
-                os.makedirs(directory, exist_ok=True)
-        open_catalog(CATALOG_NAME, properties).create_namespace_if_not_exists(self.config.namespace)
-        self._namespace_ready = True
-
-
-class DeltaWriter(TableWriter):
-    """Each dataset is the Delta table at ``<output>/<dataset>``."""
-
-    format = "delta"
-
-    def __init__(self, config: BatchConfig) -> None:
-        self.config = config
-
-    def commit(self, staged: StagedDataset) -> StepsBuilder:
-        self.partition_column(staged.partition_by)
-        return DeltaCommit(
-            staged, _table_root(self.config.output, staged.dataset), self.config.name
-        )
-
-
-def _table_root(output: str, dataset: str) -> str:
-    root = join(output, encode_name(dataset, "dataset"))
-    return local_path(root) if is_local(root) else root
-
-
-def writer_for(config: BatchConfig) -> Writer:
-    """The writer of the configured output format (see :mod:`jobs.output.formats`).
+def stage(frame: DataFrame, directory: str, options: WriteOptions) -> Written:
+    """Write ``frame`` into the staging directory ``directory`` from the Spark tasks, each
+    writing its Arrow batches with pyarrow (:func:`_write_with_arrow`).
 
     Raises:
-        ConfigurationError: for a format no one registered.
+        FileExistsError: if ``directory`` exists (a staging directory is written once).
     """
-    return get_format(config.output_format).writer(config)
+    if is_local(directory) and os.path.lexists(local_path(directory)):
+        raise FileExistsError(
+            errno.EEXIST, "a staging directory is written once; it exists already", directory
+        )
+    staged, measured = _write_with_arrow(frame, directory, options)
+    return Written.of(staged, measured)
 
 
 #: The result schema of the write tasks: each returns the files it wrote and the figures

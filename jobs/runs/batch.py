@@ -49,12 +49,11 @@ from jobs.errors import (
     ExtractError,
     error_text,
 )
+from jobs.output import Written, get_format, writer_for
 from jobs.output.commits import Mark, StagedDataset, join
-from jobs.output.formats import get_format
 from jobs.output.ownership import check as check_owner
 from jobs.output.ownership import claim as claim_output
 from jobs.output.taskwriter import WriteOptions
-from jobs.output.writing import Written, writer_for
 from jobs.progress import Progress
 from jobs.quality.checks import Check, validate_checks
 from jobs.quality.measures import Plan, discard_keys, plan

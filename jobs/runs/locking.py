@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from jobs.config import BatchConfig
-from jobs.output.formats import CATALOG_NAME
+from jobs.output import CATALOG_NAME
 from publisher import Publisher, Runner
 from store import CommitStepStore, JobLock, LeaseKeeper, open_lock
 from store.errors import ConfigurationError, FencedError

@@ -20,8 +20,8 @@ from jobs.errors import error_text
 from jobs.exitcodes import ExitCode, for_error
 from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
 from jobs.messages import explain
+from jobs.output import get_format
 from jobs.output.commits import join
-from jobs.output.formats import get_format
 from jobs.quality.checks import Check, CheckResults
 from jobs.runs.lifecycle import RunObserver
 from jobs.runs.metrics import export as export_metrics

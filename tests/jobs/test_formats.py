@@ -1,4 +1,4 @@
-"""The output-format registry (:mod:`jobs.output.formats`): the built-ins by name, a format of the
+"""The output-format registry (:mod:`jobs.output`): the built-ins by name, a format of the
 user's own through a real entry point (a ``.dist-info`` on ``sys.path``) that a ``Batch``
 writes, commits and reads back with, and unknown names refused with the known ones listed.
 """
@@ -13,9 +13,9 @@ import pytest
 from jobhelpers import batch_places, write_job
 from pyspark.sql import SparkSession
 
+import jobs.output as formats
 from jobs import Batch
 from jobs.config import load_config
-from jobs.output import formats
 from jobs.output.verify import published_rows
 from store.errors import ConfigurationError
 
@@ -23,8 +23,7 @@ from store.errors import ConfigurationError
 USER_MODULE = """
 from pyspark.sql import functions as F
 
-from jobs.output.formats import ParquetFormat
-from jobs.output.writing import ParquetWriter
+from jobs.output import ParquetFormat, ParquetWriter
 
 
 class TaggedWriter(ParquetWriter):
@@ -80,7 +79,7 @@ def test_knowing_every_format_imports_neither_table_library() -> None:
     """pyiceberg and deltalake are optional extras: only a job of their format imports them."""
     code = (
         "import sys\n"
-        "from jobs.output import formats\n"
+        "import jobs.output as formats\n"
         "for name in formats.names():\n"
         "    formats.get_format(name)\n"
         "print(sorted(m for m in ('pyiceberg', 'deltalake') if m in sys.modules))\n"
@@ -113,14 +112,24 @@ def test_an_unknown_format_in_batch_names_the_argument_and_the_known_ones(
 def test_a_registered_name_is_refused_for_another_class(isolated_registry: None) -> None:
     with pytest.raises(ConfigurationError, match="'parquet' is already registered"):
         formats.register_format("parquet", "elsewhere:OtherFormat")
-    formats.register_format("parquet", "jobs.output.formats:ParquetFormat")
-    formats.register_format("mine", "jobs.output.formats:DeltaFormat")
+    formats.register_format("parquet", "jobs.output.parquet:ParquetFormat")
+    formats.register_format("mine", "jobs.output.delta:DeltaFormat")
     assert formats.format_class("mine") is formats.DeltaFormat
 
 
+def test_a_format_registers_by_class_as_the_built_ins_do(isolated_registry: None) -> None:
+    formats.register_format("mine", formats.DeltaFormat)
+    formats.register_format("mine", "jobs.output.delta:DeltaFormat")  # the same class
+    assert formats.format_class("mine") is formats.DeltaFormat
+    with pytest.raises(ConfigurationError, match="'mine' is already registered"):
+        formats.register_format("mine", formats.ParquetFormat)
+    with pytest.raises(ConfigurationError, match=r"ParquetWriter'> is no jobs\.OutputFormat"):
+        formats.register_format("writer", formats.ParquetWriter)
+
+
 def test_a_registered_target_that_is_no_format_is_refused(isolated_registry: None) -> None:
-    formats.register_format("broken", "jobs.output.writing:ParquetWriter")
-    with pytest.raises(ConfigurationError, match=r"jobs\.output\.writing:ParquetWriter is no"):
+    formats.register_format("broken", "jobs.output.parquet:ParquetWriter")
+    with pytest.raises(ConfigurationError, match=r"jobs\.output\.parquet:ParquetWriter is no"):
         formats.get_format("broken")
     formats.register_format("missing", "no_such_module:Format")
     with pytest.raises(ConfigurationError, match=r"cannot import its class no_such_module:Format"):

@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
 
+from jobs.output import ParquetWriter
 from jobs.output.commits import staged_files
 from jobs.output.taskwriter import MIN_ROWS_PER_GROUP, WriteOptions
-from jobs.output.writing import ParquetWriter
 
 pytestmark = pytest.mark.spark
 

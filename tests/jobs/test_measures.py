@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.output import ParquetWriter
 from jobs.output.taskwriter import WriteOptions
-from jobs.output.writing import ParquetWriter
 from jobs.quality import (
     AcceptedValuesCheck,
     Check,

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from jobs import Batch
 from jobs.config import load_config
 from jobs.exitcodes import ExitCode
-from jobs.output.formats import OWNER_FILE, get_format
+from jobs.output import OWNER_FILE, get_format
 from jobs.output.ownership import OutputOwnedError
 from jobs.runs.run import run_job
 from publisher.staging import ROOT_MARKER

@@ -23,7 +23,7 @@ import pytest
 from jobhelpers import COMMITPUB, Landing, source_records, write_job
 from table_helpers import delta_arrow, delta_commits, duckdb_connection
 
-from jobs.output.formats import CATALOG_NAME
+from jobs.output import CATALOG_NAME
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
 

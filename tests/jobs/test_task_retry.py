@@ -23,7 +23,7 @@ import pytest
 from jobhelpers import Landing, assert_exactly_once, commitpub, source_records, write_job
 from table_helpers import delta_arrow
 
-from jobs.output.formats import CATALOG_NAME
+from jobs.output import CATALOG_NAME
 from store import open_store
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 

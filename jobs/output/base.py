@@ -1,0 +1,189 @@
+"""What an output format is: :class:`OutputFormat` (its rules, how its published rows are
+read back, its owner records) and the :class:`Writer` it stages a run's datasets with.
+
+Each format is one module of this package holding all of it (:mod:`jobs.output.parquet`,
+:mod:`jobs.output.iceberg`, :mod:`jobs.output.delta`), registered by name in
+:mod:`jobs.output`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from jobs.config import BatchConfig, FormatSettings, Naming, OutputKeys
+from jobs.output.commits import StagedDataset
+from jobs.output.directories import (
+    OutputOwner,
+    create_owner_file,
+    dataset_directory,
+    directories,
+    read_owner_file,
+    replace_owner_file,
+)
+from jobs.output.taskwriter import WriteOptions
+from jobs.output.writing import Written
+from publisher import StepsBuilder
+from store.urls import decode_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class Writer(abc.ABC):
+    """Writes a DataFrame into a staging directory and builds that dataset's commit."""
+
+    #: The ``output.format`` this writer serves (errors name it).
+    format: ClassVar[str]
+    #: True when :meth:`write` measures checks' figures while it writes: it is then given
+    #: a frame with hidden columns that ``options.measures`` (:mod:`jobs.measuring`) measures
+    #: and leaves out of the files, as :class:`~jobs.output.parquet.ParquetWriter` does (a
+    #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
+    #: checks read the staged files back.
+    measures_checks: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
+        """Write ``frame`` into ``directory``, which must not exist yet.
+
+        Returns:
+            What is in ``directory`` now; zero files when the frame had no rows.
+        """
+
+    @abc.abstractmethod
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        """The picklable builder of a staged dataset's commit sequence, run in a publish
+        task."""
+
+
+class OutputFormat(abc.ABC):
+    """One output format. Subclass it, set :attr:`name`, implement :meth:`writer` and
+    :meth:`read_back`, and register the class (see :mod:`jobs.output`).
+
+    Example: Parquet files with a column saying which job wrote them::
+
+        from pyspark.sql import functions as F
+
+        from jobs.output import ParquetFormat, ParquetWriter
+
+
+        class TaggedWriter(ParquetWriter):
+            def write(self, frame, directory, options):
+                return super().write(frame.withColumn("job", F.lit("orders")), directory, options)
+
+
+        class TaggedFormat(ParquetFormat):
+            name = "tagged"
+
+            def writer(self, config):
+                return TaggedWriter()
+
+    registered in the package's ``pyproject.toml``::
+
+        [project.entry-points."commitpub.formats"]
+        tagged = "mypackage.formats:TaggedFormat"
+    """
+
+    #: The ``output.format`` value.
+    name: ClassVar[str]
+    #: True when each dataset is a table partitioned by one date column at most (that of
+    #: ``source.time_field``): ``output.partition_by`` is then refused.
+    table: ClassVar[bool] = False
+    #: The ``[output]`` keys beyond path, format, partitioning, file size and compression
+    #: that this format takes; the others are refused when given (naming the formats that
+    #: take them) before :meth:`settings` is asked.
+    keys: ClassVar[tuple[str, ...]] = ()
+
+    def settings(self, output: OutputKeys, job: str, naming: Naming) -> FormatSettings:
+        """Check the ``[output]`` keys for this format and return what the job carries.
+
+        The default: the namespace given, else the job's name; no catalog.
+
+        Args:
+            output: the keys as given (none that :attr:`keys` leaves out).
+            job: the job's name.
+            naming: how errors name the keys (job file or ``Batch`` arguments).
+
+        Raises:
+            ConfigurationError: naming the key that is wrong.
+        """
+        return FormatSettings(namespace=output.namespace or job)
+
+    def check_dataset(self, config: BatchConfig, dataset: str) -> None:  # noqa: B027 -- optional hook
+        """Refuse a dataset name the format cannot publish, before Spark does any work.
+
+        Raises:
+            BatchArgumentError: naming the dataset.
+        """
+
+    def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
+        """The job that the output of ``dataset`` records as its owner (see
+        :mod:`jobs.output.ownership`); read-only.
+
+        The default is for formats that publish files into ``<output>/<dataset>/``: the
+        record is the file :data:`~jobs.output.directories.OWNER_FILE` there.
+
+        Raises:
+            OwnerRecordError: if the record is unreadable or of a newer layout.
+        """
+        return read_owner_file(dataset_directory(config.output, dataset))
+
+    def record_owner(
+        self,
+        config: BatchConfig,
+        dataset: str,
+        job: str,
+        *,
+        replace: bool = False,
+        moving_from: str | None = None,
+    ) -> bool:
+        """Record ``job`` as the owner of the output of ``dataset``, crash-safely: only where
+        none is recorded (created exclusively: of two jobs one wins), or with ``replace``
+        over whatever is recorded (one atomic replacement; the rename command, holding the
+        locks of both names). The caller reads the owner again to learn who won.
+
+        Args:
+            moving_from: the job's former name, while a rename moves its state.
+
+        Returns:
+            False where the output cannot hold a record yet (a table not created yet).
+        """
+        directory = dataset_directory(config.output, dataset)
+        if replace:
+            replace_owner_file(directory, job, moving_from)
+        else:
+            create_owner_file(directory, job)
+        return True
+
+    def output_datasets(self, config: BatchConfig) -> list[str]:
+        """The datasets found in the job's output, sorted (a rename looks at each one's
+        owner). The default: the directories under the output path (names starting with
+        "_" or "." are not datasets)."""
+        return [
+            decode_name(name)
+            for name in directories(config.output)
+            if not name.startswith(("_", "."))
+        ]
+
+    @abc.abstractmethod
+    def writer(self, config: BatchConfig) -> Writer:
+        """The writer that stages a run's datasets and builds each one's commit
+        (:meth:`Writer.commit`); one per run."""
+
+    @abc.abstractmethod
+    def read_back(
+        self, output: str, dataset: str, config: BatchConfig | None
+    ) -> list[dict[str, Any]]:
+        """Every published row of ``dataset`` under the local ``output``, as plain Python
+        values; empty when nothing is published yet. Runs on the driver, without Spark.
+
+        Args:
+            output: the job's output directory.
+            dataset: the dataset's name.
+            config: the job's settings (None: only ``output`` is known).
+        """
+
+    def lineage_name(self, config: BatchConfig, dataset: str) -> tuple[str, str] | None:
+        """The OpenLineage (namespace, name) of a published dataset, or None for that of
+        its location."""
+        return None

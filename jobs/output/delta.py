@@ -1,0 +1,84 @@
+"""The ``delta`` output format: each dataset is the Delta table at ``<output>/<dataset>``.
+
+deltalake is an optional extra (``commitpub[delta]``): it is imported only by a job of this
+format, when it reads or commits a table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from commitsteps import CommitStep
+from jobs.config import BatchConfig
+from jobs.output.base import OutputFormat, Writer
+from jobs.output.commits import StagedDataset
+from jobs.output.directories import dataset_directory
+from jobs.output.tables import TableWriter, staged_urls, table_root
+from publisher import StepsBuilder
+
+
+@attrs.frozen
+class DeltaCommit:
+    """A staged dataset's commit into its Delta table; picklable, built in the publish task."""
+
+    staged: StagedDataset
+    table_uri: str
+    job: str
+
+    def __call__(self) -> list[CommitStep]:
+        if self.staged.empty:
+            return self.staged()
+        from commitsteps import DeltaAppendCommitStep
+
+        staged = self.staged
+        steps = DeltaAppendCommitStep.steps_for(
+            staged_urls(staged),
+            staging_dir=staged.staging_dir,
+            table_uri=self.table_uri,
+            job=self.job,
+            dataset=staged.dataset,
+            run_id=staged.run_id,
+            partition_by=staged.partition_by[0] if staged.partition_by else None,
+        )
+        return [*steps, *staged.after_data()]
+
+
+class DeltaWriter(TableWriter):
+    """Each dataset is the Delta table at ``<output>/<dataset>``."""
+
+    format = "delta"
+
+    def __init__(self, config: BatchConfig) -> None:
+        self.config = config
+
+    def commit(self, staged: StagedDataset) -> StepsBuilder:
+        self.partition_column(staged.partition_by)
+        return DeltaCommit(staged, table_root(self.config.output, staged.dataset), self.config.name)
+
+
+class DeltaFormat(OutputFormat):
+    """Each dataset is the Delta table at ``<output>/<dataset>``. Its owner record is the
+    file :data:`~jobs.output.directories.OWNER_FILE` in the table's directory, as for
+    Parquet: Delta readers read only what the log names, and VACUUM leaves names starting
+    with "_" alone (a table property would cost a commit of its own, as Delta's table
+    creation refuses properties it does not know)."""
+
+    name = "delta"
+    table = True
+
+    def writer(self, config: BatchConfig) -> Writer:
+        return DeltaWriter(config)
+
+    def read_back(
+        self, output: str, dataset: str, config: BatchConfig | None
+    ) -> list[dict[str, Any]]:
+        """The table's rows, read by deltalake."""
+        from commitsteps.delta import open_table, read_arrow
+
+        table = open_table(dataset_directory(output, dataset))
+        if table is None:
+            return []
+        rows: list[dict[str, Any]] = read_arrow(table).to_pylist()
+        return rows

@@ -1,0 +1,91 @@
+"""What the table formats (:mod:`jobs.output.iceberg`, :mod:`jobs.output.delta`) share: their
+files are Parquet, staged so that the table step can prove each one's partition.
+
+Each file holds one value of the partition column, which stays *in* the file (hive
+partitioning leaves its column out): the files are split by a copy of the column,
+``<column>_partition``, whose directories they are staged under. They are published by
+renames into the table's data location and then one table step
+(:class:`~commitsteps.IcebergAppendCommitStep`, :class:`~commitsteps.DeltaAppendCommitStep`),
+before the watermark steps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from commitsteps import MissingSourceError
+from jobs.errors import BatchArgumentError
+from jobs.output.commits import StagedDataset, join
+from jobs.output.parquet import ParquetWriter
+from jobs.output.taskwriter import WriteOptions
+from jobs.output.writing import Written
+from store.urls import encode_name, is_local, local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def partition_directory(column: str) -> str:
+    """The copy of ``column`` whose directories a table's files are staged under."""
+    return f"{column}_partition"
+
+
+class TableWriter(ParquetWriter):
+    """Parquet files for a table: one partition value per file with the partition column in
+    the file; published by renames and one table step."""
+
+    def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
+        from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+        from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
+
+        split: tuple[str, ...] = ()
+        column = self.partition_column(options.partition_by)
+        if column is not None:
+            kind = frame.schema[column].dataType
+            if not isinstance(kind, T.DateType):
+                raise BatchArgumentError(
+                    f"argument 'partition_by': {self.format} tables are partitioned by a date "
+                    f"column; {column!r} is a {kind.simpleString()} (use F.to_date)"
+                )
+            copy = partition_directory(column)
+            if copy in frame.columns:
+                raise BatchArgumentError(
+                    f"argument 'df' has a column {copy!r}, the name under which the files of "
+                    f"partition column {column!r} are split; rename it"
+                )
+            frame = frame.withColumn(copy, F.col(column))
+            split = (copy,)
+        return super().write(frame, directory, attrs.evolve(options, partition_by=split))
+
+    def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
+        """The one partition column of a table, or None.
+
+        Raises:
+            BatchArgumentError: for more than one.
+        """
+        if len(partition_by) > 1:
+            raise BatchArgumentError(
+                f"argument 'partition_by': {self.format} tables are partitioned by one date "
+                f"column at most, got {list(partition_by)}"
+            )
+        return partition_by[0] if partition_by else None
+
+
+def staged_urls(staged: StagedDataset) -> list[str]:
+    """The URLs of a staged dataset's files, for its table step.
+
+    Raises:
+        MissingSourceError: if none is staged.
+    """
+    files = staged.relative_paths()
+    if not files:
+        raise MissingSourceError(f"no staged files for {staged.dataset} under {staged.staging_dir}")
+    return [join(staged.staging_dir, rel) for rel in files]
+
+
+def table_root(output: str, dataset: str) -> str:
+    """Where the table of ``dataset`` lies: a local path, or a URL."""
+    root = join(output, encode_name(dataset, "dataset"))
+    return local_path(root) if is_local(root) else root
