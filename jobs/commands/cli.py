@@ -433,9 +433,23 @@ def _state(state: DatasetState, sealed: bool | None = None, otherwise: str | Non
     return "UNREADABLE" if sealed is None else "sealed" if sealed else "unsealed"
 
 
-def _echo_hold(state: DatasetState, indent: str = "    ") -> None:
-    """A held dataset's failed checks (one line each, with their figures) and where its
-    staged data is, under its line in ``status`` and ``inspect``."""
+#: What the next steps need besides the dataset, for a ``jobs.Batch`` job named by options.
+_BATCH_PLACES = "; for a Batch job both take its --staging and --output too"
+
+
+def _echo_next(state: DatasetState, batch_job: bool, indent: str = "    ") -> None:
+    """What to do about a quarantined or held dataset, under its line in ``status``."""
+    if state.quarantined:
+        click.echo(
+            f"{indent}commitpub retry tries its commit again once the cause is fixed; "
+            "commitpub discard gives it up and the data is read again"
+        )
+    _echo_hold(state, indent, batch_job=batch_job)
+
+
+def _echo_hold(state: DatasetState, indent: str = "    ", *, batch_job: bool = False) -> None:
+    """A held dataset's failed checks (one line each, with their figures), where its
+    staged data is and what to do, under its line in ``status`` and ``inspect``."""
     held = state.held
     if held is None:
         return
@@ -452,7 +466,7 @@ def _echo_hold(state: DatasetState, indent: str = "    ") -> None:
     click.echo(f"{indent}staged data: {held.staging_dir}")
     click.echo(
         f"{indent}commitpub release publishes it as staged; commitpub discard deletes it "
-        "and the data is read again"
+        "and the data is read again" + (_BATCH_PLACES if batch_job else "")
     )
 
 
@@ -506,7 +520,7 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
             + (f", last error: {st.last_error}" if st.last_error else "")
             + (f", unreadable: {p.error}" if p.error else "")
         )
-        _echo_hold(st)
+        _echo_next(st, batch_job=job_file is None)
     for f in doc.without_pending:
         st = f.state
         if st.held is not None:
@@ -517,7 +531,7 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
                 f"{st.attempts} attempts"
                 + (f", last error: {st.last_error}" if st.last_error else "")
             )
-        _echo_hold(st)
+        _echo_next(st, batch_job=job_file is None)
     last = doc.last_run
     if last is None:
         click.echo("last run: none recorded")

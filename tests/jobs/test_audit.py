@@ -14,12 +14,14 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from click.testing import CliRunner
 from jobhelpers import batch_places, write_job
 from pyspark.sql import DataFrame, SparkSession
 
 import jobs
 from jobs import Batch, DatasetHeldError
 from jobs.commands import ops
+from jobs.commands.cli import main
 from jobs.config import batch_config, load_config
 from jobs.errors import CheckDeclarationError
 from jobs.output.commits import staged_files
@@ -240,6 +242,16 @@ def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
     assert again.report.skipped == {"orders": HELD}
     assert sorted(Path(held.staging_dir).rglob("*.parquet")) == staged
     assert _seqs(tmp_path, "clicks") == list(range(6))
+
+    # status of a Batch job, named by options, says what release and discard need besides.
+    where = ["--job", JOB, "--store", places["store"], "--watermarks", places["watermarks"]]
+    where += ["--reports", places["reports"]] if "reports" in places else []
+    told = CliRunner().invoke(main, ["status", *where])
+    assert told.exit_code == 0, told.output
+    assert (
+        "    commitpub release publishes it as staged; commitpub discard deletes it and the data "
+        "is read again; for a Batch job both take its --staging and --output too"
+    ) in told.output.splitlines()
 
     assert ops.release(batch_config(JOB, **places), "orders").outcome == Outcome.PUBLISHED
     assert _seqs(tmp_path, "orders") == [0, *range(6)]

@@ -103,6 +103,12 @@ def test_status_reports_pending_and_quarantined_datasets(job: Job) -> None:
     text = job.cli("status")
     assert text.exit_code == 0
     assert "clicks: QUARANTINED, 1 steps, 1 attempts" in text.output
+    lines = text.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "clicks: QUARANTINED" in line)
+    assert lines[at + 1] == (
+        "    commitpub retry tries its commit again once the cause is fixed; commitpub discard "
+        "gives it up and the data is read again"
+    )
     assert "orders: sealed, 3 steps, 0 attempts" in text.output
 
 
