@@ -741,8 +741,9 @@ def discard(
             + (f": {report.error}" if report.error else "")
         )
         return
+    how = "" if report.outcome == "discarded" else f"{report.outcome}, "
     click.echo(
-        f"{dataset}: discarded ({report.outcome}, {report.steps} steps)"
+        f"{dataset}: discarded ({how}{report.steps} steps)"
         + (f": {report.error}" if report.error else "")
     )
 

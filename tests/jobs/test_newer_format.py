@@ -185,7 +185,7 @@ def test_discard_force_drops_a_newer_commit_the_operator_insists_on(tmp_path: Pa
     job = Job(tmp_path, "chunk")
     code, out, err = job.run("discard", "orders", "--yes", "--force")
     assert code == 0, out + err
-    assert "orders: discarded (discarded, 0 steps)" in out
+    assert "orders: discarded (0 steps)" in out
     with open_store(job.config.store_url) as st:
         assert st.datasets(job.config.name) == []
 

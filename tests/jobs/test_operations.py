@@ -341,7 +341,7 @@ def test_a_damaged_sequence_is_shown_by_status_and_inspect_and_discard_removes_i
     assert sorted(job.store.datasets(job.config.name)) == ["clicks", "orders"]
     done = job.cli("discard", "orders", "--yes", "--force")
     assert done.exit_code == 0, done.output
-    assert "orders: discarded (discarded, 0 steps)" in done.output
+    assert "orders: discarded (0 steps)" in done.output
     assert "would be there twice" in done.output
     assert job.store.datasets(job.config.name) == ["clicks"]
 
@@ -382,7 +382,7 @@ def test_retry_and_discard_lift_a_quarantine_without_a_pending_sequence(job: Job
     pub.record_failure("events", ValueError("again"))
     discarded = job.cli("discard", "events", "--yes")
     assert discarded.exit_code == 0, discarded.output
-    assert "events: discarded (discarded, 0 steps)" in discarded.output
+    assert "events: discarded (0 steps)" in discarded.output
     assert _json(job.cli("status", "--json"))["quarantined"] == ["clicks"]
     # Nothing of it is left: not a dataset of the job any more.
     gone = job.cli("discard", "events", "--yes")
@@ -418,7 +418,7 @@ def test_an_unfinished_discard_is_shown_retry_refuses_it_and_discard_finishes_it
 
     done = job.cli("discard", "orders", "--yes")
     assert done.exit_code == 0, done.output
-    assert "orders: discarded (discarded, 3 steps)" in done.output
+    assert "orders: discarded (3 steps)" in done.output
     assert job.store.datasets(job.config.name) == ["clicks"]
     assert job.store.get_status(job.config.name, "orders") is None
 

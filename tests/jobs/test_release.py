@@ -279,7 +279,7 @@ def test_discard_of_a_held_dataset_deletes_its_staged_data_to_be_read_again(
 
     done = job.run("discard", HELD, "--yes")
 
-    assert done.stdout == f"{HELD}: discarded (discarded, 3 steps)\n"
+    assert done.stdout == f"{HELD}: discarded (3 steps)\n"
     assert job.held() == []
     assert job.staged() == []
     assert job.published() == []
@@ -492,7 +492,7 @@ def test_discard_killed_after_marking_the_hold_is_finished_by_discard_again(job:
 
     done = job.run("discard", HELD, "--yes")
 
-    assert done.stdout == f"{HELD}: discarded (discarded, 3 steps)\n"
+    assert done.stdout == f"{HELD}: discarded (3 steps)\n"
     assert (job.held(), job.pending(), job.staged(), job.published()) == ([], [], [], [])
     assert job.watermark() is None
 
