@@ -8,7 +8,7 @@ replaces only the metric names sent, so a failed run, which sends no ``last_succ
 sample, leaves the previous one in place; the textfile keeps it by reading the file it
 replaces).
 
-The textfile is prometheus_client's exposition written by :func:`jobs.files.write_whole`:
+The textfile is prometheus_client's exposition written by :meth:`store.files.FileIO.write`:
 a temporary file renamed, so the collector never reads half of it, created no more open
 than ``0644`` (``write_to_textfile`` would create it ``0666`` less the umask).
 """
@@ -26,10 +26,10 @@ from prometheus_client.exposition import basic_auth_handler, default_handler
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.config import BatchConfig, redact_gateway
-from jobs.files import write_whole
 from jobs.runs.report import RunReport
 from jobs.runs.session import JobSession
 from publisher import Publisher
+from store.files import FileIO
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -234,8 +234,9 @@ def export(config: BatchConfig, report: RunReport, pub: Publisher | None = None)
             registry=reg,
         ).labels(config.name).set(last_ok)
     if config.metrics_textfile is not None:
+        path = config.metrics_textfile
         try:
-            write_whole(config.metrics_textfile, generate_latest(reg))
+            FileIO(path).write(path, generate_latest(reg))
         except OSError as e:
             log.warning("metrics: could not write %s: %s", config.metrics_textfile, e)
     gateway = config.metrics_pushgateway
