@@ -256,12 +256,24 @@ def _progress() -> AbstractContextManager[Progress]:
 
 
 def _finish(report: RunReport, as_json: bool) -> NoReturn:
-    if as_json:
-        click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
-    else:
-        for line in summary_lines(report):
-            click.echo(line)
+    try:
+        if as_json:
+            click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
+        else:
+            for line in summary_lines(report):
+                click.echo(line)
+    except BrokenPipeError:
+        # The run is done: a reader that stopped reading does not change how it ended.
+        _reader_gone()
     sys.exit(report.exit_code)
+
+
+def _reader_gone() -> None:
+    """Standard output's reader went away (``commitpub status | head``): nothing more is
+    printed, and the interpreter's last flush must not complain about it either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 _EXIT_CODES = exitcodes.HELP
@@ -277,6 +289,11 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            # What a command prints is for its reader; once the reader has what it wanted
+            # (``| head``), the command has done its part: quiet, and exit 0.
+            _reader_gone()
+            sys.exit(ExitCode.OK)
         except Exception as e:
             log.debug("%s failed", ctx.invoked_subcommand or "commitpub", exc_info=True)
             _fail(explain(e).line, exitcodes.for_error(e))

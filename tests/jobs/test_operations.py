@@ -551,3 +551,25 @@ def test_bars_only_on_a_terminal_and_only_when_not_asked_for_plain_or_json(
     assert _fancy("auto")
     assert not _fancy("plain")
     assert not _fancy("json")
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_status_into_a_closed_pipe_is_quiet_and_exits_0(job: Job, as_json: bool) -> None:
+    # `commitpub status | head -0`: the reader is gone before anything is written.
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs", "status", str(job.file), *(["--json"] * as_json)],
+            check=False,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == 0
