@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 redis-server npm bench clean constraints dist
+.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env redis-server npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -75,10 +75,16 @@ pytest: $(STAMP) redis-server npm $(SPARK_ARCHIVE)
 pytest-spark35: $(STAMP) redis-server
 	$(BIN)/python tests/spark35.py $(PYTEST_ARGS)
 
-# Lint, type checks, redis-server and the Spark class archive are independent: made side by
-# side (the archive's JVM and mypy each keep a core busy), then the tests, then pyspark 3.5.
+# Only the pyspark 3.5 environment: made beside lint and type checks, its download and
+# unpacking fill the time they leave a core waiting.
+spark35-env: $(STAMP)
+	$(BIN)/python tests/spark35.py --prepare
+
+# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 environment
+# are independent: made side by side (the archive's JVM and mypy each keep a core busy,
+# the environment mostly waits on the network), then the tests, then pyspark 3.5.
 test:
-	$(MAKE) --no-print-directory -j 4 lint typecheck redis-server npm $(SPARK_ARCHIVE)
+	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env
 	$(MAKE) --no-print-directory pytest
 	$(MAKE) --no-print-directory pytest-spark35
 

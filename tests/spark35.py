@@ -23,6 +23,7 @@ same fail points do, and each format's table commit after a retry is the local I
 Delta cells'.
 
     .venv/bin/python tests/spark35.py [PYTEST ARGS...]
+    .venv/bin/python tests/spark35.py --prepare     # only make the environment
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ def environment() -> Path:
 
 
 def main(args: list[str]) -> int:
+    if args == ["--prepare"]:
+        # Only make the environment (make test does it beside lint and type checks).
+        environment()
+        return 0
     bin_dir = environment()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)

@@ -1,15 +1,15 @@
 """Forward and backward never interleave into a duplicate: a run paused inside its batch of
 renames wakes while a discard of that very sequence is rolling it back.
 
-Real processes (tests/zombies.py): the zombie publishes ``RECORDS`` records per partition
-(a batch of 200 renames per dataset, then two watermark steps) holding the job lock with a
-1 s lease, and is stopped with SIGSTOP after ``k`` renames of its first dataset. Its lease
-expires; a discard of that dataset takes the job over, directly (``discard``) or finished by
-a new run's recovery after the operator's discard was killed, and is itself stopped in the
-middle of its rollback. Then the zombie gets SIGCONT and runs until it stops, then the
-discard resumes. The discarded commit must leave nothing published and its watermarks where
-they were, and after a final run every record is published exactly once, every watermark
-at what is published.
+Real processes (tests/zombies.py): the zombie publishes ``RECORDS`` records per partition (a
+batch of 200 renames per dataset, 80 on S3, then two watermark steps) holding the job lock
+with a 1 s lease, and is stopped with SIGSTOP after ``k`` renames of its first dataset. Its
+lease expires; a discard of that dataset takes the job over, directly (``discard``) or
+finished by a new run's recovery after the operator's discard was killed, and is itself
+stopped in the middle of its rollback. Then the zombie gets SIGCONT and runs until it stops,
+then the discard resumes. The discarded commit must leave nothing published and its
+watermarks where they were, and after a final run every record is published exactly once,
+every watermark at what is published.
 
 Before the fix, the zombie renamed the rest of its batch (the fence was checked once per
 batch), the rollback walking backward had already passed those steps, and the files stayed
@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import crashdriver
@@ -43,18 +43,22 @@ pytestmark = pytest.mark.slow
 
 JOB = crashdriver.JOB
 ZOMBIE_TTL = 1.0
-#: Records per partition: 100 files each, so a batch of 200 renames per dataset.
+#: Records per partition: 100 files each, so a batch of 200 renames per dataset. On S3, where
+#: each rename is a copy and a delete against the emulator, 40 files each (80 renames): what
+#: the cells stop where (:data:`POINTS`) scales with it.
 RECORDS = 1000
-RENAMES = len(crashdriver.PARTITIONS) * RECORDS // crashdriver.FILE_RECORDS
+S3_RECORDS = 400
 
+#: Where the zombie and the discard are stopped, from the job's renames per dataset ``n``:
 #: (renames the zombie did before it was stopped, steps the discard rolled back before it
 #: was stopped). The rollback goes in reverse: the two watermark steps first, then the
-#: renames from the last one. In the first pair the rollback has not reached the zombie's
-#: position; in the second it has passed it (199..101 rolled back, the zombie at 120).
+#: renames from the last one. In the first it has not reached the zombie's position; in the
+#: second it has passed it (n = 200: 199..101 rolled back, the zombie at 120).
 POINTS = [
-    pytest.param(3, 50, id="zombie@3-rollback@50"),
-    pytest.param(120, 101, id="zombie@120-rollback@101"),
+    pytest.param(lambda n: (3, n // 4), id="rollback-short-of-the-zombie"),
+    pytest.param(lambda n: (3 * n // 5, n // 2 + 1), id="rollback-past-the-zombie"),
 ]
+Point = Callable[[int], tuple[int, int]]
 
 
 @pytest.fixture(
@@ -108,11 +112,11 @@ def parked() -> Iterator[list[Parked]]:
         p.kill()
 
 
-def park_zombie(job: DriverJob, parked: list[Parked], renames: int) -> tuple[Parked, str]:
-    """A run stopped after ``renames`` renames of its first dataset, its lease expired; and
+def park_zombie(job: DriverJob, parked: list[Parked], done: int) -> tuple[Parked, str]:
+    """A run stopped after ``done`` renames of its first dataset, its lease expired; and
     that dataset."""
     zombie = job.park(
-        "run", f"step.executed@{renames}", "--run-id", "r1", "--records", str(RECORDS),
+        "run", f"step.executed@{done}", "--run-id", "r1", "--records", str(records(job)),
         ttl=ZOMBIE_TTL,
     )  # fmt: skip
     parked.append(zombie)
@@ -121,13 +125,23 @@ def park_zombie(job: DriverJob, parked: list[Parked], renames: int) -> tuple[Par
     dataset = started[0]
     published = len(published_by(job, dataset, "r1"))
     # On S3 the copies run concurrently, ahead of the step they are counted at.
-    assert published == renames if is_local(job) else renames <= published <= renames + 32
+    assert published == done if is_local(job) else done <= published <= done + 32
     job.wait_lease_expired()
     return zombie, dataset
 
 
 def is_local(job: DriverJob) -> bool:
     return "://" not in str(job.base)
+
+
+def records(job: DriverJob) -> int:
+    """Records per partition the job's runs publish."""
+    return RECORDS if is_local(job) else S3_RECORDS
+
+
+def renames(job: DriverJob) -> int:
+    """Renames in a dataset's commit: a file per ``FILE_RECORDS`` records of each partition."""
+    return len(crashdriver.PARTITIONS) * records(job) // crashdriver.FILE_RECORDS
 
 
 def published_by(job: DriverJob, dataset: str, run_id: str) -> list[str]:
@@ -165,7 +179,7 @@ def assert_exactly_once(job: DriverJob) -> None:
         f"{d},{p},{o}"
         for d in crashdriver.DATASETS
         for p in crashdriver.PARTITIONS
-        for o in range(RECORDS)
+        for o in range(records(job))
     }
     assert set(seen) == expected
     wm = open_watermarks(job.watermarks_url, job=JOB)
@@ -174,7 +188,7 @@ def assert_exactly_once(job: DriverJob) -> None:
     finally:
         wm.close()
     assert marks == dict(published)
-    assert set(marks.values()) == {RECORDS}
+    assert set(marks.values()) == {records(job)}
     with open_store(job.store_url) as st:
         assert st.datasets(JOB) == []
         assert st.statuses(JOB) == {}
@@ -185,15 +199,16 @@ def assert_exactly_once(job: DriverJob) -> None:
 
 def final_run(job: DriverJob) -> None:
     """A last run (recovery, then publish) ends well; then every record is there once."""
-    job.run("run", "--run-id", "r9", "--records", str(RECORDS)).report()  # asserts exit 0
+    job.run("run", "--run-id", "r9", "--records", str(records(job))).report()  # asserts exit 0
     assert_exactly_once(job)
 
 
-@pytest.mark.parametrize(("renames", "rolled_back"), POINTS)
+@pytest.mark.parametrize("point", POINTS)
 def test_a_discard_and_a_paused_run_resuming_in_its_batch_never_duplicate(
-    job: DriverJob, parked: list[Parked], renames: int, rolled_back: int
+    job: DriverJob, parked: list[Parked], point: Point
 ) -> None:
-    zombie, dataset = park_zombie(job, parked, renames)
+    done, rolled_back = point(renames(job))
+    zombie, dataset = park_zombie(job, parked, done)
     discard = job.park("discard", f"discard.rollback_step@{rolled_back}", "--dataset", dataset)
     parked.append(discard)
 
@@ -207,11 +222,12 @@ def test_a_discard_and_a_paused_run_resuming_in_its_batch_never_duplicate(
     final_run(job)
 
 
-@pytest.mark.parametrize(("renames", "rolled_back"), POINTS)
+@pytest.mark.parametrize("point", POINTS)
 def test_recovery_finishing_a_discard_and_a_paused_run_resuming_never_duplicate(
-    job: DriverJob, parked: list[Parked], renames: int, rolled_back: int
+    job: DriverJob, parked: list[Parked], point: Point
 ) -> None:
-    zombie, dataset = park_zombie(job, parked, renames)
+    done, rolled_back = point(renames(job))
+    zombie, dataset = park_zombie(job, parked, done)
     # The operator's discard takes the job over and is killed once it recorded itself.
     killed = job.run("discard", "--dataset", dataset, failpoints="discard.marked@1")
     assert killed.returncode == -9, killed.stderr[-3000:]
@@ -219,7 +235,7 @@ def test_recovery_finishing_a_discard_and_a_paused_run_resuming_never_duplicate(
     # discard and is stopped in the middle of the rollback.
     new_run = job.park(
         "run", f"discard.rollback_step@{rolled_back}", "--run-id", "r2",
-        "--records", str(RECORDS),
+        "--records", str(records(job)),
     )  # fmt: skip
     parked.append(new_run)
 
@@ -244,7 +260,7 @@ def test_a_file_landing_after_the_rollback_is_found_and_undone_before_discarded(
     zombie, dataset = park_zombie(job, parked, 3)
     first = published_by(job, dataset, "r1")[0]
     content = read(job, first)
-    steps = RENAMES + len(crashdriver.PARTITIONS)
+    steps = renames(job) + len(crashdriver.PARTITIONS)
     # Stopped after its last rollback step: every file of the commit is gone.
     discard = job.park("discard", f"discard.rollback_step@{steps}", "--dataset", dataset)
     parked.append(discard)
@@ -271,7 +287,7 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
     zombie, dataset = park_zombie(job, parked, 3)
     before = len(published_by(job, dataset, "r1"))
     new_run = job.park(
-        "run", "recover.dataset_started@1", "--run-id", "r2", "--records", str(RECORDS)
+        "run", "recover.dataset_started@1", "--run-id", "r2", "--records", str(records(job))
     )
     parked.append(new_run)
 
@@ -295,7 +311,7 @@ def test_a_paused_run_stops_before_its_next_rename_once_its_lease_is_gone(
 
     outcomes = {d["dataset"]: d["outcome"] for d in report["recovery"]["datasets"]}
     assert outcomes[dataset] == "recovered"
-    assert len(published_by(job, dataset, "r1")) == RENAMES
+    assert len(published_by(job, dataset, "r1")) == renames(job)
     final_run(job)
 
 
@@ -306,7 +322,7 @@ def test_a_run_whose_store_was_fenced_stops_inside_its_batch_without_its_keeper_
     good to it, but whose store a newer token fenced, reads the fence within a second of
     steps. Stopped more than that, it reads it before its next rename."""
     zombie = job.park(
-        "run", "step.executed@3", "--run-id", "r1", "--records", str(RECORDS), ttl=60.0
+        "run", "step.executed@3", "--run-id", "r1", "--records", str(records(job)), ttl=60.0
     )
     parked.append(zombie)
     [dataset] = [d for d in crashdriver.DATASETS if files(job, f"output/{crashdriver.safe(d)}")]
