@@ -32,17 +32,13 @@ from jobs.config import (
     JobConfig,
     OperatorConfig,
     date_column,
-    source_class,
-    transform_function,
 )
-from jobs.errors import OutputOwnedError
 from jobs.output.commits import join
-from jobs.output.ownership import check_all
 from jobs.progress import Progress, log_progress
 from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.jobrun import JobRun, new_run_id
-from jobs.runs.preflight import prepare_own_session, require_source
+from jobs.runs.preflight import ResolvedRun, prepare_own_session, require_source, resolve_run
 from jobs.runs.report import RunReport
 from jobs.sources import Source, SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
@@ -83,37 +79,12 @@ def run_job(
             that records another job as its owner).
     """
     say = progress or log_progress
-    source = _source(config)
-    # Before the lock: a source.path typo is refused with nothing taken or written (and
-    # again once the lock is held, should the path have gone meanwhile).
-    require_source(config, source)
-    _check_owners(config, source)
+    job = resolve_run(config)
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
-            _ingest(batch, source, config, say)
+            _ingest(batch, job, say)
     return batch.report
-
-
-def _source(config: JobConfig) -> Source:
-    source: Source = source_class(config.source.type)(config.source.path, config.source.options)
-    source.bad_records = config.source.bad_records
-    return source
-
-
-def _check_owners(config: JobConfig, source: Source) -> None:
-    """Refuse, before the job lock, a run whose source has a dataset whose output is
-    another job's (see :mod:`jobs.output.ownership`): this job renamed, say.
-
-    Raises:
-        OutputOwnedError: naming the dataset, its owner and the rename command.
-    """
-    try:
-        check_all(config, source.datasets())
-    except OutputOwnedError:
-        raise
-    except Exception as e:  # the run meets it again, with its report
-        log.debug("owner check before the lock skipped: %s", e)
 
 
 def recover_job(
@@ -174,9 +145,9 @@ def _recorded(report: RunReport) -> Iterator[None]:
             raise  # refused before it changed anything: no report, the caller says why
 
 
-def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> None:
-    transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source, require_source(config, source), config.file)
+def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
+    source, transform = job.source, job.transform
+    plan = _plan(batch, source, require_source(job), job.file)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -186,16 +157,16 @@ def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> N
             # watermarks past lines that were blank or skipped.
             if frame.columns:
                 if transform is not None:
-                    frame = _transformed(transform, frame, dataset, config)
-                frame, partition_by = _partitioned(config, frame)
+                    frame = _transformed(transform, frame, dataset, job)
+                frame, partition_by = _partitioned(job, frame)
             watermarks = {p: high for p, (_committed, high) in ranges.items()}
             batch.stage(
                 dataset,
                 frame,
                 partition_by=partition_by,
                 watermarks=watermarks,
-                source=join(config.source.path, dataset) if config.source.path else None,
-                checks=checks_of(config.checks, dataset),
+                source=join(job.source_path, dataset) if job.source_path else None,
+                checks=checks_of(job.checks, dataset),
             )
         except (ConfigurationError, FencedError):
             raise
@@ -208,7 +179,7 @@ def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> N
                 "skipped %d bad records of %s (source.bad_records = %r); the first: %s",
                 skipped.count,
                 dataset,
-                config.source.bad_records,
+                source.bad_records,
                 skipped.first,
             )
             batch.bad_records(dataset, skipped.count, skipped.first)
@@ -256,33 +227,33 @@ def _plan(
 
 
 def _transformed(
-    transform: Callable[..., Any], frame: DataFrame, dataset: str, config: JobConfig
+    transform: Callable[..., Any], frame: DataFrame, dataset: str, job: ResolvedRun
 ) -> DataFrame:
     from pyspark.sql import DataFrame
 
     out = transform(frame, dataset)
     if not isinstance(out, DataFrame):
         raise ConfigurationError(
-            f"{config.file}: key 'source.transform': {config.source.transform} returned "
+            f"{job.file}: key 'source.transform': {job.transform_name} returned "
             f"{type(out).__name__} for {dataset!r}, not a DataFrame"
         )
     return out
 
 
-def _partitioned(config: JobConfig, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
+def _partitioned(job: ResolvedRun, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
     """The frame with the date column of ``source.time_field`` added, and the partition
     columns: that date column first, then ``output.partition_by``."""
     from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
     from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
 
-    extra = config.partition_by
+    extra = job.partition_by
     missing = [c for c in extra if c not in frame.columns]
     if missing:
         raise ConfigurationError(
-            f"{config.file}: key 'output.partition_by' names {missing[0]!r}, which is not a "
+            f"{job.file}: key 'output.partition_by' names {missing[0]!r}, which is not a "
             f"top-level field of the records (fields: {', '.join(frame.columns)})"
         )
-    field = config.source.time_field
+    field = job.time_field
     if field is None:
         return frame, extra
     if field not in frame.columns:
