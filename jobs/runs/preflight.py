@@ -257,10 +257,15 @@ class ResolvedRun:
     checks: DeclaredChecks
 
 
-def resolve_run(config: JobConfig) -> ResolvedRun:
+def resolve_run(config: JobConfig, *, own_session: bool) -> ResolvedRun:
     """A job file's run resolved once, before the job lock and before Spark: its source
-    class and transform imported, the source built, and what its source can be checked for
-    checked here, in one place.
+    class and transform imported, the source built, and what can be checked of its source,
+    its outputs and its session checked here, in one place.
+
+    Args:
+        config: the checked job file.
+        own_session: whether the run starts its own session from ``[spark]``; then it is
+            prepared (:func:`prepare_own_session`).
 
     Raises:
         ConfigurationError: naming the key: a source class or transform that cannot be
@@ -268,6 +273,8 @@ def resolve_run(config: JobConfig) -> ResolvedRun:
             (:func:`require_source`).
         OutputOwnedError: if a dataset's output is another job's (see
             :mod:`jobs.output.ownership`): this job renamed, say.
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, when the run
+            starts its own session.
     """
     spec = config.source
     source: Source = source_class(spec.type)(spec.path, spec.options)
@@ -292,4 +299,6 @@ def resolve_run(config: JobConfig) -> ResolvedRun:
         raise
     except Exception as e:  # the run meets it again, with its report
         log.debug("owner check before the lock skipped: %s", e)
+    if own_session:
+        prepare_own_session(config)
     return job

@@ -79,7 +79,7 @@ def run_job(
             that records another job as its owner).
     """
     say = progress or log_progress
-    job = resolve_run(config)
+    job = resolve_run(config, own_session=spark is None)
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
@@ -104,6 +104,8 @@ def recover_job(
     """
     config.require_places("recover")
     say = progress or log_progress
+    if spark is None:
+        prepare_own_session(config)
     with _spark(config, spark, say) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
         with _recorded(run.report), run:
@@ -115,11 +117,10 @@ def recover_job(
 def _spark(
     config: OperatorConfig, spark: SparkSession | None, say: Progress
 ) -> Iterator[Callable[[], SparkSession]]:
-    """The run's session: ``spark``, or one built from ``[spark]`` when first asked for and
-    stopped after."""
+    """The run's session: ``spark``, or one built from ``[spark]`` (prepared by
+    :func:`~jobs.runs.preflight.prepare_own_session`) when first asked for and stopped
+    after."""
     built: list[SparkSession] = []
-    if spark is None:
-        prepare_own_session(config)
 
     def session() -> SparkSession:
         if spark is not None:
