@@ -148,7 +148,9 @@ def _recorded(report: RunReport) -> Iterator[None]:
 
 def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
     source, transform = job.source, job.transform
-    plan = _plan(batch, source, require_source(job), job.file)
+    # Listed again under the lock: a source.path gone since resolve_run is refused still.
+    datasets = require_source(job)
+    plan = _plan(batch, source, datasets, job.file)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
