@@ -8,6 +8,12 @@ recover`` and a ``Batch`` (:meth:`jobs.runs.jobrun.JobRun.open`), before the job
 and before Spark starts: a configuration that can never work is refused with exit 2 and one
 line naming the key, nothing locked, no token taken, no report written.
 
+A job file's run (``commitpub run``) is resolved here once, too (:func:`resolve_run`): its
+source class and transform imported, its source built and checked (:func:`require_source`),
+its outputs' owners checked, its own session prepared. The record it returns,
+:class:`ResolvedRun`, is what the run's extract phase is handed instead of the whole job
+file.
+
 The Redis password of the Spark tasks. A store, watermark store or lock travels into Spark
 tasks with its URL but without the password (the store never holds credentials, and a
 task's pickle is not the place for one either); a task reads

@@ -3,21 +3,24 @@ and a :class:`~jobs.sources.Source`.
 
 One run of a job, in order:
 
-1. **Enter the batch**: refuse what can never work (:mod:`jobs.runs.preflight`: a ``source.path``
-   that does not exist, a Redis password the Spark tasks would not get), check the stores,
-   take the job lock (before Spark starts: a lock held by a live run changes nothing),
-   fence the store, claim staging, recover pending commits in Spark tasks.
-2. **Plan**: per dataset and partition, read the committed watermark and the source's high
+1. **Resolve** the job file once (:func:`jobs.runs.preflight.resolve_run`): import its source
+   class and transform, build the source, refuse what can never work (a ``source.path``
+   that does not exist, an output that is another job's), prepare the session.
+2. **Enter the batch**: refuse what else can never work (:mod:`jobs.runs.preflight`: a Redis
+   password the Spark tasks would not get, a staging path that is not the job's), check the
+   stores, take the job lock (before Spark starts: a lock held by a live run changes
+   nothing), fence the store, claim staging, recover pending commits in Spark tasks.
+3. **Plan**: per dataset and partition, read the committed watermark and the source's high
    watermark, once. The run reads exactly the records between the two. Datasets the batch
    holds (quarantined, or a commit recovery could not finish) get nothing new.
-3. **Extract**: per dataset, read -> optional ``source.transform`` -> stage, partitioned by
+4. **Extract**: per dataset, read -> optional ``source.transform`` -> stage, partitioned by
    the date of ``source.time_field`` (when the job names one) and ``output.partition_by``.
    A dataset whose extract fails is recorded as failed (counted towards its quarantine);
    the others go on.
-4. **Leave the batch**: every staged dataset is published, one sealed write-ahead each, in
+5. **Leave the batch**: every staged dataset is published, one sealed write-ahead each, in
    Spark tasks; the report and metrics are written and the lock released.
 
-``commitpub recover`` is step 1 alone, and the end of step 4: :meth:`JobRun.recover
+``commitpub recover`` is step 2 alone, and the end of step 5: :meth:`JobRun.recover
 <jobs.runs.jobrun.JobRun.recover>`, its report (``<run id>-recover.json``), lineage and metrics.
 """
 
