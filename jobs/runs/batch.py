@@ -694,6 +694,8 @@ class Batch:
             )
 
     def _marks(self, dataset: str, watermarks: Mapping[str, JsonScalar] | None) -> list[Mark]:
+        """Each partition's watermark move, from its committed value; ``stage`` checked the
+        dataset, and that its watermarks are adopted, before."""
         if watermarks is None:
             return []
         if not isinstance(watermarks, Mapping):
@@ -705,7 +707,8 @@ class Batch:
         for partition, value in watermarks.items():
             _name(partition, "watermarks", "a partition name")
             _check_scalar(value, f"watermarks[{partition!r}]")
-            marks.append(Mark(partition, self.committed(dataset, partition), value))
+            committed = self._run.job.watermarks.get(dataset, partition)
+            marks.append(Mark(partition, committed, value))
         return marks
 
     def _check_inputs(self, df: DataFrame) -> None:
