@@ -43,7 +43,7 @@ from jobs.runs.batch import Batch
 from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.preflight import ResolvedRun, prepare_own_session, require_source, resolve_run
 from jobs.runs.report import RunReport
-from jobs.sources import Source, SourceWentBackwardsError
+from jobs.sources import SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
@@ -151,9 +151,7 @@ def _recorded(report: RunReport) -> Iterator[None]:
 
 def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
     source, transform = job.source, job.transform
-    # Listed again under the lock: a source.path gone since resolve_run is refused still.
-    datasets = require_source(job)
-    plan = _plan(batch, source, datasets, job.file)
+    plan = _plan(batch, job)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -191,10 +189,9 @@ def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
             batch.bad_records(dataset, skipped.count, skipped.first)
 
 
-def _plan(
-    batch: Batch, source: Source, datasets: list[str], job_file: str | None
-) -> dict[str, Ranges]:
-    """Per dataset, the partitions with new records: (committed, high) watermarks.
+def _plan(batch: Batch, job: ResolvedRun) -> dict[str, Ranges]:
+    """Per dataset of the source, listed again under the lock, the partitions with new
+    records: (committed, high) watermarks.
 
     A dataset with a partition that went backwards (:meth:`Source.went_backwards`) is failed
     instead, counted towards its quarantine: read on from the committed watermark, the run
@@ -202,6 +199,9 @@ def _plan(
     until an operator sets its watermark or retries it: records landed since may have
     lifted the high watermark past the committed one again, which hides nothing re-landed.
     """
+    source, job_file = job.source, job.file
+    # Listed again under the lock: a source.path gone since resolve_run is refused still.
+    datasets = require_source(job)
     plan: dict[str, Ranges] = {}
     for dataset in datasets:
         if dataset in batch.held:
