@@ -247,8 +247,9 @@ class ResolvedRun:
 
     #: The job file, named by errors.
     file: str
-    #: The source built from ``[source]``, its ``bad_records`` set, and ``source.type``.
+    #: The source built from ``[source]``, its ``bad_records`` set.
     source: Source
+    #: ``source.type``, as the job file names it.
     source_type: str
     #: ``source.path`` (None: the source has none): the input of the lineage events.
     source_path: str | None
@@ -276,11 +277,10 @@ def resolve_run(config: JobConfig, *, own_session: bool) -> ResolvedRun:
     Raises:
         ConfigurationError: naming the key: a source class or transform that cannot be
             imported, a ``source.path`` that does not exist or holds no dataset
-            (:func:`require_source`).
+            (:func:`require_source`), ``[spark] master`` with ``SPARK_REMOTE`` set when the
+            run starts its own session.
         OutputOwnedError: if a dataset's output is another job's (see
             :mod:`jobs.output.ownership`): this job renamed, say.
-        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, when the run
-            starts its own session.
     """
     spec = config.source
     source: Source = source_class(spec.type)(spec.path, spec.options)
