@@ -49,7 +49,7 @@ from jobs.errors import (
     ExtractError,
     error_text,
 )
-from jobs.output import Written, get_format, writer_for
+from jobs.output import Written, get_format
 from jobs.output.commits import Mark, StagedDataset, join
 from jobs.output.ownership import check as check_owner
 from jobs.output.ownership import claim as claim_output
@@ -193,7 +193,9 @@ class Batch:
                 raise config.naming.error(str(e)) from e
         self.config = config
         self.run_id = run_id or new_run_id()
-        self.writer = writer_for(config)
+        #: The output format, and its writer: resolved once.
+        self._format = get_format(config.output_format)
+        self.writer = self._format.writer(config)
         self._run = JobRun(config, spark, run_id=self.run_id, command="run", progress=progress)
         self._state = "new"
         #: What recovery left: the datasets nothing new may be staged for, and why.
@@ -658,7 +660,7 @@ class Batch:
 
     def _check_dataset(self, dataset: str, *, staging: bool) -> None:
         _name(dataset, "dataset")
-        get_format(self.config.output_format).check_dataset(self.config, dataset)
+        self._format.check_dataset(self.config, dataset)
         if dataset in self._holds.quarantined:
             raise DatasetQuarantinedError(
                 f"dataset {dataset!r} of job {self.config.name!r} is quarantined: nothing new "
@@ -692,6 +694,8 @@ class Batch:
             )
 
     def _marks(self, dataset: str, watermarks: Mapping[str, JsonScalar] | None) -> list[Mark]:
+        """Each partition's watermark move, from its committed value; ``stage`` checked the
+        dataset, and that its watermarks are adopted, before."""
         if watermarks is None:
             return []
         if not isinstance(watermarks, Mapping):
@@ -703,7 +707,8 @@ class Batch:
         for partition, value in watermarks.items():
             _name(partition, "watermarks", "a partition name")
             _check_scalar(value, f"watermarks[{partition!r}]")
-            marks.append(Mark(partition, self.committed(dataset, partition), value))
+            committed = self._run.job.watermarks.get(dataset, partition)
+            marks.append(Mark(partition, committed, value))
         return marks
 
     def _check_inputs(self, df: DataFrame) -> None:

@@ -8,6 +8,12 @@ recover`` and a ``Batch`` (:meth:`jobs.runs.jobrun.JobRun.open`), before the job
 and before Spark starts: a configuration that can never work is refused with exit 2 and one
 line naming the key, nothing locked, no token taken, no report written.
 
+A job file's run (``commitpub run``) is resolved here once, too (:func:`resolve_run`): its
+source class and transform imported, its source built and checked (:func:`require_source`),
+its outputs' owners checked, its own session prepared. The record it returns,
+:class:`ResolvedRun`, is what the run's extract phase is handed instead of the whole job
+file.
+
 The Redis password of the Spark tasks. A store, watermark store or lock travels into Spark
 tasks with its URL but without the password (the store never holds credentials, and a
 task's pickle is not the place for one either); a task reads
@@ -24,10 +30,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from jobs.config import BatchConfig, JobConfig, OperatorConfig
-from jobs.output.ownership import renamed_hint
+import attrs
+
+from jobs.checkdeclarations import DeclaredChecks
+from jobs.config import BatchConfig, JobConfig, OperatorConfig, source_class, transform_function
+from jobs.errors import OutputOwnedError
+from jobs.output.ownership import check_all, renamed_hint
 from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
 from publisher.integration import staging
 from store.errors import ConfigurationError
@@ -210,19 +221,90 @@ def require_tasks_password(config: BatchConfig, spark: SparkSession | None) -> N
         )
 
 
-def require_source(config: JobConfig, source: Source) -> list[str]:
+def require_source(job: ResolvedRun) -> list[str]:
     """The source's datasets; refused if ``source.path`` does not exist or holds none.
 
     Raises:
         ConfigurationError: naming ``source.path``: a typo there would otherwise be a run
             with nothing new, forever.
     """
+    source = job.source
     datasets = source.datasets()
     if datasets or source.path is None:
         return datasets
     io = FileIO(source.path)
     found = "does not exist" if not io.exists(io.root) else "holds no dataset"
     raise ConfigurationError(
-        f"{config.file}: key 'source.path': {redact(source.path)} {found} (the "
-        f"{config.source.type} source found no dataset there)"
+        f"{job.file}: key 'source.path': {redact(source.path)} {found} (the "
+        f"{job.source_type} source found no dataset there)"
     )
+
+
+@attrs.frozen
+class ResolvedRun:
+    """A job file's run, resolved once from its configuration by :func:`resolve_run`: what
+    its extract phase is handed instead of the whole job file."""
+
+    #: The job file, named by errors.
+    file: str
+    #: The source built from ``[source]``, its ``bad_records`` set.
+    source: Source
+    #: ``source.type``, as the job file names it.
+    source_type: str
+    #: ``source.path`` (None: the source has none): the input of the lineage events.
+    source_path: str | None
+    #: ``source.transform`` imported, and as the job file names it (None: no transform).
+    transform: Callable[..., Any] | None
+    transform_name: str | None
+    #: ``source.time_field``: the staged files are partitioned by its date first.
+    time_field: str | None
+    #: ``output.partition_by``: the partition columns after that date column.
+    partition_by: tuple[str, ...]
+    #: The job's ``[[checks]]`` of each dataset's staged data.
+    checks: DeclaredChecks
+
+
+def resolve_run(config: JobConfig, *, own_session: bool) -> ResolvedRun:
+    """A job file's run resolved once, before the job lock and before Spark: its source
+    class and transform imported, the source built, and what can be checked of its source,
+    its outputs and its session checked here, in one place.
+
+    Args:
+        config: the checked job file.
+        own_session: whether the run starts its own session from ``[spark]``; then it is
+            prepared (:func:`prepare_own_session`).
+
+    Raises:
+        ConfigurationError: naming the key: a source class or transform that cannot be
+            imported, a ``source.path`` that does not exist or holds no dataset
+            (:func:`require_source`), ``[spark] master`` with ``SPARK_REMOTE`` set when the
+            run starts its own session.
+        OutputOwnedError: if a dataset's output is another job's (see
+            :mod:`jobs.output.ownership`): this job renamed, say.
+    """
+    spec = config.source
+    source: Source = source_class(spec.type)(spec.path, spec.options)
+    source.bad_records = spec.bad_records
+    job = ResolvedRun(
+        file=config.file,
+        source=source,
+        source_type=spec.type,
+        source_path=spec.path,
+        transform=transform_function(spec.transform) if spec.transform else None,
+        transform_name=spec.transform,
+        time_field=spec.time_field,
+        partition_by=config.partition_by,
+        checks=config.checks,
+    )
+    # A source.path typo is refused with nothing taken or written (and again once the lock
+    # is held, should the path have gone meanwhile).
+    datasets = require_source(job)
+    try:
+        check_all(config, datasets)
+    except OutputOwnedError:
+        raise
+    except Exception as e:  # the run meets it again, with its report
+        log.debug("owner check before the lock skipped: %s", e)
+    if own_session:
+        prepare_own_session(config)
+    return job

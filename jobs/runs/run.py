@@ -3,21 +3,24 @@ and a :class:`~jobs.sources.Source`.
 
 One run of a job, in order:
 
-1. **Enter the batch**: refuse what can never work (:mod:`jobs.runs.preflight`: a ``source.path``
-   that does not exist, a Redis password the Spark tasks would not get), check the stores,
-   take the job lock (before Spark starts: a lock held by a live run changes nothing),
-   fence the store, claim staging, recover pending commits in Spark tasks.
-2. **Plan**: per dataset and partition, read the committed watermark and the source's high
+1. **Resolve** the job file once (:func:`jobs.runs.preflight.resolve_run`): import its source
+   class and transform, build the source, refuse what can never work (a ``source.path``
+   that does not exist, an output that is another job's), prepare the session.
+2. **Enter the batch**: refuse what else can never work (:mod:`jobs.runs.preflight`: a Redis
+   password the Spark tasks would not get, a staging path that is not the job's), check the
+   stores, take the job lock (before Spark starts: a lock held by a live run changes
+   nothing), fence the store, claim staging, recover pending commits in Spark tasks.
+3. **Plan**: per dataset and partition, read the committed watermark and the source's high
    watermark, once. The run reads exactly the records between the two. Datasets the batch
    holds (quarantined, or a commit recovery could not finish) get nothing new.
-3. **Extract**: per dataset, read -> optional ``source.transform`` -> stage, partitioned by
+4. **Extract**: per dataset, read -> optional ``source.transform`` -> stage, partitioned by
    the date of ``source.time_field`` (when the job names one) and ``output.partition_by``.
    A dataset whose extract fails is recorded as failed (counted towards its quarantine);
    the others go on.
-4. **Leave the batch**: every staged dataset is published, one sealed write-ahead each, in
+5. **Leave the batch**: every staged dataset is published, one sealed write-ahead each, in
    Spark tasks; the report and metrics are written and the lock released.
 
-``commitpub recover`` is step 1 alone, and the end of step 4: :meth:`JobRun.recover
+``commitpub recover`` is step 2 alone, and the end of step 5: :meth:`JobRun.recover
 <jobs.runs.jobrun.JobRun.recover>`, its report (``<run id>-recover.json``), lineage and metrics.
 """
 
@@ -32,19 +35,15 @@ from jobs.config import (
     JobConfig,
     OperatorConfig,
     date_column,
-    source_class,
-    transform_function,
 )
-from jobs.errors import OutputOwnedError
 from jobs.output.commits import join
-from jobs.output.ownership import check_all
 from jobs.progress import Progress, log_progress
 from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.jobrun import JobRun, new_run_id
-from jobs.runs.preflight import prepare_own_session, require_source
+from jobs.runs.preflight import ResolvedRun, prepare_own_session, require_source, resolve_run
 from jobs.runs.report import RunReport
-from jobs.sources import Source, SourceWentBackwardsError
+from jobs.sources import SourceWentBackwardsError
 from jobs.spark import build_session, spark_target
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
@@ -83,37 +82,12 @@ def run_job(
             that records another job as its owner).
     """
     say = progress or log_progress
-    source = _source(config)
-    # Before the lock: a source.path typo is refused with nothing taken or written (and
-    # again once the lock is held, should the path have gone meanwhile).
-    require_source(config, source)
-    _check_owners(config, source)
+    job = resolve_run(config, own_session=spark is None)
     with _spark(config, spark, say) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
-            _ingest(batch, source, config, say)
+            _ingest(batch, job, say)
     return batch.report
-
-
-def _source(config: JobConfig) -> Source:
-    source: Source = source_class(config.source.type)(config.source.path, config.source.options)
-    source.bad_records = config.source.bad_records
-    return source
-
-
-def _check_owners(config: JobConfig, source: Source) -> None:
-    """Refuse, before the job lock, a run whose source has a dataset whose output is
-    another job's (see :mod:`jobs.output.ownership`): this job renamed, say.
-
-    Raises:
-        OutputOwnedError: naming the dataset, its owner and the rename command.
-    """
-    try:
-        check_all(config, source.datasets())
-    except OutputOwnedError:
-        raise
-    except Exception as e:  # the run meets it again, with its report
-        log.debug("owner check before the lock skipped: %s", e)
 
 
 def recover_job(
@@ -133,6 +107,8 @@ def recover_job(
     """
     config.require_places("recover")
     say = progress or log_progress
+    if spark is None:
+        prepare_own_session(config)
     with _spark(config, spark, say) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
         with _recorded(run.report), run:
@@ -144,11 +120,10 @@ def recover_job(
 def _spark(
     config: OperatorConfig, spark: SparkSession | None, say: Progress
 ) -> Iterator[Callable[[], SparkSession]]:
-    """The run's session: ``spark``, or one built from ``[spark]`` when first asked for and
-    stopped after."""
+    """The run's session: ``spark``, or one built from ``[spark]`` (prepared by
+    :func:`~jobs.runs.preflight.prepare_own_session`) when first asked for and stopped
+    after."""
     built: list[SparkSession] = []
-    if spark is None:
-        prepare_own_session(config)
 
     def session() -> SparkSession:
         if spark is not None:
@@ -174,9 +149,9 @@ def _recorded(report: RunReport) -> Iterator[None]:
             raise  # refused before it changed anything: no report, the caller says why
 
 
-def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> None:
-    transform = transform_function(config.source.transform) if config.source.transform else None
-    plan = _plan(batch, source, require_source(config, source), config.file)
+def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
+    source, transform = job.source, job.transform
+    plan = _plan(batch, job)
     for done, (dataset, ranges) in enumerate(plan.items()):
         say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
         try:
@@ -186,16 +161,16 @@ def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> N
             # watermarks past lines that were blank or skipped.
             if frame.columns:
                 if transform is not None:
-                    frame = _transformed(transform, frame, dataset, config)
-                frame, partition_by = _partitioned(config, frame)
+                    frame = _transformed(transform, frame, dataset, job)
+                frame, partition_by = _partitioned(job, frame)
             watermarks = {p: high for p, (_committed, high) in ranges.items()}
             batch.stage(
                 dataset,
                 frame,
                 partition_by=partition_by,
                 watermarks=watermarks,
-                source=join(config.source.path, dataset) if config.source.path else None,
-                checks=checks_of(config.checks, dataset),
+                source=join(job.source_path, dataset) if job.source_path else None,
+                checks=checks_of(job.checks, dataset),
             )
         except (ConfigurationError, FencedError):
             raise
@@ -208,16 +183,15 @@ def _ingest(batch: Batch, source: Source, config: JobConfig, say: Progress) -> N
                 "skipped %d bad records of %s (source.bad_records = %r); the first: %s",
                 skipped.count,
                 dataset,
-                config.source.bad_records,
+                source.bad_records,
                 skipped.first,
             )
             batch.bad_records(dataset, skipped.count, skipped.first)
 
 
-def _plan(
-    batch: Batch, source: Source, datasets: list[str], job_file: str | None
-) -> dict[str, Ranges]:
-    """Per dataset, the partitions with new records: (committed, high) watermarks.
+def _plan(batch: Batch, job: ResolvedRun) -> dict[str, Ranges]:
+    """Per dataset of the source, listed again under the lock, the partitions with new
+    records: (committed, high) watermarks.
 
     A dataset with a partition that went backwards (:meth:`Source.went_backwards`) is failed
     instead, counted towards its quarantine: read on from the committed watermark, the run
@@ -225,6 +199,9 @@ def _plan(
     until an operator sets its watermark or retries it: records landed since may have
     lifted the high watermark past the committed one again, which hides nothing re-landed.
     """
+    source, job_file = job.source, job.file
+    # Listed again under the lock: a source.path gone since resolve_run is refused still.
+    datasets = require_source(job)
     plan: dict[str, Ranges] = {}
     for dataset in datasets:
         if dataset in batch.held:
@@ -256,33 +233,33 @@ def _plan(
 
 
 def _transformed(
-    transform: Callable[..., Any], frame: DataFrame, dataset: str, config: JobConfig
+    transform: Callable[..., Any], frame: DataFrame, dataset: str, job: ResolvedRun
 ) -> DataFrame:
     from pyspark.sql import DataFrame
 
     out = transform(frame, dataset)
     if not isinstance(out, DataFrame):
         raise ConfigurationError(
-            f"{config.file}: key 'source.transform': {config.source.transform} returned "
+            f"{job.file}: key 'source.transform': {job.transform_name} returned "
             f"{type(out).__name__} for {dataset!r}, not a DataFrame"
         )
     return out
 
 
-def _partitioned(config: JobConfig, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
+def _partitioned(job: ResolvedRun, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
     """The frame with the date column of ``source.time_field`` added, and the partition
     columns: that date column first, then ``output.partition_by``."""
     from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
     from pyspark.sql import types as T  # noqa: N812 -- pyspark's own convention
 
-    extra = config.partition_by
+    extra = job.partition_by
     missing = [c for c in extra if c not in frame.columns]
     if missing:
         raise ConfigurationError(
-            f"{config.file}: key 'output.partition_by' names {missing[0]!r}, which is not a "
+            f"{job.file}: key 'output.partition_by' names {missing[0]!r}, which is not a "
             f"top-level field of the records (fields: {', '.join(frame.columns)})"
         )
-    field = config.source.time_field
+    field = job.time_field
     if field is None:
         return frame, extra
     if field not in frame.columns:
