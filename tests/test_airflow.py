@@ -236,6 +236,8 @@ def test_exit_0_succeeds(airflow: Airflow, tmp_path: Path) -> None:
     job = _job(tmp_path, records=40)
     state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-01", commitpub_job=str(job))
     assert (state, tries) == ("success", 1), out
+    assert f"commitpub run {job} exited 0" in out
+    assert '"msg":' not in out  # commitpub's lines are plain in the task log, not JSON objects
     assert ALERT not in out
     assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(40))
 
