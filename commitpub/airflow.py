@@ -250,9 +250,15 @@ class CommitpubOperator(BaseOperator):  # type: ignore[misc]
         if done.returncode != EXIT_OK:
             self.log.error("commitpub status exited %s", done.returncode)
             return done.returncode
-        doc = json.loads(done.stdout)
-        last = doc.get("last_run") or {}
-        if last.get("run_id") == self.run_id:
+        try:
+            doc = json.loads(done.stdout)
+        except ValueError:
+            self.log.error("commitpub status --json printed no JSON: %s", done.stdout[:200])
+            return EXIT_FAILURE
+        # The newest run, or (another run started since) the newest that finished.
+        for last in (doc.get("last_run") or {}, doc.get("last_finished_run") or {}):
+            if last.get("run_id") != self.run_id:
+                continue
             state, run_code = last.get("state"), last.get("exit_code")
             self.log.info("run %s: %s, exit code %s", self.run_id, state, run_code)
             if state == "finished" and run_code is not None:
