@@ -292,5 +292,6 @@ class CommitpubOperator(BaseOperator):  # type: ignore[misc]
     def on_kill(self) -> None:
         process = self._process
         if process is not None and process.poll() is None:
-            # commitpub ends its run on SIGTERM; what it left pending, the next run finishes.
+            # The command and its children (Spark's JVM); what the run left pending, the next
+            # run finishes (a crash anywhere is safe).
             os.killpg(process.pid, signal.SIGTERM)
