@@ -7,7 +7,7 @@ from the pins in tests/airflow-constraints.txt under ``~/.cache/commitpub/`` and
 later sessions; a fresh machine makes it on its first run. It holds Airflow only: the
 operator comes from this checkout on Airflow's ``PYTHONPATH`` (one of the two ways
 docs/operations.md gives), and imports nothing of ours but itself. Each test is one
-``airflow dags test`` of a DAG of the example, unchanged (or of tests/airflow_cluster_dag.py),
+``airflow dags test`` of a DAG of the example, unchanged (or of tests/airflow_dags.py),
 with a SQLite metadata database in a temporary ``AIRFLOW_HOME``; the DAG's Variables point
 it at the project's ``commitpub``, its Python, and a job file or script the test wrote. What
 is checked is the task state Airflow recorded, its number of tries, and whether the alert
@@ -16,11 +16,13 @@ fired.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -44,7 +46,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parent.parent
 DAG_FILES = [
     ROOT / "examples" / "airflow_dag.py",
-    Path(__file__).with_name("airflow_cluster_dag.py"),
+    Path(__file__).with_name("airflow_dags.py"),
 ]
 CONSTRAINTS = Path(__file__).with_name("airflow-constraints.txt")
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
@@ -53,6 +55,7 @@ BATCH_SCRIPT = Path(__file__).with_name("airflow_batch.py")
 JOB_DAG = ("orders_ingest", "commitpub_run")
 BATCH_DAG = ("orders_batch", "batch_run")
 CLUSTER_DAG = ("orders_cluster", "submit")
+KILLED_DAG = ("commitpub_killed", "sleeper")
 ALERT = "COMMITPUB ALERT"
 RETRIES = 2  # the example DAG's default_args
 
@@ -423,3 +426,21 @@ def test_status_check_finds_the_exit_75_a_cluster_submit_loses(
     assert (state, tries) == ("skipped", 1), out
     assert "exited 1" in out
     assert not (tmp_path / "output").exists()
+
+
+def test_a_task_killed_ends_its_command(airflow: Airflow, tmp_path: Path) -> None:
+    """The task's ``execution_timeout`` passes: Airflow calls ``on_kill``, which ends the
+    command (a process group of its own, which Airflow would not end otherwise)."""
+    pid_file = tmp_path / "pid"
+    state, tries, out = airflow.dags_test(
+        KILLED_DAG, "2025-01-11", commitpub_pid_file=str(pid_file)
+    )
+    pid = int(pid_file.read_text())
+    try:
+        assert (state, tries) == ("failed", 1), out
+        # Gone, or a zombie no one reaped yet (its parent, the task's process, has exited).
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "State:\tZ" in status.read_text(), out
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
