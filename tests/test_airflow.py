@@ -1,21 +1,28 @@
-"""examples/airflow_dag.py run by a real Airflow 3 against real ``commitpub run`` processes.
+"""examples/airflow_dag.py run by a real Airflow 3 against real ``commitpub run`` processes
+and a real ``commitpub.Batch`` script, through the operator commitpub ships
+(``commitpub.airflow``).
 
 Airflow lives in its own virtual environment (its dependencies clash with ours), made once
 from the pins in tests/airflow-constraints.txt under ``~/.cache/commitpub/`` and reused by
-later sessions; a fresh machine makes it on its first run. Each test is one
-``airflow dags test`` of the example DAG, unchanged, with a SQLite metadata database in a
-temporary ``AIRFLOW_HOME``; the DAG's Variables point it at the project's ``commitpub`` and
-a job file the test wrote. What is checked is the task state Airflow recorded, its number
-of tries, and whether the quarantine alert fired.
+later sessions; a fresh machine makes it on its first run. It holds Airflow only: the
+operator comes from this checkout on Airflow's ``PYTHONPATH`` (one of the two ways
+docs/operations.md gives), and imports nothing of ours but itself. Each test is one
+``airflow dags test`` of a DAG of the example, unchanged (or of tests/airflow_dags.py),
+with a SQLite metadata database in a temporary ``AIRFLOW_HOME``; the DAG's Variables point
+it at the project's ``commitpub``, its Python, and a job file or script the test wrote. What
+is checked is the task state Airflow recorded, its number of tries, and whether the alert
+fired.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -29,6 +36,7 @@ import pytest
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
+from jobs.exitcodes import ExitCode
 from store import LeaseKeeper, open_lock, open_store
 
 # A fresh machine installs Airflow first (minutes); the tests themselves take seconds each
@@ -36,10 +44,18 @@ from store import LeaseKeeper, open_lock, open_store
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parent.parent
-DAG_FILE = ROOT / "examples" / "airflow_dag.py"
+DAG_FILES = [
+    ROOT / "examples" / "airflow_dag.py",
+    Path(__file__).with_name("airflow_dags.py"),
+]
 CONSTRAINTS = Path(__file__).with_name("airflow-constraints.txt")
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
-DAG_ID, TASK_ID = "orders_ingest", "commitpub_run"
+BATCH_SCRIPT = Path(__file__).with_name("airflow_batch.py")
+#: The example's DAGs and their tasks: a job file's, a Batch script's; and the cluster one.
+JOB_DAG = ("orders_ingest", "commitpub_run")
+BATCH_DAG = ("orders_batch", "batch_run")
+CLUSTER_DAG = ("orders_cluster", "submit")
+KILLED_DAG = ("commitpub_killed", "sleeper")
 ALERT = "COMMITPUB ALERT"
 RETRIES = 2  # the example DAG's default_args
 
@@ -95,14 +111,15 @@ def airflow_bin() -> Path:
 
 
 class Airflow:
-    """One ``AIRFLOW_HOME`` whose DAGs folder holds the example DAG file itself."""
+    """One ``AIRFLOW_HOME`` whose DAGs folder holds the DAG files themselves."""
 
     def __init__(self, bin_dir: Path, home: Path) -> None:
         self.bin = bin_dir
         self.home = home
         dags = home / "dags"
         dags.mkdir()
-        (dags / DAG_FILE.name).symlink_to(DAG_FILE)
+        for dag_file in DAG_FILES:
+            (dags / dag_file.name).symlink_to(dag_file)
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(home),
@@ -110,7 +127,11 @@ class Airflow:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             # The DAG leaves the retry delay to the deployment; here a retry waits a second.
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+            # The operator, from this checkout: Airflow's environment has Airflow only.
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "AIRFLOW_VAR_COMMITPUB_BIN": COMMITPUB,
+            "AIRFLOW_VAR_COMMITPUB_PYTHON": sys.executable,
+            "AIRFLOW_VAR_COMMITPUB_SCRIPT": str(BATCH_SCRIPT),
         }
         self.airflow("db", "migrate")
 
@@ -128,18 +149,21 @@ class Airflow:
         assert done.returncode in (0, 1), f"airflow {' '.join(args)}: {done.returncode}\n{out}"
         return out
 
-    def dags_test(self, logical_date: str, job: Path) -> tuple[str, int, str]:
-        """One DAG run of the example for ``job``: the state and number of tries Airflow
-        recorded for its task, and the console output (the task's log included)."""
-        out = self.airflow(
-            "dags", "test", DAG_ID, logical_date, env={"AIRFLOW_VAR_COMMITPUB_JOB": str(job)}
-        )
+    def dags_test(
+        self, dag: tuple[str, str], logical_date: str, **variables: str
+    ) -> tuple[str, int, str]:
+        """One run of ``dag`` (its id and its task's) with these Airflow Variables: the
+        state and number of tries Airflow recorded for its task, and the console output (the
+        task's log included)."""
+        dag_id, task_id = dag
+        env = {f"AIRFLOW_VAR_{name.upper()}": value for name, value in variables.items()}
+        out = self.airflow("dags", "test", dag_id, logical_date, env=env)
         with sqlite3.connect(self.home / "airflow.db") as db:
             rows = db.execute(
                 "SELECT r.logical_date, t.state, t.try_number FROM task_instance t"
                 " JOIN dag_run r ON r.dag_id = t.dag_id AND r.run_id = t.run_id"
                 " WHERE t.dag_id = ? AND t.task_id = ?",
-                (DAG_ID, TASK_ID),
+                (dag_id, task_id),
             ).fetchall()
         found = [(state, tries) for date, state, tries in rows if date.startswith(logical_date)]
         assert len(found) == 1, f"task instances of {logical_date}: {found}\n{out}"
@@ -188,6 +212,20 @@ conf = { "spark.ui.enabled" = false, "spark.sql.shuffle.partitions" = 2 }
     return path
 
 
+def _quarantine_clicks(base: Path) -> None:
+    """A sealed commit of ``clicks`` whose staged file vanished: it can never complete, so
+    the next run's recovery quarantines it (max_attempts = 1), publishes ``orders`` and
+    exits 3."""
+    gone = base / "staging" / "r0" / "clicks" / "f.parquet"
+    gone.parent.mkdir(parents=True)
+    gone.write_bytes(b"x")
+    step = FsRenameCommitStep.from_staged(str(gone), str(base / "output" / "clicks" / "f"))
+    # Gone with its directories: a staging path holding what the job did not mark is refused.
+    shutil.rmtree(base / "staging")
+    store = open_store(str(base / "state" / "steps"))
+    store.put_sequence("orders-ingest", "clicks", [commitsteps.dumps(step)])
+
+
 def _published_ids(base: Path, dataset: str) -> list[str]:
     table = ds.dataset(base / "output" / dataset, format="parquet", partitioning="hive")
     return sorted(table.to_table(columns=["id"]).column("id").to_pylist())
@@ -199,8 +237,10 @@ def _commitpub(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_exit_0_succeeds(airflow: Airflow, tmp_path: Path) -> None:
     job = _job(tmp_path, records=40)
-    state, tries, out = airflow.dags_test("2025-01-01", job)
+    state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-01", commitpub_job=str(job))
     assert (state, tries) == ("success", 1), out
+    assert f"commitpub run {job} exited 0" in out
+    assert '"msg":' not in out  # commitpub's lines are plain in the task log, not JSON objects
     assert ALERT not in out
     assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(40))
 
@@ -213,9 +253,9 @@ def test_exit_75_is_skipped_while_another_run_holds_the_lock(
     # Held by this live process, renewed as a run renews it (every third of its TTL): a
     # contender exits 75 once it sees the holder renew.
     with LeaseKeeper(lock, lock.acquire("orders-ingest", ttl_s=3), ttl_s=3):
-        state, tries, out = airflow.dags_test("2025-01-02", job)
+        state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-02", commitpub_job=str(job))
     assert (state, tries) == ("skipped", 1), out
-    assert "exit code 75" in out
+    assert f"commitpub run {job} exited 75" in out
     assert f"pid {os.getpid()}" in out  # commitpub named this process as the lock's holder
     assert ALERT not in out
     assert not (tmp_path / "output").exists()
@@ -223,21 +263,13 @@ def test_exit_75_is_skipped_while_another_run_holds_the_lock(
 
 def test_exit_3_fails_at_once_and_alerts(airflow: Airflow, tmp_path: Path) -> None:
     job = _job(tmp_path, records=20)
-    # A sealed commit of ``clicks`` whose staged file vanished can never complete: the run's
-    # recovery quarantines it (max_attempts = 1) and publishes ``orders``, exit 3.
-    gone = tmp_path / "staging" / "r0" / "clicks" / "f.parquet"
-    gone.parent.mkdir(parents=True)
-    gone.write_bytes(b"x")
-    step = FsRenameCommitStep.from_staged(str(gone), str(tmp_path / "output" / "clicks" / "f"))
-    # Gone with its directories: a staging path holding what the job did not mark is refused.
-    shutil.rmtree(tmp_path / "staging")
-    store = open_store(str(tmp_path / "state" / "steps"))
-    store.put_sequence("orders-ingest", "clicks", [commitsteps.dumps(step)])
+    _quarantine_clicks(tmp_path)
 
-    state, tries, out = airflow.dags_test("2025-01-03", job)
+    state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-03", commitpub_job=str(job))
 
     assert (state, tries) == ("failed", 1), out  # no retries for a quarantine
-    assert "non-zero exit code 3" in out
+    assert f"commitpub run {job} exited 3" in out
+    assert "DatasetsKeptBackError" in out
     [alert] = [line for line in out.splitlines() if ALERT in line]
     assert f"commitpub status {job}" in alert
     assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(20))
@@ -261,9 +293,9 @@ def test_exit_1_is_retried_then_fails_without_the_alert(
     job = _job(tmp_path, records=2, lock_url=f"redis://127.0.0.1:{refused_port}/0")
     assert _commitpub("run", str(job)).returncode == 1
     started = time.monotonic()
-    state, tries, out = airflow.dags_test("2025-01-04", job)
+    state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-04", commitpub_job=str(job))
     assert (state, tries) == ("failed", 1 + RETRIES), out
-    assert out.count("non-zero exit code 1.") == 1 + RETRIES
+    assert out.count(f"commitpub run {job} exited 1") == 1 + RETRIES
     assert ALERT not in out
     assert time.monotonic() - started < 300  # the retry delay came from the Airflow config
 
@@ -272,7 +304,143 @@ def test_exit_2_fails_at_once_without_the_alert(airflow: Airflow, tmp_path: Path
     job = _job(tmp_path)
     job.write_text(job.read_text() + "\n[output]\nunknown = 1\n")  # a duplicate table
     assert _commitpub("run", str(job)).returncode == 2
-    state, tries, out = airflow.dags_test("2025-01-05", job)
+    state, tries, out = airflow.dags_test(JOB_DAG, "2025-01-05", commitpub_job=str(job))
     assert (state, tries) == ("failed", 1), out
-    assert "(exit 2)" in out
+    assert f"commitpub run {job} exited 2" in out
     assert ALERT not in out
+
+
+def test_the_operator_imports_airflow_and_nothing_of_ours(airflow_bin: Path) -> None:
+    """commitpub.airflow in Airflow's environment: without pyspark or commitpub's other
+    packages and their dependencies, and with commitpub's exit codes."""
+    code = (
+        "import json, sys\n"
+        "from commitpub import airflow as op\n"
+        "heavy = {'pyspark', 'pyarrow', 'jobs', 'store', 'publisher', 'commitsteps', 'cattrs'}\n"
+        "print(json.dumps({\n"
+        "    'codes': [op.EXIT_OK, op.EXIT_FAILURE, op.EXIT_CONFIG, op.EXIT_PARTIAL,"
+        " op.EXIT_LOCKED],\n"
+        "    'imported': sorted({m.split('.')[0] for m in sys.modules} & heavy),\n"
+        "}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [str(airflow_bin / "python"), "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["imported"] == []
+    assert found["codes"] == [
+        ExitCode.OK,
+        ExitCode.FAILURE,
+        ExitCode.CONFIG,
+        ExitCode.PARTIAL,
+        ExitCode.LOCKED,
+    ]
+
+
+def _batch_base(base: Path, orders: list[tuple[str, float | None]]) -> Path:
+    """``base`` holding the input of tests/airflow_batch.py."""
+    (base / "orders.json").write_text(json.dumps(orders))
+    return base
+
+
+def _batch_status(base: Path) -> dict[str, object]:
+    state = base / "state"
+    done = _commitpub(
+        "status",
+        "--job",
+        "orders-batch",
+        "--store",
+        str(state / "steps"),
+        "--watermarks",
+        str(state / "watermarks"),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    status: dict[str, object] = json.loads(done.stdout)
+    return status
+
+
+def test_batch_script_exit_0_succeeds(airflow: Airflow, tmp_path: Path) -> None:
+    base = _batch_base(tmp_path, [("o1", 1.5), ("o2", 2.5)])
+    state, tries, out = airflow.dags_test(BATCH_DAG, "2025-01-06", commitpub_base=str(base))
+    assert (state, tries) == ("success", 1), out
+    assert f"Batch script {BATCH_SCRIPT} exited 0" in out
+    assert ALERT not in out
+    assert _published_ids(tmp_path, "orders") == ["o1", "o2"]
+
+
+def test_batch_script_exit_3_held_fails_at_once_and_alerts(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    # An order without an amount fails the script's not-null check: orders is held.
+    base = _batch_base(tmp_path, [("o1", 1.5), ("o2", None)])
+    state, tries, out = airflow.dags_test(BATCH_DAG, "2025-01-07", commitpub_base=str(base))
+    assert (state, tries) == ("failed", 1), out  # no retries for a held dataset
+    assert f"Batch script {BATCH_SCRIPT} exited 3" in out
+    [alert] = [line for line in out.splitlines() if ALERT in line]
+    assert "commitpub status --job" in alert
+    assert _batch_status(base)["held"] == ["orders"]
+    assert not (tmp_path / "output" / "orders").exists()
+
+
+def test_batch_script_exit_75_is_skipped_while_another_run_holds_the_lock(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    base = _batch_base(tmp_path, [("o1", 1.5)])
+    lock = open_lock(str(base / "state" / "steps"))
+    with LeaseKeeper(lock, lock.acquire("orders-batch", ttl_s=3), ttl_s=3):
+        state, tries, out = airflow.dags_test(BATCH_DAG, "2025-01-08", commitpub_base=str(base))
+    assert (state, tries) == ("skipped", 1), out
+    assert f"Batch script {BATCH_SCRIPT} exited 75" in out
+    assert f"pid {os.getpid()}" in out  # the script's own line, in the task log
+    assert ALERT not in out
+    assert not (tmp_path / "output").exists()
+
+
+def test_status_check_finds_the_exit_3_a_cluster_submit_loses(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, records=6)
+    _quarantine_clicks(tmp_path)
+    state, tries, out = airflow.dags_test(CLUSTER_DAG, "2025-01-09", commitpub_job=str(job))
+    assert (state, tries) == ("failed", 1), out  # not retried, as exit 3
+    assert "exited 1" in out  # what the stand-in for spark-submit said
+    assert "run airflow-20250109T000000-1: finished, exit code 3" in out
+    assert "DatasetsKeptBackError" in out
+    assert _published_ids(tmp_path, "orders") == sorted(f"o{i}" for i in range(6))
+
+
+def test_status_check_finds_the_exit_75_a_cluster_submit_loses(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, records=6)
+    lock = open_lock(str(tmp_path / "state" / "steps"))
+    with LeaseKeeper(lock, lock.acquire("orders-ingest", ttl_s=3), ttl_s=3):
+        state, tries, out = airflow.dags_test(CLUSTER_DAG, "2025-01-10", commitpub_job=str(job))
+    assert (state, tries) == ("skipped", 1), out
+    assert "exited 1" in out
+    assert not (tmp_path / "output").exists()
+
+
+def test_a_task_killed_ends_its_command(airflow: Airflow, tmp_path: Path) -> None:
+    """The task's ``execution_timeout`` passes: Airflow calls ``on_kill``, which ends the
+    command (a process group of its own, which Airflow would not end otherwise)."""
+    pid_file = tmp_path / "pid"
+    state, tries, out = airflow.dags_test(
+        KILLED_DAG, "2025-01-11", commitpub_pid_file=str(pid_file)
+    )
+    pid = int(pid_file.read_text())
+    try:
+        assert (state, tries) == ("failed", 1), out
+        # Gone, or a zombie no one reaped yet (its parent, the task's process, has exited).
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "State:\tZ" in status.read_text(), out
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
