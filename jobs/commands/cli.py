@@ -501,17 +501,24 @@ def _age(seconds: float | None) -> str:
 Examples:
   commitpub status jobs/orders.toml
   commitpub status jobs/orders.toml --json | jq '.quarantined'
+  commitpub status jobs/orders.toml --show-watermarks
   commitpub status --job orders-ingest --store state/steps --watermarks state/wm"""
 )
 @_JOB_OR_OPTIONS
 @_batch_job
 @_AS_JSON
-def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
-    """Pending and quarantined sequences per dataset, the job lock, the last run. Read-only."""
+@click.option(
+    "--show-watermarks",
+    is_flag=True,
+    help="Also every committed watermark: dataset, partition, value.",
+)
+def status(job_file: str | None, as_json: bool, show_watermarks: bool, **where: str | None) -> None:
+    """Pending and quarantined sequences per dataset, the job lock, the last run; with
+    --show-watermarks the committed watermarks. Read-only."""
     from jobs.commands import ops
 
     config = _operator_config(job_file, where)
-    doc = _store_call(lambda: ops.status(config))
+    doc = _store_call(lambda: ops.status(config, watermarks=show_watermarks))
     if as_json:
         click.echo(json.dumps(ops.as_json(doc), indent=2, ensure_ascii=False))
         return
@@ -549,6 +556,8 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
                 + (f", last error: {st.last_error}" if st.last_error else "")
             )
         _echo_next(st, batch_job=job_file is None)
+    if doc.watermarks is not None:
+        _echo_watermarks(doc.watermarks)
     last = doc.last_run
     if last is None:
         click.echo("last run: none recorded")
@@ -575,6 +584,17 @@ def status(job_file: str | None, as_json: bool, **where: str | None) -> None:
             f"  {shown.empty_runs} runs in a row staged no record: is the job reading the "
             "right input?"
         )
+
+
+def _echo_watermarks(marks: dict[str, dict[str, Any]]) -> None:
+    """The committed watermarks, a line per dataset and partition."""
+    if not any(marks.values()):
+        click.echo("watermarks: none committed")
+        return
+    click.echo("watermarks:")
+    for dataset, values in marks.items():
+        for partition, value in sorted(values.items()):
+            click.echo(f"  {dataset} {partition}: {json.dumps(value, ensure_ascii=False)}")
 
 
 @main.command(

@@ -306,6 +306,11 @@ class JobStatus:
     last_run: RunSummary | None
     #: The last run that went to its end: the same as last_run unless that one did not.
     last_finished_run: RunSummary | None
+    #: The committed watermarks, dataset -> partition -> value, when asked for
+    #: (``status --watermarks``); left out of the JSON otherwise.
+    watermarks: dict[str, dict[str, JsonScalar]] | None = attrs.field(
+        default=None, metadata=_omitted(lambda r: r.watermarks is None)
+    )
 
 
 @attrs.frozen
@@ -355,7 +360,7 @@ class Inspection:
 
 # The converter of these results: the run report's (the publisher's one converter, taught
 # this layer's records), taught the shape of their JSON here.
-for _cls in (LockState, PendingDataset, FailedDataset, InspectedStep, Inspection):
+for _cls in (LockState, PendingDataset, FailedDataset, InspectedStep, Inspection, JobStatus):
     converter.register_unstructure_hook(_cls, _unstructure_fn(_cls))
 converter.register_unstructure_hook(
     Adopted,
@@ -407,8 +412,9 @@ def last_report(config: BatchConfig) -> StoredReport | None:
     return next(newest_reports(config.reports), None)
 
 
-def status(config: BatchConfig) -> JobStatus:
-    """Pending and quarantined sequences, the job lock, the last run's summary.
+def status(config: BatchConfig, *, watermarks: bool = False) -> JobStatus:
+    """Pending and quarantined sequences, the job lock, the last run's summary; with
+    ``watermarks``, every committed watermark of the job too.
 
     ``quarantined`` also lists datasets quarantined without a pending sequence (their
     extract kept failing), which ``without_pending`` describes; an unreadable status shows
@@ -433,6 +439,9 @@ def status(config: BatchConfig) -> JobStatus:
         ]
         statuses = pub.statuses()
         lease = job.lock.current(config.name)
+        marks = None
+        if watermarks:
+            marks = {d: job.watermarks.get_all(d) for d in sorted(job.watermarks.datasets())}
     reports = newest_reports(config.reports)
     report = next(reports, None)
     finished = report
@@ -453,6 +462,7 @@ def status(config: BatchConfig) -> JobStatus:
         ],
         last_run=_run_summary(report, lease),
         last_finished_run=_run_summary(finished, lease),
+        watermarks=marks,
     )
 
 

@@ -573,3 +573,31 @@ def test_status_into_a_closed_pipe_is_quiet_and_exits_0(job: Job, as_json: bool)
         os.close(write_end)
     assert done.stderr == ""
     assert done.returncode == 0
+
+
+def test_status_shows_the_committed_watermarks_when_asked(job: Job) -> None:
+    assert "watermarks" not in _json(job.cli("status", "--json"))
+    assert "watermarks: none committed" in job.cli("status", "--show-watermarks").output
+    wm = open_watermarks(job.config.watermarks_url, job=job.config.name)
+    try:
+        assert wm.compare_and_set("orders", "1", None, 120)
+        assert wm.compare_and_set("orders", "0", None, 100)
+        assert wm.compare_and_set("clicks", "2026-11-28", None, "f-0007.csv")
+    finally:
+        wm.close()
+
+    doc = _json(job.cli("status", "--json", "--show-watermarks"))
+    assert doc["watermarks"] == {
+        "clicks": {"2026-11-28": "f-0007.csv"},
+        "orders": {"0": 100, "1": 120},
+    }
+    text = job.cli("status", "--show-watermarks")
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    at = lines.index("watermarks:")
+    assert lines[at + 1 : at + 4] == [
+        '  clicks 2026-11-28: "f-0007.csv"',
+        "  orders 0: 100",
+        "  orders 1: 120",
+    ]
+    assert "watermarks:" not in job.cli("status").output
