@@ -118,8 +118,8 @@ class Batch:
             finds the lock held, or nothing pending and nothing new, never starts Spark).
             Before calling the function, ``PYSPARK_PYTHON`` is set to this interpreter
             unless it is set already, so Spark's Python workers can import commitpub; a
-            session whose local workers cannot (started with another interpreter) is refused
-            with a :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
+            local session whose workers cannot (started before with another interpreter)
+            has its workers run this interpreter instead (:func:`jobs.spark.use_own_python`).
         job, store, watermarks, staging, output, **settings: the job's settings, each a
             keyword named for it (``format="delta"``, ``max_attempts=5``) and checked as
             the job file's key is; None or left out: its default. Each is declared once, in

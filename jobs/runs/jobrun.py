@@ -41,7 +41,7 @@ from jobs.runs.preflight import preflight
 from jobs.runs.report import RunReport, now, staged_figures
 from jobs.runs.session import JobSession, OnDemandSparkRunner, SessionStateError
 from jobs.runs.watermarks import require_adopted
-from jobs.spark import check_python, prepare_driver
+from jobs.spark import prepare_driver, use_own_python
 from publisher import DatasetReport, HeldDataset, Publisher
 
 if TYPE_CHECKING:
@@ -160,9 +160,8 @@ class JobRun:
 
         Raises:
             ConfigurationError: for what can never work (:func:`jobs.runs.preflight.preflight`:
-                a Redis password the Spark tasks would not get, a session's workers that
-                cannot import commitpub, a staging root that is not the job's, ...), a
-                store that is volatile.
+                a Redis password the Spark tasks would not get, a staging root that is not
+                the job's, ...), a store that is volatile.
             LockHeldError: if a live run holds the job lock; nothing was changed.
             UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
                 watermarks to be adopted.
@@ -310,9 +309,11 @@ class JobRun:
         if callable(self._spark):
             prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
             session = self._spark()
-            check_python(session)  # a session started elsewhere before, returned here
         else:
             session = self._spark
+        # A session started before (given, or returned by the factory) whose local workers
+        # cannot import commitpub runs this interpreter's instead.
+        use_own_python(session)
         self.runner.start(session)
         self._session = session
         # A Connect session's is the server's master.
