@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from jobs.config import BatchConfig
+from jobs.config import BatchConfig, OperatorConfig
 from jobs.progress import Progress, on_terminal, showing
 from jobs.runs.audit import HELD_REASON
 from jobs.runs.lifecycle import Lifecycle, RunObserver
@@ -41,7 +41,7 @@ from jobs.runs.preflight import preflight
 from jobs.runs.report import RunReport, now, staged_figures
 from jobs.runs.session import JobSession, OnDemandSparkRunner, SessionStateError
 from jobs.runs.watermarks import require_adopted
-from jobs.spark import prepare_driver, use_own_python
+from jobs.spark import prepare_driver, spark_target, use_own_python
 from publisher import DatasetReport, HeldDataset, Publisher
 
 if TYPE_CHECKING:
@@ -307,8 +307,13 @@ class JobRun:
         if self._session is not None:
             return self._session
         if callable(self._spark):
+            # A phase of its own, ended before the next begins: a JVM starts in seconds.
+            target = spark_target(self.config) if isinstance(self.config, OperatorConfig) else ""
+            phase = f"starting Spark ({target})" if target else "starting Spark"
+            self.say(phase)
             prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
             session = self._spark()
+            self.say(f"{phase}: started", 1, 1)
         else:
             session = self._spark
         # A session started before (given, or returned by the factory) whose local workers
