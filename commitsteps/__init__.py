@@ -27,7 +27,7 @@ from commitsteps.errors import (
     UnknownStepTypeError,
 )
 from commitsteps.fs import FsRenameCommitStep
-from commitsteps.modules import load_step_modules, unimportable
+from commitsteps.modules import load_failure, load_step_modules, unimportable
 from commitsteps.serialization import dumps, loads
 from commitsteps.tables import DEFAULT_COMMIT_BUDGET_S, check_budget, commit_budget
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
@@ -75,6 +75,7 @@ __all__ = [
     "class_for",
     "commit_budget",
     "dumps",
+    "load_failure",
     "load_step_modules",
     "loads",
     "register",

@@ -120,3 +120,16 @@ def import_failure(tag: str) -> str | None:
         f"step type {tag!r} is unknown on {socket.gethostname()} (pid {os.getpid()}): step "
         f"module {'; '.join(_unimportable.values())}: {HOW_TO_SHIP}"
     )
+
+
+def load_failure(error: BaseException) -> str:
+    """Why a commit's steps, pickled by the driver for a Spark task, could not be loaded in
+    this process: the step modules that failed to import here (else ``error``) and how to
+    ship them."""
+    where = f"on {socket.gethostname()} (pid {os.getpid()})"
+    why = (
+        f"step module {'; '.join(_unimportable.values())}"
+        if _unimportable
+        else f"{type(error).__name__}: {error}"
+    )
+    return f"the commit's steps cannot be loaded {where}: {why}: {HOW_TO_SHIP}"

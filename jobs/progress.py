@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -17,7 +19,8 @@ log = logging.getLogger("commitpub.jobs")
 
 
 class Progress(Protocol):
-    """Told as each phase starts, and of its progress where it is counted."""
+    """Told as each phase starts, and of its progress where it is counted (a staging
+    write's as its tasks finish, from a thread of its own: see :func:`updates`)."""
 
     def __call__(self, line: str, done: int | None = None, total: int | None = None) -> None: ...
 
@@ -25,6 +28,32 @@ class Progress(Protocol):
 def log_progress(line: str, done: int | None = None, total: int | None = None) -> None:
     """Progress as log lines (``INFO``), for a run without a terminal."""
     log.info("%s%s", line, "" if total is None else f" ({done}/{total})")
+
+
+#: Seconds between two log lines of one phase's updates (:func:`updates`).
+UPDATES_EVERY_S = 30.0
+
+
+def updates(say: Progress, every_s: float = UPDATES_EVERY_S) -> Progress:
+    """``say`` for the updates of a phase as its work goes, told from a thread of its own
+    (the staging write's figures as its tasks finish): each one to bars or to a caller's
+    own :class:`Progress`; as log lines (:func:`log_progress`), at most one each
+    ``every_s`` seconds, so cron's and Airflow's logs get a line now and then, not one per
+    task. The phase's first and last lines are told with ``say`` itself."""
+    if say is not log_progress:
+        return say
+    lock = threading.Lock()
+    last = [time.monotonic()]
+
+    def throttled(line: str, done: int | None = None, total: int | None = None) -> None:
+        with lock:
+            now = time.monotonic()
+            if now - last[0] < every_s:
+                return
+            last[0] = now
+        say(line, done, total)
+
+    return throttled
 
 
 def on_terminal() -> bool:

@@ -160,8 +160,9 @@ def default_parallelism(spark: SparkSession) -> int:
     return 1 + (top[0] if top is not None else 0)
 
 
-def check_python(spark: SparkSession) -> None:
-    """Refuse a session whose local Python workers cannot import commitpub.
+def use_own_python(spark: SparkSession) -> None:
+    """Point a started session's local Python workers at this interpreter if the one they
+    run cannot import commitpub.
 
     A started classic session fixed its workers' interpreter when it started
     (``PYSPARK_PYTHON``, else ``python3`` on the PATH): under cron, with a virtual
@@ -169,13 +170,14 @@ def check_python(spark: SparkSession) -> None:
     would fail after Spark's retries with a worker's ``No module named 'jobs'``. On a local
     master (``local``, ``local[N]``, ``local-cluster``) the workers run on this host, in this
     working directory and environment, so running that interpreter once to import what a
-    task imports tells in a fraction of a second. Executors of a cluster run the cluster's
-    Python, which only a Spark job could try: they are not checked, nor are those of a Spark
-    Connect server.
-
-    Raises:
-        ConfigurationError: one line naming the interpreter, what it could not import, and
-            ``PYSPARK_PYTHON``.
+    task imports tells in a fraction of a second. One that cannot is replaced by this
+    interpreter, which runs the script and so imports commitpub and the script's own
+    modules: pyspark reads the workers' interpreter (``SparkContext.pythonExec``) each time
+    it wraps a Python function for Spark, so every function from then on (commitpub's
+    tasks, and the script's own) runs in workers of this interpreter, started afresh by
+    Spark for it (logged at INFO, naming both). An interpreter that imports commitpub is
+    left as it is. Executors of a cluster run the cluster's Python, which only a Spark job
+    could try: they are not checked, nor are those of a Spark Connect server.
     """
     if is_connect(spark):  # the server's workers are the server's
         return
@@ -204,17 +206,18 @@ def check_python(spark: SparkSession) -> None:
             lines = probe.stderr.strip().splitlines()
             why = lines[-1] if lines else f"exit {probe.returncode}"
     given = os.environ.get("PYSPARK_PYTHON")
-    raise ConfigurationError(
-        f"Spark's Python workers run {python!r} "
-        + (
-            "(PYSPARK_PYTHON unset: Spark's default)"
-            if given is None
-            else "(PYSPARK_PYTHON)"
-            if given == python
-            else f"(fixed when the session started; PYSPARK_PYTHON is now {given!r})"
-        )
-        + f", which cannot import commitpub: {why}. Set PYSPARK_PYTHON={sys.executable} "
-        "before the SparkSession starts, or give Batch a function that builds the session"
+    context.pythonExec = sys.executable
+    log.info(
+        "Spark's local Python workers ran %r (%s), which cannot import commitpub: %s; they run "
+        "%s from now on",
+        python,
+        "PYSPARK_PYTHON unset: Spark's default"
+        if given is None
+        else "PYSPARK_PYTHON"
+        if given == python
+        else f"fixed when the session started; PYSPARK_PYTHON is now {given!r}",
+        why,
+        sys.executable,
     )
 
 

@@ -16,13 +16,24 @@ Dataset by dataset, in groups a runner ships to its tasks (:func:`publish_group`
 
 from __future__ import annotations
 
+import io
 import logging
+import pickle
 import time
+import types
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
-from commitsteps import CommitStep, StepError, UnknownStepTypeError, dumps
+from commitsteps import (
+    CommitStep,
+    StepError,
+    StepModuleImportError,
+    UnknownStepTypeError,
+    dumps,
+    load_failure,
+)
 from publisher import barriers, staging
 from publisher.context import Context
 from publisher.errors import CorruptStatusError, DatasetHeldError
@@ -71,6 +82,61 @@ class CommitSequence:
         """The steps, built now if a builder was given."""
         return self.steps if isinstance(self.steps, tuple) else tuple(self.steps())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled for a task (a Spark executor) with its steps as bytes of their own,
+        loaded when the task builds them (:class:`_PickledSteps`): a step module the task
+        cannot import fails that dataset, counted towards its quarantine, not the task
+        before it began (which no run would count)."""
+        return (CommitSequence, (self.dataset, _pickled(self.steps), self.staging_dir))
+
+
+def _pickled(steps: Any) -> Any:
+    """``steps`` as a :class:`_PickledSteps`, or as they are if the standard pickler cannot
+    take them (a lambda, a class of ``__main__``): the runner's own pickler does."""
+    if isinstance(steps, _PickledSteps):
+        return steps
+    data = io.BytesIO()
+    try:
+        _Pickler(data).dump(steps)
+    except Exception as e:
+        log.debug("steps pickled by the runner, as they are: %s", e)
+        return steps
+    return _PickledSteps(data.getvalue())
+
+
+class _Pickler(pickle.Pickler):
+    """The standard pickler, refusing classes and functions of ``__main__``: a task's
+    process has another ``__main__``, and a runner's own pickler (Spark's cloudpickle)
+    takes them by value."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type | types.FunctionType) and obj.__module__ == "__main__":
+            raise pickle.PicklingError(f"{obj.__qualname__} is defined in __main__")
+        return NotImplemented
+
+
+@attrs.frozen
+class _PickledSteps:
+    """A sequence's steps (or builder) as the process that made it pickled them: a builder
+    that loads them where the work runs."""
+
+    data: bytes
+
+    def __call__(self) -> Sequence[CommitStep]:
+        """The steps, loaded (and built, from a builder).
+
+        Raises:
+            StepModuleImportError: if they cannot be loaded here: a step module this process
+                cannot import (named, with how to ship it to Spark executors).
+        """
+        try:
+            # Pickled by this job's own driver for its task, as Spark pickles the task
+            # itself; never data read from a store.
+            steps = pickle.loads(self.data)  # noqa: S301 -- see the comment
+        except Exception as e:
+            raise StepModuleImportError(load_failure(e)) from e
+        return steps if isinstance(steps, tuple) else steps()
+
 
 @attrs.frozen
 class _Prepared:
@@ -117,8 +183,15 @@ def _prepare(ctx: Context, sequence: CommitSequence) -> _Prepared | DatasetRepor
             step.check_preconditions()
         records = [dumps(s) for s in steps]
     except (StepError, UnknownStepTypeError, ConfigurationError, ForeignStoreError) as e:
-        log.error("dataset %s refused before write-ahead: %s", dataset, describe(e))
-        return dataset_report(dataset, Outcome.REFUSED, started, error=describe(e))
+        if isinstance(e, StepModuleImportError):
+            # A step module the task cannot import fails every run alike until it is
+            # shipped: counted, so that it quarantines rather than failing forever.
+            log.error("dataset %s failed before write-ahead: %s", dataset, describe(e))
+            refused = fail(ctx, dataset, status, e, started, steps=())
+        else:
+            log.error("dataset %s refused before write-ahead: %s", dataset, describe(e))
+            refused = dataset_report(dataset, Outcome.REFUSED, started, error=describe(e))
+        return refused
     except FencedError:
         raise
     except Exception as e:  # a builder or a user step may raise anything; only this dataset

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import pickle
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -112,6 +115,53 @@ def test_a_commit_sequence_keeps_its_steps_as_a_tuple_or_its_builder() -> None:
     assert CommitSequence("a", builder).build() == (step,)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         CommitSequence("a", builder).staging_dir = "x"  # type: ignore[misc]
+
+
+def test_a_pickled_commit_sequence_loads_its_steps_where_it_is_built() -> None:
+    step = WatermarkCommitStep("wm", "a", "0", None, 1)
+
+    data = pickle.dumps(CommitSequence("a", [step], "staging/a"))
+    loaded = pickle.loads(data)  # noqa: S301 -- the test's own bytes
+
+    assert (loaded.dataset, loaded.staging_dir, loaded.build()) == ("a", "staging/a", (step,))
+    # Pickled again (a task's retry), it is the same.
+    assert pickle.loads(pickle.dumps(loaded)).build() == (step,)  # noqa: S301
+
+
+def _unloadable(tmp_path: Path, dataset: str) -> CommitSequence:
+    """A commit sequence as a task gets it, whose step module the task cannot import: its
+    steps' class is of a module this process imported, then lost."""
+    (tmp_path / "lost_steps.py").write_text("class LostStep:\n    pass\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("lost_steps")
+        data = pickle.dumps(CommitSequence(dataset, [module.LostStep()]))
+    finally:
+        sys.path.remove(str(tmp_path))
+        del sys.modules["lost_steps"]
+        importlib.invalidate_caches()
+    # The steps stay bytes until built: nothing is imported yet.
+    sequence: CommitSequence = pickle.loads(data)  # noqa: S301 -- the test's own bytes
+    return sequence
+
+
+def test_steps_a_task_cannot_load_fail_their_dataset_named_counted_then_quarantined(
+    job: Job, tmp_path: Path
+) -> None:
+    pub = job.publisher(max_attempts=2)
+    lost = _unloadable(tmp_path, "lost")
+
+    first = pub.publish([lost, CommitSequence("good", job.stage("good"))])
+
+    assert first["good"].outcome == Outcome.PUBLISHED
+    assert (first["lost"].outcome, first["lost"].attempts) == (Outcome.FAILED, 1)
+    error = first["lost"].error or ""
+    assert error.startswith("StepModuleImportError: the commit's steps cannot be loaded on ")
+    assert "No module named 'lost_steps'" in error
+    assert "spark.sparkContext.addPyFile(path) or spark-submit --py-files path" in error
+    assert not job.store().exists("job", "lost")  # nothing was written ahead
+    second = pub.publish([_unloadable(tmp_path, "lost")])
+    assert (second["lost"].outcome, second["lost"].attempts) == (Outcome.QUARANTINED, 2)
 
 
 def test_publish_refuses_what_is_not_one_commit_sequence_a_dataset(tmp_path: Path) -> None:

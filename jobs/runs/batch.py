@@ -54,7 +54,8 @@ from jobs.output.commits import Mark, StagedDataset, join
 from jobs.output.ownership import check as check_owner
 from jobs.output.ownership import claim as claim_output
 from jobs.output.taskwriter import WriteOptions
-from jobs.progress import Progress
+from jobs.output.writing import shown_figures, watching
+from jobs.progress import Progress, updates
 from jobs.quality.checks import Check, validate_checks
 from jobs.quality.measures import Plan, discard_keys, plan
 from jobs.runs.audit import audit
@@ -118,8 +119,8 @@ class Batch:
             finds the lock held, or nothing pending and nothing new, never starts Spark).
             Before calling the function, ``PYSPARK_PYTHON`` is set to this interpreter
             unless it is set already, so Spark's Python workers can import commitpub; a
-            session whose local workers cannot (started with another interpreter) is refused
-            with a :class:`~store.errors.ConfigurationError` naming ``PYSPARK_PYTHON``.
+            local session whose workers cannot (started before with another interpreter)
+            has its workers run this interpreter instead (:func:`jobs.spark.use_own_python`).
         job, store, watermarks, staging, output, **settings: the job's settings, each a
             keyword named for it (``format="delta"``, ``max_attempts=5``) and checked as
             the job file's key is; None or left out: its default. Each is declared once, in
@@ -127,8 +128,9 @@ class Batch:
         {settings}
         run_id: names the staging directory and prefixes published files; default: a new
             one from the time.
-        progress: told of each phase; default: progress bars on a terminal, log lines
-            otherwise.
+        progress: told of each phase (:class:`~jobs.progress.Progress`), and of each
+            staging write's tasks, rows, files and bytes as its tasks finish (from a
+            thread of its own); default: progress bars on a terminal, log lines otherwise.
 
     Raises:
         BatchArgumentError: naming the argument (overlapping paths, an unknown format, ...).
@@ -365,7 +367,7 @@ class Batch:
                 if measures.columns:
                     df = df.select("*", *measures.columns)
                 options = attrs.evolve(options, measures=measures.ops)
-            written = self.writer.write(df, directory, options)
+            written = self._write(dataset, df, directory, options)
             if checked is not None and measures is not None and written.measured is not None:
                 checked = attrs.evolve(checked, measured=(measures, written))
             if written.staged is not None:
@@ -389,6 +391,20 @@ class Batch:
         self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
         return info
+
+    def _write(self, dataset: str, df: DataFrame, directory: str, options: WriteOptions) -> Written:
+        """The staging write, a phase of its own: a line as it starts, its tasks done and the
+        rows, files and bytes they wrote as they finish (:func:`~jobs.output.writing.watching`),
+        and a line with what it staged."""
+        say = self._run.say
+        phase = f"staging {dataset}"
+        say(f"{phase}: writing in Spark tasks")
+        going = updates(say)
+        with watching(self.spark, lambda c: going(f"{phase}: {c}", c.done, c.total)) as tasks:
+            written = self.writer.write(df, directory, options)
+        staged = shown_figures(written.rows, written.files, written.bytes)
+        say(f"{phase}: {staged} staged", tasks(), tasks())
+        return written
 
     def add_steps(self, dataset: str, steps: Sequence[CommitStep]) -> None:
         """Add your own registered steps to the dataset's commit.

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from jobs.config import BatchConfig
+from jobs.config import BatchConfig, OperatorConfig
 from jobs.progress import Progress, on_terminal, showing
 from jobs.runs.audit import HELD_REASON
 from jobs.runs.lifecycle import Lifecycle, RunObserver
@@ -41,7 +41,7 @@ from jobs.runs.preflight import preflight
 from jobs.runs.report import RunReport, now, staged_figures
 from jobs.runs.session import JobSession, OnDemandSparkRunner, SessionStateError
 from jobs.runs.watermarks import require_adopted
-from jobs.spark import check_python, prepare_driver
+from jobs.spark import prepare_driver, spark_target, use_own_python
 from publisher import DatasetReport, HeldDataset, Publisher
 
 if TYPE_CHECKING:
@@ -160,9 +160,8 @@ class JobRun:
 
         Raises:
             ConfigurationError: for what can never work (:func:`jobs.runs.preflight.preflight`:
-                a Redis password the Spark tasks would not get, a session's workers that
-                cannot import commitpub, a staging root that is not the job's, ...), a
-                store that is volatile.
+                a Redis password the Spark tasks would not get, a staging root that is not
+                the job's, ...), a store that is volatile.
             LockHeldError: if a live run holds the job lock; nothing was changed.
             UnadoptedWatermarksError: if a pending commit's dataset waits for its legacy
                 watermarks to be adopted.
@@ -308,11 +307,18 @@ class JobRun:
         if self._session is not None:
             return self._session
         if callable(self._spark):
+            # A phase of its own, ended before the next begins: a JVM starts in seconds.
+            target = spark_target(self.config) if isinstance(self.config, OperatorConfig) else ""
+            phase = f"starting Spark ({target})" if target else "starting Spark"
+            self.say(phase)
             prepare_driver()  # the workers run this interpreter; Spark's console kept quiet
             session = self._spark()
-            check_python(session)  # a session started elsewhere before, returned here
+            self.say(f"{phase}: started", 1, 1)
         else:
             session = self._spark
+        # A session started before (given, or returned by the factory) whose local workers
+        # cannot import commitpub runs this interpreter's instead.
+        use_own_python(session)
         self.runner.start(session)
         self._session = session
         # A Connect session's is the server's master.

@@ -39,7 +39,7 @@ from jobs.checkdeclarations import DeclaredChecks
 from jobs.config import BatchConfig, JobConfig, OperatorConfig, source_class, transform_function
 from jobs.errors import OutputOwnedError
 from jobs.output.ownership import check_all, renamed_hint
-from jobs.spark import SPECULATION_REFUSED, SparkRunner, check_python, remote_of
+from jobs.spark import SPECULATION_REFUSED, SparkRunner, remote_of
 from publisher.integration import staging
 from store.errors import ConfigurationError
 from store.files import FileIO
@@ -76,15 +76,13 @@ def preflight(
     Raises:
         ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument):
             a Redis URL's password the Spark tasks would not get
-            (:func:`require_tasks_password`); a session whose local workers cannot import
-            commitpub (:func:`jobs.spark.check_python`) or that runs speculative tasks (in
+            (:func:`require_tasks_password`); a session that runs speculative tasks (in
             the session, or in ``[spark] conf``); a staging path that is another job's or
             holds what no job marked (:func:`require_staging`).
     """
     if spark_tasks:
         require_tasks_password(config, spark)
     if spark is not None:
-        check_python(spark)
         SparkRunner(spark)  # refuses a session with speculative execution
     elif isinstance(config, OperatorConfig):
         speculation = config.spark_conf.get("spark.speculation", "false")

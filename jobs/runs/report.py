@@ -388,8 +388,12 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
     """Set ``report.empty_runs`` from the last finished ``run`` before it; warn (in the
     report and the log) from :data:`EMPTY_RUNS_WARNING` empty runs in a row on.
 
-    A run stopped by an error (exit 2 for a ``source.path`` that does not exist, say) says
-    so loudly itself: it keeps the count as it was, neither adding to it nor ending it.
+    A run that did not end well says so loudly itself, and keeps the count as it was,
+    neither adding to it nor ending it: one stopped by an error (exit 2 for a
+    ``source.path`` that does not exist, say), and one that staged nothing because it
+    skipped datasets (quarantined, held by failed checks, a pending commit it could not
+    finish) or failed some (exit 1, 2 or 3): its emptiness is told, not a sign of a job
+    reading the wrong input.
     """
     if report.counts["staged_rows"]:
         report.empty_runs = 0
@@ -402,7 +406,7 @@ def count_empty_runs(report: RunReport, reports: str) -> None:
                 break
     except Exception as e:  # the count restarts; the run goes on
         log.warning("could not read the previous run reports in %s: %s", redact(reports), e)
-    if report.error is not None:
+    if report.skipped or report.exit_code != ExitCode.OK:
         report.empty_runs = before
         return
     report.empty_runs = before + 1

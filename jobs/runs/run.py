@@ -44,7 +44,7 @@ from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.preflight import ResolvedRun, prepare_own_session, require_source, resolve_run
 from jobs.runs.report import RunReport
 from jobs.sources import SourceWentBackwardsError
-from jobs.spark import build_session, spark_target
+from jobs.spark import build_session
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
 
@@ -83,7 +83,7 @@ def run_job(
     """
     say = progress or log_progress
     job = resolve_run(config, own_session=spark is None)
-    with _spark(config, spark, say) as session:
+    with _spark(config, spark) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
             _ingest(batch, job, say)
@@ -109,7 +109,7 @@ def recover_job(
     say = progress or log_progress
     if spark is None:
         prepare_own_session(config)
-    with _spark(config, spark, say) as session:
+    with _spark(config, spark) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
         with _recorded(run.report), run:
             run.recover()
@@ -118,7 +118,7 @@ def recover_job(
 
 @contextlib.contextmanager
 def _spark(
-    config: OperatorConfig, spark: SparkSession | None, say: Progress
+    config: OperatorConfig, spark: SparkSession | None
 ) -> Iterator[Callable[[], SparkSession]]:
     """The run's session: ``spark``, or one built from ``[spark]`` (prepared by
     :func:`~jobs.runs.preflight.prepare_own_session`) when first asked for and stopped
@@ -128,8 +128,7 @@ def _spark(
     def session() -> SparkSession:
         if spark is not None:
             return spark
-        say(f"starting Spark ({spark_target(config)})")
-        built.append(build_session(config))
+        built.append(build_session(config))  # told as a phase by JobRun.start_spark
         return built[0]
 
     try:
@@ -152,8 +151,13 @@ def _recorded(report: RunReport) -> Iterator[None]:
 def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
     source, transform = job.source, job.transform
     plan = _plan(batch, job)
+    if plan:
+        batch.spark  # noqa: B018 -- Spark's start is a phase of its own, before the reads
     for done, (dataset, ranges) in enumerate(plan.items()):
-        say(f"extracting: {dataset} ({len(ranges)} partitions)", done, len(plan))
+        # One phase per dataset with its staging write (Batch.stage): the read, then the
+        # write's tasks, rows, files and bytes.
+        parts = f"{len(ranges)} partition{'s' * (len(ranges) != 1)}"
+        say(f"staging {dataset}: reading {parts} (dataset {done + 1} of {len(plan)})")
         try:
             frame = source.read_dataset(batch.spark, dataset, ranges)
             partition_by: tuple[str, ...] = ()

@@ -112,13 +112,12 @@ def test_a_run_with_nothing_pending_and_nothing_new_does_not_start_spark(
     assert _STARTING_SPARK in busy.stderr
 
 
-def test_a_run_with_only_a_quarantined_commit_pending_does_not_start_spark(
-    tmp_path: Path,
-) -> None:
+def _quarantined_clicks(tmp_path: Path) -> Path:
+    """A job whose landing zone holds nothing new, with a sealed commit of ``clicks``
+    whose staged file is gone: quarantined at its first recovery. Its job file."""
     (tmp_path / "landing" / "orders" / "0").mkdir(parents=True)
     job = write_job(tmp_path)
     config = load_config(job)
-    # A sealed commit whose staged file is gone: quarantined at its first recovery.
     gone = tmp_path / "old-staging" / "clicks" / "f.parquet"
     gone.parent.mkdir(parents=True)
     gone.write_bytes(b"y")
@@ -134,6 +133,13 @@ def test_a_run_with_only_a_quarantined_commit_pending_does_not_start_spark(
             output_roots=[config.output],
         )
         assert recover_one(pub.context, "clicks").outcome == Outcome.QUARANTINED
+    return job
+
+
+def test_a_run_with_only_a_quarantined_commit_pending_does_not_start_spark(
+    tmp_path: Path,
+) -> None:
+    job = _quarantined_clicks(tmp_path)
 
     run = commitpub("run", str(job), "--run-id", "r1", env=_no_java(tmp_path))
 
@@ -212,6 +218,27 @@ with jobs.Batch(spark, "idle-job", store="state/steps", watermarks="state/waterm
     pass
 sys.exit(batch.report.exit_code)
 """
+
+
+def test_runs_that_stage_nothing_because_they_skip_a_quarantined_dataset_are_not_empty_runs(
+    tmp_path: Path,
+) -> None:
+    job = _quarantined_clicks(tmp_path)
+
+    runs = [
+        commitpub("run", str(job), "--run-id", f"r{i}", env=_no_java(tmp_path)) for i in (1, 2, 3)
+    ]
+
+    # Each says why it published nothing (exit 3, the quarantined dataset): not a job that
+    # reads the wrong input, so the count of empty runs stays as it was, and no warning.
+    assert [r.returncode for r in runs] == [3, 3, 3], runs[-1].stdout + runs[-1].stderr
+    reports = [_report(tmp_path, f"r{i}") for i in (1, 2, 3)]
+    assert [(r["skipped"], r["empty_runs"], r["warnings"]) for r in reports] == [
+        ({"clicks": "quarantined"}, 0, [])
+    ] * 3
+    assert "in a row staged no record" not in runs[-1].stderr + runs[-1].stdout
+    status = commitpub("status", str(job))
+    assert "in a row staged no record" not in status.stdout, status.stdout
 
 
 @pytest.mark.spark

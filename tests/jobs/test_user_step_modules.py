@@ -386,3 +386,84 @@ def test_the_batch_argument_imports_the_step_modules(
     assert "acme.batch-partitions" in commitsteps.registered()
     with pytest.raises(BatchArgumentError, match="argument 'steps': step module 'acme_nope'"):
         batch_config("acme", **places, steps=["acme_nope"])
+
+
+#: A user's Batch script: its own step (its module imported as a script imports it) added
+#: to a staged dataset's commit, published in Spark tasks of a local master.
+BATCH_SCRIPT = """\
+import json
+import sys
+from pathlib import Path
+
+project = Path(sys.argv[1])
+sys.path.insert(0, str(project))
+import acme_steps
+from pyspark.sql import SparkSession
+
+import commitpub
+
+
+def session():
+    return SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+
+
+with commitpub.Batch(
+    session,
+    "acme",
+    store=str(project / "state/steps"),
+    watermarks=str(project / "state/wm"),
+    staging=str(project / "staging"),
+    output=str(project / "warehouse"),
+    max_attempts=2,
+    summary=False,
+) as batch:
+    df = batch.spark.createDataFrame([(1, "a")], "id long, v string")
+    batch.stage("events", df, watermarks={"0": 1})
+    catalog = str(project / "warehouse/_catalog.json")
+    batch.add_steps("events", [acme_steps.CatalogPartitionsStep(catalog, "events", "2026-11-27")])
+done = [(d.dataset, str(d.outcome), d.attempts, d.error) for d in batch.report.publish.datasets]
+print(json.dumps(done))
+sys.exit(batch.report.exit_code)
+"""
+
+
+@pytest.mark.spark
+def test_a_new_commit_whose_step_module_executors_cannot_import_is_counted_and_quarantined(
+    tmp_path: Path,
+) -> None:
+    """The publish tasks cannot import the step module of a commit the Batch made (it needs
+    a library only the driver has): the dataset fails with one error naming the module and
+    how to ship it, counted, and is quarantined at ``max_attempts``; not a run failing
+    before its tasks began, again and again, uncounted."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "acme_steps.py").write_text(EXECUTOR_ONLY_FAILS + STEPS_MODULE)
+    script = tmp_path / "ingest.py"
+    script.write_text(BATCH_SCRIPT)
+
+    def run() -> tuple[int, list[list[object]]]:
+        done = subprocess.run(
+            [sys.executable, str(script), str(project)],
+            env=_env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        assert lines, done.stderr[-3000:]
+        return done.returncode, json.loads(lines[-1])
+
+    code, [(dataset, outcome, attempts, error)] = run()
+    assert (code, dataset, outcome, attempts) == (1, "events", "failed", 1), error
+    assert error.startswith("StepModuleImportError: the commit's steps cannot be loaded on ")
+    assert "step module acme_steps: ModuleNotFoundError: No module named 'acme_catalog_client'" in (
+        error
+    )
+    assert "spark.sparkContext.addPyFile(path) or spark-submit --py-files path" in error
+    assert "\n" not in error
+    assert _catalog(project) == {}
+
+    code, [(dataset, outcome, attempts, error)] = run()
+    assert (code, dataset, outcome, attempts) == (3, "events", "quarantined", 2), error
+    assert _catalog(project) == {}

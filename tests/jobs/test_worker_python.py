@@ -12,6 +12,7 @@ kind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -23,11 +24,12 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-from jobhelpers import COMMITPUB
+from jobhelpers import COMMITPUB, batch_places
+from pyspark.sql import SparkSession
 
-from jobs.spark import check_python
-from store import open_store, open_watermarks
-from store.errors import ConfigurationError
+from jobs import Batch
+from jobs.spark import use_own_python
+from store import open_watermarks
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -180,28 +182,55 @@ def test_the_readmes_batch_script_run_by_cron_publishes_and_its_operator_lines_w
     assert said["discard"] == ["nothing to discard for orders: no pending commit, not quarantined"]
 
 
-def test_a_started_session_whose_workers_lack_commitpub_is_refused_in_one_line(
+def test_a_started_local_session_whose_workers_lack_commitpub_runs_the_scripts_python(
     tmp_path: Path,
 ) -> None:
+    """The script builds its session before Batch, under cron: its workers would run the
+    system's Python. Batch points them at the script's interpreter, and says nothing of it
+    (INFO) on a script's stderr, where its session (not quieted by commitpub: it was
+    started before) prints Spark's own lines."""
     done = _cron(tmp_path)
 
-    assert done.returncode == 2, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, done.stderr[-3000:]
-    assert "Spark's Python workers run 'python3'" in errors[0]
-    assert f"Set PYSPARK_PYTHON={sys.executable} " in errors[0]
-    assert "No module named" in errors[0]
-    # Refused on entering, before the lock: no Spark job ran, nothing was staged or written.
-    assert "Py4JJavaError" not in done.stderr
-    assert "Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith(("commitpub", "error"))]
+    assert len(said) == 1, done.stderr[-3000:]
+    assert said[0].startswith("commitpub: run "), said
+    assert ": ok (" in said[0], said
+    assert "cannot import commitpub" not in done.stderr
     work = tmp_path / "work"
-    assert not (work / "staging").exists()
-    assert not (work / "warehouse").exists()
-    store = open_store(str(work / "state" / "steps"))
+    rows = ds.dataset(work / "warehouse" / "things", format="parquet").to_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == [1, 2, 3]
+
+
+def test_a_given_sessions_workers_without_commitpub_run_this_interpreter(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The suite's own session, its workers' interpreter set to one without commitpub as a
+    session built before Batch under cron has it: the batch's tasks run, in workers of this
+    interpreter, and the change is logged naming both."""
+    context = spark.sparkContext
+    before = context.pythonExec
+    context.pythonExec = SYSTEM_PYTHON
     try:
-        assert store.datasets(JOB) == []
+        with (
+            caplog.at_level(logging.INFO, logger="commitpub.jobs"),
+            Batch(spark, JOB, summary=False, **batch_places(tmp_path)) as batch,
+        ):
+            df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+            batch.stage("things", df, watermarks={"all": 2})
+        switched = context.pythonExec
     finally:
-        store.close()
+        context.pythonExec = before
+
+    assert batch.report.exit_code == 0, batch.report.error
+    assert switched == sys.executable
+    assert batch.report.staged["things"].rows == 2
+    told = [r.getMessage() for r in caplog.records if "cannot import commitpub" in r.getMessage()]
+    assert len(told) == 1, told
+    assert f"ran {SYSTEM_PYTHON!r}" in told[0]
+    assert told[0].endswith(f"they run {sys.executable} from now on")
+    rows = ds.dataset(tmp_path / "output" / "things", format="parquet").to_table().to_pylist()
+    assert sorted(r["id"] for r in rows) == [1, 2]
 
 
 def _session(master: str, python: str) -> Any:
@@ -209,12 +238,15 @@ def _session(master: str, python: str) -> Any:
     return SimpleNamespace(sparkContext=SimpleNamespace(master=master, pythonExec=python))
 
 
-def test_another_interpreter_that_imports_commitpub_passes(tmp_path: Path) -> None:
+def test_another_interpreter_that_imports_commitpub_is_kept(tmp_path: Path) -> None:
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
+    session = _session("local[2]", str(wrapper))
 
-    check_python(_session("local[2]", str(wrapper)))
+    use_own_python(session)
+
+    assert session.sparkContext.pythonExec == str(wrapper)
 
 
 @pytest.mark.parametrize(
@@ -224,17 +256,24 @@ def test_another_interpreter_that_imports_commitpub_passes(tmp_path: Path) -> No
         ("/nonexistent/python3", "not found"),
     ],
 )
-def test_local_workers_without_commitpub_are_refused(
-    python: str, why: str, monkeypatch: pytest.MonkeyPatch
+def test_local_workers_without_commitpub_run_this_interpreter(
+    python: str, why: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("PYSPARK_PYTHON", python)
-    with pytest.raises(ConfigurationError) as refused:
-        check_python(_session("local-cluster[2,1,1024]", python))
-    message = str(refused.value)
-    assert f"Spark's Python workers run {python!r} (PYSPARK_PYTHON)" in message
-    assert why in message
-    assert "\n" not in message
+    session = _session("local-cluster[2,1,1024]", python)
+
+    with caplog.at_level(logging.INFO, logger="commitpub.jobs"):
+        use_own_python(session)
+
+    assert session.sparkContext.pythonExec == sys.executable
+    [told] = [r.getMessage() for r in caplog.records]
+    assert f"Spark's local Python workers ran {python!r} (PYSPARK_PYTHON)" in told
+    assert why in told
 
 
 def test_a_clusters_executors_are_not_probed() -> None:
-    check_python(_session("spark://master:7077", SYSTEM_PYTHON))
+    session = _session("spark://master:7077", SYSTEM_PYTHON)
+
+    use_own_python(session)
+
+    assert session.sparkContext.pythonExec == SYSTEM_PYTHON
