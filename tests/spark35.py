@@ -11,8 +11,9 @@ Then :data:`TESTS` run in it, in one pytest process: a ``Batch`` and the runner,
 end-to-end runs with their SIGKILLed drivers (the crash points a Spark run meets), Spark
 task retries, the demo, the standalone cluster and the checks on staged data (the functions
 their one aggregation uses, the read-back of staged files, the figures the staging write
-measures, held datasets), and the staging write itself (its files, its Arrow batches). The
-process exits with pytest's code.
+measures, held datasets), the staging write itself (its files, its Arrow batches) and its
+progress (read from Spark's status tracker by job tag). The process exits with pytest's
+code.
 
 Their object-store cells (marker ``s3``, :data:`MARKERS`: four Spark task retries with
 staging on S3, a driver JVM each) are left to the main pass: what differs from their local
@@ -56,6 +57,7 @@ TESTS = [
     "tests/jobs/test_audit.py",
     "tests/jobs/test_measures.py",
     "tests/jobs/test_local_staging.py",
+    "tests/jobs/test_progress.py",
 ]
 
 #: The tests of :data:`TESTS` run: all but their object-store cases (see above).
