@@ -57,7 +57,10 @@ def _online(primary: RedisProcess, replicas: int = 1, *, on_disk: bool = True) -
         pipe = client.pipeline(transaction=False)
         pipe.set("test:probe", "x")
         if on_disk and "valkey_version" in client.info("server"):
-            pipe.execute_command("WAITAOF", 0, replicas, 100)
+            # Longer than a replica's once-a-second acknowledgement: the one it gives the
+            # primary's GETACK at once can come before its fsync of this very write, and a
+            # shorter wait ends first, so that each probe's new write is never caught up on.
+            pipe.execute_command("WAITAOF", 0, replicas, 1500)
             return bool(pipe.execute()[-1][1] >= replicas)
         pipe.execute_command("WAIT", replicas, 100)
         return bool(pipe.execute()[-1] >= replicas)
