@@ -83,10 +83,14 @@ spark35-env: $(STAMP)
 # Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 environment
 # are independent: made side by side (the archive's JVM and mypy each keep a core busy,
 # the environment mostly waits on the network), then the tests, then pyspark 3.5.
+# The whole run's time is printed at its end, pass or fail (pytest lists the slowest tests).
 test:
-	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env
-	$(MAKE) --no-print-directory pytest
-	$(MAKE) --no-print-directory pytest-spark35
+	@start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env \
+	  && $(MAKE) --no-print-directory pytest \
+	  && $(MAKE) --no-print-directory pytest-spark35 || status=$$?; \
+	elapsed=$$(( $$(date +%s) - start )); \
+	echo "make test: $$((elapsed / 60)) min $$((elapsed % 60)) s, exit $$status"; exit $$status
 
 demo: $(STAMP)
 	$(BIN)/commitpub demo --dir demo
