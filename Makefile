@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env redis-server npm bench clean constraints dist
+.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env airflow-env redis-server npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -80,13 +80,17 @@ pytest-spark35: $(STAMP) redis-server
 spark35-env: $(STAMP)
 	$(BIN)/python tests/spark35.py --prepare
 
-# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 environment
-# are independent: made side by side (the archive's JVM and mypy each keep a core busy,
-# the environment mostly waits on the network), then the tests, then pyspark 3.5.
+# Only Airflow's environment (tests/airflow_env.py), made beside lint and type checks too.
+airflow-env: $(STAMP)
+	$(BIN)/python tests/airflow_env.py --prepare
+
+# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 and Airflow
+# environments are independent: made side by side (the archive's JVM and mypy each keep a
+# core busy, the environments mostly wait on the network), then the tests, then pyspark 3.5.
 # The whole run's time is printed at its end, pass or fail (pytest lists the slowest tests).
 test:
 	@start=$$(date +%s); status=0; \
-	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env \
+	$(MAKE) --no-print-directory -j 6 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env airflow-env \
 	  && $(MAKE) --no-print-directory pytest \
 	  && $(MAKE) --no-print-directory pytest-spark35 || status=$$?; \
 	elapsed=$$(( $$(date +%s) - start )); \

@@ -4,9 +4,9 @@ and a real ``commitpub.Batch`` script, through the operator commitpub ships
 
 Airflow lives in its own virtual environment (its dependencies clash with ours), made once
 from the pins in tests/airflow-constraints.txt under ``~/.cache/commitpub/`` and reused by
-later sessions; a fresh machine makes it on its first run. It holds Airflow only: the
-operator comes from this checkout on Airflow's ``PYTHONPATH`` (one of the two ways
-docs/operations.md gives), and imports nothing of ours but itself. Each test is one
+later sessions (tests/airflow_env.py; ``make test`` makes it before the tests). It holds
+Airflow only: the operator comes from this checkout on Airflow's ``PYTHONPATH`` (one of the
+two ways docs/operations.md gives), and imports nothing of ours but itself. Each test is one
 ``airflow dags test`` of a DAG of the example, unchanged (or of tests/airflow_dags.py),
 with a SQLite metadata database in a temporary ``AIRFLOW_HOME``; the DAG's Variables point
 it at the project's ``commitpub``, its Python, and a job file or script the test wrote. What
@@ -17,8 +17,6 @@ fired.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import airflow_env
 import pyarrow.dataset as ds
 import pytest
 
@@ -48,7 +47,6 @@ DAG_FILES = [
     ROOT / "examples" / "airflow_dag.py",
     Path(__file__).with_name("airflow_dags.py"),
 ]
-CONSTRAINTS = Path(__file__).with_name("airflow-constraints.txt")
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 BATCH_SCRIPT = Path(__file__).with_name("airflow_batch.py")
 #: The example's DAGs and their tasks: a job file's, a Batch script's; and the cluster one.
@@ -60,54 +58,14 @@ ALERT = "COMMITPUB ALERT"
 RETRIES = 2  # the example DAG's default_args
 
 
-def _pinned(package: str) -> str:
-    """The version tests/airflow-constraints.txt pins for ``package``."""
-    for line in CONSTRAINTS.read_text().splitlines():
-        name, _, version = line.partition("==")
-        if name.strip().lower() == package:
-            return version.strip()
-    raise AssertionError(f"{CONSTRAINTS.name} pins no {package}")
-
-
 @pytest.fixture(scope="session")
 def airflow_bin() -> Path:
-    """``bin/`` of the cached Airflow virtual environment, made here if missing or stale.
-
-    Keyed by the Airflow version and Python; a stamp holding the constraints file's hash is
-    written last, so a half-made environment (interrupted install, edited pins) is made
-    again. A file lock keeps two sessions on one machine from making it at once.
-    """
-    version = _pinned("apache-airflow")
-    digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "commitpub"
-    venv = cache / f"airflow-{version}-py{sys.version_info.major}{sys.version_info.minor}"
-    stamp = venv / ".commitpub-constraints-sha256"
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / f"{venv.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (stamp.exists() and stamp.read_text() == digest):
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            python = str(venv / "bin" / "python")
-            # uv (installed beside us by make) takes seconds where pip takes minutes.
-            uv = Path(sys.executable).with_name("uv")
-            install = (
-                # Without uv's cache, as .venv's install (the Makefile says why).
-                [str(uv), "pip", "install", "--no-cache", "--python", python]
-                if uv.exists()
-                else [python, "-m", "pip", "install", "--disable-pip-version-check"]
-            )
-            install += ["--quiet", "-c", str(CONSTRAINTS)]
-            if uv.exists():
-                # Bytecode now: uv leaves it to first import, which PYTHONDONTWRITEBYTECODE
-                # makes every `airflow` command's (pip compiles at install anyway).
-                install.append("--compile-bytecode")
-            install += [f"apache-airflow=={version}", "apache-airflow-providers-standard"]
-            done = subprocess.run(install, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                pytest.fail(f"installing Airflow {version} into {venv} failed:\n{done.stderr}")
-            stamp.write_text(digest)
-    return venv / "bin"
+    """``bin/`` of the cached Airflow virtual environment (tests/airflow_env.py), made here
+    if ``make test`` has not made it already."""
+    try:
+        return airflow_env.environment()
+    except airflow_env.InstallError as e:
+        pytest.fail(str(e))
 
 
 class Airflow:
