@@ -35,6 +35,7 @@ from store.errors import ConfigurationError, FencedError, NotImportableError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
 from store.loader import load
+from store.urls import REDIS_PASSWORD_ENV, redis_password
 
 #: Environment variables of the driver that executors need as well.
 _EXECUTOR_ENV = (
@@ -67,7 +68,7 @@ _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRIN
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.config import OperatorConfig
+    from jobs.config import BatchConfig, OperatorConfig
 
 log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
@@ -235,6 +236,58 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
         if name.startswith(_SETTINGS_PREFIXES) and value and not _CREDENTIAL.search(name):
             out[name] = value
     return out
+
+
+#: The Spark setting that gives executors (and a local master's Python workers) the variable.
+EXECUTOR_PASSWORD_CONF = f"spark.executorEnv.{REDIS_PASSWORD_ENV}"
+
+
+def redis_urls(config: BatchConfig) -> dict[str, str]:
+    """The job's store URLs by key: the commit store, the watermarks, the lock if apart."""
+    urls = {"store.url": config.store_url, "watermarks.url": config.watermarks_url}
+    if config.lock_url:
+        urls["lock.url"] = config.lock_url
+    return urls
+
+
+def redis_passwords(config: BatchConfig) -> dict[str, str]:
+    """The passwords the job's Redis URLs carry, by key."""
+    found = {}
+    for key, url in redis_urls(config).items():
+        password = redis_password(url)
+        if password is not None:
+            found[key] = password
+    return found
+
+
+def prepare_own_session(config: OperatorConfig) -> None:
+    """Before a run that starts its own session: check where the session will run, and put
+    the password of the job's Redis URLs into ``COMMITPUB_REDIS_PASSWORD`` of this process,
+    for a classic session that :func:`build_session` will start: it passes the variable on
+    to the executors.
+
+    Nothing is done when the variable is set already (then it is the tasks' password, and
+    :func:`jobs.runs.preflight.require_tasks_password` refuses a URL with another one), for
+    a Spark Connect session (its executors' environment is the server's), or when the URLs
+    carry no password or different ones (one variable cannot hold two: refused by
+    :func:`~jobs.runs.preflight.require_tasks_password`). URLs without a password then use
+    the same one on the driver and in the tasks, as they would with the variable set by
+    hand.
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set (see
+            :func:`remote_of`), before the lock rather than once Spark starts.
+    """
+    remote = remote_of(config)
+    if os.environ.get(REDIS_PASSWORD_ENV) or remote:
+        return
+    distinct = set(redis_passwords(config).values())
+    if len(distinct) == 1:
+        os.environ[REDIS_PASSWORD_ENV] = distinct.pop()
+        log.info(
+            "the Redis password of the job's URLs goes to the Spark tasks (%s)",
+            (EXECUTOR_PASSWORD_CONF),
+        )
 
 
 def build_session(config: OperatorConfig) -> SparkSession:
