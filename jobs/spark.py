@@ -11,6 +11,7 @@ session (``SparkSession.builder.remote(...)``) run the same code.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -328,6 +329,35 @@ def build_session(config: OperatorConfig) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def run_session(
+    config: OperatorConfig, spark: SparkSession | None
+) -> Iterator[Callable[[], SparkSession]]:
+    """A run's session (``commitpub run``, ``recover``): ``spark``, or one built from
+    ``[spark]`` (:func:`build_session`) when first asked for and stopped after; prepared
+    here, before the job lock (:func:`prepare_own_session`).
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, when the run
+            starts its own session.
+    """
+    if spark is None:
+        prepare_own_session(config)
+    built: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if spark is not None:
+            return spark
+        built.append(build_session(config))  # told as a phase by JobRun.start_spark
+        return built[0]
+
+    try:
+        yield session
+    finally:
+        for own in built:
+            own.stop()
 
 
 def _classic_conf() -> dict[str, str]:

@@ -6,7 +6,7 @@ One run of a job, in order:
 1. **Resolve** the job file once (:func:`jobs.runs.preflight.resolve_run`): build the source
    from its class and transform (imported as the file was read, :func:`jobs.config.load_config`),
    refuse what can never work (a ``source.path`` that does not exist, an output that is
-   another job's); prepare the session the run starts itself (:func:`_spark`).
+   another job's); prepare the session the run starts itself (:func:`jobs.spark.run_session`).
 2. **Enter the batch**: refuse what else can never work (:mod:`jobs.runs.preflight`: a Redis
    password the Spark tasks would not get, a staging path that is not the job's), check the
    stores, take the job lock (before Spark starts: a lock held by a live run changes
@@ -45,7 +45,7 @@ from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.preflight import ResolvedRun, require_source, resolve_run
 from jobs.runs.report import RunReport
 from jobs.sources import SourceWentBackwardsError
-from jobs.spark import build_session, prepare_own_session
+from jobs.spark import run_session
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
 
@@ -84,7 +84,7 @@ def run_job(
     """
     say = progress or log_progress
     job = resolve_run(config)
-    with _spark(config, spark) as session:
+    with run_session(config, spark) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
             _ingest(batch, job, say)
@@ -108,40 +108,11 @@ def recover_job(
     """
     config.require_places("recover")
     say = progress or log_progress
-    with _spark(config, spark) as session:
+    with run_session(config, spark) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
         with _recorded(run.report), run:
             run.recover()
     return run.report
-
-
-@contextlib.contextmanager
-def _spark(
-    config: OperatorConfig, spark: SparkSession | None
-) -> Iterator[Callable[[], SparkSession]]:
-    """The run's session: ``spark``, or one built from ``[spark]`` when first asked for and
-    stopped after; prepared here, before the job lock
-    (:func:`~jobs.spark.prepare_own_session`).
-
-    Raises:
-        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, when the run
-            starts its own session.
-    """
-    if spark is None:
-        prepare_own_session(config)
-    built: list[SparkSession] = []
-
-    def session() -> SparkSession:
-        if spark is not None:
-            return spark
-        built.append(build_session(config))  # told as a phase by JobRun.start_spark
-        return built[0]
-
-    try:
-        yield session
-    finally:
-        for own in built:
-            own.stop()
 
 
 @contextlib.contextmanager
