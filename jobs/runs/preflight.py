@@ -8,12 +8,6 @@ recover`` and a ``Batch`` (:meth:`jobs.runs.jobrun.JobRun.open`), before the job
 and before Spark starts: a configuration that can never work is refused with exit 2 and one
 line naming the key, nothing locked, no token taken, no report written.
 
-A job file's run (``commitpub run``) is resolved here once, too (:func:`resolve_run`): its
-source built (from the class and transform :func:`jobs.config.load_config` imported) and
-checked (:func:`require_source`), its outputs' owners checked. The record it returns,
-:class:`ResolvedRun`, is what the run's extract phase is handed instead of the whole job
-file.
-
 The Redis password of the Spark tasks. A store, watermark store or lock travels into Spark
 tasks with its URL but without the password (the store never holds credentials, and a
 task's pickle is not the place for one either); a task reads
@@ -30,15 +24,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import attrs
-
-from jobs.checkdeclarations import DeclaredChecks
-from jobs.config import BatchConfig, JobConfig, OperatorConfig
-from jobs.errors import OutputOwnedError
-from jobs.output.ownership import check_all, renamed_hint
+from jobs.config import BatchConfig, OperatorConfig
+from jobs.output.ownership import renamed_hint
 from jobs.spark import (
     EXECUTOR_PASSWORD_CONF,
     SPECULATION_REFUSED,
@@ -48,13 +37,11 @@ from jobs.spark import (
 )
 from publisher.integration import staging
 from store.errors import ConfigurationError
-from store.files import FileIO
 from store.urls import REDIS_PASSWORD_ENV, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.sources import Source
 
 log = logging.getLogger("commitpub.jobs")
 
@@ -173,87 +160,3 @@ def require_tasks_password(config: BatchConfig, spark: SparkSession | None) -> N
             f"the Spark tasks would not use: a URL's password never travels to them, and "
             f"{what}. {how}, and leave it out of the URL"
         )
-
-
-def require_source(job: ResolvedRun) -> list[str]:
-    """The source's datasets; refused if ``source.path`` does not exist or holds none.
-
-    Raises:
-        ConfigurationError: naming ``source.path``: a typo there would otherwise be a run
-            with nothing new, forever.
-    """
-    source = job.source
-    datasets = source.datasets()
-    if datasets or source.path is None:
-        return datasets
-    io = FileIO(source.path)
-    found = "does not exist" if not io.exists(io.root) else "holds no dataset"
-    raise ConfigurationError(
-        f"{job.file}: key 'source.path': {redact(source.path)} {found} (the "
-        f"{job.source_type} source found no dataset there)"
-    )
-
-
-@attrs.frozen
-class ResolvedRun:
-    """A job file's run, resolved once from its configuration by :func:`resolve_run`: what
-    its extract phase is handed instead of the whole job file."""
-
-    #: The job file, named by errors.
-    file: str
-    #: The source built from ``[source]``, its ``bad_records`` set.
-    source: Source
-    #: ``source.type``, as the job file names it.
-    source_type: str
-    #: ``source.path`` (None: the source has none): the input of the lineage events.
-    source_path: str | None
-    #: ``source.transform`` imported, and as the job file names it (None: no transform).
-    transform: Callable[..., Any] | None
-    transform_name: str | None
-    #: ``source.time_field``: the staged files are partitioned by its date first.
-    time_field: str | None
-    #: ``output.partition_by``: the partition columns after that date column.
-    partition_by: tuple[str, ...]
-    #: The job's ``[[checks]]`` of each dataset's staged data.
-    checks: DeclaredChecks
-
-
-def resolve_run(config: JobConfig) -> ResolvedRun:
-    """A job file's run resolved once, before the job lock and before Spark: the source
-    built, and what can be checked of its source and its outputs checked here, in one
-    place. (The session a run starts itself is prepared as it is set up:
-    :func:`prepare_own_session`.)
-
-    Args:
-        config: the checked job file (its source class and transform imported).
-
-    Raises:
-        ConfigurationError: naming ``source.path``, if it does not exist or holds no
-            dataset (:func:`require_source`).
-        OutputOwnedError: if a dataset's output is another job's (see
-            :mod:`jobs.output.ownership`): this job renamed, say.
-    """
-    spec = config.source
-    source: Source = spec.cls(spec.path, spec.options)
-    source.bad_records = spec.bad_records
-    job = ResolvedRun(
-        file=config.file,
-        source=source,
-        source_type=spec.type,
-        source_path=spec.path,
-        transform=spec.transform_function,
-        transform_name=spec.transform,
-        time_field=spec.time_field,
-        partition_by=config.partition_by,
-        checks=config.checks,
-    )
-    # A source.path typo is refused with nothing taken or written (and again once the lock
-    # is held, should the path have gone meanwhile).
-    datasets = require_source(job)
-    try:
-        check_all(config, datasets)
-    except OutputOwnedError:
-        raise
-    except Exception as e:  # the run meets it again, with its report
-        log.debug("owner check before the lock skipped: %s", e)
-    return job
