@@ -21,6 +21,7 @@ options (:func:`operator_config`), with Batch's defaults and errors naming the o
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 import tomllib
@@ -252,6 +253,13 @@ class SourceConfig(SettingsRecord):
     transform = Setting[str | None](
         "source.transform", doc="'package.module:function', called on each dataset's records"
     )
+
+    #: The :class:`~jobs.sources.Source` class ``type`` names, imported once, as the job file
+    #: is read (:func:`source_class`).
+    cls: builtins.type[Any] = attrs.field(eq=False)  # `type` here is the setting
+    #: The function ``transform`` names, imported with it (:func:`transform_function`); None
+    #: without one.
+    transform_function: Callable[..., Any] | None = attrs.field(eq=False)
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -853,8 +861,6 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         values["checks"] = _checks(values["checks"], naming)
     if values["staging.path"]:  # an operator's, when not given: empty
         _check_apart(values, source_path, naming)
-    if "source.type" in values:
-        _check_importable(values, naming)
 
 
 def _format_settings(values: Mapping[str, Any], naming: Naming) -> FormatSettings:
@@ -920,10 +926,10 @@ def _check_apart(values: Mapping[str, Any], source_path: str | None, naming: Nam
     )
 
 
-def _record(cls: type[R], values: Mapping[str, Any], **more: Any) -> R:
-    """A record of ``cls``'s own settings out of ``values``."""
-    own = {setting.key for setting in settings(cls)}
-    return cls(values={k: v for k, v in values.items() if k in own}, **more)
+def _record(record: type[R], values: Mapping[str, Any], /, **more: Any) -> R:
+    """A record of ``record``'s own settings out of ``values``."""
+    own = {setting.key for setting in settings(record)}
+    return record(values={k: v for k, v in values.items() if k in own}, **more)
 
 
 def batch_config(
@@ -991,14 +997,16 @@ def _check_source(values: Mapping[str, Any], naming: Naming) -> None:
             raise naming.error("key 'source.options': the landing source takes no options")
 
 
-def _check_importable(values: Mapping[str, Any], naming: Naming) -> None:
-    """An unusable source class or transform function is a configuration error too."""
+def _source(values: Mapping[str, Any], naming: Naming) -> SourceConfig:
+    """The ``[source]`` table, its class and transform imported: the only place a job
+    file's names of code are imported (an unusable one is a configuration error too)."""
     try:
-        source_class(values["source.type"])
-        if values["source.transform"] is not None:
-            transform_function(values["source.transform"])
+        cls = source_class(values["source.type"])
+        name = values["source.transform"]
+        function = transform_function(name) if name is not None else None
     except ConfigurationError as e:
         raise naming.error(str(e)) from e
+    return _record(SourceConfig, values, cls=cls, transform_function=function)
 
 
 def _partition_by(values: Mapping[str, Any], naming: Naming) -> tuple[str, ...]:
@@ -1146,14 +1154,9 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
     records = (JobConfig, SourceConfig)
     values = _values(_structure(raw, _job_file(), naming), records, base, naming)
     _check_across(values, naming, default_reports=str(base / "reports"))
+    source = _source(values, naming)
     _load_step_modules(values, base, naming)
-    return _record(
-        JobConfig,
-        values,
-        naming=naming,
-        file=str(file.resolve()),
-        source=_record(SourceConfig, values),
-    )
+    return _record(JobConfig, values, naming=naming, file=str(file.resolve()), source=source)
 
 
 def _import(spec: str, key: str, example: str) -> Any:

@@ -11,6 +11,7 @@ session (``SparkSession.builder.remote(...)``) run the same code.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -35,6 +36,7 @@ from store.errors import ConfigurationError, FencedError, NotImportableError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
 from store.loader import load
+from store.urls import REDIS_PASSWORD_ENV, redis_password
 
 #: Environment variables of the driver that executors need as well.
 _EXECUTOR_ENV = (
@@ -67,7 +69,7 @@ _CREDENTIAL = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL|CONNECTION_STRIN
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.config import OperatorConfig
+    from jobs.config import BatchConfig, OperatorConfig
 
 log = logging.getLogger("commitpub.jobs")
 T = TypeVar("T")
@@ -237,6 +239,58 @@ def executor_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+#: The Spark setting that gives executors (and a local master's Python workers) the variable.
+EXECUTOR_PASSWORD_CONF = f"spark.executorEnv.{REDIS_PASSWORD_ENV}"
+
+
+def redis_urls(config: BatchConfig) -> dict[str, str]:
+    """The job's store URLs by key: the commit store, the watermarks, the lock if apart."""
+    urls = {"store.url": config.store_url, "watermarks.url": config.watermarks_url}
+    if config.lock_url:
+        urls["lock.url"] = config.lock_url
+    return urls
+
+
+def redis_passwords(config: BatchConfig) -> dict[str, str]:
+    """The passwords the job's Redis URLs carry, by key."""
+    found = {}
+    for key, url in redis_urls(config).items():
+        password = redis_password(url)
+        if password is not None:
+            found[key] = password
+    return found
+
+
+def prepare_own_session(config: OperatorConfig) -> None:
+    """Before a run that starts its own session: check where the session will run, and put
+    the password of the job's Redis URLs into ``COMMITPUB_REDIS_PASSWORD`` of this process,
+    for a classic session that :func:`build_session` will start: it passes the variable on
+    to the executors.
+
+    Nothing is done when the variable is set already (then it is the tasks' password, and
+    :func:`jobs.runs.preflight.require_tasks_password` refuses a URL with another one), for
+    a Spark Connect session (its executors' environment is the server's), or when the URLs
+    carry no password or different ones (one variable cannot hold two: refused by
+    :func:`~jobs.runs.preflight.require_tasks_password`). URLs without a password then use
+    the same one on the driver and in the tasks, as they would with the variable set by
+    hand.
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set (see
+            :func:`remote_of`), before the lock rather than once Spark starts.
+    """
+    remote = remote_of(config)
+    if os.environ.get(REDIS_PASSWORD_ENV) or remote:
+        return
+    distinct = set(redis_passwords(config).values())
+    if len(distinct) == 1:
+        os.environ[REDIS_PASSWORD_ENV] = distinct.pop()
+        log.info(
+            "the Redis password of the job's URLs goes to the Spark tasks (%s)",
+            (EXECUTOR_PASSWORD_CONF),
+        )
+
+
 def build_session(config: OperatorConfig) -> SparkSession:
     """The SparkSession of a job: its ``[spark]`` table over :data:`SPARK_DEFAULTS`.
 
@@ -275,6 +329,35 @@ def build_session(config: OperatorConfig) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def run_session(
+    config: OperatorConfig, spark: SparkSession | None
+) -> Iterator[Callable[[], SparkSession]]:
+    """A run's session (``commitpub run``, ``recover``): ``spark``, or one built from
+    ``[spark]`` (:func:`build_session`) when first asked for and stopped after; prepared
+    here, before the job lock (:func:`prepare_own_session`).
+
+    Raises:
+        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, when the run
+            starts its own session.
+    """
+    if spark is None:
+        prepare_own_session(config)
+    built: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if spark is not None:
+            return spark
+        built.append(build_session(config))  # told as a phase by JobRun.start_spark
+        return built[0]
+
+    try:
+        yield session
+    finally:
+        for own in built:
+            own.stop()
 
 
 def _classic_conf() -> dict[str, str]:

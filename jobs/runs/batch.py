@@ -266,8 +266,7 @@ class Batch:
         self._require_open("committed")
         _name(dataset, "dataset")
         _name(partition, "partition")
-        self._run.require_adopted(dataset)
-        return self._run.job.watermarks.get(dataset, partition)
+        return self._run.watermarks.committed(dataset, partition)
 
     def stage(
         self,
@@ -326,7 +325,7 @@ class Batch:
         """
         self._require_open("stage")
         self._check_dataset(dataset, staging=True)
-        self._run.require_adopted(dataset)
+        self._run.watermarks.require_adopted(dataset)
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)
@@ -723,7 +722,7 @@ class Batch:
         for partition, value in watermarks.items():
             _name(partition, "watermarks", "a partition name")
             _check_scalar(value, f"watermarks[{partition!r}]")
-            committed = self._run.job.watermarks.get(dataset, partition)
+            committed = self._run.watermarks.committed(dataset, partition)
             marks.append(Mark(partition, committed, value))
         return marks
 

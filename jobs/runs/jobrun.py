@@ -40,7 +40,7 @@ from jobs.runs.observers import LineageObserver, MetricsObserver, ReportObserver
 from jobs.runs.preflight import preflight
 from jobs.runs.report import RunReport, now, staged_figures
 from jobs.runs.session import JobSession, OnDemandSparkRunner, SessionStateError
-from jobs.runs.watermarks import require_adopted
+from jobs.runs.watermarks import JobWatermarks
 from jobs.spark import prepare_driver, spark_target, use_own_python
 from publisher import DatasetReport, HeldDataset, Publisher
 
@@ -123,8 +123,7 @@ class JobRun:
         self._stack = ExitStack()
         self._claim_staging = claim_staging
         self._spark_tasks = spark_tasks
-        #: Datasets found free of legacy watermarks still to adopt.
-        self._adopted: set[str] = set()
+        self._watermarks: JobWatermarks | None = None
         self._started = time.monotonic()
 
     def __enter__(self) -> JobRun:
@@ -149,6 +148,14 @@ class JobRun:
         if self._job is None:
             raise SessionStateError("the run was not opened")
         return self._job
+
+    @property
+    def watermarks(self) -> JobWatermarks:
+        """The job's committed watermarks, each dataset's refused while legacy ones wait
+        to be adopted; once :meth:`open` made them."""
+        if self._watermarks is None:
+            raise SessionStateError("the run was not opened")
+        return self._watermarks
 
     @property
     def publisher(self) -> Publisher:
@@ -189,8 +196,11 @@ class JobRun:
         self.lifecycle.on_started()
         # A pending sequence of such a dataset would move the job's watermark from a value
         # only the legacy layout holds: refused before recovery runs anything.
+        marks = self._watermarks = JobWatermarks(
+            job.watermarks, job.legacy_watermarks, getattr(self.config, "file", None)
+        )
         for dataset in sorted({p.dataset for p in job.publisher.pending()}):
-            self.require_adopted(dataset)
+            marks.require_adopted(dataset)
         # From here on this run may change things: it reports what it did, whatever happens.
         self.lifecycle.on_recording()
 
@@ -324,23 +334,6 @@ class JobRun:
         # A Connect session's is the server's master.
         self.lifecycle.on_spark_started(master=session.conf.get("spark.master", None))
         return session
-
-    def require_adopted(self, dataset: str) -> None:
-        """Refuse a dataset whose legacy watermarks wait to be adopted; asked once per run.
-
-        Raises:
-            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
-        """
-        if dataset in self._adopted:
-            return
-        job = self.job
-        require_adopted(
-            job.watermarks,
-            job.legacy_watermarks,
-            dataset,
-            getattr(self.config, "file", None),
-        )
-        self._adopted.add(dataset)
 
     def finish(self, error: BaseException | None) -> None:
         """Record the run's end (``error``: what stopped it), then release the lock and

@@ -8,19 +8,13 @@ recover`` and a ``Batch`` (:meth:`jobs.runs.jobrun.JobRun.open`), before the job
 and before Spark starts: a configuration that can never work is refused with exit 2 and one
 line naming the key, nothing locked, no token taken, no report written.
 
-A job file's run (``commitpub run``) is resolved here once, too (:func:`resolve_run`): its
-source class and transform imported, its source built and checked (:func:`require_source`),
-its outputs' owners checked, its own session prepared. The record it returns,
-:class:`ResolvedRun`, is what the run's extract phase is handed instead of the whole job
-file.
-
 The Redis password of the Spark tasks. A store, watermark store or lock travels into Spark
 tasks with its URL but without the password (the store never holds credentials, and a
 task's pickle is not the place for one either); a task reads
 ``COMMITPUB_REDIS_PASSWORD`` from its environment instead. So a password given only in a
 URL reaches the driver and not the tasks: every run would stage its data and then fail in
-the first task that opens the store. :func:`prepare_own_session` closes that for a session
-``commitpub run`` starts itself (classic Spark: the password goes to the executors as
+the first task that opens the store. :func:`jobs.spark.prepare_own_session` closes that for
+a session ``commitpub run`` starts itself (classic Spark: the password goes to the executors as
 ``spark.executorEnv.COMMITPUB_REDIS_PASSWORD``, which Spark redacts in its UI and logs);
 :func:`require_tasks_password` refuses what is left: a URL whose password differs from the
 one the tasks get.
@@ -30,30 +24,26 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import attrs
-
-from jobs.checkdeclarations import DeclaredChecks
-from jobs.config import BatchConfig, JobConfig, OperatorConfig, source_class, transform_function
-from jobs.errors import OutputOwnedError
-from jobs.output.ownership import check_all, renamed_hint
-from jobs.spark import SPECULATION_REFUSED, SparkRunner, remote_of
+from jobs.config import BatchConfig, OperatorConfig
+from jobs.output.ownership import renamed_hint
+from jobs.spark import (
+    EXECUTOR_PASSWORD_CONF,
+    SPECULATION_REFUSED,
+    SparkRunner,
+    redis_passwords,
+    redis_urls,
+)
 from publisher.integration import staging
 from store.errors import ConfigurationError
-from store.files import FileIO
-from store.urls import REDIS_PASSWORD_ENV, redact, redis_password
+from store.urls import REDIS_PASSWORD_ENV, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from jobs.sources import Source
 
 log = logging.getLogger("commitpub.jobs")
-
-#: The Spark setting that gives executors (and a local master's Python workers) the variable.
-EXECUTOR_PASSWORD_CONF = f"spark.executorEnv.{REDIS_PASSWORD_ENV}"
 
 
 def preflight(
@@ -111,53 +101,6 @@ def require_staging(config: BatchConfig) -> None:
         raise naming.error(f"{naming.the('staging.path')}: {e}{renamed_hint(config)}") from e
 
 
-def _redis_urls(config: BatchConfig) -> dict[str, str]:
-    """The job's store URLs by key: the commit store, the watermarks, the lock if apart."""
-    urls = {"store.url": config.store_url, "watermarks.url": config.watermarks_url}
-    if config.lock_url:
-        urls["lock.url"] = config.lock_url
-    return urls
-
-
-def _passwords(config: BatchConfig) -> dict[str, str]:
-    """The passwords the job's Redis URLs carry, by key."""
-    found = {}
-    for key, url in _redis_urls(config).items():
-        password = redis_password(url)
-        if password is not None:
-            found[key] = password
-    return found
-
-
-def prepare_own_session(config: OperatorConfig) -> None:
-    """Before a run that starts its own session: check where the session will run, and put
-    the password of the job's Redis URLs into ``COMMITPUB_REDIS_PASSWORD`` of this process,
-    for a classic session that :func:`jobs.spark.build_session` will start: it passes the
-    variable on to the executors.
-
-    Nothing is done when the variable is set already (then it is the tasks' password, and
-    :func:`require_tasks_password` refuses a URL with another one), for a Spark Connect
-    session (its executors' environment is the server's), or when the URLs carry no
-    password or different ones (one variable cannot hold two: refused by
-    :func:`require_tasks_password`). URLs without a password then use the same one on the
-    driver and in the tasks, as they would with the variable set by hand.
-
-    Raises:
-        ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set (see
-            :func:`jobs.spark.remote_of`), before the lock rather than once Spark starts.
-    """
-    remote = remote_of(config)
-    if os.environ.get(REDIS_PASSWORD_ENV) or remote:
-        return
-    distinct = set(_passwords(config).values())
-    if len(distinct) == 1:
-        os.environ[REDIS_PASSWORD_ENV] = distinct.pop()
-        log.info(
-            "the Redis password of the job's URLs goes to the Spark tasks (%s)",
-            (EXECUTOR_PASSWORD_CONF),
-        )
-
-
 def tasks_password(spark: SparkSession | None) -> tuple[str | None, str]:
     """The Redis password Spark tasks read, and where it comes from: the session's
     ``spark.executorEnv.COMMITPUB_REDIS_PASSWORD`` if it has one, else
@@ -187,7 +130,7 @@ def require_tasks_password(config: BatchConfig, spark: SparkSession | None) -> N
             without the password, and how to give it to the tasks.
     """
     naming = config.naming
-    passwords = _passwords(config)
+    passwords = redis_passwords(config)
     if not passwords:
         return
     if len(set(passwords.values())) > 1:
@@ -213,96 +156,7 @@ def require_tasks_password(config: BatchConfig, spark: SparkSession | None) -> N
         if spark is not None:
             how += f" (or build the session with .config('{EXECUTOR_PASSWORD_CONF}', ...))"
         raise naming.error(
-            f"{naming.the(key)} ({redact(_redis_urls(config)[key])}) carries a password that "
+            f"{naming.the(key)} ({redact(redis_urls(config)[key])}) carries a password that "
             f"the Spark tasks would not use: a URL's password never travels to them, and "
             f"{what}. {how}, and leave it out of the URL"
         )
-
-
-def require_source(job: ResolvedRun) -> list[str]:
-    """The source's datasets; refused if ``source.path`` does not exist or holds none.
-
-    Raises:
-        ConfigurationError: naming ``source.path``: a typo there would otherwise be a run
-            with nothing new, forever.
-    """
-    source = job.source
-    datasets = source.datasets()
-    if datasets or source.path is None:
-        return datasets
-    io = FileIO(source.path)
-    found = "does not exist" if not io.exists(io.root) else "holds no dataset"
-    raise ConfigurationError(
-        f"{job.file}: key 'source.path': {redact(source.path)} {found} (the "
-        f"{job.source_type} source found no dataset there)"
-    )
-
-
-@attrs.frozen
-class ResolvedRun:
-    """A job file's run, resolved once from its configuration by :func:`resolve_run`: what
-    its extract phase is handed instead of the whole job file."""
-
-    #: The job file, named by errors.
-    file: str
-    #: The source built from ``[source]``, its ``bad_records`` set.
-    source: Source
-    #: ``source.type``, as the job file names it.
-    source_type: str
-    #: ``source.path`` (None: the source has none): the input of the lineage events.
-    source_path: str | None
-    #: ``source.transform`` imported, and as the job file names it (None: no transform).
-    transform: Callable[..., Any] | None
-    transform_name: str | None
-    #: ``source.time_field``: the staged files are partitioned by its date first.
-    time_field: str | None
-    #: ``output.partition_by``: the partition columns after that date column.
-    partition_by: tuple[str, ...]
-    #: The job's ``[[checks]]`` of each dataset's staged data.
-    checks: DeclaredChecks
-
-
-def resolve_run(config: JobConfig, *, own_session: bool) -> ResolvedRun:
-    """A job file's run resolved once, before the job lock and before Spark: its source
-    class and transform imported, the source built, and what can be checked of its source,
-    its outputs and its session checked here, in one place.
-
-    Args:
-        config: the checked job file.
-        own_session: whether the run starts its own session from ``[spark]``; then it is
-            prepared (:func:`prepare_own_session`).
-
-    Raises:
-        ConfigurationError: naming the key: a source class or transform that cannot be
-            imported, a ``source.path`` that does not exist or holds no dataset
-            (:func:`require_source`), ``[spark] master`` with ``SPARK_REMOTE`` set when the
-            run starts its own session.
-        OutputOwnedError: if a dataset's output is another job's (see
-            :mod:`jobs.output.ownership`): this job renamed, say.
-    """
-    spec = config.source
-    source: Source = source_class(spec.type)(spec.path, spec.options)
-    source.bad_records = spec.bad_records
-    job = ResolvedRun(
-        file=config.file,
-        source=source,
-        source_type=spec.type,
-        source_path=spec.path,
-        transform=transform_function(spec.transform) if spec.transform else None,
-        transform_name=spec.transform,
-        time_field=spec.time_field,
-        partition_by=config.partition_by,
-        checks=config.checks,
-    )
-    # A source.path typo is refused with nothing taken or written (and again once the lock
-    # is held, should the path have gone meanwhile).
-    datasets = require_source(job)
-    try:
-        check_all(config, datasets)
-    except OutputOwnedError:
-        raise
-    except Exception as e:  # the run meets it again, with its report
-        log.debug("owner check before the lock skipped: %s", e)
-    if own_session:
-        prepare_own_session(config)
-    return job

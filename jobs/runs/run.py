@@ -3,9 +3,10 @@ and a :class:`~jobs.sources.Source`.
 
 One run of a job, in order:
 
-1. **Resolve** the job file once (:func:`jobs.runs.preflight.resolve_run`): import its source
-   class and transform, build the source, refuse what can never work (a ``source.path``
-   that does not exist, an output that is another job's), prepare the session.
+1. **Resolve** the job file once (:func:`resolve_run`): build the source
+   from its class and transform (imported as the file was read, :func:`jobs.config.load_config`),
+   refuse what can never work (a ``source.path`` that does not exist, an output that is
+   another job's); prepare the session the run starts itself (:func:`jobs.spark.run_session`).
 2. **Enter the batch**: refuse what else can never work (:mod:`jobs.runs.preflight`: a Redis
    password the Spark tasks would not get, a staging path that is not the job's), check the
    stores, take the job lock (before Spark starts: a lock held by a live run changes
@@ -31,22 +32,24 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from jobs.config import (
-    JobConfig,
-    OperatorConfig,
-    date_column,
-)
+import attrs
+
+from jobs.checkdeclarations import DeclaredChecks
+from jobs.config import JobConfig, OperatorConfig, date_column
+from jobs.errors import OutputOwnedError
 from jobs.output.commits import join
+from jobs.output.ownership import check_all
 from jobs.progress import Progress, log_progress
 from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.jobrun import JobRun, new_run_id
-from jobs.runs.preflight import ResolvedRun, prepare_own_session, require_source, resolve_run
 from jobs.runs.report import RunReport
-from jobs.sources import SourceWentBackwardsError
-from jobs.spark import build_session
+from jobs.sources import Source, SourceWentBackwardsError
+from jobs.spark import run_session
 from store import JsonScalar
 from store.errors import ConfigurationError, FencedError
+from store.files import FileIO
+from store.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -82,8 +85,8 @@ def run_job(
             that records another job as its owner).
     """
     say = progress or log_progress
-    job = resolve_run(config, own_session=spark is None)
-    with _spark(config, spark) as session:
+    job = resolve_run(config)
+    with run_session(config, spark) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
         with _recorded(batch.report), batch:
             _ingest(batch, job, say)
@@ -107,35 +110,11 @@ def recover_job(
     """
     config.require_places("recover")
     say = progress or log_progress
-    if spark is None:
-        prepare_own_session(config)
-    with _spark(config, spark) as session:
+    with run_session(config, spark) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
         with _recorded(run.report), run:
             run.recover()
     return run.report
-
-
-@contextlib.contextmanager
-def _spark(
-    config: OperatorConfig, spark: SparkSession | None
-) -> Iterator[Callable[[], SparkSession]]:
-    """The run's session: ``spark``, or one built from ``[spark]`` (prepared by
-    :func:`~jobs.runs.preflight.prepare_own_session`) when first asked for and stopped
-    after."""
-    built: list[SparkSession] = []
-
-    def session() -> SparkSession:
-        if spark is not None:
-            return spark
-        built.append(build_session(config))  # told as a phase by JobRun.start_spark
-        return built[0]
-
-    try:
-        yield session
-    finally:
-        for own in built:
-            own.stop()
 
 
 @contextlib.contextmanager
@@ -146,6 +125,90 @@ def _recorded(report: RunReport) -> Iterator[None]:
     except Exception:
         if report.path is None:
             raise  # refused before it changed anything: no report, the caller says why
+
+
+@attrs.frozen
+class ResolvedRun:
+    """A job file's run, resolved once from its configuration by :func:`resolve_run`: what
+    its extract phase is handed instead of the whole job file."""
+
+    #: The job file, named by errors.
+    file: str
+    #: The source built from ``[source]``, its ``bad_records`` set.
+    source: Source
+    #: ``source.type``, as the job file names it.
+    source_type: str
+    #: ``source.path`` (None: the source has none): the input of the lineage events.
+    source_path: str | None
+    #: ``source.transform`` imported, and as the job file names it (None: no transform).
+    transform: Callable[..., Any] | None
+    transform_name: str | None
+    #: ``source.time_field``: the staged files are partitioned by its date first.
+    time_field: str | None
+    #: ``output.partition_by``: the partition columns after that date column.
+    partition_by: tuple[str, ...]
+    #: The job's ``[[checks]]`` of each dataset's staged data.
+    checks: DeclaredChecks
+
+
+def resolve_run(config: JobConfig) -> ResolvedRun:
+    """A job file's run resolved once, before the job lock and before Spark: the source
+    built, and what can be checked of its source and its outputs checked here, in one
+    place. (The session a run starts itself is prepared as it is set up:
+    :func:`jobs.spark.run_session`.)
+
+    Args:
+        config: the checked job file (its source class and transform imported).
+
+    Raises:
+        ConfigurationError: naming ``source.path``, if it does not exist or holds no
+            dataset (:func:`require_source`).
+        OutputOwnedError: if a dataset's output is another job's (see
+            :mod:`jobs.output.ownership`): this job renamed, say.
+    """
+    spec = config.source
+    source: Source = spec.cls(spec.path, spec.options)
+    source.bad_records = spec.bad_records
+    job = ResolvedRun(
+        file=config.file,
+        source=source,
+        source_type=spec.type,
+        source_path=spec.path,
+        transform=spec.transform_function,
+        transform_name=spec.transform,
+        time_field=spec.time_field,
+        partition_by=config.partition_by,
+        checks=config.checks,
+    )
+    # A source.path typo is refused with nothing taken or written (and again once the lock
+    # is held, should the path have gone meanwhile).
+    datasets = require_source(job)
+    try:
+        check_all(config, datasets)
+    except OutputOwnedError:
+        raise
+    except Exception as e:  # the run meets it again, with its report
+        log.debug("owner check before the lock skipped: %s", e)
+    return job
+
+
+def require_source(job: ResolvedRun) -> list[str]:
+    """The source's datasets; refused if ``source.path`` does not exist or holds none.
+
+    Raises:
+        ConfigurationError: naming ``source.path``: a typo there would otherwise be a run
+            with nothing new, forever.
+    """
+    source = job.source
+    datasets = source.datasets()
+    if datasets or source.path is None:
+        return datasets
+    io = FileIO(source.path)
+    found = "does not exist" if not io.exists(io.root) else "holds no dataset"
+    raise ConfigurationError(
+        f"{job.file}: key 'source.path': {redact(source.path)} {found} (the "
+        f"{job.source_type} source found no dataset there)"
+    )
 
 
 def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:

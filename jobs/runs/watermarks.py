@@ -7,7 +7,8 @@ in the namespace of their job (see :func:`store.open_watermarks`). Nothing ever 
 which job a legacy watermark belonged to:
 
 * a run refuses a dataset for which the legacy layout holds a watermark of a partition that
-  the job's namespace has not (:func:`require_adopted`, :class:`UnadoptedWatermarksError`):
+  the job's namespace has not (:func:`require_adopted`, :class:`UnadoptedWatermarksError`;
+  a run asks its :class:`JobWatermarks`):
   starting from nothing would read the whole source again, and picking the legacy value
   might take another job's;
 * the operator says which job owns them: ``commitpub adopt-watermarks JOB.toml
@@ -81,6 +82,45 @@ def require_adopted(
             f"{shown}). If they are this job's, adopt them: "
             f"`{adopt_command(job_file, [dataset])}`; nothing of the dataset was read or changed"
         )
+
+
+class JobWatermarks:
+    """The job's committed watermarks as a run reads them: a dataset whose legacy
+    watermarks wait to be adopted is refused (:func:`require_adopted`), asked once per run.
+
+    Args:
+        own: the job's watermarks.
+        legacy: the legacy, un-scoped layout at the same URL.
+        job_file: the job file the adopt command names (None: a ``jobs.Batch`` job).
+    """
+
+    def __init__(self, own: WatermarkStore, legacy: WatermarkStore, job_file: str | None) -> None:
+        self.own = own
+        self._legacy = legacy
+        self._job_file = job_file
+        #: Datasets found free of legacy watermarks still to adopt.
+        self._adopted: set[str] = set()
+
+    def require_adopted(self, dataset: str) -> None:
+        """Refuse ``dataset`` while legacy watermarks of it wait to be adopted.
+
+        Raises:
+            UnadoptedWatermarksError: naming the dataset, the job and the adopt command.
+        """
+        if dataset in self._adopted:
+            return
+        require_adopted(self.own, self._legacy, dataset, self._job_file)
+        self._adopted.add(dataset)
+
+    def committed(self, dataset: str, partition: str) -> JsonScalar:
+        """The committed watermark of a dataset's partition, or None when nothing was ever
+        committed there.
+
+        Raises:
+            UnadoptedWatermarksError: as :meth:`require_adopted`.
+        """
+        self.require_adopted(dataset)
+        return self.own.get(dataset, partition)
 
 
 @attrs.frozen

@@ -357,6 +357,22 @@ def test_a_user_source_class_by_dotted_name(tmp_path: Path) -> None:
     assert issubclass(source_class(config.source.type), LandingSource)
 
 
+def test_the_source_class_and_transform_are_imported_as_the_file_is_read(tmp_path: Path) -> None:
+    import usersources
+    import usertransforms
+
+    source = {
+        "type": "usersources.LateArrivalsSource",
+        "path": "l",
+        "transform": "usertransforms:add_bucket",
+    }
+    config = load_config(write_job(tmp_path, source=source))
+    assert config.source.cls is usersources.LateArrivalsSource
+    assert config.source.transform_function is usertransforms.add_bucket
+    assert load_config(write_job(tmp_path)).source.cls is LandingSource
+    assert load_config(write_job(tmp_path)).source.transform_function is None
+
+
 def _claim(config: JobConfig) -> None:
     pub = open_publisher(config)
     try:
