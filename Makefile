@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env redis-server npm bench clean constraints dist
+.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env redis-server postgresql npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -46,9 +46,17 @@ redis-server:
 	  echo "installing redis-server from Debian's package"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
+# PostgreSQL's server binaries (initdb, postgres) come from Debian's package, for the
+# throwaway clusters of the tests (tests/postgres_helpers.py); after redis-server, so that
+# two apt-get runs never wait on each other's lock.
+postgresql: redis-server
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql from Debian's package"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 # npm installs Azurite, the Azure Blob emulator of the tests, on first use (tests/azure_helpers.py);
-# after redis-server, so that two apt-get runs never wait on each other's lock.
-npm: redis-server
+# after postgresql, so that two apt-get runs never wait on each other's lock.
+npm: postgresql
 	@command -v npm >/dev/null 2>&1 || { \
 	  echo "installing npm from Debian's package"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
@@ -67,7 +75,7 @@ SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 	$(BIN)/python tests/jvm.py
 
-pytest: $(STAMP) redis-server npm $(SPARK_ARCHIVE)
+pytest: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Spark-dependent core again on pyspark 3.5, in a second virtual environment made once
@@ -80,11 +88,11 @@ pytest-spark35: $(STAMP) redis-server
 spark35-env: $(STAMP)
 	$(BIN)/python tests/spark35.py --prepare
 
-# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 environment
+# Lint, type checks, redis-server, postgresql, the Spark class archive and the pyspark 3.5 environment
 # are independent: made side by side (the archive's JVM and mypy each keep a core busy,
 # the environment mostly waits on the network), then the tests, then pyspark 3.5.
 test:
-	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env
+	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server postgresql npm $(SPARK_ARCHIVE) spark35-env
 	$(MAKE) --no-print-directory pytest
 	$(MAKE) --no-print-directory pytest-spark35
 

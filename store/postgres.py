@@ -1,0 +1,988 @@
+"""Commit-step store, watermark store and job lock on PostgreSQL (``postgresql://`` URLs).
+
+Everything lives in one schema, ``commitpub``, created by the store on first use (or ahead
+of time by a role that may, from :func:`schema_sql`: ``commitpub postgres-schema`` prints
+it), and carrying its version in ``commitpub.meta``; a schema of a newer version is refused
+with :class:`~store.errors.NewerFormatError`. The tables (docs/storage-format.md)::
+
+    meta(name, value)                                 schema_version
+    sequences(store_name, dataset, records, sealed,   one row per pending sequence
+              token, written_at)
+    records(store_name, dataset, seq, record)         framed records, seq from 0
+    statuses(store_name, dataset, status)             JSON status (attempts, quarantine)
+    fences(store_name, token)                         highest token that took a job over
+    watermarks(job, dataset, partition, value, token) JSON value, token of the last writer
+    locks(job, token, owner, lease, expires_at)       lease JSON; token counter; server expiry
+
+Names are kept as given (no encoding: an operator reads them with ``psql``); jobs sharing a
+database are kept apart by the ``store_name`` / ``job`` column of every row. The legacy,
+un-scoped watermarks (a store opened without a job) are the rows whose ``job`` is ``''``,
+a name no job can have.
+
+Each write is one transaction, committed before it returns: a seal (the sequence's records,
+its row and the fence check), the seals of several datasets of one publish
+(:meth:`PostgresCommitStepStore.put_sequences`), the removal of a sequence, a watermark
+compare-and-set, and a lock token increment. A write carrying a fencing token reads the
+job's fence row ``FOR SHARE`` in its transaction, so raising the fence waits for it and the
+check is atomic with the write. Leases expire by the server's clock
+(``clock_timestamp()``); no client clock is compared.
+
+The password comes from the URL or, preferably, from libpq's own ``PGPASSWORD`` or
+``~/.pgpass``; a pickled store (what Spark ships to executors) carries its URL without it.
+
+Durability (docs/guarantees.md#8-durable-stores-only): :meth:`durability` reads ``fsync``
+and ``synchronous_commit`` as the store's own session sees them, so a role or database
+default (``ALTER ROLE ... SET synchronous_commit = off``) or ``options`` in the URL count:
+either off is refused unless the job allows it (``store.allow_volatile``). A server that is
+a standby, or a primary with replicas while ``synchronous_standby_names`` is empty (or the
+session's ``synchronous_commit`` is ``local``), may lose acknowledged commits on a failover:
+refused unless the job allows it (``store.allow_unconfirmed_replicas``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import attrs
+import psycopg
+import psycopg.errors
+
+from store.base import (
+    CommitStepStore,
+    JsonScalar,
+    SequenceInfo,
+    WatermarkStore,
+    decode_status,
+    encode_value,
+)
+from store.durability import Durability
+from store.errors import (
+    CommitPubError,
+    ConfigurationError,
+    CorruptRecordError,
+    FencedError,
+    LockHeldError,
+    NewerFormatError,
+    SequenceExistsError,
+    SequenceSealedError,
+    StoreError,
+    StoreUnavailableError,
+)
+from store.failpoints import failpoint
+from store.framing import frame_records, unframe_record
+from store.lock import JobLock, Lease
+from store.urls import encode_name, redact, without_password
+
+T = TypeVar("T")
+
+#: The URL schemes of this backend.
+SCHEMES = ("postgresql", "postgres")
+#: The schema every table lives in.
+SCHEMA = "commitpub"
+#: The version of the tables' layout this version reads and writes.
+SCHEMA_VERSION = 1
+#: How long a connection attempt, or a statement, may take before the store counts as
+#: unreachable (seconds).
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_MS = 30_000
+_READ_BATCH = 5_000
+# pg_advisory_xact_lock key that serializes creating the schema ("cpschema").
+_SCHEMA_LOCK = 0x6370736368656D61
+
+_TABLES = f"""
+CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (
+    name text PRIMARY KEY,
+    value bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.sequences (
+    store_name text NOT NULL,
+    dataset text NOT NULL,
+    records bigint NOT NULL DEFAULT 0,
+    sealed boolean NOT NULL DEFAULT false,
+    token bigint,
+    written_at double precision,
+    PRIMARY KEY (store_name, dataset)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.records (
+    store_name text NOT NULL,
+    dataset text NOT NULL,
+    seq bigint NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (store_name, dataset, seq)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.statuses (
+    store_name text NOT NULL,
+    dataset text NOT NULL,
+    status text NOT NULL,
+    PRIMARY KEY (store_name, dataset)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.fences (
+    store_name text PRIMARY KEY,
+    token bigint
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
+    job text NOT NULL,
+    dataset text NOT NULL,
+    partition text NOT NULL,
+    value text NOT NULL,
+    token bigint,
+    PRIMARY KEY (job, dataset, partition)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.locks (
+    job text PRIMARY KEY,
+    token bigint NOT NULL DEFAULT 0,
+    owner text,
+    lease text,
+    expires_at timestamptz
+);
+"""
+
+
+def schema_sql() -> str:
+    """The SQL that creates the schema, for a role that may create it to run ahead of the
+    job's (``commitpub postgres-schema | psql ...``): the job's role then needs only
+    ``USAGE`` on the schema and ``SELECT, INSERT, UPDATE, DELETE`` on its tables."""
+    return (
+        f"BEGIN;\n{_TABLES.strip()}\n"
+        f"INSERT INTO {SCHEMA}.meta (name, value) VALUES ('schema_version', {SCHEMA_VERSION})\n"
+        "    ON CONFLICT (name) DO NOTHING;\nCOMMIT;\n"
+    )
+
+
+def _check_url(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError as e:
+        raise ConfigurationError(f"bad PostgreSQL URL {redact(url)!r}: {e}") from e
+    if parts.scheme not in SCHEMES:
+        raise ConfigurationError(f"not a PostgreSQL URL: {redact(url)!r}")
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """A connection to ``url`` in autocommit mode (each write opens its own transaction),
+    with timeouts so that an unreachable server fails a call instead of hanging it.
+
+    Raises:
+        ConfigurationError: if the URL is malformed, names no database the server has, or
+            the server refuses the credentials.
+        StoreUnavailableError: if the server cannot be reached.
+    """
+    _check_url(url)
+    shown = redact(url)
+    try:
+        return psycopg.connect(
+            url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name="commitpub",
+            # A server that stops answering is noticed within about half a minute.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+        )
+    except psycopg.ProgrammingError as e:
+        raise ConfigurationError(f"bad PostgreSQL URL {shown!r}: {e}") from e
+    except psycopg.OperationalError as e:
+        _refused(shown, e)
+        raise StoreUnavailableError(f"PostgreSQL at {shown} unreachable: {e}") from e
+
+
+#: Connection failures that waiting will not cure: libpq says them in words only.
+_REFUSALS = (
+    "password authentication failed",
+    "no password supplied",
+    "does not exist",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "invalid connection option",
+    "invalid",
+)
+
+
+def _refused(shown: str, error: psycopg.OperationalError) -> None:
+    """Raise a configuration error if ``error`` is the server refusing the URL itself.
+
+    Raises:
+        ConfigurationError: naming the URL.
+    """
+    text = str(error)
+    if any(r in text for r in _REFUSALS):
+        raise ConfigurationError(
+            f"PostgreSQL at {shown} refused the connection ({text.strip()}): check the URL's "
+            "user and database, and the password (PGPASSWORD or ~/.pgpass)"
+        ) from error
+
+
+class _PostgresBase:
+    """One connection, reopened after the server went away, used by one thread at a time."""
+
+    def __init__(self, url: str) -> None:
+        self._full_url = url
+        self.url = redact(url)
+        _check_url(url)
+        self._mutex = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._schema_ready = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Executors reconnect from the URL; sockets never travel, and neither does the
+        # password: each executor takes it from its own environment (PGPASSWORD).
+        return (_reopen, (type(self), without_password(self._full_url), self.url, {}))
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is not None and (self._conn.closed or self._conn.broken):
+            self._conn.close()
+            self._conn = None
+        if self._conn is None:
+            self._conn = connect(self._full_url)
+        if not self._schema_ready:
+            _ensure_schema(self._conn, self.url)
+            self._schema_ready = True
+        return self._conn
+
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn`` on the connection, translating psycopg's errors at the boundary.
+
+        A connection lost in the middle (the server restarted) is reopened by the next call.
+        """
+        with self._mutex:
+            try:
+                return fn(self._connection())
+            except psycopg.errors.InsufficientPrivilege as e:
+                raise ConfigurationError(
+                    f"PostgreSQL at {self.url}: the role may not do this ({e}); grant it "
+                    "USAGE on schema commitpub and SELECT, INSERT, UPDATE, DELETE on its "
+                    "tables, or create them with a role that may (`commitpub postgres-schema`)"
+                ) from e
+            except psycopg.errors.QueryCanceled as e:
+                raise StoreUnavailableError(
+                    f"PostgreSQL at {self.url} did not answer within {STATEMENT_TIMEOUT_MS} ms: {e}"
+                ) from e
+            except psycopg.OperationalError as e:
+                raise StoreUnavailableError(f"PostgreSQL at {self.url} unreachable: {e}") from e
+            except psycopg.Error as e:
+                raise StoreError(f"PostgreSQL at {self.url} failed: {e}") from e
+
+    def durability(self) -> Durability:
+        """See the module docstring.
+
+        Raises:
+            StoreUnavailableError: if the server could not be reached.
+        """
+        return self._call(_durability)
+
+
+def _reopen(cls: type[_PostgresBase], url: str, shown: str, kwargs: dict[str, Any]) -> Any:
+    reopened = cls(url, **kwargs)
+    reopened.url = shown  # the same in reports on executors as on the driver
+    return reopened
+
+
+def _ensure_schema(conn: psycopg.Connection[Any], shown: str) -> None:
+    """Create the schema where it is missing; refuse one of a newer version.
+
+    Raises:
+        NewerFormatError: if a newer commitpub laid the tables out.
+        psycopg.Error: as the server raised it (translated by the caller).
+    """
+    version = _schema_version(conn)
+    if version is None:
+        with conn.transaction():
+            # Two stores creating the schema at once would collide on its catalog rows.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute(_TABLES)
+            conn.execute(
+                "INSERT INTO commitpub.meta (name, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (name) DO NOTHING",
+                (SCHEMA_VERSION,),
+            )
+        version = _schema_version(conn)
+    if version is None or version < 1:
+        raise CorruptRecordError(f"{shown} commitpub.meta: schema_version is {version!r}")
+    if version > SCHEMA_VERSION:
+        raise NewerFormatError(f"{shown} schema commitpub", version, SCHEMA_VERSION)
+
+
+def _schema_version(conn: psycopg.Connection[Any]) -> int | None:
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", ("commitpub.meta",)).fetchone()
+    if not exists or not exists[0]:
+        return None
+    row = conn.execute("SELECT value FROM commitpub.meta WHERE name = 'schema_version'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def _setting(conn: psycopg.Connection[Any], name: str) -> str:
+    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def _durability(conn: psycopg.Connection[Any]) -> Durability:
+    problems: list[str] = []
+    notes: list[str] = []
+    replicas: list[str] = []
+    if _setting(conn, "fsync") != "on":
+        problems.append(
+            "fsync is off: a crash of the server's machine may lose or corrupt committed "
+            "transactions; set `fsync = on` in postgresql.conf (ALTER SYSTEM SET fsync = on; "
+            "SELECT pg_reload_conf())"
+        )
+    commit = _setting(conn, "synchronous_commit")
+    if commit == "of":
+        problems.append(
+            "synchronous_commit is off for the store's session: the server acknowledges a "
+            "commit before it is on disk; remove the setting that turns it off (in "
+            "postgresql.conf, ALTER ROLE/DATABASE ... SET, or `options` in the URL)"
+        )
+    if _setting(conn, "full_page_writes") != "on":
+        notes.append(
+            "full_page_writes is off: a power loss may leave torn pages, safe only on a "
+            "filesystem that writes pages atomically (ZFS)"
+        )
+    standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    if standby and standby[0]:
+        replicas.append(
+            "the server is a standby (in recovery): point the URL at the primary, which "
+            "every write needs"
+        )
+        return attrs.evolve(Durability.of(problems, notes), replicas=tuple(replicas))
+    row = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) "
+        "FROM pg_stat_replication"
+    ).fetchone()
+    online, synchronous = (int(row[0]), int(row[1])) if row else (0, 0)
+    names = _setting(conn, "synchronous_standby_names").strip()
+    if online and not names:
+        replicas.append(
+            f"{online} replica(s) stream from the server while synchronous_standby_names is "
+            "empty: a commit is acknowledged before any replica has it, and a failover may "
+            "lose it; name them in synchronous_standby_names"
+        )
+    elif online and commit == "local":
+        replicas.append(
+            "synchronous_commit is 'local' for the store's session: commits do not wait for "
+            "the synchronous standbys, and a failover may lose them"
+        )
+    elif names and not synchronous:
+        replicas.append(
+            f"synchronous_standby_names is {names!r} but no standby is connected as "
+            "synchronous: commits wait for one"
+        )
+    elif online and commit == "remote_write":
+        notes.append(
+            "synchronous_commit is 'remote_write': a standby has received each commit but "
+            "may not have it on disk; a crash of both machines may lose it"
+        )
+    return attrs.evolve(Durability.of(problems, notes), replicas=tuple(replicas))
+
+
+def _name(name: str, what: str) -> str:
+    """``name`` checked as any store checks it (non-empty, not too long), and free of the
+    NUL character, which PostgreSQL's text cannot hold.
+
+    Raises:
+        ConfigurationError: naming ``what``.
+    """
+    encode_name(name, what)
+    if "\x00" in name:
+        raise ConfigurationError(f"{what} {name!r} holds a NUL character")
+    return name
+
+
+def _fenced(store_name: str, token: int, seen: int, doing: str, url: str) -> FencedError:
+    return FencedError(
+        f"{doing} of job {store_name!r} refused: it carries fencing token {token}, but token "
+        f"{seen} has taken the job over in {url}"
+    )
+
+
+def _fence_seen(conn: psycopg.Connection[Any], store_name: str, token: int | None) -> int | None:
+    """Inside a transaction: the job's fence if it is above ``token`` (the write is then
+    refused), else None. The fence row is locked FOR SHARE until the transaction ends, so a
+    takeover raising the fence waits for the write."""
+    if token is None:
+        return None
+    conn.execute(
+        "INSERT INTO commitpub.fences (store_name, token) VALUES (%s, NULL) "
+        "ON CONFLICT (store_name) DO NOTHING",
+        (store_name,),
+    )
+    row = conn.execute(
+        "SELECT token FROM commitpub.fences WHERE store_name = %s FOR SHARE", (store_name,)
+    ).fetchone()
+    seen = None if row is None or row[0] is None else int(row[0])
+    return seen if seen is not None and seen > token else None
+
+
+class _Refused(Exception):  # noqa: N818 -- not an error: a rollback carrying one
+    """Ends a transaction with a rollback and carries why."""
+
+    def __init__(self, error: CommitPubError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
+    """A :class:`CommitStepStore` on PostgreSQL; see the module docstring."""
+
+    def fence(self, store_name: str, token: int) -> None:
+        _name(store_name, "store name")
+
+        def run(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                "INSERT INTO commitpub.fences AS f (store_name, token) VALUES (%s, %s) "
+                "ON CONFLICT (store_name) DO UPDATE SET token = GREATEST(f.token, "
+                "EXCLUDED.token) RETURNING f.token",
+                (store_name, token),
+            ).fetchone()
+            return int(row[0]) if row else token
+
+        seen = self._call(run)
+        if seen > token:
+            raise _fenced(store_name, token, seen, "taking over", self.url)
+
+    def fence_token(self, store_name: str) -> int | None:
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT token FROM commitpub.fences WHERE store_name = %s",
+                (_name(store_name, "store name"),),
+            ).fetchone()
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    def append(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        records: Sequence[bytes],
+        *,
+        seal: bool,
+        token: int | None = None,
+    ) -> None:
+        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
+        if refused:
+            raise refused[dataset_urn]
+
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """See :meth:`CommitStepStore.put_sequences`: every sequence in one transaction,
+        committed (and on disk) once for all of them."""
+        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
+
+    def _write_ahead(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        seal: bool,
+        token: int | None,
+        fresh: bool = False,
+    ) -> dict[str, CommitPubError]:
+        """Append (and seal) each sequence, all in one transaction. Returns the sequences
+        refused, with why.
+
+        Raises:
+            FencedError: if a higher token was seen; nothing is written.
+        """
+        _name(store_name, "store name")
+        for urn, _records in sequences:
+            _name(urn, "dataset URN")
+        written_at = round(time.time(), 3)
+
+        def run(conn: psycopg.Connection[Any]) -> dict[str, CommitPubError]:
+            refused: dict[str, CommitPubError] = {}
+            with conn.transaction():
+                seen = _fence_seen(conn, store_name, token)
+                if seen is not None:
+                    first = sequences[0][0] if sequences else ""
+                    raise _Refused(
+                        _fenced(
+                            store_name, int(token or 0), seen, f"writing ahead {first!r}", self.url
+                        )
+                    )
+                for urn, records in sequences:
+                    why = self._append_one(
+                        conn,
+                        store_name,
+                        urn,
+                        records,
+                        seal=seal,
+                        token=token,
+                        fresh=fresh,
+                        written_at=written_at,
+                    )
+                    if why is not None:
+                        refused[urn] = why
+                failpoint("store.write_ahead.temp_written")
+            return refused
+
+        try:
+            return self._call(run)
+        except _Refused as e:
+            raise e.error from None
+
+    def _append_one(
+        self,
+        conn: psycopg.Connection[Any],
+        store_name: str,
+        urn: str,
+        records: Sequence[bytes],
+        *,
+        seal: bool,
+        token: int | None,
+        fresh: bool,
+        written_at: float,
+    ) -> CommitPubError | None:
+        """Inside the write-ahead's transaction: append to one sequence (its row locked
+        FOR UPDATE), and seal it if asked; why it is refused, or None."""
+        conn.execute(
+            "INSERT INTO commitpub.sequences (store_name, dataset) VALUES (%s, %s) "
+            "ON CONFLICT (store_name, dataset) DO NOTHING",
+            (store_name, urn),
+        )
+        row = conn.execute(
+            "SELECT records, sealed FROM commitpub.sequences "
+            "WHERE store_name = %s AND dataset = %s FOR UPDATE",
+            (store_name, urn),
+        ).fetchone()
+        count, sealed = (int(row[0]), bool(row[1])) if row else (0, False)
+        if sealed:
+            return SequenceSealedError(
+                f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
+            )
+        if fresh and count:
+            return SequenceExistsError.pending(self.url, store_name, urn)
+        if records:
+            framed = [_frame(r) for r in records]
+            conn.execute(
+                "INSERT INTO commitpub.records (store_name, dataset, seq, record) "
+                "SELECT %s, %s, %s + n - 1, r FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(r, n)",
+                (store_name, urn, count, framed),
+            )
+            count += len(records)
+        if seal:
+            conn.execute(
+                "UPDATE commitpub.sequences SET records = %s, sealed = true, token = %s, "
+                "written_at = %s WHERE store_name = %s AND dataset = %s",
+                (count, token, written_at, store_name, urn),
+            )
+        elif records:
+            conn.execute(
+                "UPDATE commitpub.sequences SET records = %s "
+                "WHERE store_name = %s AND dataset = %s",
+                (count, store_name, urn),
+            )
+        return None
+
+    def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
+        _name(store_name, "store name")
+        _name(dataset_urn, "dataset URN")
+        where = f"{self.url} commitpub.records of {store_name!r}/{dataset_urn!r}"
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT records, sealed FROM commitpub.sequences "
+                "WHERE store_name = %s AND dataset = %s",
+                (store_name, dataset_urn),
+            ).fetchone()
+        )
+        expected = int(row[0]) if row is not None and row[1] else None
+        start = 0
+        while True:
+            batch = self._call(
+                lambda conn, s=start: conn.execute(  # type: ignore[misc]
+                    "SELECT seq, record FROM commitpub.records WHERE store_name = %s "
+                    "AND dataset = %s AND seq >= %s ORDER BY seq LIMIT %s",
+                    (store_name, dataset_urn, s, _READ_BATCH),
+                ).fetchall()
+            )
+            for offset, (seq, record) in enumerate(batch):
+                if int(seq) != start + offset:
+                    raise CorruptRecordError(
+                        f"{where}: record {start + offset} is missing (next is {seq})"
+                    )
+                yield unframe_record(bytes(record), f"{where}[{seq}]")
+            start += len(batch)
+            if len(batch) < _READ_BATCH:
+                break
+        if expected is not None and start != expected:
+            raise CorruptRecordError(f"{where}: sealed with {expected} records, found {start}")
+
+    def info(self, store_name: str, dataset_urn: str) -> SequenceInfo:
+        _name(store_name, "store name")
+        _name(dataset_urn, "dataset URN")
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT records, sealed, token, written_at FROM commitpub.sequences "
+                "WHERE store_name = %s AND dataset = %s",
+                (store_name, dataset_urn),
+            ).fetchone()
+        )
+        if row is None:
+            return SequenceInfo(exists=False, sealed=False, records=0)
+        records, sealed = int(row[0]), bool(row[1])
+        return SequenceInfo(
+            exists=records > 0 or sealed,
+            sealed=sealed,
+            records=records,
+            token=None if row[2] is None else int(row[2]),
+            written_at=row[3] if sealed else None,
+        )
+
+    def datasets(self, store_name: str) -> list[str]:
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT dataset FROM commitpub.sequences WHERE store_name = %s "
+                "AND (records > 0 OR sealed)",
+                (_name(store_name, "store name"),),
+            ).fetchall()
+        )
+        return sorted(str(r[0]) for r in rows)
+
+    def remove(
+        self, store_name: str, dataset_urn: str | None = None, *, token: int | None = None
+    ) -> None:
+        _name(store_name, "store name")
+        if dataset_urn is not None:
+            _name(dataset_urn, "dataset URN")
+        doing = "removing " + ("every sequence" if dataset_urn is None else repr(dataset_urn))
+        args = (store_name,) if dataset_urn is None else (store_name, dataset_urn)
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                seen = _fence_seen(conn, store_name, token)
+                if seen is not None:
+                    raise _Refused(_fenced(store_name, int(token or 0), seen, doing, self.url))
+                # The sequence's row first: it is what says "sealed", and it goes with the
+                # records in this one transaction anyway.
+                if dataset_urn is None:
+                    conn.execute("DELETE FROM commitpub.sequences WHERE store_name = %s", args)
+                    conn.execute("DELETE FROM commitpub.records WHERE store_name = %s", args)
+                    conn.execute("DELETE FROM commitpub.statuses WHERE store_name = %s", args)
+                else:
+                    for delete in _DELETE_SEQUENCE:
+                        conn.execute(delete, args)
+
+        try:
+            self._call(run)
+        except _Refused as e:
+            raise e.error from None
+        failpoint("store.remove.chunk_deleted")
+
+    def get_status(self, store_name: str, dataset_urn: str) -> dict[str, Any] | None:
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT status FROM commitpub.statuses WHERE store_name = %s AND dataset = %s",
+                (_name(store_name, "store name"), _name(dataset_urn, "dataset URN")),
+            ).fetchone()
+        )
+        where = f"{self.url} commitpub.statuses {store_name!r}/{dataset_urn!r}"
+        return None if row is None else decode_status(row[0], where)
+
+    def statuses(self, store_name: str) -> dict[str, dict[str, Any]]:
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT dataset, status FROM commitpub.statuses WHERE store_name = %s",
+                (_name(store_name, "store name"),),
+            ).fetchall()
+        )
+        return {
+            str(urn): decode_status(raw, f"{self.url} commitpub.statuses {store_name!r}/{urn!r}")
+            for urn, raw in sorted(rows)
+        }
+
+    def set_status(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        status: dict[str, Any],
+        *,
+        token: int | None = None,
+    ) -> None:
+        _name(store_name, "store name")
+        _name(dataset_urn, "dataset URN")
+        doc = json.dumps(status, ensure_ascii=False)
+        doing = f"recording the status of {dataset_urn!r}"
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                seen = _fence_seen(conn, store_name, token)
+                if seen is not None:
+                    raise _Refused(_fenced(store_name, int(token or 0), seen, doing, self.url))
+                conn.execute(
+                    "INSERT INTO commitpub.statuses (store_name, dataset, status) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (store_name, dataset) "
+                    "DO UPDATE SET status = EXCLUDED.status",
+                    (store_name, dataset_urn, doc),
+                )
+
+        try:
+            self._call(run)
+        except _Refused as e:
+            raise e.error from None
+
+
+_DELETE_SEQUENCE = (
+    "DELETE FROM commitpub.sequences WHERE store_name = %s AND dataset = %s",
+    "DELETE FROM commitpub.records WHERE store_name = %s AND dataset = %s",
+    "DELETE FROM commitpub.statuses WHERE store_name = %s AND dataset = %s",
+)
+
+
+def _frame(record: bytes) -> bytes:
+    """One record framed as :func:`store.framing.frame_records` frames it (a version byte
+    and a CRC), without the length prefix of the batch."""
+    return frame_records([record])[4:]
+
+
+class PostgresWatermarkStore(_PostgresBase, WatermarkStore):
+    """A :class:`WatermarkStore` on PostgreSQL; see the module docstring.
+
+    Args:
+        url: the database.
+        job: the job whose rows (``job`` column) the store acts on; None for the legacy,
+            un-scoped rows (``job = ''``), only to adopt old watermarks.
+    """
+
+    def __init__(self, url: str, *, job: str | None = None) -> None:
+        super().__init__(url)
+        self.job = job
+        # Checked once here, so a bad job name fails on opening, not on the first write.
+        self._scope = "" if job is None else _name(job, "job name")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _reopen,
+            (type(self), without_password(self._full_url), self.url, {"job": self.job}),
+        )
+
+    def legacy(self) -> WatermarkStore | None:
+        return None
+
+    def _where(self, dataset: str) -> str:
+        return f"{self.url} commitpub.watermarks {self.describe(dataset, '')[:-1]}"
+
+    def _decode(self, dataset: str, raw: str) -> JsonScalar:
+        try:
+            value: JsonScalar = json.loads(raw)
+        except ValueError as e:
+            raise CorruptRecordError(f"{self._where(dataset)}: unreadable watermark") from e
+        return value
+
+    def get(self, dataset: str, partition: str) -> JsonScalar:
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT value FROM commitpub.watermarks WHERE job = %s AND dataset = %s "
+                "AND partition = %s",
+                (self._scope, _name(dataset, "dataset"), _name(partition, "partition")),
+            ).fetchone()
+        )
+        return None if row is None else self._decode(dataset, row[0])
+
+    def compare_and_set(
+        self,
+        dataset: str,
+        partition: str,
+        expected: JsonScalar,
+        value: JsonScalar,
+        *,
+        token: int | None = None,
+    ) -> bool:
+        """See :meth:`WatermarkStore.compare_and_set`: one transaction, which locks the
+        partition's row (made if missing, and gone again if nothing changed)."""
+        key = (self._scope, _name(dataset, "dataset"), _name(partition, "partition"))
+        old, new = encode_value(expected), encode_value(value)
+
+        def run(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO commitpub.watermarks (job, dataset, partition, value) "
+                    "VALUES (%s, %s, %s, 'null') ON CONFLICT DO NOTHING",
+                    key,
+                )
+                row = conn.execute(
+                    "SELECT value, token FROM commitpub.watermarks WHERE job = %s "
+                    "AND dataset = %s AND partition = %s FOR UPDATE",
+                    key,
+                ).fetchone()
+                current, seen = (row[0], row[1]) if row else ("null", None)
+                if token is not None and seen is not None and int(seen) > token:
+                    raise _Refused(
+                        FencedError(
+                            f"{self.describe(dataset, partition)} in {self.url}: "
+                            f"compare-and-set with fencing token {token} refused, it was last "
+                            f"set under token {int(seen)}"
+                        )
+                    )
+                if current != old:
+                    raise _Refused(_NotExpected())
+                conn.execute(
+                    "UPDATE commitpub.watermarks SET value = %s, "
+                    "token = COALESCE(%s, token) WHERE job = %s AND dataset = %s "
+                    "AND partition = %s",
+                    (new, token, *key),
+                )
+            return True
+
+        try:
+            return self._call(run)
+        except _Refused as e:
+            if isinstance(e.error, _NotExpected):
+                return False
+            raise e.error from None
+
+    def get_all(self, dataset: str) -> dict[str, JsonScalar]:
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT partition, value FROM commitpub.watermarks WHERE job = %s AND dataset = %s",
+                (self._scope, _name(dataset, "dataset")),
+            ).fetchall()
+        )
+        return {str(p): self._decode(dataset, v) for p, v in sorted(rows)}
+
+    def datasets(self) -> list[str]:
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT DISTINCT dataset FROM commitpub.watermarks WHERE job = %s",
+                (self._scope,),
+            ).fetchall()
+        )
+        return sorted(str(r[0]) for r in rows)
+
+
+class _NotExpected(CommitPubError):  # noqa: N818 -- an answer (False), not an error
+    """A compare-and-set whose expected value was not the current one (rolled back)."""
+
+
+class PostgresJobLock(_PostgresBase, JobLock):
+    """A :class:`JobLock` on PostgreSQL; see the module docstring. A lease past its
+    ``expires_at`` by the server's clock is gone."""
+
+    def current(self, job: str) -> Lease | None:
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT lease FROM commitpub.locks WHERE job = %s AND lease IS NOT NULL "
+                "AND expires_at > clock_timestamp()",
+                (_name(job, "job name"),),
+            ).fetchone()
+        )
+        return None if row is None else Lease.from_json(row[0], self._where(job))
+
+    def _where(self, job: str) -> str:
+        return f"{self.url} commitpub.locks {job!r}"
+
+    def acquire(self, job: str, *, ttl_s: float) -> Lease:
+        _name(job, "job name")
+        expected = ""
+        holder = self.current(job)
+        if holder is not None and holder.holder_dead():
+            expected = holder.owner  # taken over at once: its process is gone
+        lease = Lease.new(job, 0, ttl_s)
+
+        def run(conn: psycopg.Connection[Any]) -> Lease:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO commitpub.locks (job) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (job,),
+                )
+                row = conn.execute(
+                    "SELECT token, owner, lease, expires_at > clock_timestamp() "
+                    "FROM commitpub.locks WHERE job = %s FOR UPDATE",
+                    (job,),
+                ).fetchone()
+                assert row is not None  # made just above, in this transaction
+                token, owner, raw, live = row
+                if raw is not None and live and (not expected or owner != expected):
+                    held = Lease.from_json(raw, self._where(job))
+                    raise _Refused(
+                        LockHeldError(
+                            f"job {job!r} is locked by another run ({held.describe()})",
+                            holder=held,
+                        )
+                    )
+                taken = attrs.evolve(lease, token=int(token) + 1)
+                conn.execute(
+                    "UPDATE commitpub.locks SET token = %s, owner = %s, lease = %s, "
+                    "expires_at = clock_timestamp() + make_interval(secs => %s) WHERE job = %s",
+                    (taken.token, taken.owner, taken.to_json().decode(), ttl_s, job),
+                )
+            return taken
+
+        try:
+            return self._call(run)
+        except _Refused as e:
+            raise e.error from None
+
+    def renew(self, lease: Lease, *, ttl_s: float) -> Lease:
+        renewed = lease.renewed(ttl_s)
+        updated = self._call(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE commitpub.locks SET lease = %s, "
+                    "expires_at = clock_timestamp() + make_interval(secs => %s) "
+                    "WHERE job = %s AND owner = %s AND lease IS NOT NULL "
+                    "AND expires_at > clock_timestamp()",
+                    (renewed.to_json().decode(), ttl_s, lease.job, lease.owner),
+                ).rowcount
+            )
+        )
+        if not updated:
+            raise FencedError(f"job lock of {lease.job!r} (token {lease.token}) was lost")
+        return renewed
+
+    def release(self, lease: Lease) -> None:
+        self._call(
+            lambda conn: conn.execute(
+                "UPDATE commitpub.locks SET owner = NULL, lease = NULL, expires_at = NULL "
+                "WHERE job = %s AND owner = %s",
+                (lease.job, lease.owner),
+            )
+        )
+
+    def force_unlock(
+        self,
+        job: str,
+        *,
+        ttl_s: float,
+        watching: Callable[[Lease, float], None] | None = None,
+    ) -> Lease | None:
+        """Release the lease only if its holder is proven dead: a lease the server has not
+        expired yet (by its own clock) is live, and an expired one is gone already.
+        Nothing is watched: ``ttl_s`` and ``watching`` are unused here."""
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT lease, extract(epoch FROM expires_at - clock_timestamp()) "
+                "FROM commitpub.locks WHERE job = %s AND lease IS NOT NULL "
+                "AND expires_at > clock_timestamp()",
+                (_name(job, "job name"),),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        lease = Lease.from_json(row[0], self._where(job))
+        if not lease.holder_dead():
+            raise LockHeldError(
+                f"job {job!r} is held by a live run ({lease.describe()}; the server expires "
+                f"it in {float(row[1]):.1f}s unless renewed)",
+                holder=lease,
+            )
+        self.release(lease)
+        return lease
