@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 import attrs
 import psycopg
 import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict
 
 from store.base import (
     CommitStepStore,
@@ -177,6 +178,12 @@ def connect(url: str) -> psycopg.Connection[Any]:
     _check_url(url)
     shown = redact(url)
     try:
+        # The URL's own options (``?options=-c%20search_path%3D...``) come after the
+        # timeout, so a setting given there wins.
+        given = conninfo_to_dict(url).get("options") or ""
+    except psycopg.ProgrammingError as e:
+        raise ConfigurationError(f"bad PostgreSQL URL {shown!r}: {e}") from e
+    try:
         return psycopg.connect(
             url,
             autocommit=True,
@@ -187,7 +194,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
             keepalives_idle=10,
             keepalives_interval=5,
             keepalives_count=3,
-            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} {given}".strip(),
         )
     except psycopg.ProgrammingError as e:
         raise ConfigurationError(f"bad PostgreSQL URL {shown!r}: {e}") from e
@@ -244,25 +251,26 @@ class _PostgresBase:
                 self._conn.close()
                 self._conn = None
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connection(self, *, schema: bool) -> psycopg.Connection[Any]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self._conn.close()
             self._conn = None
         if self._conn is None:
             self._conn = connect(self._full_url)
-        if not self._schema_ready:
+        if schema and not self._schema_ready:
             _ensure_schema(self._conn, self.url)
             self._schema_ready = True
         return self._conn
 
-    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``fn`` on the connection, translating psycopg's errors at the boundary.
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], T], *, schema: bool = True) -> T:
+        """Run ``fn`` on the connection (the schema made first where missing, unless
+        ``schema`` is false), translating psycopg's errors at the boundary.
 
         A connection lost in the middle (the server restarted) is reopened by the next call.
         """
         with self._mutex:
             try:
-                return fn(self._connection())
+                return fn(self._connection(schema=schema))
             except psycopg.errors.InsufficientPrivilege as e:
                 raise ConfigurationError(
                     f"PostgreSQL at {self.url}: the role may not do this ({e}); grant it "
@@ -284,7 +292,7 @@ class _PostgresBase:
         Raises:
             StoreUnavailableError: if the server could not be reached.
         """
-        return self._call(_durability)
+        return self._call(_durability, schema=False)
 
 
 def _reopen(cls: type[_PostgresBase], url: str, shown: str, kwargs: dict[str, Any]) -> Any:

@@ -67,7 +67,11 @@ class PostgresProcess:
     """
 
     def __init__(
-        self, port: int | None = None, *, options: Mapping[str, str] | None = None
+        self,
+        port: int | None = None,
+        *,
+        options: Mapping[str, str] | None = None,
+        standby_of: PostgresProcess | None = None,
     ) -> None:
         bindir = postgres_bindir()
         if bindir is None:
@@ -90,21 +94,18 @@ class PostgresProcess:
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
             self._as_user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         self._proc: subprocess.Popen[bytes] | None = None
+        if standby_of is None:
+            argv = [f"{bindir}/initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust"]
+            # A throwaway cluster: its own files need not be synced when it is made.
+            argv += ["-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"]
+        else:
+            # A streaming replica of a running primary: its base backup, and the settings
+            # that make it follow the primary (-R).
+            argv = [f"{bindir}/pg_basebackup", "-D", str(self.data), "-R", "-X", "stream"]
+            argv += ["-h", "127.0.0.1", "-p", str(standby_of.port), "-U", "postgres"]
+            argv += ["--no-sync", "-d", f"application_name=standby{self.port}"]
         subprocess.run(
-            [
-                f"{bindir}/initdb",
-                "-D",
-                str(self.data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",  # a throwaway cluster: its own files need not survive a crash
-                "--no-instructions",
-            ],
+            argv,
             check=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
