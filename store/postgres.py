@@ -350,7 +350,7 @@ def _durability(conn: psycopg.Connection[Any]) -> Durability:
             "SELECT pg_reload_conf())"
         )
     commit = _setting(conn, "synchronous_commit")
-    if commit == "of":
+    if commit == "off":
         problems.append(
             "synchronous_commit is off for the store's session: the server acknowledges a "
             "commit before it is on disk; remove the setting that turns it off (in "

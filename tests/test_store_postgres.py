@@ -1,11 +1,14 @@
 """The PostgreSQL stores against a real server (a throwaway cluster, tests/postgres_helpers.py):
 the contracts, plus what only this backend can show (rows altered on the server, the schema's
-version, the server's durability settings)."""
+version, one transaction per write), and the durability check at run start against servers
+set up as operators get them wrong (fsync off, synchronous_commit off, an asynchronous
+replica), each a real server."""
 
 from __future__ import annotations
 
 import pickle
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +16,14 @@ import pytest
 from postgres_helpers import PostgresProcess
 
 import store
-from store import ConfigurationError, CorruptRecordError, StoreUnavailableError
+from store import (
+    ConfigurationError,
+    CorruptRecordError,
+    Durability,
+    StoreUnavailableError,
+    VolatileStoreError,
+    require_durable,
+)
 from store.errors import NewerFormatError
 from store.postgres import (
     SCHEMA_VERSION,
@@ -214,3 +224,135 @@ def test_a_pickled_store_carries_no_password(postgres_url: str) -> None:
             getattr(opened, "job", None),
         )
         opened.close()
+
+
+# -- durable or refused (docs/guarantees.md, 8) --------------------------------------------
+def _opened(url: str) -> dict[str, store.HasDurability]:
+    return {
+        "store.url": store.open_store(url),
+        "watermarks.url": store.open_watermarks(url, job="job"),
+        "lock.url": store.open_lock(url),
+    }
+
+
+def _close(opened: dict[str, store.HasDurability]) -> None:
+    for obj in opened.values():
+        obj.close()  # type: ignore[attr-defined]
+
+
+def test_the_session_server_is_durable_with_nothing_to_note(postgres_url: str) -> None:
+    opened = _opened(postgres_url)
+    try:
+        for obj in opened.values():
+            assert obj.durability() == Durability(durable=True)
+        assert require_durable(opened, allow_volatile=False) == []
+    finally:
+        _close(opened)
+
+
+_SYNC_OFF = "synchronous_commit is off for the store's session"
+
+
+def test_synchronous_commit_off_for_the_session_is_refused(postgres_url: str) -> None:
+    """Off in the URL's options: the session the store writes in acknowledges commits before
+    they are on disk. Refused, naming the keys, the setting and the opt-out."""
+    url = postgres_url + "?options=-c%20synchronous_commit%3Doff"
+    opened = _opened(url)
+    try:
+        answer = opened["store.url"].durability()
+        assert answer.durable is False
+        (problem,) = answer.problems
+        assert problem.startswith(_SYNC_OFF)
+        with pytest.raises(VolatileStoreError) as refused:
+            require_durable(opened, allow_volatile=False)
+        message = str(refused.value)
+        assert f"store.url and watermarks.url and lock.url ({url})" in message
+        assert _SYNC_OFF in message
+        assert "`store.allow_volatile = true`" in message
+        (warning,) = require_durable(opened, allow_volatile=True)
+        assert "allowed by store.allow_volatile = true" in warning
+    finally:
+        _close(opened)
+
+
+def test_synchronous_commit_off_for_the_role_is_refused(
+    postgres_url: str, postgres_process: PostgresProcess
+) -> None:
+    """Off as the role's default (ALTER ROLE ... SET): the store's own session has it."""
+    postgres_process.sql("DROP ROLE IF EXISTS hasty")
+    postgres_process.sql("CREATE ROLE hasty LOGIN SUPERUSER")
+    postgres_process.sql("ALTER ROLE hasty SET synchronous_commit = off")
+    try:
+        with store.open_store(postgres_url.replace("postgres@", "hasty@", 1)) as s:
+            assert s.durability().problems[0].startswith(_SYNC_OFF)
+    finally:
+        postgres_process.sql("DROP ROLE hasty")
+
+
+def test_a_server_with_fsync_off_is_refused() -> None:
+    with PostgresProcess(options={"fsync": "off"}) as server:
+        opened = _opened(server.url)
+        try:
+            answer = opened["lock.url"].durability()
+            assert answer.durable is False
+            (problem,) = answer.problems
+            assert problem.startswith("fsync is off")
+            assert "set `fsync = on`" in problem
+            with pytest.raises(VolatileStoreError, match="fsync is off"):
+                require_durable(opened, allow_volatile=False)
+        finally:
+            _close(opened)
+
+
+@pytest.mark.slow
+def test_replicas_must_be_synchronous_and_a_standby_is_refused() -> None:
+    """A primary with a streaming replica (a real one, from pg_basebackup): refused while
+    synchronous_standby_names is empty, since a failover may lose acknowledged commits;
+    accepted once the replica is a synchronous standby, and then the seal waits for it.
+    A URL naming the standby itself is refused."""
+    with PostgresProcess() as primary, PostgresProcess(standby_of=primary) as standby:
+        _wait_for_replica(primary)
+        opened = _opened(primary.url)
+        try:
+            answer = opened["store.url"].durability()
+            assert answer.durable is True
+            (why,) = answer.replicas
+            assert "1 replica(s) stream from the server while synchronous_standby_names" in why
+            with pytest.raises(VolatileStoreError) as refused:
+                require_durable(opened, allow_volatile=False)
+            assert "`store.allow_unconfirmed_replicas = true`" in str(refused.value)
+            (warning,) = require_durable(
+                opened, allow_volatile=False, allow_unconfirmed_replicas=True
+            )
+            assert "allowed by store.allow_unconfirmed_replicas = true" in warning
+
+            primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            primary.sql("SELECT pg_reload_conf()")
+            _wait_for_replica(primary, state="sync")
+            assert opened["store.url"].durability() == Durability(durable=True)
+            opened["store.url"].put_sequence("job", "ds", [b"x"])  # type: ignore[attr-defined]
+            standby_store = store.open_store(standby.url)
+            try:
+                _wait_for(lambda: standby_store.exists("job", "ds"))
+                (why,) = standby_store.durability().replicas
+                assert why.startswith("the server is a standby")
+            finally:
+                standby_store.close()
+        finally:
+            _close(opened)
+
+
+def _wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _wait_for_replica(primary: PostgresProcess, state: str = "async") -> None:
+    _wait_for(
+        lambda: (
+            primary.sql("SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'")
+            == [(state,)]
+        )
+    )
