@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from postgres_helpers import PostgresProcess
 
 import store
 from store import (
+    BackendNotInstalledError,
     ConfigurationError,
     CorruptRecordError,
     Durability,
@@ -356,3 +358,13 @@ def _wait_for_replica(primary: PostgresProcess, state: str = "async") -> None:
             == [(state,)]
         )
     )
+
+
+def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg is an optional dependency: without it, opening a postgresql:// URL says what
+    to install (the import is blocked here as a missing package blocks it)."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "store.postgres")
+    for opening in (store.open_store, store.open_lock, store.open_watermarks):
+        with pytest.raises(BackendNotInstalledError, match=r"pip install 'commitpub\[postgres\]'"):
+            opening("postgresql://db.example/jobs")
