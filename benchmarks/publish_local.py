@@ -1,8 +1,9 @@
 """publish_local: publish N staged files over 10 datasets ÷ a bare serial ``os.rename`` loop.
 
 A: ``Publisher.publish`` (write ahead + seal, execute the renames, remove the sequence,
-clean up the staging) with the filesystem store, with Redis and with PostgreSQL, the files staged in a run
-directory made by ``Publisher.create_run_dir`` as ``commitpub run`` stages; the clock
+clean up the staging) with the filesystem store, with Redis and with PostgreSQL, the files
+staged in a run directory made by ``Publisher.create_run_dir`` as ``commitpub run``
+stages; the clock
 stops when ``publish`` returns (the emptied staging directories, set aside in the run
 directory, are removed after that and waited for before the next round).
 B: ``os.makedirs`` of each output directory, then ``os.rename`` of every file, serially.
