@@ -5,7 +5,7 @@ of time by a role that may, from :func:`schema_sql`: ``commitpub postgres-schema
 it), and carrying its version in ``commitpub.meta``; a schema of a newer version is refused
 with :class:`~store.errors.NewerFormatError`. The tables (docs/storage-format.md)::
 
-    meta(name, value)                                 schema_version
+    meta(name, value)                                 schema_version (1)
     sequences(store_name, dataset, records, sealed,   one row per pending sequence
               token, written_at)
     records(store_name, dataset, seq, record)         framed records, seq from 0
@@ -22,9 +22,13 @@ a name no job can have.
 Each write is one transaction, committed before it returns: a seal (the sequence's records,
 its row and the fence check), the seals of several datasets of one publish
 (:meth:`PostgresCommitStepStore.put_sequences`), the removal of a sequence, a watermark
-compare-and-set, and a lock token increment. A write carrying a fencing token reads the
-job's fence row ``FOR SHARE`` in its transaction, so raising the fence waits for it and the
-check is atomic with the write. Leases expire by the server's clock
+compare-and-set, and a lock token increment. The hot ones (write-ahead, removal,
+compare-and-set) are functions of the schema (``commitpub.write_ahead``,
+``remove_sequence``, ``watermark_cas``), called in one statement: one round trip and one
+commit each, so that many jobs on one database commit at the rate its WAL flushes allow. A
+write carrying a fencing token reads the job's fence row ``FOR SHARE`` in its transaction
+(``commitpub.fence_above``), so raising the fence waits for it and the check is atomic with
+the write. Leases expire by the server's clock
 (``clock_timestamp()``); no client clock is compared.
 
 The password comes from the URL or, preferably, from libpq's own ``PGPASSWORD`` or
@@ -95,13 +99,13 @@ _READ_BATCH = 5_000
 # pg_advisory_xact_lock key that serializes creating the schema ("cpschema").
 _SCHEMA_LOCK = 0x6370736368656D61
 
-_TABLES = f"""
-CREATE SCHEMA IF NOT EXISTS {SCHEMA};
-CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (
+_TABLES = """
+CREATE SCHEMA IF NOT EXISTS commitpub;
+CREATE TABLE IF NOT EXISTS commitpub.meta (
     name text PRIMARY KEY,
     value bigint NOT NULL
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.sequences (
+CREATE TABLE IF NOT EXISTS commitpub.sequences (
     store_name text NOT NULL,
     dataset text NOT NULL,
     records bigint NOT NULL DEFAULT 0,
@@ -110,24 +114,24 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.sequences (
     written_at double precision,
     PRIMARY KEY (store_name, dataset)
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.records (
+CREATE TABLE IF NOT EXISTS commitpub.records (
     store_name text NOT NULL,
     dataset text NOT NULL,
     seq bigint NOT NULL,
     record bytea NOT NULL,
     PRIMARY KEY (store_name, dataset, seq)
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.statuses (
+CREATE TABLE IF NOT EXISTS commitpub.statuses (
     store_name text NOT NULL,
     dataset text NOT NULL,
     status text NOT NULL,
     PRIMARY KEY (store_name, dataset)
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.fences (
+CREATE TABLE IF NOT EXISTS commitpub.fences (
     store_name text PRIMARY KEY,
     token bigint
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
+CREATE TABLE IF NOT EXISTS commitpub.watermarks (
     job text NOT NULL,
     dataset text NOT NULL,
     partition text NOT NULL,
@@ -135,13 +139,133 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.watermarks (
     token bigint,
     PRIMARY KEY (job, dataset, partition)
 );
-CREATE TABLE IF NOT EXISTS {SCHEMA}.locks (
+CREATE TABLE IF NOT EXISTS commitpub.locks (
     job text PRIMARY KEY,
     token bigint NOT NULL DEFAULT 0,
     owner text,
     lease text,
     expires_at timestamptz
 );
+-- The job's fence if it is above p_token (the write is then refused), else NULL. The fence
+-- row is locked FOR SHARE until the calling transaction ends, so a takeover raising the
+-- fence waits for the write; the row is made first where missing, so there is one to lock.
+CREATE OR REPLACE FUNCTION commitpub.fence_above(p_store text, p_token bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint;
+BEGIN
+    IF p_token IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO commitpub.fences (store_name, token) VALUES (p_store, NULL)
+        ON CONFLICT (store_name) DO NOTHING;
+    SELECT f.token INTO v_seen FROM commitpub.fences AS f WHERE f.store_name = p_store FOR SHARE;
+    RETURN CASE WHEN v_seen > p_token THEN v_seen END;
+END $$;
+-- Append records to each sequence (p_counts[i] of p_records for p_datasets[i]) and seal it
+-- if asked, in the caller's one transaction. One row per dataset: 'ok', 'sealed' (refused:
+-- sealed already) or 'exists' (refused: p_fresh and it has records); or one row 'fenced'
+-- with the fence, and nothing written.
+CREATE OR REPLACE FUNCTION commitpub.write_ahead(
+    p_store text, p_datasets text[], p_counts bigint[], p_records bytea[],
+    p_seal boolean, p_token bigint, p_fresh boolean, p_at double precision)
+RETURNS TABLE (o_dataset text, o_verdict text, o_seen bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint := commitpub.fence_above(p_store, p_token);
+    v_count bigint;
+    v_sealed boolean;
+    v_offset bigint := 0;
+BEGIN
+    IF v_seen IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::text, 'fenced'::text, v_seen;
+        RETURN;
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_datasets, 1), 0) LOOP
+        INSERT INTO commitpub.sequences (store_name, dataset) VALUES (p_store, p_datasets[i])
+            ON CONFLICT (store_name, dataset) DO NOTHING;
+        SELECT s.records, s.sealed INTO v_count, v_sealed FROM commitpub.sequences AS s
+            WHERE s.store_name = p_store AND s.dataset = p_datasets[i] FOR UPDATE;
+        o_dataset := p_datasets[i];
+        IF v_sealed THEN
+            o_verdict := 'sealed';
+        ELSIF p_fresh AND v_count > 0 THEN
+            o_verdict := 'exists';
+        ELSE
+            IF p_counts[i] > 0 THEN
+                INSERT INTO commitpub.records (store_name, dataset, seq, record)
+                SELECT p_store, p_datasets[i], v_count + t.n - 1, t.r
+                FROM unnest(p_records[v_offset + 1 : v_offset + p_counts[i]])
+                    WITH ORDINALITY AS t(r, n);
+            END IF;
+            UPDATE commitpub.sequences AS s SET records = v_count + p_counts[i],
+                sealed = p_seal,
+                token = CASE WHEN p_seal THEN p_token ELSE s.token END,
+                written_at = CASE WHEN p_seal THEN p_at ELSE s.written_at END
+                WHERE s.store_name = p_store AND s.dataset = p_datasets[i];
+            o_verdict := 'ok';
+        END IF;
+        RETURN NEXT;
+        v_offset := v_offset + p_counts[i];
+    END LOOP;
+END $$;
+-- Delete a dataset's sequence and status (every dataset's with p_dataset NULL); the fence
+-- if it is above p_token (nothing deleted), else NULL.
+CREATE OR REPLACE FUNCTION commitpub.remove_sequence(
+    p_store text, p_dataset text, p_token bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seen bigint := commitpub.fence_above(p_store, p_token);
+BEGIN
+    IF v_seen IS NOT NULL THEN
+        RETURN v_seen;
+    END IF;
+    DELETE FROM commitpub.sequences AS s
+        WHERE s.store_name = p_store AND (p_dataset IS NULL OR s.dataset = p_dataset);
+    DELETE FROM commitpub.records AS r
+        WHERE r.store_name = p_store AND (p_dataset IS NULL OR r.dataset = p_dataset);
+    DELETE FROM commitpub.statuses AS t
+        WHERE t.store_name = p_store AND (p_dataset IS NULL OR t.dataset = p_dataset);
+    RETURN NULL;
+END $$;
+-- Set a watermark to p_value if it is p_expected ('null' matches a partition never set),
+-- unless it was last set under a higher token: o_done, and o_seen that token if refused.
+CREATE OR REPLACE FUNCTION commitpub.watermark_cas(
+    p_job text, p_dataset text, p_partition text, p_expected text, p_value text,
+    p_token bigint, OUT o_done boolean, OUT o_seen bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_value text;
+    v_token bigint;
+BEGIN
+    o_done := false;
+    LOOP
+        SELECT w.value, w.token INTO v_value, v_token FROM commitpub.watermarks AS w
+            WHERE w.job = p_job AND w.dataset = p_dataset AND w.partition = p_partition
+            FOR UPDATE;
+        IF FOUND THEN
+            IF p_token IS NOT NULL AND v_token > p_token THEN
+                o_seen := v_token;
+            ELSIF v_value = p_expected THEN
+                UPDATE commitpub.watermarks AS w SET value = p_value,
+                    token = coalesce(p_token, w.token)
+                    WHERE w.job = p_job AND w.dataset = p_dataset
+                    AND w.partition = p_partition;
+                o_done := true;
+            END IF;
+            RETURN;
+        END IF;
+        IF p_expected <> 'null' THEN
+            RETURN;
+        END IF;
+        INSERT INTO commitpub.watermarks (job, dataset, partition, value, token)
+            VALUES (p_job, p_dataset, p_partition, p_value, p_token) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            o_done := true;
+            RETURN;
+        END IF;
+        -- Another writer made the row meanwhile: compare with what it wrote.
+    END LOOP;
+END $$;
 """
 
 
@@ -420,20 +544,13 @@ def _fenced(store_name: str, token: int, seen: int, doing: str, url: str) -> Fen
 
 def _fence_seen(conn: psycopg.Connection[Any], store_name: str, token: int | None) -> int | None:
     """Inside a transaction: the job's fence if it is above ``token`` (the write is then
-    refused), else None. The fence row is locked FOR SHARE until the transaction ends, so a
-    takeover raising the fence waits for the write."""
+    refused), else None; see ``commitpub.fence_above``."""
     if token is None:
         return None
-    conn.execute(
-        "INSERT INTO commitpub.fences (store_name, token) VALUES (%s, NULL) "
-        "ON CONFLICT (store_name) DO NOTHING",
-        (store_name,),
-    )
     row = conn.execute(
-        "SELECT token FROM commitpub.fences WHERE store_name = %s FOR SHARE", (store_name,)
+        "SELECT commitpub.fence_above(%s, %s::bigint)", (store_name, token)
     ).fetchone()
-    seen = None if row is None or row[0] is None else int(row[0])
-    return seen if seen is not None and seen > token else None
+    return None if row is None or row[0] is None else int(row[0])
 
 
 class _Refused(Exception):  # noqa: N818 -- not an error: a rollback carrying one
@@ -515,91 +632,31 @@ class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
         for urn, _records in sequences:
             _name(urn, "dataset URN")
         written_at = round(time.time(), 3)
-
-        def run(conn: psycopg.Connection[Any]) -> dict[str, CommitPubError]:
-            refused: dict[str, CommitPubError] = {}
-            with conn.transaction():
-                seen = _fence_seen(conn, store_name, token)
-                if seen is not None:
-                    first = sequences[0][0] if sequences else ""
-                    raise _Refused(
-                        _fenced(
-                            store_name, int(token or 0), seen, f"writing ahead {first!r}", self.url
-                        )
-                    )
-                for urn, records in sequences:
-                    why = self._append_one(
-                        conn,
-                        store_name,
-                        urn,
-                        records,
-                        seal=seal,
-                        token=token,
-                        fresh=fresh,
-                        written_at=written_at,
-                    )
-                    if why is not None:
-                        refused[urn] = why
-                failpoint("store.write_ahead.temp_written")
-            return refused
-
-        try:
-            return self._call(run)
-        except _Refused as e:
-            raise e.error from None
-
-    def _append_one(
-        self,
-        conn: psycopg.Connection[Any],
-        store_name: str,
-        urn: str,
-        records: Sequence[bytes],
-        *,
-        seal: bool,
-        token: int | None,
-        fresh: bool,
-        written_at: float,
-    ) -> CommitPubError | None:
-        """Inside the write-ahead's transaction: append to one sequence (its row locked
-        FOR UPDATE), and seal it if asked; why it is refused, or None."""
-        conn.execute(
-            "INSERT INTO commitpub.sequences (store_name, dataset) VALUES (%s, %s) "
-            "ON CONFLICT (store_name, dataset) DO NOTHING",
-            (store_name, urn),
+        urns = [urn for urn, _records in sequences]
+        counts = [len(records) for _urn, records in sequences]
+        framed = [_frame(r) for _urn, records in sequences for r in records]
+        failpoint("store.write_ahead.temp_written")
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT o_dataset, o_verdict, o_seen FROM commitpub.write_ahead("
+                "%s, %s::text[], %s::bigint[], %s::bytea[], %s, %s::bigint, %s, %s::float8)",
+                (store_name, urns, counts, framed, seal, token, fresh, written_at),
+            ).fetchall()
         )
-        row = conn.execute(
-            "SELECT records, sealed FROM commitpub.sequences "
-            "WHERE store_name = %s AND dataset = %s FOR UPDATE",
-            (store_name, urn),
-        ).fetchone()
-        count, sealed = (int(row[0]), bool(row[1])) if row else (0, False)
-        if sealed:
-            return SequenceSealedError(
-                f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
-            )
-        if fresh and count:
-            return SequenceExistsError.pending(self.url, store_name, urn)
-        if records:
-            framed = [_frame(r) for r in records]
-            conn.execute(
-                "INSERT INTO commitpub.records (store_name, dataset, seq, record) "
-                "SELECT %s, %s, %s + n - 1, r FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(r, n)",
-                (store_name, urn, count, framed),
-            )
-            count += len(records)
-        if seal:
-            conn.execute(
-                "UPDATE commitpub.sequences SET records = %s, sealed = true, token = %s, "
-                "written_at = %s WHERE store_name = %s AND dataset = %s",
-                (count, token, written_at, store_name, urn),
-            )
-        elif records:
-            conn.execute(
-                "UPDATE commitpub.sequences SET records = %s "
-                "WHERE store_name = %s AND dataset = %s",
-                (count, store_name, urn),
-            )
-        return None
+        refused: dict[str, CommitPubError] = {}
+        for urn, verdict, seen in rows:
+            if verdict == "fenced":
+                first = repr(urns[0]) if urns else "nothing"
+                raise _fenced(
+                    store_name, int(token or 0), int(seen), f"writing ahead {first}", self.url
+                )
+            if verdict == "sealed":
+                refused[urn] = SequenceSealedError(
+                    f"sequence of {urn!r} in {store_name!r} is sealed; it cannot be extended"
+                )
+            elif verdict == "exists":
+                refused[urn] = SequenceExistsError.pending(self.url, store_name, urn)
+        return refused
 
     def iter_records(self, store_name: str, dataset_urn: str) -> Iterator[bytes]:
         _name(store_name, "store name")
@@ -672,27 +729,14 @@ class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
         if dataset_urn is not None:
             _name(dataset_urn, "dataset URN")
         doing = "removing " + ("every sequence" if dataset_urn is None else repr(dataset_urn))
-        args = (store_name,) if dataset_urn is None else (store_name, dataset_urn)
-
-        def run(conn: psycopg.Connection[Any]) -> None:
-            with conn.transaction():
-                seen = _fence_seen(conn, store_name, token)
-                if seen is not None:
-                    raise _Refused(_fenced(store_name, int(token or 0), seen, doing, self.url))
-                # The sequence's row first: it is what says "sealed", and it goes with the
-                # records in this one transaction anyway.
-                if dataset_urn is None:
-                    conn.execute("DELETE FROM commitpub.sequences WHERE store_name = %s", args)
-                    conn.execute("DELETE FROM commitpub.records WHERE store_name = %s", args)
-                    conn.execute("DELETE FROM commitpub.statuses WHERE store_name = %s", args)
-                else:
-                    for delete in _DELETE_SEQUENCE:
-                        conn.execute(delete, args)
-
-        try:
-            self._call(run)
-        except _Refused as e:
-            raise e.error from None
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT commitpub.remove_sequence(%s, %s::text, %s::bigint)",
+                (store_name, dataset_urn, token),
+            ).fetchone()
+        )
+        if row is not None and row[0] is not None:
+            raise _fenced(store_name, int(token or 0), int(row[0]), doing, self.url)
         failpoint("store.remove.chunk_deleted")
 
     def get_status(self, store_name: str, dataset_urn: str) -> dict[str, Any] | None:
@@ -746,13 +790,6 @@ class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
             self._call(run)
         except _Refused as e:
             raise e.error from None
-
-
-_DELETE_SEQUENCE = (
-    "DELETE FROM commitpub.sequences WHERE store_name = %s AND dataset = %s",
-    "DELETE FROM commitpub.records WHERE store_name = %s AND dataset = %s",
-    "DELETE FROM commitpub.statuses WHERE store_name = %s AND dataset = %s",
-)
 
 
 def _frame(record: bytes) -> bytes:
@@ -819,43 +856,20 @@ class PostgresWatermarkStore(_PostgresBase, WatermarkStore):
         key = (self._scope, _name(dataset, "dataset"), _name(partition, "partition"))
         old, new = encode_value(expected), encode_value(value)
 
-        def run(conn: psycopg.Connection[Any]) -> bool:
-            with conn.transaction():
-                conn.execute(
-                    "INSERT INTO commitpub.watermarks (job, dataset, partition, value) "
-                    "VALUES (%s, %s, %s, 'null') ON CONFLICT DO NOTHING",
-                    key,
-                )
-                row = conn.execute(
-                    "SELECT value, token FROM commitpub.watermarks WHERE job = %s "
-                    "AND dataset = %s AND partition = %s FOR UPDATE",
-                    key,
-                ).fetchone()
-                current, seen = (row[0], row[1]) if row else ("null", None)
-                if token is not None and seen is not None and int(seen) > token:
-                    raise _Refused(
-                        FencedError(
-                            f"{self.describe(dataset, partition)} in {self.url}: "
-                            f"compare-and-set with fencing token {token} refused, it was last "
-                            f"set under token {int(seen)}"
-                        )
-                    )
-                if current != old:
-                    raise _Refused(_NotExpected())
-                conn.execute(
-                    "UPDATE commitpub.watermarks SET value = %s, "
-                    "token = COALESCE(%s, token) WHERE job = %s AND dataset = %s "
-                    "AND partition = %s",
-                    (new, token, *key),
-                )
-            return True
-
-        try:
-            return self._call(run)
-        except _Refused as e:
-            if isinstance(e.error, _NotExpected):
-                return False
-            raise e.error from None
+        row = self._call(
+            lambda conn: conn.execute(
+                "SELECT o_done, o_seen FROM commitpub.watermark_cas("
+                "%s, %s, %s, %s, %s, %s::bigint)",
+                (*key, old, new, token),
+            ).fetchone()
+        )
+        done, seen = (bool(row[0]), row[1]) if row else (False, None)
+        if seen is not None:
+            raise FencedError(
+                f"{self.describe(dataset, partition)} in {self.url}: compare-and-set with "
+                f"fencing token {token} refused, it was last set under token {int(seen)}"
+            )
+        return done
 
     def get_all(self, dataset: str) -> dict[str, JsonScalar]:
         rows = self._call(
@@ -874,10 +888,6 @@ class PostgresWatermarkStore(_PostgresBase, WatermarkStore):
             ).fetchall()
         )
         return sorted(str(r[0]) for r in rows)
-
-
-class _NotExpected(CommitPubError):  # noqa: N818 -- an answer (False), not an error
-    """A compare-and-set whose expected value was not the current one (rolled back)."""
 
 
 class PostgresJobLock(_PostgresBase, JobLock):
