@@ -1,24 +1,27 @@
 """postgres_concurrency: 64 jobs committing small commits at once against one PostgreSQL
 database ÷ that database's own single-row compare-and-set, at the same concurrency.
 
-A: 64 threads, one job each, each with its own commit store and watermark store (one
-connection each), commit N / 64 small commits one after the other: seal a sequence of three
-step records (``put_sequences``, as a publish writes ahead; the fence checked), execute it
-as far as the store is concerned (the watermark compare-and-set its ``watermark.cas`` step
-makes, with the fencing token), then remove it. Three transactions per commit, each
-committed and fsynced (``synchronous_commit`` on) before it returns. Goal: >= 2,000
-commits/s.
-B: the same 64 threads, each on a connection of its own, make N single-row compare-and-sets
-(``UPDATE ... SET v = v + 1 WHERE id = ... AND v = ...``, one transaction each): the
-database's own ceiling on this machine, reported beside A (a commit costs three of them).
-Both sides run against one throwaway cluster (``initdb``, fsync on), in ABBA order. The
-ratio is A / B in seconds for N operations each.
+A: 64 jobs, 8 processes of 8 threads (a job is a process of its own in production; one
+process of 64 threads would measure Python's global lock), each job with its own commit
+store and watermark store (one connection each), commit N / 64 small commits one after the
+other: seal a sequence of three step records (``put_sequences``, as a publish writes ahead;
+the fence checked), execute it as far as the store is concerned (the watermark
+compare-and-set its ``watermark.cas`` step makes, with the fencing token), then remove it.
+Three transactions per commit, each committed and fsynced (``synchronous_commit`` on)
+before it returns. Goal: >= 2,000 commits/s.
+B: the same 64 threads in 8 processes, each on a connection of its own, make N single-row
+compare-and-sets (``UPDATE ... SET v = v + 1 WHERE id = ... AND v = ...``, one transaction
+each): the database's own ceiling on this machine, reported beside A (a commit costs three
+of them). Both sides run against one throwaway cluster (``initdb``, fsync on), in ABBA
+order. The ratio is A / B in seconds for N operations each.
 
     python benchmarks/postgres_concurrency.py [--quick] [--rounds R]
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,36 +32,54 @@ import psycopg
 from store import open_store, open_watermarks
 
 JOBS = 64
+PROCESSES = 8
 GOAL_COMMITS_PER_S = 2_000
 #: Three step records of the size a rename step takes (about 150 bytes each).
 RECORDS = [b"cs1 00000000 " + b"x" * 140] * 3
 
 
-def _threads(work: Callable[[int], Callable[[], None]]) -> float:
-    """Seconds from the release of :data:`JOBS` threads, each running what ``work(i)`` set
-    up for it (untimed), until the last one ends."""
-    ready = [work(i) for i in range(JOBS)]
-    start = threading.Barrier(JOBS + 1)
+def _run_all(work: Callable[[int], Callable[[], None]]) -> float:
+    """Seconds from the release of :data:`JOBS` jobs, in :data:`PROCESSES` forked processes
+    of threads, each running what ``work(i)`` set up for it (untimed), until the last ends."""
+    fork = multiprocessing.get_context("fork")
+    start = fork.Barrier(PROCESSES + 1)
+    per = JOBS // PROCESSES
+    children = [
+        fork.Process(target=_child, args=(work, range(p * per, (p + 1) * per), start))
+        for p in range(PROCESSES)
+    ]
+    for child in children:
+        child.start()
+    start.wait()
+    began = time.perf_counter()
+    for child in children:
+        child.join()
+    seconds = time.perf_counter() - began
+    failed = [c.exitcode for c in children if c.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"{len(failed)} process(es) failed: exit codes {failed}")
+    return seconds
+
+
+def _child(work: Callable[[int], Callable[[], None]], jobs: range, start: object) -> None:
+    ready = [work(i) for i in jobs]
     errors: list[BaseException] = []
 
     def run(fn: Callable[[], None]) -> None:
-        start.wait()
         try:
             fn()
         except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(fn,)) for fn in ready]
+    start.wait()  # type: ignore[attr-defined]
     for t in threads:
         t.start()
-    start.wait()
-    began = time.perf_counter()
     for t in threads:
         t.join()
-    seconds = time.perf_counter() - began
     if errors:
-        raise errors[0]
-    return seconds
+        print(f"job failed: {errors[0]!r}", flush=True)
+        os._exit(1)
 
 
 class Commits:
@@ -71,7 +92,7 @@ class Commits:
 
     def side(self) -> float:
         self.rounds += 1
-        return _threads(self._job)
+        return _run_all(self._job)
 
     def _job(self, i: int) -> Callable[[], None]:
         job = f"bench-{i}"
@@ -107,7 +128,7 @@ class Cas:
             conn.execute("INSERT INTO bench_cas SELECT g, 0 FROM generate_series(0, %s) g", (JOBS,))
 
     def side(self) -> float:
-        return _threads(self._job)
+        return _run_all(self._job)
 
     def _job(self, i: int) -> Callable[[], None]:
         conn = psycopg.connect(self.url, autocommit=True)
