@@ -1,7 +1,8 @@
 """Guarantee 8 at the job level: `run`, `recover`, `retry` and `discard` refuse a Redis that
 can forget a sealed sequence (exit 2, the exact setting named, nothing changed), unless the
 job says `store.allow_volatile = true`; then the run goes on and its report carries the
-warning. Real redis-server processes, one without an append-only file."""
+warning. Real redis-server processes, one without an append-only file, and a real
+PostgreSQL whose job session has `synchronous_commit = off`."""
 
 from __future__ import annotations
 
@@ -69,3 +70,20 @@ def test_allow_volatile_must_be_a_boolean(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["run", str(job_file)])
     assert result.exit_code == 2
     assert "store.allow_volatile" in result.output
+
+
+@pytest.mark.postgres
+def test_a_postgres_session_without_synchronous_commit_is_refused_before_anything(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The same refusal for PostgreSQL: `synchronous_commit = off` for the job's session (here
+    from the URL's options) acknowledges commits before they are on disk."""
+    url = postgres_url + "?options=-c%20synchronous_commit%3Doff"
+    job_file = _job(tmp_path, url)
+    result = CliRunner().invoke(main, ["run", str(job_file)])
+    assert result.exit_code == 2, result.output
+    assert "store.url" in result.output
+    assert "synchronous_commit is off for the store's session" in result.output
+    assert "store.allow_volatile = true" in result.output
+    assert open_lock(postgres_url).current("test-job") is None
+    assert not (tmp_path / "staging").exists()
