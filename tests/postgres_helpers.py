@@ -10,6 +10,7 @@ goes into the cluster's own directory, so no other server's socket is met.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -49,6 +50,30 @@ def postgres_bindir() -> str | None:
     return os.path.dirname(on_path) if on_path else None
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -72,6 +97,7 @@ class PostgresProcess:
         *,
         options: Mapping[str, str] | None = None,
         standby_of: PostgresProcess | None = None,
+        directory: Path | None = None,
     ) -> None:
         bindir = postgres_bindir()
         if bindir is None:
@@ -79,7 +105,12 @@ class PostgresProcess:
         self.bindir = bindir
         self.port = port or _free_port()
         self.options = dict(options or {})
-        self.dir = Path(tempfile.mkdtemp(prefix="commitpub-pg-"))
+        if directory is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="commitpub-pg-"))
+        else:
+            # Every directory above it must let the server's user through.
+            directory.mkdir(mode=0o700)
+            self.dir = directory
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
         self._as_user: dict[str, Any] = {}
@@ -182,6 +213,21 @@ class PostgresProcess:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every process it started (a machine losing power):
+        nothing of the server runs on, nor keeps a file of its data directory open."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        children = _children(proc.pid)
+        for pid in [proc.pid, *children]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(_POLL_INTERVAL)
 
     def sql(self, statement: str, *, database: str = "postgres") -> list[tuple[Any, ...]]:
         """Run one statement as the superuser, autocommitted; its rows, if any."""
