@@ -31,7 +31,8 @@ import jvm
 import pytest
 from azure_helpers import AzuriteProcess
 from gcs_helpers import FakeGcsProcess
-from postgres_helpers import PostgresProcess
+from postgres_helpers import INSTALL_HINT as POSTGRES_INSTALL_HINT
+from postgres_helpers import PostgresProcess, postgres_bindir
 from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary, valkey_binary
 from s3_helpers import MotoS3Process
 
@@ -165,6 +166,8 @@ def valkey_url(valkey_process: RedisProcess) -> str:
 def postgres_process() -> Iterator[PostgresProcess]:
     """The session's :class:`PostgresProcess`: a throwaway cluster (each xdist worker makes
     its own); most tests want ``postgres_url`` instead."""
+    if postgres_bindir() is None:
+        pytest.fail(POSTGRES_INSTALL_HINT)
     with PostgresProcess() as server:
         _STARTED.append(f"PostgreSQL {server.version()} on {server.url} (pid {server.pid})")
         yield server

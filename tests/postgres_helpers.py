@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 _STARTUP_TIMEOUT = 30.0
 _POLL_INTERVAL = 0.05
 INSTALL_HINT = (
@@ -187,6 +185,8 @@ class PostgresProcess:
         )
 
     def _wait_until_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        import psycopg  # here, not above: conftest imports this module in every session
+
         deadline = time.monotonic() + _STARTUP_TIMEOUT
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -231,6 +231,8 @@ class PostgresProcess:
 
     def sql(self, statement: str, *, database: str = "postgres") -> list[tuple[Any, ...]]:
         """Run one statement as the superuser, autocommitted; its rows, if any."""
+        import psycopg
+
         url = self.url.rsplit("/", 1)[0] + f"/{database}"
         with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
             cur = conn.execute(statement)  # type: ignore[arg-type]
