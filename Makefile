@@ -48,7 +48,8 @@ redis-server:
 
 # PostgreSQL's server binaries (initdb, postgres) come from Debian's package, for the
 # throwaway clusters of the tests (tests/postgres_helpers.py); after redis-server, so that
-# two apt-get runs never wait on each other's lock.
+# two apt-get runs never wait on each other's lock. make test's first stage makes it as
+# npm's prerequisite.
 postgresql: redis-server
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  echo "installing postgresql from Debian's package"; \
@@ -88,11 +89,11 @@ pytest-spark35: $(STAMP) redis-server
 spark35-env: $(STAMP)
 	$(BIN)/python tests/spark35.py --prepare
 
-# Lint, type checks, redis-server, postgresql, the Spark class archive and the pyspark 3.5 environment
+# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 environment
 # are independent: made side by side (the archive's JVM and mypy each keep a core busy,
 # the environment mostly waits on the network), then the tests, then pyspark 3.5.
 test:
-	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server postgresql npm $(SPARK_ARCHIVE) spark35-env
+	$(MAKE) --no-print-directory -j 5 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env
 	$(MAKE) --no-print-directory pytest
 	$(MAKE) --no-print-directory pytest-spark35
 

@@ -112,8 +112,15 @@ def require_no_postgres_password(config: BatchConfig) -> None:
             without the password, and where to put it instead.
     """
     naming = config.naming
-    for key, url in _redis_urls(config).items():
-        if url.split("://", 1)[0].lower() in _POSTGRES_SCHEMES and has_credentials(url):
+    urls = {
+        "store.url": config.store_url,
+        "watermarks.url": config.watermarks_url,
+        "lock.url": config.lock_url,
+    }
+    for key, url in urls.items():
+        if not url or url.split("://", 1)[0].lower() not in _POSTGRES_SCHEMES:
+            continue
+        if has_credentials(url):
             raise naming.error(
                 f"{naming.the(key)} ({redact(url)}) carries a password that the Spark tasks "
                 "would not use: a URL's password never travels to them. Set PGPASSWORD (or "
