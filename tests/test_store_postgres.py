@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from postgres_helpers import PostgresProcess
 
 import store
+from jobs.commands.cli import main
 from store import (
     BackendNotInstalledError,
     ConfigurationError,
@@ -173,7 +175,10 @@ def test_a_role_that_may_not_create_tables_uses_the_schema_made_ahead(
             s.info("job", "ds")
         assert "commitpub postgres-schema" in str(refused.value)
         assert url in str(refused.value)
-        postgres_process.sql(schema_sql())
+        printed = CliRunner().invoke(main, ["postgres-schema"])
+        assert printed.exit_code == 0, printed.output
+        assert printed.output == schema_sql()
+        postgres_process.sql(printed.output)
         postgres_process.sql("GRANT USAGE ON SCHEMA commitpub TO job_role")
         postgres_process.sql(
             "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA commitpub TO job_role"
