@@ -118,7 +118,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(UV) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) redis-server
+bench: $(BENCH_STAMP) redis-server postgresql
 	@for f in benchmarks/[!_]*.py; do \
 	  [ "$$f" = benchmarks/report.py ] && continue; \
 	  echo "== $$f"; BENCH_CACHE=$(BENCH_CACHE) $(BIN)/python $$f $(BENCH_ARGS) || exit 1; done
