@@ -2,7 +2,8 @@
 can forget a sealed sequence (exit 2, the exact setting named, nothing changed), unless the
 job says `store.allow_volatile = true`; then the run goes on and its report carries the
 warning. Real redis-server processes, one without an append-only file, and a real
-PostgreSQL whose job session has `synchronous_commit = off`."""
+PostgreSQL whose job session has `synchronous_commit = off` (and, accepted, the same
+PostgreSQL as it comes: a run through Spark tasks on it)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from redis_helpers import RedisProcess
 from jobs.commands.cli import main
 from jobs.config import load_config
 from jobs.runs.run import run_job
-from store import open_lock
+from store import open_lock, open_watermarks
 
 
 @pytest.fixture
@@ -87,3 +88,31 @@ def test_a_postgres_session_without_synchronous_commit_is_refused_before_anythin
     assert "store.allow_volatile = true" in result.output
     assert open_lock(postgres_url).current("test-job") is None
     assert not (tmp_path / "staging").exists()
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_a_run_on_postgres_publishes_once_through_spark_tasks(
+    tmp_path: Path, postgres_url: str, spark: SparkSession
+) -> None:
+    """The accepted case, end to end: commit store, watermarks and lock all on the session's
+    PostgreSQL (fsync and synchronous_commit on, nothing to warn of); the stores travel into
+    Spark tasks and reconnect there. A second run over the same landing publishes nothing."""
+    Landing(tmp_path / "landing").append("orders", "0", 5)
+    job = write_job(tmp_path, store={"url": postgres_url}, watermarks={"url": postgres_url})
+    first = run_job(load_config(job), spark=spark)
+    assert first.exit_code == 0, first.error
+    assert (first.published, first.warnings) == (["orders"], [])
+    again = run_job(load_config(job), spark=spark)
+    assert again.exit_code == 0, again.error
+    assert again.published == []
+    wm = open_watermarks(postgres_url, job="test-job")
+    try:
+        assert wm.get_all("orders") != {}
+    finally:
+        wm.close()
+    lock = open_lock(postgres_url)
+    try:
+        assert lock.current("test-job") is None  # released at the end of each run
+    finally:
+        lock.close()
