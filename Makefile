@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env airflow-env redis-server npm bench clean constraints dist
+.PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env airflow-env redis-server postgresql npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -46,9 +46,18 @@ redis-server:
 	  echo "installing redis-server from Debian's package"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
+# PostgreSQL's server binaries (initdb, postgres) come from Debian's package, for the
+# throwaway clusters of the tests (tests/postgres_helpers.py); after redis-server, so that
+# two apt-get runs never wait on each other's lock. make test's first stage makes it as
+# npm's prerequisite.
+postgresql: redis-server
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql from Debian's package"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 # npm installs Azurite, the Azure Blob emulator of the tests, on first use (tests/azure_helpers.py);
-# after redis-server, so that two apt-get runs never wait on each other's lock.
-npm: redis-server
+# after postgresql, so that two apt-get runs never wait on each other's lock.
+npm: postgresql
 	@command -v npm >/dev/null 2>&1 || { \
 	  echo "installing npm from Debian's package"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
@@ -67,7 +76,7 @@ SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 	$(BIN)/python tests/jvm.py
 
-pytest: $(STAMP) redis-server npm $(SPARK_ARCHIVE)
+pytest: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Spark-dependent core again on pyspark 3.5, in a second virtual environment made once
@@ -117,7 +126,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(UV) -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) redis-server
+bench: $(BENCH_STAMP) redis-server postgresql
 	@for f in benchmarks/[!_]*.py; do \
 	  [ "$$f" = benchmarks/report.py ] && continue; \
 	  echo "== $$f"; BENCH_CACHE=$(BENCH_CACHE) $(BIN)/python $$f $(BENCH_ARGS) || exit 1; done

@@ -267,6 +267,16 @@ def redis_server(directory: Path) -> Iterator[str]:
         yield server.url
 
 
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (``initdb``) on a free port, as the tests start it, with
+    ``fsync`` and ``synchronous_commit`` on; yields its URL."""
+    from postgres_helpers import PostgresProcess
+
+    with PostgresProcess() as server:
+        yield server.url
+
+
 def flush_redis(url: str) -> None:
     import redis
 

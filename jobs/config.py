@@ -717,7 +717,7 @@ def _spark_conf(conf: Mapping[str, Any], naming: Naming) -> dict[str, str]:
 
 
 #: URL schemes that name a server, not a place in a filesystem: they cannot overlap staging.
-_NOT_PATHS = ("redis", "rediss", "unix")
+_NOT_PATHS = ("redis", "rediss", "unix", "redis+sentinel", "postgresql", "postgres")
 #: Schemes that name the same object store.
 _SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
 

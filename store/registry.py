@@ -32,22 +32,29 @@ class _Backend:
 
 _FS_HINT = None
 _REDIS_HINT = "pip install 'commitpub[redis]'"
+_POSTGRES_HINT = "pip install 'commitpub[postgres]'"
 
 _REGISTRY: dict[Kind, dict[str, _Backend]] = {
     "commit_stores": {
         "redis": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
         "redis+sentinel": _Backend("store.redis:RedisCommitStepStore", _REDIS_HINT),
+        "postgresql": _Backend("store.postgres:PostgresCommitStepStore", _POSTGRES_HINT),
+        "postgres": _Backend("store.postgres:PostgresCommitStepStore", _POSTGRES_HINT),
     },
     "watermark_stores": {
         "redis": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
         "redis+sentinel": _Backend("store.redis:RedisWatermarkStore", _REDIS_HINT),
+        "postgresql": _Backend("store.postgres:PostgresWatermarkStore", _POSTGRES_HINT),
+        "postgres": _Backend("store.postgres:PostgresWatermarkStore", _POSTGRES_HINT),
     },
     "job_locks": {
         "redis": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
         "rediss": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
         "redis+sentinel": _Backend("store.redis:RedisJobLock", _REDIS_HINT),
+        "postgresql": _Backend("store.postgres:PostgresJobLock", _POSTGRES_HINT),
+        "postgres": _Backend("store.postgres:PostgresJobLock", _POSTGRES_HINT),
     },
 }
 _DEFAULT: dict[Kind, _Backend] = {
@@ -136,7 +143,8 @@ def open_store(url: str) -> CommitStepStore:
     Args:
         url: ``file:///var/lib/commitpub``, a plain path, ``s3://bucket/prefix``,
             ``redis://[:password@]host:6379/0``, ``rediss://...`` (TLS) or
-            ``redis+sentinel://[:password@]host:26379[,host2:26379]/service_name[/db]``.
+            ``redis+sentinel://[:password@]host:26379[,host2:26379]/service_name[/db]`` or
+            ``postgresql://user@host:5432/database`` (the password from ``PGPASSWORD``).
 
     Raises:
         ConfigurationError: if the URL is not usable.
@@ -149,7 +157,8 @@ def open_store(url: str) -> CommitStepStore:
 
 
 def open_lock(url: str) -> JobLock:
-    """Open the job lock kept at ``url`` (Redis, or a directory of any fsspec filesystem).
+    """Open the job lock kept at ``url`` (Redis, PostgreSQL, or a directory of any fsspec
+    filesystem).
 
     Raises:
         ConfigurationError: if the URL is not usable.

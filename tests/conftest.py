@@ -7,6 +7,9 @@ and ``maxmemory-policy noeviction``. ``valkey_url`` does the same on Valkey 8. L
 (publisher, crash matrix, Spark) reuse both, and :class:`RedisProcess` for a server of their
 own (tests/redis_helpers.py) that they stop and start again.
 
+``postgres_url`` does the same on a throwaway PostgreSQL cluster (tests/postgres_helpers.py),
+made by ``initdb`` once per session, commitpub's schema dropped before each test.
+
 ``s3_endpoint`` starts moto's S3 server the same way (tests/s3_helpers.py) and puts its
 endpoint and dummy credentials into the environment, where s3fs finds them as it would on a
 real deployment, and subprocesses inherit them; ``s3_bucket`` gives each test a fresh bucket.
@@ -28,6 +31,8 @@ import jvm
 import pytest
 from azure_helpers import AzuriteProcess
 from gcs_helpers import FakeGcsProcess
+from postgres_helpers import INSTALL_HINT as POSTGRES_INSTALL_HINT
+from postgres_helpers import PostgresProcess, postgres_bindir
 from redis_helpers import INSTALL_HINT, RecordedHost, RedisProcess, redis_binary, valkey_binary
 from s3_helpers import MotoS3Process
 
@@ -155,6 +160,24 @@ def valkey_url(valkey_process: RedisProcess) -> str:
     """The session's Valkey server with database 0 emptied before the test."""
     valkey_process.flushdb()
     return valkey_process.url
+
+
+@pytest.fixture(scope="session")
+def postgres_process() -> Iterator[PostgresProcess]:
+    """The session's :class:`PostgresProcess`: a throwaway cluster (each xdist worker makes
+    its own); most tests want ``postgres_url`` instead."""
+    if postgres_bindir() is None:
+        pytest.fail(POSTGRES_INSTALL_HINT)
+    with PostgresProcess() as server:
+        _STARTED.append(f"PostgreSQL {server.version()} on {server.url} (pid {server.pid})")
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_process: PostgresProcess) -> str:
+    """The session's PostgreSQL server with commitpub's schema dropped before the test."""
+    postgres_process.reset()
+    return postgres_process.url
 
 
 @pytest.fixture

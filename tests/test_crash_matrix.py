@@ -154,12 +154,19 @@ DRIVER_CELLS = {
 DRIVER_STEP_CELLS = [STEP_CELLS[k - 1] for k in (1, _RENAMES, TOTAL_STEPS)]
 
 #: The marks that select a backend's cells (``-m "not s3"``).
-_MARKS = {"s3": pytest.mark.s3, "gcs": pytest.mark.gcs, "azure": pytest.mark.azure}
+_MARKS = {
+    "s3": pytest.mark.s3,
+    "gcs": pytest.mark.gcs,
+    "azure": pytest.mark.azure,
+    "postgres": pytest.mark.postgres,
+}
 
 
 def _cells(backends: Sequence[str], cells: Sequence[Cell]) -> list[Any]:
     """(backend, cell) parameters: every cell on fs, Redis and S3, on GCS and Azure those
-    where their drivers do the work (:data:`DRIVER_CELLS`, :data:`DRIVER_STEP_CELLS`)."""
+    where their drivers do the work (:data:`DRIVER_CELLS`, :data:`DRIVER_STEP_CELLS`), and on
+    PostgreSQL (a store only, the data on the local disk) those of :data:`DRIVER_CELLS`,
+    where the store is written: the write-ahead, the seal, the removal, recovery."""
     return [
         pytest.param(b, c, marks=[_MARKS[b]] if b in _MARKS else [], id=f"{b}-{c.name}")
         for c in cells
@@ -195,6 +202,7 @@ _OBJECT_STORES = {
         pytest.param("s3", marks=pytest.mark.s3),
         pytest.param("gcs", marks=pytest.mark.gcs),
         pytest.param("azure", marks=pytest.mark.azure),
+        pytest.param("postgres", marks=pytest.mark.postgres),
     ]
 )
 def backend(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
@@ -210,8 +218,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
             data_url=f"{root}/{base.name}",
         )
     else:
-        url = request.getfixturevalue("redis_url")
-        yield lambda _base: Backend("redis", url, url)
+        url = request.getfixturevalue(f"{request.param}_url")
+        yield lambda _base: Backend(request.param, url, url)
 
 
 def drive(
@@ -343,6 +351,11 @@ def _reset(backend: Backend) -> None:
 
         with redis.Redis.from_url(backend.store_url) as client:
             client.flushdb()
+    elif backend.kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(backend.store_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS commitpub CASCADE")
 
 
 def expect_recovered(
@@ -396,7 +409,9 @@ def run_cell(
 
 @pytest.mark.redis
 @pytest.mark.parametrize(
-    ("backend", "cell"), _cells(["fs", "redis", "s3", "gcs", "azure"], CELLS), indirect=["backend"]
+    ("backend", "cell"),
+    _cells(["fs", "redis", "s3", "gcs", "azure", "postgres"], CELLS),
+    indirect=["backend"],
 )
 def test_crash_point(
     cell: Cell,

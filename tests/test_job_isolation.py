@@ -22,12 +22,18 @@ EU = ("clicks-eu", 100, 150)
 US = ("clicks-us", 60, 80)
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """One commit store and one watermark store for both jobs."""
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        yield Backend("redis", url, url)
+    if request.param in ("redis", "postgres"):
+        url = request.getfixturevalue(f"{request.param}_url")
+        yield Backend(request.param, url, url)
     else:
         state = tmp_path / "shared-state"
         yield Backend("fs", f"{state}/steps", f"{state}/watermarks")

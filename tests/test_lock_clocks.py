@@ -83,11 +83,17 @@ while True:
 """
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def lock_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "fs":
         return str(tmp_path / "state")
-    url: str = request.getfixturevalue("redis_url")
+    url: str = request.getfixturevalue(f"{request.param}_url")
     return url
 
 

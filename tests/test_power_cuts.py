@@ -2,7 +2,8 @@
 
 Each cell makes a fresh ext4 filesystem on a loop device and keeps everything of the job on
 it: staging, output and the commit-step store (``fs``), or the append-only file of a
-``redis-server`` whose ``dir`` is there (``redis-always``, ``redis-everysec``). The job of
+``redis-server`` whose ``dir`` is there (``redis-always``, ``redis-everysec``), or the data
+directory of a PostgreSQL cluster (``postgres``, fsync and synchronous_commit on). The job of
 ``crashdriver.py`` runs there and is *stopped* (SIGSTOP) at the crash point; then the
 filesystem is cut with ``EXT4_IOC_SHUTDOWN`` / ``EXT4_GOING_FLAGS_NOLOGFLUSH``, which drops
 everything not yet committed to the journal, as a power cut does. The stopped driver (and
@@ -31,7 +32,9 @@ a message saying what is missing: never skipped.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -42,6 +45,7 @@ import crashdriver
 import forkrun
 import pytest
 from ext4_helpers import Ext4, ext4_filesystem
+from postgres_helpers import PostgresProcess
 from redis_helpers import RedisProcess
 from test_crash_matrix import (
     ALL,
@@ -77,14 +81,20 @@ class Setup:
     base: Path
     backend: Backend
     redis: RedisProcess | None = None
+    postgres: PostgresProcess | None = None
 
     def after_cut(self, ext4: Ext4) -> None:
-        """The machine is back: the filesystem replayed, Redis started on what it kept."""
+        """The machine is back: the filesystem replayed, Redis or PostgreSQL started on what
+        it kept (PostgreSQL replays its WAL)."""
         if self.redis is not None:
             self.redis.kill()
+        if self.postgres is not None:
+            self.postgres.kill()
         ext4.remount()
         if self.redis is not None:
             self.redis.start()
+        if self.postgres is not None:
+            self.postgres.start()
 
 
 def _setup(kind: str, ext4: Ext4, stack: list[RedisProcess]) -> Setup:
@@ -96,6 +106,37 @@ def _setup(kind: str, ext4: Ext4, stack: list[RedisProcess]) -> Setup:
     redis.start()
     stack.append(redis)
     return Setup(kind, base, Backend("redis", redis.url, redis.url), redis)
+
+
+def _postgres_setup(ext4: Ext4, servers: list[PostgresProcess]) -> Setup:
+    """A PostgreSQL cluster made on the filesystem to be cut, synced before the job runs (a
+    cluster the cut loses is not what the cell proves)."""
+    ext4.mount.chmod(0o755)  # the server's user must reach its directory
+    server = PostgresProcess(directory=ext4.mount / "postgres")
+    servers.append(server)
+    server.start()
+    os.sync()
+    return Setup(
+        "postgres", ext4.mount / "job", Backend("postgres", server.url, server.url), None, server
+    )
+
+
+@pytest.fixture
+def postgres_on_ext4(tmp_path: Path) -> Iterator[tuple[Ext4, list[PostgresProcess]]]:
+    """A filesystem to cut, mounted where PostgreSQL's user may enter (pytest's tmp dir lets
+    only root in), and the servers a cell started there, stopped at the end."""
+    mount = Path(tempfile.mkdtemp(prefix="commitpub-pg-cut-"))
+    mount.chmod(0o755)
+    servers: list[PostgresProcess] = []
+    try:
+        with ext4_filesystem(tmp_path, 256, mount=mount) as fs:
+            try:
+                yield fs, servers
+            finally:
+                for server in servers:
+                    server.kill()
+    finally:
+        shutil.rmtree(mount, ignore_errors=True)
 
 
 @pytest.fixture
@@ -270,6 +311,24 @@ def test_power_cut_redis_store(  # noqa: PLR0917 -- pytest passes fixtures by po
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     setup = _setup(kind, ext4, redis_servers)
+    run_power_cell(cell, ext4, setup, _clean(clean_runs, tmp_path_factory), tmp_path / "marks")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("cell", EVERYSEC_CELLS, ids=lambda c: c.name)
+def test_power_cut_postgres_store(
+    cell: Cell,
+    postgres_on_ext4: tuple[Ext4, list[PostgresProcess]],
+    tmp_path: Path,
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A sample of the cells (around a seal, a watermark, a removal, and after success) with
+    the commit store, watermarks and lock in PostgreSQL, its data directory on the cut
+    filesystem: what it acknowledged (fsync and synchronous_commit on) survives the cut."""
+    ext4, servers = postgres_on_ext4
+    setup = _postgres_setup(ext4, servers)
     run_power_cell(cell, ext4, setup, _clean(clean_runs, tmp_path_factory), tmp_path / "marks")
 
 

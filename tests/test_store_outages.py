@@ -10,6 +10,8 @@ Outages, each on the real thing:
 
 * ``redis``: the job's own ``redis-server`` (append-only file, fsync always) is stopped,
   later started again on the same port and directory;
+* ``postgres``: the job's own PostgreSQL cluster (fsync on) is stopped, later started again
+  on the same port and data directory;
 * ``enospc``: the filesystem store and watermarks live on a small tmpfs, filled up;
 * ``erofs``: the same tmpfs remounted read-only.
 
@@ -32,6 +34,7 @@ import attrs
 import crashdriver
 import forkrun
 import pytest
+from postgres_helpers import PostgresProcess
 from redis_helpers import RedisProcess
 from test_crash_matrix import JOB, Backend, drive, expect_ok, snapshot
 
@@ -119,6 +122,23 @@ class RedisDown(Outage):
         self.server.start()  # same port, same directory: what was acknowledged is back
 
 
+class PostgresDown(Outage):
+    kind, says = "postgres", "unreachable"
+
+    def __init__(self) -> None:
+        self.server = PostgresProcess()
+        self.server.start()
+
+    def backend(self, base: Path) -> Backend:
+        return Backend("postgres", self.server.url, self.server.url)
+
+    def begin(self) -> None:
+        self.server.stop()
+
+    def end(self) -> None:
+        self.server.start()  # same port, same data directory: what was committed is back
+
+
 class _Tmpfs(Outage):
     def __init__(self, mountpoint: Path) -> None:
         self.mountpoint = mountpoint
@@ -176,7 +196,9 @@ def _tmpfs(mountpoint: Path) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(mountpoint)], check=False)
 
 
-@pytest.fixture(params=["redis", "enospc", "erofs"])
+@pytest.fixture(
+    params=["redis", pytest.param("postgres", marks=pytest.mark.postgres), "enospc", "erofs"]
+)
 def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
     if request.param == "redis":
         down = RedisDown(tmp_path / "redis")
@@ -184,6 +206,11 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
             yield down
         finally:
             down.server.stop()
+        return
+    if request.param == "postgres":
+        pg = PostgresDown()
+        with pg.server:  # stopped and removed at the end
+            yield pg
         return
     mountpoint = tmp_path / "mnt"
     with _tmpfs(mountpoint):

@@ -27,11 +27,17 @@ JOB = crashdriver.JOB
 ZOMBIE_TTL = 1.0
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> DriverJob:
     if request.param == "fs":
         return DriverJob.local(tmp_path)
-    return DriverJob.on_redis(tmp_path, request.getfixturevalue("redis_url"))
+    return DriverJob.on_server(tmp_path, request.getfixturevalue(f"{request.param}_url"))
 
 
 @pytest.fixture

@@ -111,8 +111,13 @@ class DriverJob:
         return cls(base, store, str(base / "state" / "watermarks"), store, _marks(tmp_path))
 
     @classmethod
-    def on_redis(cls, tmp_path: Path, url: str) -> DriverJob:
+    def on_server(cls, tmp_path: Path, url: str) -> DriverJob:
+        """Commit store, watermarks and lock all at ``url`` (Redis or PostgreSQL)."""
         return cls(tmp_path / "job", url, url, url, _marks(tmp_path))
+
+    @classmethod
+    def on_redis(cls, tmp_path: Path, url: str) -> DriverJob:
+        return cls.on_server(tmp_path, url)
 
     def args(self, command: str, *extra: str, ttl: float = 60.0) -> list[str]:
         return [

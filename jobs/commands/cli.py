@@ -40,7 +40,7 @@ from jobs.output import names as format_names
 from jobs.progress import Progress, showing
 from jobs.runs.report import EMPTY_RUNS_WARNING, RunReport, summary_lines
 from jobs.runs.report import as_json as report_json
-from store.errors import CommitPubError, ConfigurationError
+from store.errors import CommitPubError, ConfigurationError, NotImportableError
 
 if TYPE_CHECKING:
     from jobs.commands.ops import DatasetState
@@ -1072,6 +1072,29 @@ def rename_job(job_file: str | None, old_name: str, as_json: bool, **where: str 
             f"failure counts of {', '.join(done.left_failures)} stay with the old name "
             "(not carried over)"
         )
+
+
+@main.command(
+    "postgres-schema",
+    epilog="""\b
+Example:
+  commitpub postgres-schema | psql -v ON_ERROR_STOP=1 "postgresql://admin@db.example.com/jobs"
+""",
+)
+def postgres_schema() -> None:
+    """Print the SQL that creates the PostgreSQL store's schema, for a role that may create
+    tables to run ahead of a job whose own role may not (docs/storage-format.md).
+
+    The job's role then needs USAGE on schema commitpub and SELECT, INSERT, UPDATE, DELETE
+    on its tables. A store whose role may create them makes them itself on first use.
+    """
+    from store.loader import load
+
+    try:
+        schema_sql = load("store.postgres:schema_sql", hint="pip install 'commitpub[postgres]'")
+    except NotImportableError as e:
+        _fail(str(e), ExitCode.CONFIG)
+    click.echo(schema_sql(), nl=False)
 
 
 T = TypeVar("T")

@@ -37,7 +37,7 @@ from jobs.spark import (
 )
 from publisher.integration import staging
 from store.errors import ConfigurationError
-from store.urls import REDIS_PASSWORD_ENV, redact
+from store.urls import REDIS_PASSWORD_ENV, has_credentials, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,12 +66,14 @@ def preflight(
     Raises:
         ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument):
             a Redis URL's password the Spark tasks would not get
-            (:func:`require_tasks_password`); a session that runs speculative tasks (in
+            (:func:`require_tasks_password`), a PostgreSQL URL with a password
+            (:func:`require_no_postgres_password`); a session that runs speculative tasks (in
             the session, or in ``[spark] conf``); a staging path that is another job's or
             holds what no job marked (:func:`require_staging`).
     """
     if spark_tasks:
         require_tasks_password(config, spark)
+        require_no_postgres_password(config)
     if spark is not None:
         SparkRunner(spark)  # refuses a session with speculative execution
     elif isinstance(config, OperatorConfig):
@@ -82,6 +84,39 @@ def preflight(
             )
     if claim_staging:
         require_staging(config)
+
+
+#: The URL schemes of PostgreSQL stores (store.postgres).
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def require_no_postgres_password(config: BatchConfig) -> None:
+    """Refuse a PostgreSQL URL of the job that carries a password.
+
+    Spark tasks get the stores' URLs without their password and connect with libpq's own
+    ``PGPASSWORD`` or ``~/.pgpass`` of their environment, so a password only in the URL lets
+    the driver in, seal the write-ahead, and then fails every task that executes it.
+
+    Raises:
+        ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument),
+            without the password, and where to put it instead.
+    """
+    naming = config.naming
+    urls = {
+        "store.url": config.store_url,
+        "watermarks.url": config.watermarks_url,
+        "lock.url": config.lock_url,
+    }
+    for key, url in urls.items():
+        if not url or url.split("://", 1)[0].lower() not in _POSTGRES_SCHEMES:
+            continue
+        if has_credentials(url):
+            raise naming.error(
+                f"{naming.the(key)} ({redact(url)}) carries a password that the Spark tasks "
+                "would not use: a URL's password never travels to them. Set PGPASSWORD (or "
+                "a ~/.pgpass) on the driver and the executors (spark.executorEnv.PGPASSWORD), "
+                "and leave it out of the URL"
+            )
 
 
 def require_staging(config: BatchConfig) -> None:

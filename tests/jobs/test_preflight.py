@@ -305,3 +305,24 @@ def test_a_store_whose_extra_is_not_installed_is_refused_naming_the_extra(
     line = _refused(tmp_path, "run", str(job), env={"PYTHONPATH": str(missing.parent)})
     assert "store.url" in line
     assert "pip install 'commitpub[redis]'" in line
+
+
+# -- the PostgreSQL password ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["store", "lock"])
+def test_a_postgres_url_with_a_password_is_refused_before_the_lock(
+    tmp_path: Path, key: str
+) -> None:
+    """Spark tasks would connect without it (they read PGPASSWORD or ~/.pgpass): refused
+    before anything connects, naming the key and never the password."""
+    url = f"postgresql://job:{PASSWORD}@127.0.0.1:1/jobs"
+    Landing(tmp_path / "landing").append("events", "p0", 3)
+    tables: dict[str, Any] = {"lock": {"url": url}} if key == "lock" else {}
+    store = url if key == "store" else str(tmp_path / "steps")
+    path = _redis_job(tmp_path, store, str(tmp_path / "wm"), **tables)
+    line = _refused(tmp_path, "run", str(path))
+    assert f"key '{key}.url'" in line
+    assert "PGPASSWORD" in line
+    assert "leave it out of the URL" in line
+    assert PASSWORD not in line

@@ -1,7 +1,9 @@
 """Guarantee 8 at the job level: `run`, `recover`, `retry` and `discard` refuse a Redis that
 can forget a sealed sequence (exit 2, the exact setting named, nothing changed), unless the
 job says `store.allow_volatile = true`; then the run goes on and its report carries the
-warning. Real redis-server processes, one without an append-only file."""
+warning. Real redis-server processes, one without an append-only file, and a real
+PostgreSQL whose job session has `synchronous_commit = off` (and, accepted, the same
+PostgreSQL as it comes: a run through Spark tasks on it)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from redis_helpers import RedisProcess
 from jobs.commands.cli import main
 from jobs.config import load_config
 from jobs.runs.run import run_job
-from store import open_lock
+from store import open_lock, open_watermarks
 
 
 @pytest.fixture
@@ -69,3 +71,48 @@ def test_allow_volatile_must_be_a_boolean(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["run", str(job_file)])
     assert result.exit_code == 2
     assert "store.allow_volatile" in result.output
+
+
+@pytest.mark.postgres
+def test_a_postgres_session_without_synchronous_commit_is_refused_before_anything(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The same refusal for PostgreSQL: `synchronous_commit = off` for the job's session (here
+    from the URL's options) acknowledges commits before they are on disk."""
+    url = postgres_url + "?options=-c%20synchronous_commit%3Doff"
+    job_file = _job(tmp_path, url)
+    result = CliRunner().invoke(main, ["run", str(job_file)])
+    assert result.exit_code == 2, result.output
+    assert "store.url" in result.output
+    assert "synchronous_commit is off for the store's session" in result.output
+    assert "store.allow_volatile = true" in result.output
+    assert open_lock(postgres_url).current("test-job") is None
+    assert not (tmp_path / "staging").exists()
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_a_run_on_postgres_publishes_once_through_spark_tasks(
+    tmp_path: Path, postgres_url: str, spark: SparkSession
+) -> None:
+    """The accepted case, end to end: commit store, watermarks and lock all on the session's
+    PostgreSQL (fsync and synchronous_commit on, nothing to warn of); the stores travel into
+    Spark tasks and reconnect there. A second run over the same landing publishes nothing."""
+    Landing(tmp_path / "landing").append("orders", "0", 5)
+    job = write_job(tmp_path, store={"url": postgres_url}, watermarks={"url": postgres_url})
+    first = run_job(load_config(job), spark=spark)
+    assert first.exit_code == 0, first.error
+    assert (first.published, first.warnings) == (["orders"], [])
+    again = run_job(load_config(job), spark=spark)
+    assert again.exit_code == 0, again.error
+    assert again.published == []
+    wm = open_watermarks(postgres_url, job="test-job")
+    try:
+        assert wm.get_all("orders") != {}
+    finally:
+        wm.close()
+    lock = open_lock(postgres_url)
+    try:
+        assert lock.current("test-job") is None  # released at the end of each run
+    finally:
+        lock.close()
