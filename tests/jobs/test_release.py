@@ -106,14 +106,20 @@ class HeldJob:
         with open_store(self.config.store_url) as st:
             return st.datasets(self.config.name)
 
+    def shown(self) -> Any:
+        """What ``status --json`` prints, made in this process by the same ``ops.status``:
+        how the tests look at the job between the commands they run (as :meth:`pending`
+        and :meth:`published` do), without a process of its own for each look."""
+        return json.loads(json.dumps(ops.as_json(ops.status(self.config))))
+
     def hold_id(self) -> str:
         """The id of the dataset's hold, as ``status --json`` shows it."""
-        [shown] = self.json("status")["without_pending"]
+        [shown] = self.shown()["without_pending"]
         hold_id: str = shown["held"]["id"]
         return hold_id
 
     def held(self) -> list[str]:
-        held: list[str] = self.json("status")["held"]
+        held: list[str] = self.shown()["held"]
         return held
 
     def unchanged(self, *, watermark: Any = None) -> None:
