@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs.config import JobConfig, load_config
 from jobs.output.verify import Tally, tally
@@ -39,6 +40,9 @@ from publisher import Publisher
 from store.errors import ConfigurationError
 from store.failpoints import ENV_VAR as FAILPOINTS_ENV
 from store.failpoints import MARKS_ENV_VAR
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DATASETS = ("clicks", "orders", "payments")
 PARTITIONS = ("0", "1", "2")
@@ -297,7 +301,12 @@ def _live_in_session(session: int) -> list[int]:
 
 
 def run_demo(
-    directory: Path, *, records: int = 2000, echo: Echo = print, output_format: str = "parquet"
+    directory: Path,
+    *,
+    records: int = 2000,
+    echo: Echo = print,
+    output_format: str = "parquet",
+    spark: SparkSession | None = None,
 ) -> bool:
     """Run the whole demo in ``directory``; print the story and the counted table.
 
@@ -306,6 +315,9 @@ def run_demo(
         records: records per partition in the first batch.
         echo: where lines go.
         output_format: ``"parquet"``, ``"iceberg"`` or ``"delta"`` (``output.format``).
+        spark: a running local session for the runs of this process, left running (a test
+            suite's); None, as ``commitpub demo`` calls it: one started from the demo job's
+            ``[spark]`` and stopped at the end. The crashing run has its own in any case.
 
     Returns:
         True when every source record was published exactly once and every watermark
@@ -330,9 +342,9 @@ def run_demo(
         f"{len(PARTITIONS)} partitions"
     )
 
-    spark = build_session(config)
+    session = build_session(config) if spark is None else spark
     try:
-        first = run_job(config, spark=spark)
+        first = run_job(config, spark=session)
         echo(f"run 1    {_summary(first)}")
         if first.exit_code != 0:
             raise RuntimeError(f"the first run failed: {first.error}; see {first.path}")
@@ -346,7 +358,7 @@ def run_demo(
 
         _crash_run(config, directory, echo)
 
-        recovery = recover_job(config, spark=spark)
+        recovery = recover_job(config, spark=session)
         echo(
             f"recover  {recovery.status} (exit {recovery.exit_code}): recovered "
             f"{', '.join(recovery.recovered) or 'nothing'}, aborted "
@@ -361,12 +373,13 @@ def run_demo(
             f"currency {BAD_CURRENCY!r}, which the job's check accepted_values(currency) refuses"
         )
 
-        last = run_job(config, spark=spark)
+        last = run_job(config, spark=session)
         echo(f"run 3    {_summary(last)}")
         if "orders" not in last.held:
             raise RuntimeError(f"the third run did not hold orders; see {last.path}")
     finally:
-        spark.stop()
+        if spark is None:
+            session.stop()
 
     _operator(config, echo)
 

@@ -1,4 +1,7 @@
-"""``commitpub demo``: the counted verdict, from a child process like ``make demo``."""
+"""``commitpub demo``: the counted verdict, from a child process like ``make demo``; into
+tables, from this process on the session's SparkSession (the demo's own driver JVM fewer:
+what the format changes is the output, not how the demo drives Spark). The crashing run is
+a child process with its own driver either way."""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from jobhelpers import commitpub
+from pyspark.sql import SparkSession
 
 from jobs.commands.cli import main
-from jobs.commands.demo import prepare
+from jobs.commands.demo import prepare, run_demo
 
 
 def _assert_held_and_released(out: str) -> None:
@@ -62,11 +66,14 @@ def test_demo_crashes_recovers_and_counts(tmp_path: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-def test_demo_into_tables_crashes_recovers_and_counts(tmp_path: Path, fmt: str) -> None:
+def test_demo_into_tables_crashes_recovers_and_counts(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
     directory = tmp_path / "demo"
-    done = commitpub("demo", "--dir", str(directory), "--records", "100", "--format", fmt)
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr[-3000:]
+    lines: list[str] = []
+    exact = run_demo(directory, records=100, echo=lines.append, output_format=fmt, spark=spark)
+    out = "\n".join(lines) + "\n"
+    assert exact, out
     assert "run 2    CRASHED" in out
     _assert_held_and_released(out)
     total = next(line for line in out.splitlines() if line.startswith("total"))

@@ -1,6 +1,8 @@
 """One writer per job, with real ``commitpub`` processes: two runs started together, a
 quarantined dataset's exit code 3, and a zombie driver paused past its lease whose writes
-the stores refuse after another run took over (filesystem and Redis backends)."""
+the stores refuse after another run took over (filesystem and Redis backends). The runs
+that only take over or lay down a starting point run in this process, on the session's
+SparkSession (a driver JVM fewer each)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from pathlib import Path
 
 import pytest
 from jobhelpers import COMMITPUB, Landing, assert_exactly_once, commitpub, write_job
+from pyspark.sql import SparkSession
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.config import load_config
+from jobs.runs.run import run_job
 from publisher import staging
 from store import JobLock, open_lock, open_store
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
@@ -82,7 +86,7 @@ def test_two_runs_started_together_one_publishes_the_other_exits_75(tmp_path: Pa
 
 
 def test_run_exits_3_while_a_dataset_stays_quarantined_and_status_reports_it(
-    tmp_path: Path,
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     _landing(tmp_path)
     job_file = write_job(tmp_path, publish={"max_attempts": 1})
@@ -95,8 +99,10 @@ def test_run_exits_3_while_a_dataset_stays_quarantined_and_status_reports_it(
     gone.unlink()
     open_store(config.store_url).put_sequence(config.name, "clicks", [commitsteps.dumps(step)])
 
-    first = commitpub("run", str(job_file), "--run-id", "r1", env=_clean_env())
-    assert first.returncode == 3, first.stderr
+    # The first run in this process, on the session's SparkSession; the second is the
+    # console script, whose exit code and output are what an operator's scheduler sees.
+    first = run_job(config, spark=spark, run_id="r1")
+    assert first.exit_code == 3, first.error or first.errors
     status = commitpub("status", str(job_file), "--json")
     assert status.returncode == 0, status.stderr
     doc = json.loads(status.stdout)
@@ -126,7 +132,7 @@ def _wait_for(predicate: object, what: str) -> None:
 
 @pytest.mark.parametrize("backend", ["fs", "redis"])
 def test_a_zombie_driver_resumed_after_a_takeover_cannot_commit(
-    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    spark: SparkSession, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     _landing(tmp_path)
     if backend == "redis":
@@ -152,8 +158,9 @@ def test_a_zombie_driver_resumed_after_a_takeover_cannot_commit(
         assert held is not None
         _wait_for(lambda: _expired(lock, config.name), "the zombie's lease to expire")
 
-        takeover = commitpub("run", str(job_file), "--run-id", "takeover", env=_clean_env())
-        assert takeover.returncode == 0, takeover.stderr
+        # The run taking over is an ordinary one: in this process, on the session's Spark.
+        takeover = run_job(config, spark=spark, run_id="takeover")
+        assert takeover.exit_code == 0, takeover.error or takeover.errors
     finally:
         # pyspark's daemon puts its Python workers in a process group of their own: the
         # paused tasks (named by their marks) are resumed one by one.

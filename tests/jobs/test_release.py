@@ -5,8 +5,8 @@ redis-server.
 The hold is made with the publisher's own API (``Publisher.hold``, as a run whose check
 failed makes it) over real Parquet files staged in a real run directory of the job; every
 command is the ``commitpub`` console script in a process of its own, as an operator runs it.
-No Spark, except for the ``commitpub recover`` that finishes a release killed after its
-seal.
+No Spark, except for the recovery that finishes a release killed after its seal: it kills
+nothing, and runs in this process on the session's SparkSession (a driver JVM fewer).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from jobhelpers import COMMITPUB, commitpub, write_job
+from pyspark.sql import SparkSession
 from redis_helpers import RedisProcess
 
 from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
@@ -32,6 +32,7 @@ from jobs.commands import ops
 from jobs.config import JobConfig, load_config
 from jobs.runs.jobrun import JobRun, new_run_id
 from jobs.runs.locking import held_lock, open_publisher
+from jobs.runs.run import recover_job
 from publisher import HoldReplacedError
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
@@ -105,14 +106,20 @@ class HeldJob:
         with open_store(self.config.store_url) as st:
             return st.datasets(self.config.name)
 
+    def shown(self) -> Any:
+        """What ``status --json`` prints, made in this process by the same ``ops.status``:
+        how the tests look at the job between the commands they run (as :meth:`pending`
+        and :meth:`published` do), without a process of its own for each look."""
+        return json.loads(json.dumps(ops.as_json(ops.status(self.config))))
+
     def hold_id(self) -> str:
         """The id of the dataset's hold, as ``status --json`` shows it."""
-        [shown] = self.json("status")["without_pending"]
+        [shown] = self.shown()["without_pending"]
         hold_id: str = shown["held"]["id"]
         return hold_id
 
     def held(self) -> list[str]:
-        held: list[str] = self.json("status")["held"]
+        held: list[str] = self.shown()["held"]
         return held
 
     def unchanged(self, *, watermark: Any = None) -> None:
@@ -455,7 +462,9 @@ def test_release_killed_after_its_seal_is_finished_by_release_again(job: HeldJob
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_release_killed_after_the_hold_went_is_finished_by_recover(job: HeldJob) -> None:
+def test_release_killed_after_the_hold_went_is_finished_by_recover(
+    job: HeldJob, spark: SparkSession
+) -> None:
     _killed_at(job, "release.hold_removed")
     again = job.run("release", HELD, "--yes", code=2)
     assert (
@@ -464,7 +473,8 @@ def test_release_killed_after_the_hold_went_is_finished_by_recover(job: HeldJob)
     ) in " ".join(again.stderr.split())
     assert job.published() == []
 
-    job.run("recover", env={"PYSPARK_PYTHON": sys.executable})
+    recovered = recover_job(job.config, spark=spark)
+    assert recovered.exit_code == 0, recovered.error or recovered.errors
 
     assert job.published() == EVERY_ROW
     assert job.watermark() == 50

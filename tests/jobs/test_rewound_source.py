@@ -2,7 +2,7 @@
 its committed watermark fails its dataset (quarantined after ``max_attempts``), and
 ``commitpub set-watermark`` (fenced, one compare-and-set, killed anywhere: old or new value)
 lets the operator ingest the re-landed records exactly once. The real CLI throughout, but
-for the runs that only lay down what a test starts from: those run in this process on the
+for the runs whose exit code is all a test reads of them: those run in this process on the
 session's SparkSession (a driver JVM fewer each)."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _run(job_file: Path, code: ExitCode) -> str:
 
 
 def _run_here(spark: SparkSession, job_file: Path, code: ExitCode) -> None:
-    """A run that only lays down a test's starting point, in this process."""
+    """A run whose exit code is all the test reads of it, in this process."""
     report = run_job(load_config(job_file), spark=spark)
     assert report.exit_code == code, report.error or report.errors
 
@@ -121,7 +121,7 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
     ]
     assert len(output_rows(tmp_path / "output", "clicks")) == 6
     assert _serials(tmp_path, "orders") == first
-    _run(job_file, ExitCode.PARTIAL)  # quarantined: skipped, nothing read
+    _run_here(spark, job_file, ExitCode.PARTIAL)  # quarantined: skipped, nothing read
     assert _serials(tmp_path, "orders") == first
 
     # The operator reads it from offset 0: the failure and its quarantine are cleared.
@@ -131,7 +131,7 @@ def test_a_relanded_partition_fails_is_quarantined_then_set_watermark_ingests_it
         "orders/0: watermark set from 10 to 0; the next run reads the partition from there; "
         "its failure for a source that went backwards is cleared"
     ]
-    _run(job_file, ExitCode.OK)
+    _run_here(spark, job_file, ExitCode.OK)
     # The 13 re-landed records exactly once, beside the 14 published before, and partition
     # 1's 2 records that waited.
     relanded_serials = list(range(1001, 1014))
@@ -169,7 +169,7 @@ def test_set_watermark_killed_anywhere_leaves_old_or_new_and_ends_exactly_once(
     ]
     assert _failure(config, "orders") == ""
 
-    _run(job_file, ExitCode.OK)  # the lock a killed command left is taken over
+    _run_here(spark, job_file, ExitCode.OK)  # the lock a killed command left is taken over
     assert _serials(tmp_path, "orders") == sorted(first + list(range(1001, 1007)))
     assert _watermark(config, "orders", "0") == 6
 
