@@ -26,7 +26,7 @@ from commitsteps.errors import (
     TableRollbackRefusedError,
     UnknownStepTypeError,
 )
-from commitsteps.fs import FsRenameCommitStep
+from commitsteps.fs import FsRenameCommitStep, FsSetAsideCommitStep
 from commitsteps.modules import load_failure, load_step_modules, unimportable
 from commitsteps.serialization import dumps, loads
 from commitsteps.tables import DEFAULT_COMMIT_BUDGET_S, check_budget, commit_budget
@@ -61,6 +61,7 @@ __all__ = [
     "CommitStep",
     "DuplicateStepTypeError",
     "FsRenameCommitStep",
+    "FsSetAsideCommitStep",
     "MissingSourceError",
     "PathConfinementError",
     "StagedLinkError",

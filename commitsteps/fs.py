@@ -647,3 +647,75 @@ class LegacyFsRenameCommitStep(_Rename):
 
     def _expected(self) -> int | None:
         return None
+
+
+@register("fs.set-aside")
+@attrs.frozen
+class FsSetAsideCommitStep(_Rename):
+    """Move a published file aside into the run's staging: what a restatement replaces.
+
+    The rename of :class:`FsRenameCommitStep` run the other way: ``src`` is the published
+    file (under an output root), ``dst`` where it waits in the run's own staging (under a
+    staging root) until the commit is done, when the staging clean-up deletes it. Every
+    state is the rename's (module table), with the roles of staging and output swapped:
+    done when the published file is gone and the file aside has ``size`` bytes.
+
+    Undoing it is putting the file back, never deleting it: an abort (a sequence never
+    sealed, so never executed) leaves it alone, a rollback (an operator's discard of a
+    pending restatement) moves it back to where it was published.
+
+    Args:
+        src: the published file (absolute path or fsspec URL without credentials).
+        dst: where it is set aside, in the run's staging.
+        size: the published file's size in bytes, recorded at write-ahead.
+
+    A sequence lists its set-asides before the renames of the new files: a class of its
+    own, so the executor runs them as one batch that completes before the first new file
+    is renamed in (data steps run in written order, in batches of one class).
+    """
+
+    size: int = attrs.field(default=_NO_SIZE, validator=_check_size)
+
+    def _expected(self) -> int | None:
+        return self.size
+
+    def _check_source(self, src: _File | None, dst: _File | None) -> None:
+        if src is None:
+            found = "missing" if dst is None else f"{dst.size} bytes"
+            raise MissingSourceError(
+                f"cannot set aside {self.src}, which the commit replaces: it is gone and the "
+                f"file aside {self.dst} is {found} (expected {self.size} bytes); something "
+                "else deleted it"
+            )
+        if src.size != self.size:
+            raise StepConflictError(
+                f"published file {self.src}, which the commit replaces: expected {self.size} "
+                f"bytes, found {src.size} (rewritten since the commit was written ahead)"
+            )
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.dst,)
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.src,)
+
+    def abort(self) -> None:
+        """Nothing: the file aside is the replaced data, never the run's own to delete; a
+        sequence that was never sealed never moved it."""
+
+    def rollback(self) -> None:
+        """Move the file back to where it was published, if it is aside."""
+        back = FsRenameCommitStep(self.dst, self.src, self.size)
+        sfs, spath = _fs(self.dst)
+        if _stat(sfs, spath) is None:
+            return  # never moved, or moved back already
+        back.execute()
+
+    def undone(self) -> bool:
+        return self.undone_many([self])[0]
+
+    @classmethod
+    def undone_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
+        """Undone when nothing is aside any more (one listing per directory): the file was
+        never moved, or is back."""
+        return [aside is None for _step, _published, aside in _found(steps)]

@@ -15,6 +15,7 @@ import commitsteps
 from commitsteps import (
     CommitStep,
     FsRenameCommitStep,
+    FsSetAsideCommitStep,
     StepValueError,
     UnknownStepTypeError,
     WatermarkCommitStep,
@@ -78,6 +79,12 @@ paths_and_urls = (
 )
 rename_steps = st.builds(
     FsRenameCommitStep,
+    src=paths_and_urls,
+    dst=paths_and_urls,
+    size=st.integers(min_value=0, max_value=2**63),
+)
+set_aside_steps = st.builds(
+    FsSetAsideCommitStep,
     src=paths_and_urls,
     dst=paths_and_urls,
     size=st.integers(min_value=0, max_value=2**63),
@@ -149,7 +156,9 @@ delta_steps = locations.flatmap(
     )
 )
 
-any_step = rename_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
+any_step = (
+    rename_steps | set_aside_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
+)
 
 
 def test_every_built_in_step_has_a_round_trip_strategy() -> None:
@@ -161,6 +170,7 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
     }
     assert built_in == {
         commitsteps.tag_of(FsRenameCommitStep),
+        commitsteps.tag_of(FsSetAsideCommitStep),
         commitsteps.tag_of(WatermarkCommitStep),
         commitsteps.tag_of(IcebergAppendCommitStep),
         commitsteps.tag_of(DeltaAppendCommitStep),

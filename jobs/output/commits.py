@@ -6,13 +6,25 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Sequence
 
 import attrs
 
-from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
+from commitsteps import (
+    CommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+    MissingSourceError,
+    StepConflictError,
+    WatermarkCommitStep,
+)
 from store import JsonScalar
 from store.files import FileIO
 from store.urls import is_local, local_path
+
+#: The directory, in a dataset's staging directory, where a restatement sets aside the files
+#: it replaces until its commit is done (hidden: never taken for staged data).
+REPLACED_DIR = ".replaced"
 
 
 @attrs.frozen
@@ -52,6 +64,11 @@ class StagedDataset:
     #: size, as the write reported them. None: a writer that does not report them (see
     #: :class:`jobs.output.writing.Written`); the staging directory is listed when called.
     files: tuple[tuple[str, int], ...] | None = None
+    #: The output partitions whose current files the commit replaces (a restatement,
+    #: ``stage(replace=...)``): each a partition directory relative to ``output_dir``
+    #: (``day=2026-11-01``, ``/`` between columns). Every data file found there when the
+    #: commit is built is set aside into :data:`REPLACED_DIR` before the new files go in.
+    replace: tuple[str, ...] = ()
 
     def __call__(self) -> list[CommitStep]:
         files = [] if self.empty else self._files()
@@ -70,7 +87,35 @@ class StagedDataset:
             steps.append(
                 FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{named}{name}", size)
             )
-        return [*steps, *self.after_data()]
+        return [*self.set_asides(steps), *steps, *self.after_data()]
+
+    def set_asides(self, renames: Sequence[CommitStep] = ()) -> list[CommitStep]:
+        """A set-aside step for every data file the replaced partitions hold now, listed
+        here (where the publish task runs, just before the write-ahead): moved into
+        ``<staging_dir>/.replaced/<partition>/`` by the commit, before the new files.
+
+        Raises:
+            StepConflictError: if a file to replace has the name of one of ``renames``'
+                destinations (this run id published there already): setting it aside
+                would take the new file for the old.
+        """
+        if not self.replace:
+            return []
+        new = {r.published_paths()[0] for r in renames if isinstance(r, FsRenameCommitStep)}
+        aside = posixpath.join(self.staging_dir, REPLACED_DIR)
+        steps: list[CommitStep] = []
+        for partition in self.replace:
+            published = posixpath.join(self.output_dir, partition)
+            for directory, name, size in _listing(published):
+                src = posixpath.join(published, directory, name)
+                if src in new:
+                    raise StepConflictError(
+                        f"{src}: the output already holds a file of run {self.run_id}'s "
+                        "name in a partition it replaces; restate with a new run id"
+                    )
+                dst = posixpath.join(aside, partition, directory, name)
+                steps.append(FsSetAsideCommitStep(src, dst, size))
+        return steps
 
     def relative_paths(self) -> list[str]:
         """The staged files' paths relative to ``staging_dir``, in their order."""
