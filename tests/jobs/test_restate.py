@@ -1,0 +1,133 @@
+"""``Batch.stage(replace=...)``: a restatement of Parquet partitions, in-process on the
+session's SparkSession: what it publishes, that running it twice ends the same, what the
+report records, and the typed errors of a bad ``replace``.
+
+Killed by SIGKILL at points inside it: tests/test_restate_crashes.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from jobhelpers import batch_places
+from pyspark.sql import SparkSession
+
+from jobs import Batch, BatchArgumentError
+
+pytestmark = pytest.mark.spark
+
+JOB = "restate-job"
+DAYS = ("2025-01-01", "2025-01-02", "2025-01-03")
+
+
+def _batch(spark: SparkSession, base: Path, run_id: str) -> Batch:
+    places: dict[str, Any] = batch_places(base)
+    return Batch(spark, JOB, run_id=run_id, summary=False, **places)
+
+
+def _orders(spark: SparkSession, version: str, days: tuple[str, ...], n: int = 6) -> Any:
+    rows = [(f"{version}-{day}-{i}", version, day) for day in days for i in range(n)]
+    return spark.createDataFrame(rows, "order_id string, version string, day string")
+
+
+def _rows(base: Path) -> Counter[tuple[str, str, str]]:
+    table = ds.dataset(base / "output" / "orders", format="parquet", partitioning="hive")
+    return Counter(
+        (r["order_id"], r["version"], str(r["day"])) for r in table.to_table().to_pylist()
+    )
+
+
+def _expected(*parts: tuple[str, tuple[str, ...], int]) -> Counter[tuple[str, str, str]]:
+    return Counter(
+        (f"{version}-{day}-{i}", version, day)
+        for version, days, n in parts
+        for day in days
+        for i in range(n)
+    )
+
+
+def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    with _batch(spark, tmp_path, "r1") as batch:
+        batch.stage("orders", _orders(spark, "v1", DAYS), partition_by=["day"], watermarks={"p": 3})
+    assert batch.report.exit_code == 0
+    assert batch.report.staged["orders"].replaces is None
+    assert _rows(tmp_path) == _expected(("v1", DAYS, 6))
+
+    restated: list[dict[str, Any]] = [{"day": "2025-01-01"}, {"day": datetime.date(2025, 1, 2)}]
+    for run_id in ("r2", "r3"):  # the same restatement twice ends the same
+        with _batch(spark, tmp_path, run_id) as batch:
+            batch.stage(
+                "orders", _orders(spark, "v2", DAYS[:2], 4), partition_by=["day"], replace=restated
+            )
+        assert batch.report.exit_code == 0, batch.report.error
+        assert batch.report.staged["orders"].replaces == ("day=2025-01-01", "day=2025-01-02")
+        assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 4), ("v1", DAYS[2:], 6))
+        with _batch(spark, tmp_path, f"{run_id}-check") as batch:
+            # Not moved by a restatement given no watermarks.
+            assert batch.committed("orders", "p") == 3
+    # The replaced files (set aside in the run's staging) went with it.
+    assert list((tmp_path / "staging").rglob("*.parquet")) == []
+
+    # True: every partition the staged data holds; a partition named and not staged is emptied.
+    with _batch(spark, tmp_path, "r4") as batch:
+        batch.stage("orders", _orders(spark, "v3", DAYS[2:], 2), partition_by=["day"], replace=True)
+    assert batch.report.staged["orders"].replaces == ("day=2025-01-03",)
+    assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 4), ("v3", DAYS[2:], 2))
+    with _batch(spark, tmp_path, "r5") as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, "v4", DAYS[:1], 1),
+            partition_by=["day"],
+            replace=[{"day": "2025-01-01"}, {"day": "2025-01-02"}],
+        )
+    assert _rows(tmp_path) == _expected(("v4", DAYS[:1], 1), ("v3", DAYS[2:], 2))
+
+
+@pytest.fixture
+def open_batch(spark: SparkSession, tmp_path: Path) -> Iterator[Batch]:
+    with _batch(spark, tmp_path, "r1") as batch:
+        yield batch
+
+
+def test_a_bad_replace_is_a_typed_error_naming_the_dataset_and_the_key(
+    spark: SparkSession, tmp_path: Path, open_batch: Batch
+) -> None:
+    df = _orders(spark, "v1", DAYS[:1])
+    by_day = {"partition_by": ["day"]}
+    bad: list[tuple[dict[str, Any], str]] = [
+        (
+            {**by_day, "replace": [{"dy": "2025-01-01"}]},
+            "argument 'replace[0]' of dataset 'orders': key 'dy' is not a partition_by column "
+            "(day)",
+        ),
+        (
+            {"partition_by": ["day", "version"], "replace": [{"day": "2025-01-01"}]},
+            "argument 'replace[0]' of dataset 'orders': key 'version' is missing",
+        ),
+        ({**by_day, "replace": []}, "argument 'replace' of dataset 'orders' names no partition"),
+        ({**by_day, "replace": "day=2025-01-01"}, "must be True or a list of partitions"),
+        ({**by_day, "replace": {"day": "2025-01-01"}}, "must be True or a list of partitions"),
+        ({**by_day, "replace": ["day=2025-01-01"]}, "argument 'replace[0]' of dataset 'orders'"),
+        (
+            {**by_day, "replace": [{"day": 1.5}]},
+            "the value of 'day' must be a string, an int, a bool, a datetime.date or None",
+        ),
+        (
+            {"replace": [{"day": "2025-01-01"}]},
+            "the dataset has no partition_by columns: pass replace=True",
+        ),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(BatchArgumentError) as refused:
+            open_batch.stage("orders", df, **kwargs)
+        assert message in str(refused.value)
+    assert open_batch.report.run_dir is None  # nothing was written
+    assert not (tmp_path / "output").exists()
