@@ -4,13 +4,15 @@
                                           [--days 1,2,3] [--replace 1,2]
     python tests/restatedriver.py recover --base DIR --store URL
     python tests/restatedriver.py discard --base DIR --store URL
+    python tests/restatedriver.py read    --base DIR --store URL --days N --until FILE
 
-``publish`` recovers first (as ``commitpub run`` does), stages FILES files of ROWS rows for
-each of ``--days`` under ``<run dir>/events/day=N/`` (each row ``V,N,i``), and publishes
-them with the Parquet format's commit builder (:class:`jobs.output.commits.StagedDataset`):
+``publish`` recovers first (as ``commitpub run`` does), stages ``--files`` files (FILES) of
+ROWS rows for each of ``--days`` under ``<run dir>/events/day=N/`` (each row ``V,N,i``), and
+publishes them with the Parquet format's commit builder (``StagedDataset``):
 with ``--replace``, the files those days' partitions hold now are set aside first (a
 restatement). Crashes come from ``COMMITPUB_FAILPOINTS`` (store/failpoints.py). Prints the
-report as JSON; exit 0 when every dataset ended well.
+report as JSON; exit 0 when every dataset ended well. ``read`` is a reader beside them: it
+lists day N's partition until the file ``--until`` exists and prints what it saw.
 """
 
 from __future__ import annotations
@@ -30,32 +32,65 @@ FILES = 2
 ROWS = 3
 
 
-def rows(version: str, day: str) -> list[str]:
-    return [f"{version},{day},{f}-{i}" for f in range(FILES) for i in range(ROWS)]
+def rows(version: str, day: str, files: int = FILES) -> list[str]:
+    return [f"{version},{day},{f}-{i}" for f in range(files) for i in range(ROWS)]
 
 
-def stage(run_dir: str, version: str, days: list[str]) -> str:
+def stage(run_dir: str, version: str, days: list[str], files: int) -> str:
     directory = f"{run_dir}/{DATASET}"
     for day in days:
         part = f"{directory}/day={day}"
         os.makedirs(part, exist_ok=True)
-        for f in range(FILES):
-            lines = [r for r in rows(version, day) if r.split(",")[2].startswith(f"{f}-")]
+        for f in range(files):
+            lines = [f"{version},{day},{f}-{i}" for i in range(ROWS)]
             with open(f"{part}/part-{f:05d}.dat", "w") as out:
                 out.write("".join(f"{line}\n" for line in lines))
     return directory
 
 
+def read(base: str, day: str, until: str) -> dict[str, object]:
+    """List the day's partition over and over until the file ``until`` exists: how many
+    listings saw files of one run, of several runs (never expected), or none; the runs seen
+    and the sizes of the listings."""
+    directory = f"{base}/output/{DATASET}/day={day}"
+    listings = mixed = empty = 0
+    runs: set[str] = set()
+    sizes: set[int] = set()
+    while not os.path.exists(until):
+        try:
+            names = [n for n in os.listdir(directory) if not n.startswith(("_", "."))]
+        except FileNotFoundError:
+            names = []
+        listings += 1
+        seen = {n.split("-", 1)[0] for n in names}
+        runs |= seen
+        sizes.add(len(names))
+        mixed += len(seen) > 1
+        empty += not names
+    return {
+        "listings": listings,
+        "mixed": mixed,
+        "empty": empty,
+        "runs": sorted(runs),
+        "sizes": sorted(sizes),
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["publish", "recover", "discard"])
+    parser.add_argument("command", choices=["publish", "recover", "discard", "read"])
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--run-id", default="r1")
     parser.add_argument("--version", default="v1")
     parser.add_argument("--days", default="1,2,3")
     parser.add_argument("--replace", default="")
+    parser.add_argument("--files", type=int, default=FILES, help="files per day")
+    parser.add_argument("--until", help="read: stop once this file exists")
     args = parser.parse_args(argv)
+    if args.command == "read":
+        json.dump(read(args.base, args.days.split(",")[0], args.until), sys.stdout)
+        return 0
     pub = Publisher(
         args.store,
         JOB,
@@ -73,7 +108,7 @@ def main(argv: list[str]) -> int:
             ok = recovery.ok
         if args.command == "publish":
             run_dir = pub.create_run_dir(args.run_id)
-            directory = stage(run_dir, args.version, args.days.split(","))
+            directory = stage(run_dir, args.version, args.days.split(","), args.files)
             staged = StagedDataset(
                 dataset=DATASET,
                 staging_dir=directory,

@@ -13,6 +13,7 @@ cell, Redis a sample. A discard of a restatement killed half-way puts v1 back.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -157,3 +158,37 @@ def test_discard_of_a_killed_restatement_puts_the_old_files_back(
     assert pending(store) == []
     ok(drive("recover", tmp_path, store))
     assert leftovers(tmp_path) == []
+
+
+def test_a_reader_beside_restatements_never_lists_old_and_new_files_together(
+    tmp_path: Path,
+) -> None:
+    """A reader process lists a partition over and over while it is restated four times,
+    300 files each: every listing holds the files of one run only (or none: the window of
+    docs/guarantees.md), and the reader saw the restatements go by."""
+    store = str(tmp_path / "store")
+    files = ("--files", "300", "--days", "1")
+    ok(drive("publish", tmp_path, store, *files))
+    stop = tmp_path / "stop"
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    reader = forkrun.start(
+        "restatedriver",
+        ["read", "--base", str(tmp_path), "--store", store, "--days", "1", "--until", str(stop)],
+        env=env,
+    )
+    try:
+        for n in range(2, 6):
+            ok(drive("publish", tmp_path, store, *files, "--run-id", f"r{n}", "--replace", "1"))
+    finally:
+        stop.touch()
+        stdout, stderr = reader.communicate(60)
+    assert reader.returncode == 0, stderr
+    seen = json.loads(stdout)
+    assert seen["mixed"] == 0, seen
+    assert seen["listings"] > 10, seen
+    # It listed while the restatements went on: the files of more than one run.
+    assert len(seen["runs"]) > 1, seen
+    assert set(seen["runs"]) <= {"r1", "r2", "r3", "r4", "r5"}, seen
+    rows = published(tmp_path)
+    assert rows == Counter(restatedriver.rows("v1", "1", 300))
+    assert {p.name.split("-")[0] for p in (tmp_path / "output").rglob("*.dat")} == {"r5"}
