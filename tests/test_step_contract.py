@@ -16,7 +16,7 @@ import pytest
 from table_helpers import delta_rows, iceberg_rows, iceberg_table, sql_catalog, write_staged
 
 import commitsteps
-from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from commitsteps import CommitStep, FsRenameCommitStep, FsSetAsideCommitStep, WatermarkCommitStep
 from commitsteps.testing import JOB, CommitStepContract
 from store.connections import Connections, connecting_only
 
@@ -54,6 +54,60 @@ class TestLocalRename(CommitStepContract):
 
     def effect(self, step: CommitStep) -> Any:
         return _published(step)
+
+
+def _published_to_set_aside(root: str) -> FsSetAsideCommitStep:
+    fs, _ = fsspec.core.url_to_fs(root)
+    src, dst = f"{root}/out/day=1/part-0", f"{root}/staging/run/.replaced/day=1/part-0"
+    path = fs._strip_protocol(src)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, DATA)
+    return FsSetAsideCommitStep(src, dst, len(DATA))
+
+
+def _set_aside(step: CommitStep) -> tuple[bytes | None, bool]:
+    """The bytes aside, and whether the published file is still there."""
+    assert isinstance(step, FsSetAsideCommitStep)
+    fs, aside = fsspec.core.url_to_fs(step.dst)
+    fs.invalidate_cache()
+    _, published = fsspec.core.url_to_fs(step.src)
+    return (fs.cat_file(aside) if fs.exists(aside) else None), fs.exists(published)
+
+
+class TestLocalSetAside(CommitStepContract):
+    """A restatement's set-aside: rolled back, the published file is back in place."""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        return _published_to_set_aside(str(tmp_path))
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
+
+    def test_abort_and_rollback_put_the_published_file_back(self, step: CommitStep) -> None:
+        assert isinstance(step, FsSetAsideCommitStep)
+        step.execute()
+        assert _set_aside(step) == (DATA, False)
+        step.abort()  # the file aside is the replaced data: never deleted by an abort
+        assert _set_aside(step) == (DATA, False)
+        step.rollback()
+        assert _set_aside(step) == (None, True)
+        assert Path(step.src).read_bytes() == DATA
+
+
+class TestMemorySetAside(CommitStepContract):
+    """fsspec's in-memory filesystem takes the object-store code paths."""
+
+    @pytest.fixture
+    def step(self) -> Iterator[CommitStep]:
+        root = f"/commitpub-contract-{uuid.uuid4().hex}"
+        yield _published_to_set_aside(f"memory://{root}")
+        memory = fsspec.filesystem("memory")
+        if memory.exists(root):
+            memory.rm(root, recursive=True)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
 
 
 class TestMemoryRename(CommitStepContract):
