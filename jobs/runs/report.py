@@ -325,6 +325,8 @@ class StagedFigures:
 
     rows: int | None = None
     files: int | None = None
+    #: The partitions a restatement replaced (``StagedInfo.replaces``); None: not one.
+    replaces: list[str] | None = None
 
 
 @attrs.frozen

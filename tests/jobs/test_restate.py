@@ -15,10 +15,11 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-from jobhelpers import batch_places
+from jobhelpers import batch_places, commitpub
 from pyspark.sql import SparkSession
 
 from jobs import Batch, BatchArgumentError
+from jobs.commands.ops import status
 
 pytestmark = pytest.mark.spark
 
@@ -59,6 +60,9 @@ def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
         batch.stage("orders", _orders(spark, "v1", DAYS), partition_by=["day"], watermarks={"p": 3})
     assert batch.report.exit_code == 0
     assert batch.report.staged["orders"].replaces is None
+    shown = status(batch.config).last_run
+    assert shown is not None
+    assert shown.restated == {}
     assert _rows(tmp_path) == _expected(("v1", DAYS, 6))
 
     restated: list[dict[str, Any]] = [{"day": "2025-01-01"}, {"day": datetime.date(2025, 1, 2)}]
@@ -69,6 +73,18 @@ def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
             )
         assert batch.report.exit_code == 0, batch.report.error
         assert batch.report.staged["orders"].replaces == ("day=2025-01-01", "day=2025-01-02")
+        shown = status(batch.config).last_run
+        assert shown is not None
+        assert shown.run_id == run_id
+        assert shown.restated == {"orders": ["day=2025-01-01", "day=2025-01-02"]}
+        if run_id == "r2":  # as the operator's `commitpub status` says it
+            places = batch_places(tmp_path)
+            told = commitpub(
+                "status", "--job", JOB, "--store", places["store"],
+                "--watermarks", places["watermarks"],
+            )  # fmt: skip
+            assert told.returncode == 0, told.stderr
+            assert "restated orders: replaced day=2025-01-01, day=2025-01-02" in told.stdout
         assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 4), ("v1", DAYS[2:], 6))
         with _batch(spark, tmp_path, f"{run_id}-check") as batch:
             # Not moved by a restatement given no watermarks.
