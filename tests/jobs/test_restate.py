@@ -8,6 +8,11 @@ Killed by SIGKILL at points inside it: tests/test_restate_crashes.py.
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +25,11 @@ from pyspark.sql import SparkSession
 
 from jobs import Batch, BatchArgumentError
 from jobs.commands.ops import status
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = pytest.mark.spark
 
+HERE = Path(__file__).parent
 JOB = "restate-job"
 DAYS = ("2025-01-01", "2025-01-02", "2025-01-03")
 
@@ -147,3 +154,71 @@ def test_a_bad_replace_is_a_typed_error_naming_the_dataset_and_the_key(
         assert message in str(refused.value)
     assert open_batch.report.run_dir is None  # nothing was written
     assert not (tmp_path / "output").exists()
+
+
+def _start(base: Path, name: str, run_id: str, **env: str) -> subprocess.Popen[bytes]:
+    clean = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    with (base / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, str(HERE / "restate_job.py"), str(base), run_id, "v2", *DAYS[:2]],
+            env={**clean, "PYSPARK_PYTHON": sys.executable, **env},
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # its own process group: driver, JVM and workers
+        )
+
+
+def _data_files(base: Path) -> set[Path]:
+    return set((base / "output").rglob("*.parquet"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["set_aside", "new_in"])
+def test_a_batch_restatement_killed_inside_its_commit_ends_with_the_new_rows_once(
+    spark: SparkSession, tmp_path: Path, where: str
+) -> None:
+    """A real Batch process (its own Spark driver) restating two days, SIGKILLed (driver,
+    JVM and workers) once its publish task has set aside the first replaced file, or once it
+    has renamed the first new file in; the next Batch recovers the sealed commit: the two
+    days hold the new rows once and none of the old, the third day is untouched, and the
+    same restatement run again ends the same."""
+    with _batch(spark, tmp_path, "r1") as batch:
+        batch.stage("orders", _orders(spark, "v1", DAYS), partition_by=["day"])
+    old = [p for p in _data_files(tmp_path) if "2025-01-03" not in str(p)]
+    nth = 1 if where == "set_aside" else len(old) + 1
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    killed = _start(
+        tmp_path,
+        "r2",
+        "r2",
+        **{ENV_VAR: f"step.executed@{nth}:stop", MARKS_ENV_VAR: str(marks)},
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while not any(marks.iterdir()):
+            log = (tmp_path / "r2.log").read_text(errors="replace")[-3000:]
+            assert killed.poll() is None, f"it ended before the crash point: {log}"
+            assert time.monotonic() < deadline, f"the crash point was not reached: {log}"
+            time.sleep(0.05)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    rows = _rows(tmp_path)
+    assert max(rows.values()) == 1
+    if where == "set_aside":  # a part of the old files is gone, none of the new is in
+        assert 0 < sum(1 for p in old if p.exists()) < len(old)
+        assert {v for _, v, _ in rows} == {"v1"}
+    else:  # every old file is aside, one new one is in
+        assert not any(p.exists() for p in old)
+        assert {v for _, v, d in rows if d != DAYS[2]} == {"v2"}
+
+    with _batch(spark, tmp_path, "r3") as batch:  # entering recovers the sealed commit
+        pass
+    assert batch.report.exit_code == 0, batch.report.error
+    assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 6), ("v1", DAYS[2:], 6))
+    assert list((tmp_path / "staging").rglob("*.parquet")) == []
+
+    again = _start(tmp_path, "r4", "r4")
+    assert again.wait(timeout=240) == 0, (tmp_path / "r4.log").read_text(errors="replace")
+    assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 6), ("v1", DAYS[2:], 6))
