@@ -8,6 +8,7 @@ Killed by SIGKILL at points inside it: tests/test_restate_crashes.py.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import subprocess
@@ -112,6 +113,29 @@ def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
             replace=[{"day": "2025-01-01"}, {"day": "2025-01-02"}],
         )
     assert _rows(tmp_path) == _expected(("v4", DAYS[:1], 1), ("v3", DAYS[2:], 2))
+
+
+def test_a_restatement_is_an_overwrite_in_its_lineage(spark: SparkSession, tmp_path: Path) -> None:
+    """The COMPLETE event's output of a restatement carries OpenLineage's
+    lifecycleStateChange OVERWRITE and the partitions replaced; a plain publish neither."""
+    log_file = tmp_path / "lineage.jsonl"
+    lineage = {"transport": {"type": "file", "log_file_path": str(log_file), "append": True}}
+    places: dict[str, Any] = batch_places(tmp_path)
+    for run_id, replace in (("r1", None), ("r2", [{"day": DAYS[0]}])):
+        with Batch(spark, JOB, run_id=run_id, summary=False, lineage=lineage, **places) as batch:
+            batch.stage(
+                "orders", _orders(spark, run_id, DAYS[:1]), partition_by=["day"], replace=replace
+            )
+        assert batch.report.exit_code == 0, batch.report.error
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    completed = [e for e in events if e["eventType"] == "COMPLETE"]
+    assert len(completed) == 2
+    [plain], [restated] = (e["outputs"] for e in completed)
+    assert "lifecycleStateChange" not in plain["facets"]
+    assert "commitpub_replaced" not in plain["facets"]
+    assert restated["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+    assert restated["facets"]["commitpub_replaced"]["partitions"] == [f"day={DAYS[0]}"]
+    assert restated["outputFacets"]["outputStatistics"]["rowCount"] == 6
 
 
 @pytest.fixture
