@@ -52,6 +52,12 @@ def _rows(base: Path) -> Counter[tuple[str, str, str]]:
     )
 
 
+def _table(base: Path, dataset: str) -> list[dict[str, Any]]:
+    table = ds.dataset(base / "output" / dataset, format="parquet", partitioning="hive")
+    rows: list[dict[str, Any]] = table.to_table().to_pylist()
+    return rows
+
+
 def _expected(*parts: tuple[str, tuple[str, ...], int]) -> Counter[tuple[str, str, str]]:
     return Counter(
         (f"{version}-{day}-{i}", version, day)
@@ -66,6 +72,11 @@ def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
 ) -> None:
     with _batch(spark, tmp_path, "r1") as batch:
         batch.stage("orders", _orders(spark, "v1", DAYS), partition_by=["day"], watermarks={"p": 3})
+        batch.stage(
+            "totals", spark.createDataFrame([("v1", i) for i in range(3)], "v string, n int")
+        )
+        odd = [("a/b", 1), (None, 2), ("c", 3)]  # escaped, null and plain directory names
+        batch.stage("odd", spark.createDataFrame(odd, "key string, n int"), partition_by=["key"])
     assert batch.report.exit_code == 0
     assert batch.report.staged["orders"].replaces is None
     shown = status(batch.config).last_run
@@ -113,6 +124,23 @@ def test_a_restatement_replaces_its_partitions_once_and_leaves_the_others(
             replace=[{"day": "2025-01-01"}, {"day": "2025-01-02"}],
         )
     assert _rows(tmp_path) == _expected(("v4", DAYS[:1], 1), ("v3", DAYS[2:], 2))
+
+    # Without partition_by, True replaces the whole dataset (its owner record stays); a
+    # restatement with no rows empties the partitions it names, found as Spark names them.
+    with _batch(spark, tmp_path, "r6") as batch:
+        batch.stage("totals", spark.createDataFrame([("v2", 9)], "v string, n int"), replace=True)
+        batch.stage(
+            "odd",
+            spark.createDataFrame([], "key string, n int"),
+            partition_by=["key"],
+            replace=[{"key": "a/b"}, {"key": None}],
+        )
+    assert batch.report.exit_code == 0, batch.report.error
+    assert batch.report.staged["totals"].replaces == ("",)
+    assert batch.report.staged["odd"].replaces == ("key=a%2Fb", "key=__HIVE_DEFAULT_PARTITION__")
+    assert _table(tmp_path, "totals") == [{"v": "v2", "n": 9}]
+    assert (tmp_path / "output" / "totals" / "_commitpub_owner.json").exists()
+    assert _table(tmp_path, "odd") == [{"n": 3, "key": "c"}]
 
 
 def test_a_restatement_is_an_overwrite_in_its_lineage(spark: SparkSession, tmp_path: Path) -> None:
