@@ -192,3 +192,28 @@ def test_a_reader_beside_restatements_never_lists_old_and_new_files_together(
     rows = published(tmp_path)
     assert rows == Counter(restatedriver.rows("v1", "1", 300))
     assert {p.name.split("-")[0] for p in (tmp_path / "output").rglob("*.dat")} == {"r5"}
+
+
+def test_a_replaced_file_deleted_by_hand_fails_the_restatement_and_discard_restores_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Sealed, then one of the files it replaces deleted by hand: recovery fails the
+    dataset naming the file (nothing of the commit is lost: it stays pending), and a discard
+    puts the other replaced files back and leaves none of the new ones."""
+    store = str(tmp_path / "store")
+    ok(drive("publish", tmp_path, store))
+    killed(drive("publish", tmp_path, store, *RESTATE, crash_at="publish.after_seal"))
+    victim = sorted((tmp_path / "output" / restatedriver.DATASET / "day=2").glob("*.dat"))[0]
+    lost = Counter(victim.read_text().splitlines())
+    victim.unlink()
+
+    failed = drive("recover", tmp_path, store)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert f"cannot set aside {victim}" in failed.stdout
+    assert pending(store) == [restatedriver.DATASET]
+
+    ok(drive("discard", tmp_path, store))
+    assert published(tmp_path) == ORIGINAL - lost
+    assert pending(store) == []
+    ok(drive("recover", tmp_path, store))
+    assert leftovers(tmp_path) == []
