@@ -9,10 +9,12 @@
 ``publish`` recovers first (as ``commitpub run`` does), stages ``--files`` files (FILES) of
 ROWS rows for each of ``--days`` under ``<run dir>/events/day=N/`` (each row ``V,N,i``), and
 publishes them with the Parquet format's commit builder (``StagedDataset``):
-with ``--replace``, the files those days' partitions hold now are set aside first (a
-restatement). Crashes come from ``COMMITPUB_FAILPOINTS`` (store/failpoints.py). Prints the
-report as JSON; exit 0 when every dataset ended well. ``read`` is a reader beside them: it
-lists day N's partition until the file ``--until`` exists and prints what it saw.
+with ``--replace``, those days' partitions are replaced (a restatement): swapped whole
+(staging and output are on one local filesystem), or with ``--per-file`` their files set
+aside one by one before the new ones are renamed in. Crashes come from
+``COMMITPUB_FAILPOINTS`` (store/failpoints.py). Prints the report as JSON; exit 0 when
+every dataset ended well. ``read`` is a reader beside them: it lists day N's partition
+until the file ``--until`` exists and prints what it saw.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--days", default="1,2,3")
     parser.add_argument("--replace", default="")
     parser.add_argument("--files", type=int, default=FILES, help="files per day")
+    parser.add_argument(
+        "--per-file", action="store_true", help="replace file by file, never swap a directory"
+    )
     parser.add_argument("--until", help="read: stop once this file exists")
     args = parser.parse_args(argv)
     if args.command == "read":
@@ -118,6 +123,7 @@ def main(argv: list[str]) -> int:
                 marks=(),
                 files=tuple(sorted(staged_files(directory).items())),
                 replace=tuple(f"day={d}" for d in args.replace.split(",") if d),
+                swap_partitions=not args.per_file,
             )
             published = pub.publish([CommitSequence(DATASET, staged, directory)])
             out["publish"] = to_json(published)

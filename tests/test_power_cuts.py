@@ -334,25 +334,28 @@ def test_a_cut_loses_what_was_not_synced(ext4: Ext4) -> None:
     assert not lost.exists() or lost.read_bytes() != b"lost"
 
 
-#: Cuts inside a restatement (tests/restatedriver.py): after its seal, once every replaced
-#: file is set aside and before the first new one, after its last step, after its removal.
-RESTATE_POINTS = [
-    "publish.after_seal",
-    f"step.executed@{test_restate_crashes.ASIDE}",
-    "publish.after_last_step",
-    "publish.after_remove",
+#: Cuts inside a restatement (tests/restatedriver.py), by how its partitions are replaced
+#: (see tests/test_restate_crashes.py): after its seal, between the set-asides and the new
+#: files, inside a partition swap, after its last step, after its removal.
+RESTATE_CELLS = [
+    ("per-file", "publish.after_seal"),
+    ("per-file", f"step.executed@{test_restate_crashes.ASIDE}"),
+    ("per-file", "publish.after_remove"),
+    ("swap", "swap.named@1"),
+    ("swap", "swap.set_aside@1"),
+    ("swap", "step.executed@1"),
+    ("swap", "publish.after_last_step"),
+    ("swap", "publish.after_remove"),
 ]
+REDIS_RESTATE_CELLS = [RESTATE_CELLS[1], RESTATE_CELLS[4], RESTATE_CELLS[7]]
 
 
-def _park_restatement(setup: Setup, point: str, marks: Path) -> forkrun.Started:
+def _park_restatement(setup: Setup, mode: str, point: str, marks: Path) -> forkrun.Started:
     """The restatement of tests/test_restate_crashes.py, stopped at ``point``."""
     marks.mkdir(exist_ok=True)
     argv = ["publish", "--base", str(setup.base), "--store", setup.backend.store_url]
-    proc = forkrun.start(
-        "restatedriver",
-        [*argv, *test_restate_crashes.RESTATE],
-        env=driver_env(f"{point}:stop", marks),
-    )
+    argv += [*test_restate_crashes.RESTATE, *test_restate_crashes.MODES[mode]]
+    proc = forkrun.start("restatedriver", argv, env=driver_env(f"{point}:stop", marks))
     name = point.split("@", maxsplit=1)[0]
     deadline = time.monotonic() + PARK_TIMEOUT_S
     while not ((marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid)):
@@ -365,17 +368,25 @@ def _park_restatement(setup: Setup, point: str, marks: Path) -> forkrun.Started:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", RESTATE_POINTS)
-@pytest.mark.parametrize("kind", ["fs", pytest.param("redis-always", marks=pytest.mark.redis)])
-def test_power_cut_inside_a_restatement(
-    point: str, kind: str, ext4: Ext4, tmp_path: Path, redis_servers: list[RedisProcess]
+@pytest.mark.parametrize(
+    ("kind", "mode", "point"),
+    [("fs", m, p) for m, p in RESTATE_CELLS]
+    + [pytest.param("redis-always", m, p, marks=pytest.mark.redis) for m, p in REDIS_RESTATE_CELLS],
+)
+def test_power_cut_inside_a_restatement(  # noqa: PLR0917 -- pytest passes fixtures by position
+    kind: str,
+    mode: str,
+    point: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
 ) -> None:
     """A cut anywhere in a sealed restatement: recovery ends it with the interval's new rows
     exactly once and none of the old, the other partition untouched, staging empty."""
     setup = _setup(kind, ext4, redis_servers)
     store = setup.backend.store_url
     test_restate_crashes.ok(test_restate_crashes.drive("publish", setup.base, store))
-    cut_and_restart(ext4, setup, _park_restatement(setup, point, tmp_path / "marks"))
+    cut_and_restart(ext4, setup, _park_restatement(setup, mode, point, tmp_path / "marks"))
     test_restate_crashes.ok(test_restate_crashes.drive("recover", setup.base, store))
     assert test_restate_crashes.published(setup.base) == test_restate_crashes.RESTATED
     assert test_restate_crashes.leftovers(setup.base) == []

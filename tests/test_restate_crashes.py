@@ -84,16 +84,34 @@ def killed(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
 
 
+#: Crash points by how the partitions are replaced: file by file (``--per-file``), or
+#: swapped whole, a directory each (staging and output on one local filesystem).
 CELLS = {
-    "before_seal": "publish.before_write_ahead",
-    "after_seal": "publish.after_seal",
-    "some_set_aside": "step.executed@1",
-    "all_set_aside": f"step.executed@{ASIDE}",
-    "half_new_in": f"step.executed@{ASIDE + 1}",
-    "after_last_step": "publish.after_last_step",
-    "after_remove": "publish.after_remove",
+    "per-file": {
+        "before_seal": "publish.before_write_ahead",
+        "after_seal": "publish.after_seal",
+        "some_set_aside": "step.executed@1",
+        "all_set_aside": f"step.executed@{ASIDE}",
+        "half_new_in": f"step.executed@{ASIDE + 1}",
+        "after_last_step": "publish.after_last_step",
+        "after_remove": "publish.after_remove",
+    },
+    "swap": {
+        "before_seal": "publish.before_write_ahead",
+        "after_seal": "publish.after_seal",
+        "named": "swap.named@1",
+        "partition_aside": "swap.set_aside@1",
+        "one_swapped": "step.executed@1",
+        "second_aside": "swap.set_aside@2",
+        "after_last_step": "publish.after_last_step",
+        "after_remove": "publish.after_remove",
+    },
 }
-REDIS_CELLS = ("all_set_aside", "after_last_step", "after_remove")
+REDIS_CELLS = {
+    "per-file": ("all_set_aside", "after_remove"),
+    "swap": ("partition_aside", "after_last_step"),
+}
+MODES = {"per-file": ("--per-file",), "swap": ()}
 
 
 def _store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -104,17 +122,19 @@ def _store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.mark.parametrize(
-    ("backend", "cell"),
-    [("fs", c) for c in CELLS] + [("redis", c) for c in REDIS_CELLS],
+    ("mode", "backend", "cell"),
+    [(m, "fs", c) for m, cells in CELLS.items() for c in cells]
+    + [(m, "redis", c) for m, cells in REDIS_CELLS.items() for c in cells],
 )
 def test_restatement_killed_then_recovered_and_rerun(
-    backend: str, cell: str, tmp_path: Path, request: pytest.FixtureRequest
+    mode: str, backend: str, cell: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     store = _store(backend, tmp_path, request)
     ok(drive("publish", tmp_path, store))
     assert published(tmp_path) == ORIGINAL
 
-    killed(drive("publish", tmp_path, store, *RESTATE, crash_at=CELLS[cell]))
+    restate = (*RESTATE, *MODES[mode])
+    killed(drive("publish", tmp_path, store, *restate, crash_at=CELLS[mode][cell]))
     rows = published(tmp_path)
     # Whatever the point, no reader ever finds a row twice, nor old and new rows of a day.
     assert max(rows.values()) == 1
@@ -129,23 +149,31 @@ def test_restatement_killed_then_recovered_and_rerun(
     assert pending(store) == []
 
     # The same restatement again (a new run id, as a rerun gets): the same end.
-    ok(drive("publish", tmp_path, store, *RESTATE[2:], "--run-id", "r3"))
+    ok(drive("publish", tmp_path, store, *restate[2:], "--run-id", "r3"))
     assert published(tmp_path) == RESTATED
     assert leftovers(tmp_path) == []
     names = {p.name for p in (tmp_path / "output" / restatedriver.DATASET).rglob("*.dat")}
     assert {n.split("-")[0] for n in names} == {"r1", "r3"}
 
 
-@pytest.mark.parametrize("crash_at", [f"step.executed@{ASIDE - 1}", f"step.executed@{ASIDE + 1}"])
+@pytest.mark.parametrize(
+    ("mode", "crash_at"),
+    [
+        ("per-file", f"step.executed@{ASIDE - 1}"),
+        ("per-file", f"step.executed@{ASIDE + 1}"),
+        ("swap", "swap.set_aside@1"),
+        ("swap", "step.executed@1"),
+    ],
+)
 def test_discard_of_a_killed_restatement_puts_the_old_files_back(
-    crash_at: str, tmp_path: Path
+    mode: str, crash_at: str, tmp_path: Path
 ) -> None:
     store = str(tmp_path / "store")
     ok(drive("publish", tmp_path, store))
     before = {
         str(p.relative_to(tmp_path)): p.read_bytes() for p in (tmp_path / "output").rglob("*.dat")
     }
-    killed(drive("publish", tmp_path, store, *RESTATE, crash_at=crash_at))
+    killed(drive("publish", tmp_path, store, *RESTATE, *MODES[mode], crash_at=crash_at))
     assert published(tmp_path) != ORIGINAL  # something moved before the kill
 
     # Killed during its rollback, the discard finishes when run again.
@@ -160,14 +188,15 @@ def test_discard_of_a_killed_restatement_puts_the_old_files_back(
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("mode", list(MODES))
 def test_a_reader_beside_restatements_never_lists_old_and_new_files_together(
-    tmp_path: Path,
+    mode: str, tmp_path: Path
 ) -> None:
     """A reader process lists a partition over and over while it is restated four times,
     300 files each: every listing holds the files of one run only (or none: the window of
     docs/guarantees.md), and the reader saw the restatements go by."""
     store = str(tmp_path / "store")
-    files = ("--files", "300", "--days", "1")
+    files = ("--files", "300", "--days", "1", *MODES[mode])
     ok(drive("publish", tmp_path, store, *files))
     stop = tmp_path / "stop"
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
@@ -202,7 +231,8 @@ def test_a_replaced_file_deleted_by_hand_fails_the_restatement_and_discard_resto
     puts the other replaced files back and leaves none of the new ones."""
     store = str(tmp_path / "store")
     ok(drive("publish", tmp_path, store))
-    killed(drive("publish", tmp_path, store, *RESTATE, crash_at="publish.after_seal"))
+    restate = (*RESTATE, "--per-file")  # a swap moves the partition whole, whatever it holds
+    killed(drive("publish", tmp_path, store, *restate, crash_at="publish.after_seal"))
     victim = sorted((tmp_path / "output" / restatedriver.DATASET / "day=2").glob("*.dat"))[0]
     lost = Counter(victim.read_text().splitlines())
     victim.unlink()

@@ -314,11 +314,12 @@ class Batch:
                 a value is a string, an int, a bool, a ``datetime.date`` or None, and
                 names the directory as Spark writes it), or True: every partition the
                 staged data holds (with no ``partition_by``: the whole dataset). A partition
-                named that the staged data does not hold is emptied. The commit first
-                moves every data file of those partitions into this run's staging (put
-                back by a discard, deleted once the commit is done), then renames the new
-                files in. Watermarks move only as ``watermarks`` says. Parquet only for
-                now. In ``report.staged[dataset].replaces``.
+                named that the staged data does not hold is emptied. The commit moves each
+                partition into this run's staging (put back by a discard, deleted once the
+                commit is done) and the new one in: a directory swap where staging and
+                output share a local filesystem, else file by file, every old file aside
+                before the first new one. Watermarks move only as ``watermarks`` says.
+                Parquet only for now. In ``report.staged[dataset].replaces``.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.

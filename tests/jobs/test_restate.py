@@ -7,6 +7,7 @@ Killed by SIGKILL at points inside it: tests/test_restate_crashes.py.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -225,27 +226,20 @@ def _data_files(base: Path) -> set[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["set_aside", "new_in"])
+@pytest.mark.parametrize("point", ["swap.set_aside@1", "step.executed@1"])
 def test_a_batch_restatement_killed_inside_its_commit_ends_with_the_new_rows_once(
-    spark: SparkSession, tmp_path: Path, where: str
+    spark: SparkSession, tmp_path: Path, point: str
 ) -> None:
     """A real Batch process (its own Spark driver) restating two days, SIGKILLed (driver,
-    JVM and workers) once its publish task has set aside the first replaced file, or once it
-    has renamed the first new file in; the next Batch recovers the sealed commit: the two
-    days hold the new rows once and none of the old, the third day is untouched, and the
-    same restatement run again ends the same."""
+    JVM and workers) in its publish task once the first day's partition is set aside (the
+    new one not yet in), or once it is swapped (the second day's not); the next Batch
+    recovers the sealed commit: the two days hold the new rows once and none of the old,
+    the third day is untouched, and the same restatement run again ends the same."""
     with _batch(spark, tmp_path, "r1") as batch:
         batch.stage("orders", _orders(spark, "v1", DAYS), partition_by=["day"])
-    old = [p for p in _data_files(tmp_path) if "2025-01-03" not in str(p)]
-    nth = 1 if where == "set_aside" else len(old) + 1
     marks = tmp_path / "marks"
     marks.mkdir()
-    killed = _start(
-        tmp_path,
-        "r2",
-        "r2",
-        **{ENV_VAR: f"step.executed@{nth}:stop", MARKS_ENV_VAR: str(marks)},
-    )
+    killed = _start(tmp_path, "r2", "r2", **{ENV_VAR: f"{point}:stop", MARKS_ENV_VAR: str(marks)})
     deadline = time.monotonic() + 240
     try:
         while not any(marks.iterdir()):
@@ -254,16 +248,24 @@ def test_a_batch_restatement_killed_inside_its_commit_ends_with_the_new_rows_onc
             assert time.monotonic() < deadline, f"the crash point was not reached: {log}"
             time.sleep(0.05)
     finally:
+        # The stopped Python worker first: it is in the process group of Spark's daemon,
+        # which the end of the JVM orphans, and the kernel then sends a stopped member of an
+        # orphaned group SIGCONT: it would finish the commit as the rows are read here.
+        for mark in marks.iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(mark.name.rsplit(".", 1)[1]), signal.SIGKILL)
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
     rows = _rows(tmp_path)
     assert max(rows.values()) == 1
-    if where == "set_aside":  # a part of the old files is gone, none of the new is in
-        assert 0 < sum(1 for p in old if p.exists()) < len(old)
-        assert {v for _, v, _ in rows} == {"v1"}
-    else:  # every old file is aside, one new one is in
-        assert not any(p.exists() for p in old)
-        assert {v for _, v, d in rows if d != DAYS[2]} == {"v2"}
+    versions = {day: {v for _, v, d in rows if d == day} for day in DAYS}
+    # The first day's partition was set aside (no rows) or swapped (only new ones) when the
+    # process stopped; a day is never a mix, and the third is untouched. (What the second
+    # day holds is left open: another worker of the killed Spark may have gone on a moment.)
+    first: list[set[str]] = [set(), {"v2"}] if point.startswith("swap.") else [{"v2"}]
+    assert versions[DAYS[0]] in first, versions
+    assert all(len(v) <= 1 for v in versions.values()), versions
+    assert versions[DAYS[2]] == {"v1"}
 
     with _batch(spark, tmp_path, "r3") as batch:  # entering recovers the sealed commit
         pass
