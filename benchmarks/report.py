@@ -33,6 +33,7 @@ ORDER = [
     "table_publish",
     "durability_cost",
     "checks_cost",
+    "restate_partition",
 ]
 
 
