@@ -21,9 +21,13 @@ from collections import Counter
 from pathlib import Path
 
 import forkrun
+import fsspec
 import pytest
 import restatedriver
 
+from commitsteps import FsRenameCommitStep, FsSetAsideCommitStep
+from jobs.output.commits import StagedDataset
+from publisher import CommitSequence, Publisher
 from store import open_store
 from store.failpoints import ENV_VAR
 
@@ -247,3 +251,49 @@ def test_a_replaced_file_deleted_by_hand_fails_the_restatement_and_discard_resto
     assert pending(store) == []
     ok(drive("recover", tmp_path, store))
     assert leftovers(tmp_path) == []
+
+
+def test_on_an_object_store_a_restatement_replaces_file_by_file(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    """On S3 (moto) nothing is swapped (a directory rename is no rename there): the old
+    objects are set aside one by one, copied and deleted, before the new one goes in; the
+    other partition is untouched and nothing is left in staging."""
+    root = f"s3://{s3_bucket}"
+    fs, _ = fsspec.core.url_to_fs(root)
+    old = {f"{s3_bucket}/out/events/day=1/r1-part-{i}": b"old%d" % i for i in range(2)}
+    kept = {f"{s3_bucket}/out/events/day=2/r1-part-0": b"kept"}
+    fs.pipe({**old, **kept})
+    fs.pipe(f"{s3_bucket}/staging/r2/events/day=1/part-0", b"new")
+    staged = StagedDataset(
+        dataset="events",
+        staging_dir=f"{root}/staging/r2/events",
+        output_dir=f"{root}/out/events",
+        run_id="r2",
+        watermarks_url=str(tmp_path / "wm"),
+        marks=(),
+        files=(("day=1/part-0", 3),),
+        replace=("day=1",),
+    )
+    assert [type(s) for s in staged()] == [
+        FsSetAsideCommitStep,
+        FsSetAsideCommitStep,
+        FsRenameCommitStep,
+    ]
+    pub = Publisher(
+        str(tmp_path / "store"),
+        restatedriver.JOB,
+        staging_roots=[f"{root}/staging"],
+        output_roots=[f"{root}/out"],
+    )
+    try:
+        report = pub.publish([CommitSequence("events", staged, f"{root}/staging/r2/events")])
+    finally:
+        pub.close()
+    assert report.ok, report
+    fs.invalidate_cache()
+    assert {p: fs.cat_file(p) for p in fs.find(f"{s3_bucket}/out")} == {
+        f"{s3_bucket}/out/events/day=1/r2-part-0": b"new",
+        **kept,
+    }
+    assert fs.find(f"{s3_bucket}/staging") == []
