@@ -1,5 +1,6 @@
-"""What a staged dataset's commit is: a rename per staged file, a watermark step per
-partition, then the user's own steps. Built where the publish task runs.
+"""What a staged dataset's commit is: for a restatement, the replaced partitions set aside
+(or swapped whole), then a rename per staged file, a watermark step per partition, then the
+user's own steps. Built where the publish task runs.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class StagedDataset:
     write's tasks reported (``files``), each from the attempt whose result Spark accepted:
     anything else in the staging directory (what a failed attempt left) is not published
     and goes with it. File names get the run id in front, so reruns never collide.
+
+    A restatement (``replace``) comes first: each replaced partition that the staged files
+    hold is swapped whole (:class:`~commitsteps.FsPartitionSwapCommitStep`, its files then
+    not renamed one by one) where staging and output are on one local filesystem; every
+    other replaced partition's data files are set aside one by one
+    (:class:`~commitsteps.FsSetAsideCommitStep`), all before the first new file. The
+    directories things are set aside into are made here, before the write-ahead: the steps
+    never make them (see ``FsSetAsideCommitStep.makes_dirs``).
     """
 
     dataset: str
@@ -65,8 +74,9 @@ class StagedDataset:
     files: tuple[tuple[str, int], ...] | None = None
     #: The output partitions whose current files the commit replaces (a restatement,
     #: ``stage(replace=...)``): each a partition directory relative to ``output_dir``
-    #: (``day=2026-11-01``, ``/`` between columns). Every data file found there when the
-    #: commit is built is set aside into :data:`REPLACED_DIR` before the new files go in.
+    #: (``day=2026-11-01``, ``/`` between columns), ``""`` for the whole dataset. What it
+    #: holds when the commit is built goes into ``<staging_dir>/.replaced/`` (the class doc
+    #: says how) before the new files go in.
     replace: tuple[str, ...] = ()
     #: False: replace every partition file by file, never by swapping its directory.
     swap_partitions: bool = True
