@@ -48,6 +48,12 @@ it (the row above), a copy elsewhere finds no staged file (MissingSourceError), 
 versions. Without a size nothing tells a complete destination from a partial one, so it is
 held to the strict rule: done only when the source is gone and the destination present, and
 with both present the source is copied again, never trusted to be there already.
+
+A restatement (``Batch.stage(replace=...)``) replaces what published partitions hold with
+two more classes: :class:`FsSetAsideCommitStep`, the rename run the other way (a published
+file moved aside into the run's staging, put back by a rollback), and
+:class:`FsPartitionSwapCommitStep`, a local partition directory replaced whole by two
+directory renames.
 """
 
 from __future__ import annotations
