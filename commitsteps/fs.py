@@ -711,6 +711,9 @@ class FsSetAsideCommitStep(_Rename):
     def staged_paths(self) -> tuple[str, ...]:
         return (self.dst,)
 
+    def staged_inputs(self) -> tuple[str, ...]:
+        return ()  # the file aside is this step's result, not its input
+
     def published_paths(self) -> tuple[str, ...]:
         return (self.src,)
 
@@ -843,6 +846,9 @@ class FsPartitionSwapCommitStep(CommitStep):
 
     def staged_paths(self) -> tuple[str, ...]:
         return (self.staged_dir, self.aside_dir)
+
+    def staged_inputs(self) -> tuple[str, ...]:
+        return (self.staged_dir,)  # the partition aside is its result, not its input
 
     def published_paths(self) -> tuple[str, ...]:
         return (self.published_dir,)

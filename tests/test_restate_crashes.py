@@ -26,7 +26,7 @@ import pytest
 import restatedriver
 
 from commitsteps import FsRenameCommitStep, FsSetAsideCommitStep
-from jobs.output.commits import StagedDataset
+from jobs.output.commits import StagedDataset, staged_files
 from publisher import CommitSequence, Publisher
 from store import open_store
 from store.failpoints import ENV_VAR
@@ -297,3 +297,42 @@ def test_on_an_object_store_a_restatement_replaces_file_by_file(
         **kept,
     }
     assert fs.find(f"{s3_bucket}/staging") == []
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_held_restatement_is_released_once(mode: str, tmp_path: Path) -> None:
+    """A restatement held (as a failed check holds it) before anything of it ran, then
+    released: the partitions are replaced exactly once (a release checks the staged inputs
+    only: what a restatement sets aside is its result, not there yet)."""
+    store = str(tmp_path / "store")
+    ok(drive("publish", tmp_path, store))
+    pub = Publisher(
+        store,
+        restatedriver.JOB,
+        staging_roots=[str(tmp_path / "staging")],
+        output_roots=[str(tmp_path / "output")],
+    )
+    try:
+        run_dir = pub.create_run_dir("r2")
+        directory = restatedriver.stage(run_dir, "v2", ["1", "2"], restatedriver.FILES)
+        staged = StagedDataset(
+            dataset=restatedriver.DATASET,
+            staging_dir=directory,
+            output_dir=str(tmp_path / "output" / restatedriver.DATASET),
+            run_id="r2",
+            watermarks_url=str(tmp_path / "wm"),
+            marks=(),
+            files=tuple(sorted(staged_files(directory).items())),
+            replace=("day=1", "day=2"),
+            swap_partitions=mode == "swap",
+        )
+        checks = [{"name": "row_count", "severity": "error", "figures": {"rows": 0}}]
+        pub.hold(restatedriver.DATASET, staged(), staging_dir=directory, checks=checks, run_id="r2")
+        assert published(tmp_path) == ORIGINAL
+        released = pub.release(restatedriver.DATASET)
+    finally:
+        pub.close()
+    assert released.outcome == "published", released
+    assert published(tmp_path) == RESTATED
+    ok(drive("recover", tmp_path, store))
+    assert leftovers(tmp_path) == []
