@@ -34,6 +34,7 @@ ORDER = [
     "durability_cost",
     "checks_cost",
     "postgres_concurrency",
+    "restate_partition",
 ]
 
 

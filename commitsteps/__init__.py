@@ -26,7 +26,12 @@ from commitsteps.errors import (
     TableRollbackRefusedError,
     UnknownStepTypeError,
 )
-from commitsteps.fs import FsRenameCommitStep
+from commitsteps.fs import (
+    FsPartitionSwapCommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+    SwapFile,
+)
 from commitsteps.modules import load_failure, load_step_modules, unimportable
 from commitsteps.serialization import dumps, loads
 from commitsteps.tables import DEFAULT_COMMIT_BUDGET_S, check_budget, commit_budget
@@ -60,7 +65,9 @@ __all__ = [
     "DEFAULT_COMMIT_BUDGET_S",
     "CommitStep",
     "DuplicateStepTypeError",
+    "FsPartitionSwapCommitStep",
     "FsRenameCommitStep",
+    "FsSetAsideCommitStep",
     "MissingSourceError",
     "PathConfinementError",
     "StagedLinkError",
@@ -68,6 +75,7 @@ __all__ = [
     "StepError",
     "StepModuleImportError",
     "StepValueError",
+    "SwapFile",
     "TableRollbackRefusedError",
     "UnknownStepTypeError",
     "WatermarkCommitStep",

@@ -148,6 +148,12 @@ class CommitStep(abc.ABC):
         """Paths this step reads from staging; each must lie under a staging root."""
         return ()
 
+    def staged_inputs(self) -> Sequence[str]:
+        """The paths of :meth:`staged_paths` that must be there before the step runs (what
+        a release of held data checks); by default all of them. A step that writes into
+        staging (a restatement's set-aside) leaves those out."""
+        return self.staged_paths()
+
     def published_paths(self) -> Sequence[str]:
         """Paths this step writes; each must lie under an output root."""
         return ()

@@ -48,11 +48,18 @@ it (the row above), a copy elsewhere finds no staged file (MissingSourceError), 
 versions. Without a size nothing tells a complete destination from a partial one, so it is
 held to the strict rule: done only when the source is gone and the destination present, and
 with both present the source is copied again, never trusted to be there already.
+
+A restatement (``Batch.stage(replace=...)``) replaces what published partitions hold with
+two more classes: :class:`FsSetAsideCommitStep`, the rename run the other way (a published
+file moved aside into the run's staging, put back by a rollback), and
+:class:`FsPartitionSwapCommitStep`, a local partition directory replaced whole by two
+directory renames.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import os
 import posixpath
@@ -412,7 +419,7 @@ class _LocalRenames:
                 # The destination's directory is made only for a source that is to move, so
                 # a refused rename leaves no empty directory in the output.
                 if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == expected:
-                    dfd = self._dir(ddir or "/", make=True)
+                    dfd = self._dir(ddir or "/", make=step.makes_dirs)
                     if dfd is not None:
                         os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
                         return
@@ -427,6 +434,8 @@ class _Rename(CommitStep):
 
     #: A rename that returns has moved (or copied and proven) the file: no second look.
     verified_by_execute = True
+    #: Whether a local rename makes the destination's directory when it is missing.
+    makes_dirs: ClassVar[bool] = True
 
     src: str = attrs.field(validator=_check_url)
     dst: str = attrs.field(validator=_check_url)
@@ -561,7 +570,7 @@ class _Rename(CommitStep):
                 )
             self._check_source(src, dst)
         parent = dpath[: dpath.rfind("/")] or "/"  # dpath is absolute (validated)
-        if parent not in made_dirs:
+        if parent not in made_dirs and self.makes_dirs:
             os.makedirs(parent, exist_ok=True)
             made_dirs.add(parent)
         try:
@@ -647,3 +656,297 @@ class LegacyFsRenameCommitStep(_Rename):
 
     def _expected(self) -> int | None:
         return None
+
+
+@register("fs.set-aside")
+@attrs.frozen
+class FsSetAsideCommitStep(_Rename):
+    """Move a published file aside into the run's staging: what a restatement replaces.
+
+    The rename of :class:`FsRenameCommitStep` run the other way: ``src`` is the published
+    file (under an output root), ``dst`` where it waits in the run's own staging (under a
+    staging root) until the commit is done, when the staging clean-up deletes it. Every
+    state is the rename's (module table), with the roles of staging and output swapped:
+    done when the published file is gone and the file aside has ``size`` bytes.
+
+    Undoing it is putting the file back, never deleting it: an abort (a sequence never
+    sealed, so never executed) leaves it alone, a rollback (an operator's discard of a
+    pending restatement) moves it back to where it was published.
+
+    Args:
+        src: the published file (absolute path or fsspec URL without credentials).
+        dst: where it is set aside, in the run's staging.
+        size: the published file's size in bytes, recorded at write-ahead.
+
+    A sequence lists its set-asides before the renames of the new files: a class of its
+    own, so the executor runs them as one batch that completes before the first new file
+    is renamed in (data steps run in written order, in batches of one class).
+    """
+
+    size: int = attrs.field(default=_NO_SIZE, validator=_check_size)
+
+    #: The directory aside is made when the commit is built (:func:`make_aside_dirs`) and
+    #: removed by a rollback once it is empty: a run that lost the job, paused inside this
+    #: step while an operator discarded the commit, cannot move the file aside when it
+    #: wakes (its rename finds no directory), where it would be lost with the staging.
+    makes_dirs: ClassVar[bool] = False
+
+    def _expected(self) -> int | None:
+        return self.size
+
+    def _check_source(self, src: _File | None, dst: _File | None) -> None:
+        if src is None:
+            found = "missing" if dst is None else f"{dst.size} bytes"
+            raise MissingSourceError(
+                f"cannot set aside {self.src}, which the commit replaces: it is gone and the "
+                f"file aside {self.dst} is {found} (expected {self.size} bytes); something "
+                "else deleted it"
+            )
+        if src.size != self.size:
+            raise StepConflictError(
+                f"published file {self.src}, which the commit replaces: expected {self.size} "
+                f"bytes, found {src.size} (rewritten since the commit was written ahead)"
+            )
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.dst,)
+
+    def staged_inputs(self) -> tuple[str, ...]:
+        return ()  # the file aside is this step's result, not its input
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.src,)
+
+    def abort(self) -> None:
+        """Nothing: the file aside is the replaced data, never the run's own to delete; a
+        sequence that was never sealed never moved it."""
+
+    def rollback(self) -> None:
+        """Move the file back to where it was published, if it is aside; then remove the
+        directories aside that are left empty (see :attr:`makes_dirs`)."""
+        sfs, spath = _fs(self.dst)
+        if _stat(sfs, spath) is not None:
+            FsRenameCommitStep(self.dst, self.src, self.size).execute()
+        if sfs is None:
+            remove_aside_dirs(spath)
+
+    def undone(self) -> bool:
+        return self.undone_many([self])[0]
+
+    @classmethod
+    def undone_many(cls, steps: Sequence[CommitStep]) -> list[bool]:
+        """Undone when nothing is aside any more (one listing per directory): the file was
+        never moved, or is back."""
+        return [aside is None for _step, _published, aside in _found(steps)]
+
+
+#: The directory of a dataset's staging where a restatement sets aside what it replaces.
+REPLACED_DIR = ".replaced"
+
+
+def make_aside_dirs(paths: Sequence[str]) -> None:
+    """Make the local directories the files or directories at ``paths`` are set aside into
+    (their parents), before the commit is written ahead: a set-aside never makes them
+    itself (see :attr:`FsSetAsideCommitStep.makes_dirs`)."""
+    for parent in {os.path.dirname(local_path(p)) for p in paths if is_local(p)}:
+        os.makedirs(parent, exist_ok=True)
+
+
+def remove_aside_dirs(path: str) -> None:
+    """Remove the empty directories above the local ``path`` (set aside, now put back), up
+    to and including the nearest one named :data:`REPLACED_DIR`; a directory that is not
+    empty stops it."""
+    directory = os.path.dirname(path)
+    while directory and directory != "/":
+        try:
+            os.rmdir(directory)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # not empty: something else is still aside there
+        if os.path.basename(directory) == REPLACED_DIR:
+            return
+        directory = os.path.dirname(directory)
+
+
+def _check_local_dir(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    _check_url(_instance, attribute, value)
+    if not is_local(value):
+        raise ConfigurationError(
+            f"{attribute.name} {value!r} must be a local path: a directory rename is atomic "
+            "on a local filesystem only"
+        )
+
+
+@attrs.frozen
+class SwapFile:
+    """One new file of a :class:`FsPartitionSwapCommitStep`."""
+
+    #: Its name in the staged directory.
+    staged: str
+    #: Its name once published (the run id in front).
+    published: str
+    size: int = attrs.field(validator=_check_size)
+
+
+def _is_dir(path: str) -> bool:
+    st = _lstat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a file or a directory tree (links not followed); gone already is no error."""
+    st = _lstat(path)
+    if st is None:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+@register("fs.partition-swap")
+@attrs.frozen
+class FsPartitionSwapCommitStep(CommitStep):
+    """Replace a published partition directory with a staged one: two directory renames.
+
+    For a restatement on a local filesystem holding both staging and output: the staged
+    partition directory ``staged_dir`` holds the new files (``files``). Executing it
+
+    1. names each new file as published (``SwapFile.published``, the run id in front) and
+       deletes whatever else the staged directory holds (what a failed write attempt left:
+       never published), all inside staging;
+    2. renames the published partition ``published_dir`` (the old files, whatever they are)
+       to ``aside_dir`` in the run's staging, if it exists;
+    3. renames ``staged_dir`` to ``published_dir``.
+
+    A reader of the partition finds the old directory or the new one, never a mix; between
+    the two renames, for the time of one rename, no directory. Each phase is recognised
+    when run again (recovery): done when ``staged_dir`` is gone and ``published_dir`` holds
+    every new file with its size. The staging clean-up after the commit deletes the old
+    files aside. A discard deletes the staged directory (abort), then (rollback) deletes the
+    new files from the published partition and renames ``aside_dir`` back.
+
+    Args:
+        staged_dir: the staged partition directory (a local absolute path).
+        published_dir: the published partition directory it replaces.
+        aside_dir: where the published partition is moved, in the run's staging.
+        files: the new files.
+
+    Raises:
+        ConfigurationError: if a path is relative or not local.
+    """
+
+    staged_dir: str = attrs.field(validator=_check_local_dir)
+    published_dir: str = attrs.field(validator=_check_local_dir)
+    aside_dir: str = attrs.field(validator=_check_local_dir)
+    files: tuple[SwapFile, ...]
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return (self.staged_dir, self.aside_dir)
+
+    def staged_inputs(self) -> tuple[str, ...]:
+        return (self.staged_dir,)  # the partition aside is its result, not its input
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.published_dir,)
+
+    def _paths(self) -> tuple[str, str, str]:
+        return (
+            local_path(self.staged_dir),
+            local_path(self.published_dir),
+            local_path(self.aside_dir),
+        )
+
+    def _holds_new(self, directory: str) -> bool:
+        """Whether ``directory`` holds every new file, by its published name and size."""
+        found = _listing(None, directory)
+        return all(
+            (f := found.get(s.published)) is not None and f.size == s.size for s in self.files
+        )
+
+    def verify(self) -> bool:
+        staged, published, _aside = self._paths()
+        return _lstat(staged) is None and _is_dir(published) and self._holds_new(published)
+
+    def execute(self) -> None:
+        if self.verify():
+            return
+        staged, published, aside = self._paths()
+        if not _is_dir(staged):
+            raise MissingSourceError(
+                f"cannot publish {self.published_dir}: its staged directory {self.staged_dir} "
+                "is gone and the published partition does not hold the new files"
+            )
+        self._name(staged)
+        failpoint("swap.named")
+        if _lstat(published) is not None:
+            if _lstat(aside) is not None:
+                raise StepConflictError(
+                    f"cannot set {self.published_dir} aside: {self.aside_dir} exists already "
+                    "(the partition was set aside once, and made again since)"
+                )
+            # Its directory was made when the commit was built, and a discard removes it:
+            # a paused run that lost the job cannot set the partition aside once discarded.
+            os.rename(published, aside)
+            failpoint("swap.set_aside")
+        os.makedirs(os.path.dirname(published), exist_ok=True)
+        os.rename(staged, published)
+
+    def _name(self, staged: str) -> None:
+        """Step 1: the new files under their published names, nothing else beside them."""
+        found = _listing(None, staged)
+        for f in self.files:
+            done = found.get(f.published)
+            if done is not None and done.size == f.size:
+                continue
+            src = found.get(f.staged)
+            if src is None:
+                raise MissingSourceError(
+                    f"cannot publish {self.published_dir}: staged file "
+                    f"{self.staged_dir}/{f.staged} is gone"
+                )
+            if src.size != f.size:
+                raise StepConflictError(
+                    f"staged file {self.staged_dir}/{f.staged}: expected {f.size} bytes, "
+                    f"found {src.size}"
+                )
+            os.rename(f"{staged}/{f.staged}", f"{staged}/{f.published}")
+        wanted = {f.published for f in self.files}
+        for name in os.listdir(staged):
+            if name not in wanted:
+                _remove_tree(f"{staged}/{name}")  # a link is deleted, never followed
+
+    def abort(self) -> None:
+        """Delete the staged directory (the new files not yet in); never the old files
+        aside."""
+        _remove_tree(local_path(self.staged_dir))
+
+    def rollback(self) -> None:
+        """Take the new files out of the published partition and put the old one back."""
+        _staged, published, aside = self._paths()
+        if _is_dir(published):
+            for f in self.files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{published}/{f.published}")
+            if _lstat(aside) is not None:
+                try:
+                    os.rmdir(published)  # the new partition, emptied
+                except OSError as e:
+                    raise StepConflictError(
+                        f"cannot put {self.aside_dir} back: {self.published_dir} holds files "
+                        f"of no commit of this run ({e})"
+                    ) from e
+        if _lstat(aside) is not None:
+            os.makedirs(os.path.dirname(published), exist_ok=True)
+            os.rename(aside, published)
+        remove_aside_dirs(aside)
+
+    def undone(self) -> bool:
+        staged, published, aside = self._paths()
+        if _lstat(staged) is not None or _lstat(aside) is not None:
+            return False
+        found = _listing(None, published)
+        return not any(f.published in found for f in self.files)

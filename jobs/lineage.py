@@ -118,6 +118,10 @@ class LineageOutput:
     assertions: Sequence[LineageAssertion] = ()
     #: Held by failed checks: nothing published, so no ``outputStatistics``.
     held: bool = False
+    #: A restatement (``stage(replace=...)``): the partitions whose files it replaced
+    #: (``""``: the whole dataset); None: it only added. Told as OpenLineage's
+    #: ``lifecycleStateChange`` ``OVERWRITE`` and the ``commitpub_replaced`` facet.
+    replaced: Sequence[str] | None = None
 
 
 def dataset_name(url: str) -> tuple[str, str]:
@@ -216,6 +220,7 @@ class Lineage:
         from openlineage.client.facet_v2 import (
             data_quality_assertions_dataset,
             error_message_run,
+            lifecycle_state_change_dataset,
             output_statistics_output_dataset,
         )
 
@@ -237,6 +242,15 @@ class Lineage:
                     )
                 )
             dataset_facets: dict[str, Any] = {}
+            if o.replaced is not None and not o.held:
+                dataset_facets["lifecycleStateChange"] = (
+                    lifecycle_state_change_dataset.LifecycleStateChangeDatasetFacet(
+                        lifecycleStateChange=lifecycle_state_change_dataset.LifecycleStateChange.OVERWRITE
+                    )
+                )
+                dataset_facets["commitpub_replaced"] = _replaced_facet_class()(
+                    partitions=list(o.replaced)
+                )
             if o.assertions:
                 # OpenLineage defines this facet among an input's facets (a test reads a dataset);
                 # commitpub checks the data it writes, so it is the output's dataset facet.
@@ -317,6 +331,25 @@ def _watermarks_facet_class() -> type[Any]:
             return Lineage.FACET_SCHEMA
 
     return CommitpubWatermarksInputDatasetFacet
+
+
+@functools.cache
+def _replaced_facet_class() -> type[Any]:
+    """The ``commitpub_replaced`` dataset facet of a restatement's output."""
+    from openlineage.client.generated.base import DatasetFacet
+
+    @attrs.define
+    class CommitpubReplacedDatasetFacet(DatasetFacet):
+        """The partitions a restatement replaced: ``["day=2026-11-01"]`` (``""``: the whole
+        dataset)."""
+
+        partitions: list[str] = attrs.field(factory=list)
+
+        @staticmethod
+        def _get_schema() -> str:
+            return Lineage.FACET_SCHEMA
+
+    return CommitpubReplacedDatasetFacet
 
 
 def _watermarks_facet(watermarks: Mapping[str, tuple[Any, Any]]) -> Any:

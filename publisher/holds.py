@@ -324,7 +324,7 @@ def _check_unmoved(ctx: Context, dataset: str, steps: Sequence[CommitStep]) -> N
 
 def _check_staged(dataset: str, steps: Sequence[CommitStep]) -> None:
     """Raise unless every staged file of the held commit is still there."""
-    missing = [p for s in steps for p in s.staged_paths() if not _exists(p)]
+    missing = [p for s in steps for p in s.staged_inputs() if not _exists(p)]
     if missing:
         raise HeldDataMissingError(
             f"release of {dataset!r} refused, nothing was changed: {len(missing)} staged "

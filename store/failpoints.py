@@ -160,6 +160,18 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "some steps of a sealed sequence ran, others not; recovery finishes it",
     ),
     CrashPoint(
+        "swap.named",
+        _TASK,
+        "execute",
+        "a partition swap named its staged files as published, the published partition in place",
+    ),
+    CrashPoint(
+        "swap.set_aside",
+        _TASK,
+        "execute",
+        "a partition swap moved the published partition aside, the new one not yet in",
+    ),
+    CrashPoint(
         "rename.copied",
         _TASK,
         "execute",

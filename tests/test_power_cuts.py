@@ -13,7 +13,9 @@ exactly as a clean run does: every file whole and with the same bytes, every rec
 every watermark equal to what is published, nothing pending, staging empty.
 
 The held-dataset cells cut a run right after it held a dataset (as a failed check does), and
-a release right after its seal and right after it removed the hold (publisher/holds.py).
+a release right after its seal and right after it removed the hold (publisher/holds.py). The
+restatement cells cut a commit that replaces partitions (tests/restatedriver.py) after its
+seal, between its set-asides and its new files, after its last step and after its removal.
 
 The filesystem is mounted with ``commit=60`` so that nothing reaches the disk on the
 kernel's own schedule while a cell runs (ext4 commits its journal every 5 s by default):
@@ -44,6 +46,7 @@ import attrs
 import crashdriver
 import forkrun
 import pytest
+import test_restate_crashes
 from ext4_helpers import Ext4, ext4_filesystem
 from postgres_helpers import PostgresProcess
 from redis_helpers import RedisProcess
@@ -388,3 +391,62 @@ def test_a_cut_loses_what_was_not_synced(ext4: Ext4) -> None:
     ext4.remount()
     assert kept.read_bytes() == b"kept"
     assert not lost.exists() or lost.read_bytes() != b"lost"
+
+
+#: Cuts inside a restatement (tests/restatedriver.py), by how its partitions are replaced
+#: (see tests/test_restate_crashes.py): after its seal, between the set-asides and the new
+#: files, inside a partition swap, after its last step, after its removal.
+RESTATE_CELLS = [
+    ("per-file", "publish.after_seal"),
+    ("per-file", f"step.executed@{test_restate_crashes.ASIDE}"),
+    ("per-file", "publish.after_remove"),
+    ("swap", "swap.named@1"),
+    ("swap", "swap.set_aside@1"),
+    ("swap", "step.executed@1"),
+    ("swap", "publish.after_last_step"),
+    ("swap", "publish.after_remove"),
+]
+REDIS_RESTATE_CELLS = [RESTATE_CELLS[1], RESTATE_CELLS[4], RESTATE_CELLS[7]]
+
+
+def _park_restatement(setup: Setup, mode: str, point: str, marks: Path) -> forkrun.Started:
+    """The restatement of tests/test_restate_crashes.py, stopped at ``point``."""
+    marks.mkdir(exist_ok=True)
+    argv = ["publish", "--base", str(setup.base), "--store", setup.backend.store_url]
+    argv += [*test_restate_crashes.RESTATE, *test_restate_crashes.MODES[mode]]
+    proc = forkrun.start("restatedriver", argv, env=driver_env(f"{point}:stop", marks))
+    name = point.split("@", maxsplit=1)[0]
+    deadline = time.monotonic() + PARK_TIMEOUT_S
+    while not ((marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid)):
+        if proc.poll() is not None:
+            _out, err = proc.communicate()
+            pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
+        assert time.monotonic() < deadline, f"the driver did not reach {point}"
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "mode", "point"),
+    [("fs", m, p) for m, p in RESTATE_CELLS]
+    + [pytest.param("redis-always", m, p, marks=pytest.mark.redis) for m, p in REDIS_RESTATE_CELLS],
+)
+def test_power_cut_inside_a_restatement(  # noqa: PLR0917 -- pytest passes fixtures by position
+    kind: str,
+    mode: str,
+    point: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
+) -> None:
+    """A cut anywhere in a sealed restatement: recovery ends it with the interval's new rows
+    exactly once and none of the old, the other partition untouched, staging empty."""
+    setup = _setup(kind, ext4, redis_servers)
+    store = setup.backend.store_url
+    test_restate_crashes.ok(test_restate_crashes.drive("publish", setup.base, store))
+    cut_and_restart(ext4, setup, _park_restatement(setup, mode, point, tmp_path / "marks"))
+    test_restate_crashes.ok(test_restate_crashes.drive("recover", setup.base, store))
+    assert test_restate_crashes.published(setup.base) == test_restate_crashes.RESTATED
+    assert test_restate_crashes.leftovers(setup.base) == []
+    assert test_restate_crashes.pending(store) == []

@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 import commitsteps
 from commitsteps import (
     CommitStep,
+    FsPartitionSwapCommitStep,
     FsRenameCommitStep,
+    FsSetAsideCommitStep,
     StepValueError,
+    SwapFile,
     UnknownStepTypeError,
     WatermarkCommitStep,
     serialization,
@@ -81,6 +84,27 @@ rename_steps = st.builds(
     src=paths_and_urls,
     dst=paths_and_urls,
     size=st.integers(min_value=0, max_value=2**63),
+)
+set_aside_steps = st.builds(
+    FsSetAsideCommitStep,
+    src=paths_and_urls,
+    dst=paths_and_urls,
+    size=st.integers(min_value=0, max_value=2**63),
+)
+swap_steps = st.builds(
+    FsPartitionSwapCommitStep,
+    staged_dir=absolute_paths,
+    published_dir=absolute_paths,
+    aside_dir=absolute_paths,
+    files=st.lists(
+        st.builds(
+            SwapFile,
+            staged=st.text(min_size=1),
+            published=st.text(min_size=1),
+            size=st.integers(min_value=0, max_value=2**63),
+        ),
+        max_size=3,
+    ).map(tuple),
 )
 watermark_steps = st.builds(
     WatermarkCommitStep,
@@ -149,7 +173,9 @@ delta_steps = locations.flatmap(
     )
 )
 
-any_step = rename_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
+any_step = (
+    rename_steps | set_aside_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
+)
 
 
 def test_every_built_in_step_has_a_round_trip_strategy() -> None:
@@ -161,6 +187,8 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
     }
     assert built_in == {
         commitsteps.tag_of(FsRenameCommitStep),
+        commitsteps.tag_of(FsSetAsideCommitStep),
+        commitsteps.tag_of(FsPartitionSwapCommitStep),
         commitsteps.tag_of(WatermarkCommitStep),
         commitsteps.tag_of(IcebergAppendCommitStep),
         commitsteps.tag_of(DeltaAppendCommitStep),

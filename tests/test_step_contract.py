@@ -16,7 +16,15 @@ import pytest
 from table_helpers import delta_rows, iceberg_rows, iceberg_table, sql_catalog, write_staged
 
 import commitsteps
-from commitsteps import CommitStep, FsRenameCommitStep, WatermarkCommitStep
+from commitsteps import (
+    CommitStep,
+    FsPartitionSwapCommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+    SwapFile,
+    WatermarkCommitStep,
+)
+from commitsteps.fs import make_aside_dirs
 from commitsteps.testing import JOB, CommitStepContract
 from store.connections import Connections, connecting_only
 
@@ -54,6 +62,130 @@ class TestLocalRename(CommitStepContract):
 
     def effect(self, step: CommitStep) -> Any:
         return _published(step)
+
+
+def _published_to_set_aside(root: str) -> FsSetAsideCommitStep:
+    fs, _ = fsspec.core.url_to_fs(root)
+    src, dst = f"{root}/out/day=1/part-0", f"{root}/staging/run/.replaced/day=1/part-0"
+    path = fs._strip_protocol(src)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, DATA)
+    make_aside_dirs([dst])  # locally, made when the commit is built
+    return FsSetAsideCommitStep(src, dst, len(DATA))
+
+
+def _set_aside(step: CommitStep) -> tuple[bytes | None, bool]:
+    """The bytes aside, and whether the published file is still there."""
+    assert isinstance(step, FsSetAsideCommitStep)
+    fs, aside = fsspec.core.url_to_fs(step.dst)
+    fs.invalidate_cache()
+    _, published = fsspec.core.url_to_fs(step.src)
+    return (fs.cat_file(aside) if fs.exists(aside) else None), fs.exists(published)
+
+
+class TestLocalSetAside(CommitStepContract):
+    """A restatement's set-aside: rolled back, the published file is back in place."""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        return _published_to_set_aside(str(tmp_path))
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
+
+    def test_abort_and_rollback_put_the_published_file_back(self, step: CommitStep) -> None:
+        assert isinstance(step, FsSetAsideCommitStep)
+        step.execute()
+        assert _set_aside(step) == (DATA, False)
+        step.abort()  # the file aside is the replaced data: never deleted by an abort
+        assert _set_aside(step) == (DATA, False)
+        step.rollback()
+        assert _set_aside(step) == (None, True)
+        assert Path(step.src).read_bytes() == DATA
+
+    def test_a_late_execute_after_a_rollback_moves_nothing(self, step: CommitStep) -> None:
+        """A run that lost the job, paused inside the step while a discard rolled it back,
+        wakes: its rename finds no directory aside (the rollback removed it), so the
+        published file stays where it is, not lost with the staging."""
+        step.execute()
+        step.rollback()
+        with pytest.raises(FileNotFoundError):
+            step.execute()
+        assert _set_aside(step) == (None, True)
+
+
+def _staged_swap(root: Path) -> FsPartitionSwapCommitStep:
+    staged, published = root / "staging" / "run" / "day=1", root / "out" / "day=1"
+    staged.mkdir(parents=True)
+    published.mkdir(parents=True)
+    (staged / "part-0").write_bytes(DATA)
+    (staged / "leftover-of-a-failed-attempt").write_bytes(b"x")
+    (published / "r0-part-0").write_bytes(b"old")
+    (root / "staging" / "run" / ".replaced").mkdir()  # made when the commit is built
+    return FsPartitionSwapCommitStep(
+        str(staged),
+        str(published),
+        str(root / "staging" / "run" / ".replaced" / "day=1"),
+        (SwapFile("part-0", "r1-part-0", len(DATA)),),
+    )
+
+
+def _partition(step: CommitStep) -> tuple[dict[str, bytes], bool]:
+    """What the published partition holds, and whether anything is aside."""
+    assert isinstance(step, FsPartitionSwapCommitStep)
+    published = Path(step.published_dir)
+    files = {p.name: p.read_bytes() for p in published.iterdir()} if published.exists() else {}
+    return files, Path(step.aside_dir).exists()
+
+
+class TestLocalPartitionSwap(CommitStepContract):
+    """A restatement's partition swap: rolled back, the old partition is back in place."""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        return _staged_swap(tmp_path)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _partition(step)
+
+    def test_the_new_partition_replaces_the_old_and_a_rollback_restores_it(
+        self, step: CommitStep
+    ) -> None:
+        step.execute()
+        assert _partition(step) == ({"r1-part-0": DATA}, True)  # the leftover not published
+        step.abort()  # the old partition aside is never deleted by an abort
+        assert _partition(step) == ({"r1-part-0": DATA}, True)
+        step.rollback()
+        assert _partition(step) == ({"r0-part-0": b"old"}, False)
+
+    def test_a_late_swap_after_a_rollback_moves_nothing(self, tmp_path: Path) -> None:
+        """A run paused inside the swap while a discard rolled it back wakes with its staged
+        directory still there (say): it cannot set the partition aside any more (the
+        rollback removed the directory aside), so the published partition stays."""
+        step = _staged_swap(tmp_path)
+        step.execute()
+        step.rollback()
+        staged = Path(step.staged_dir)
+        staged.mkdir()
+        (staged / "part-0").write_bytes(DATA)
+        with pytest.raises(FileNotFoundError):
+            step.execute()
+        assert _partition(step) == ({"r0-part-0": b"old"}, False)
+
+
+class TestMemorySetAside(CommitStepContract):
+    """fsspec's in-memory filesystem takes the object-store code paths."""
+
+    @pytest.fixture
+    def step(self) -> Iterator[CommitStep]:
+        root = f"/commitpub-contract-{uuid.uuid4().hex}"
+        yield _published_to_set_aside(f"memory://{root}")
+        memory = fsspec.filesystem("memory")
+        if memory.exists(root):
+            memory.rm(root, recursive=True)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
 
 
 class TestMemoryRename(CommitStepContract):

@@ -579,11 +579,19 @@ def status(job_file: str | None, as_json: bool, show_watermarks: bool, **where: 
         f"{shown.finished}: "
         + (counts or ("nothing to do" if shown.exit_code == 0 else "nothing published"))
     )
+    _echo_restated(shown.restated)
     if shown.empty_runs >= EMPTY_RUNS_WARNING:
         click.echo(
             f"  {shown.empty_runs} runs in a row staged no record: is the job reading the "
             "right input?"
         )
+
+
+def _echo_restated(restated: dict[str, list[str]]) -> None:
+    """The datasets a run restated, a line each with the partitions it replaced."""
+    for dataset, partitions in restated.items():
+        replaced = ", ".join(p or "the whole dataset" for p in partitions) or "no partition"
+        click.echo(f"  restated {dataset}: replaced {replaced}")
 
 
 def _echo_watermarks(marks: dict[str, dict[str, Any]]) -> None:

@@ -287,6 +287,9 @@ class RunSummary:
     empty_runs: int
     path: str
     state: str
+    #: The datasets the run restated and published (``stage(replace=...)``): each one's
+    #: partitions replaced (directories relative to the dataset's, ``""`` the whole of it).
+    restated: dict[str, list[str]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -493,6 +496,11 @@ def _run_summary(report: StoredReport | None, lease: Lease | None) -> RunSummary
         empty_runs=report.empty_runs,
         path=report.path,
         state=state,
+        restated={
+            dataset: staged.replaces
+            for dataset, staged in sorted(report.staged.items())
+            if staged.replaces is not None and dataset in report.published
+        },
     )
 
 

@@ -41,6 +41,11 @@ class Writer(abc.ABC):
     #: subclass that hands the frame on to ``ParquetWriter.write`` keeps it); False: the
     #: checks read the staged files back.
     measures_checks: ClassVar[bool] = False
+    #: True when :meth:`commit` publishes ``StagedDataset.replace`` (a restatement,
+    #: ``Batch.stage(replace=...)``): the commit sets aside the files of the replaced
+    #: partitions before the new ones go in, as :class:`~jobs.output.parquet.ParquetWriter`
+    #: does by returning the staged dataset itself. False: ``replace=`` is refused.
+    replaces_partitions: ClassVar[bool] = False
 
     @abc.abstractmethod
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:

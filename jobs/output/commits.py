@@ -1,15 +1,27 @@
-"""What a staged dataset's commit is: a rename per staged file, a watermark step per
-partition, then the user's own steps. Built where the publish task runs.
+"""What a staged dataset's commit is: for a restatement, the replaced partitions set aside
+(or swapped whole), then a rename per staged file, a watermark step per partition, then the
+user's own steps. Built where the publish task runs.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Collection, Sequence
 
 import attrs
 
-from commitsteps import CommitStep, FsRenameCommitStep, MissingSourceError, WatermarkCommitStep
+from commitsteps import (
+    CommitStep,
+    FsPartitionSwapCommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+    MissingSourceError,
+    StepConflictError,
+    SwapFile,
+    WatermarkCommitStep,
+)
+from commitsteps.fs import REPLACED_DIR, make_aside_dirs
 from store import JsonScalar
 from store.files import FileIO
 from store.urls import is_local, local_path
@@ -33,6 +45,14 @@ class StagedDataset:
     write's tasks reported (``files``), each from the attempt whose result Spark accepted:
     anything else in the staging directory (what a failed attempt left) is not published
     and goes with it. File names get the run id in front, so reruns never collide.
+
+    A restatement (``replace``) comes first: each replaced partition that the staged files
+    hold is swapped whole (:class:`~commitsteps.FsPartitionSwapCommitStep`, its files then
+    not renamed one by one) where staging and output are on one local filesystem; every
+    other replaced partition's data files are set aside one by one
+    (:class:`~commitsteps.FsSetAsideCommitStep`), all before the first new file. The
+    directories things are set aside into are made here, before the write-ahead: the steps
+    never make them (see ``FsSetAsideCommitStep.makes_dirs``).
     """
 
     dataset: str
@@ -52,25 +72,110 @@ class StagedDataset:
     #: size, as the write reported them. None: a writer that does not report them (see
     #: :class:`jobs.output.writing.Written`); the staging directory is listed when called.
     files: tuple[tuple[str, int], ...] | None = None
+    #: The output partitions whose current files the commit replaces (a restatement,
+    #: ``stage(replace=...)``): each a partition directory relative to ``output_dir``
+    #: (``day=2026-11-01``, ``/`` between columns), ``""`` for the whole dataset. What it
+    #: holds when the commit is built goes into ``<staging_dir>/.replaced/`` (the class doc
+    #: says how) before the new files go in.
+    replace: tuple[str, ...] = ()
+    #: False: replace every partition file by file, never by swapping its directory.
+    swap_partitions: bool = True
 
     def __call__(self) -> list[CommitStep]:
         files = [] if self.empty else self._files()
         if not files and not self.empty:
             raise MissingSourceError(f"no staged files for {self.dataset} under {self.staging_dir}")
+        swapped = self._swapped(files)
         # Joined once per directory, not per file: a commit holds one rename per staged file.
         # Each path is what posixpath.join (os.path.join here) makes of the same parts.
         src_base = posixpath.join(self.staging_dir, "")
         dst_dirs: dict[str, str] = {}
         named = f"{self.run_id}-"
         steps: list[CommitStep] = []
+        swaps: dict[str, list[SwapFile]] = {}
         for directory, name, size in files:
+            if directory in swapped:
+                swaps.setdefault(directory, []).append(SwapFile(name, f"{named}{name}", size))
+                continue
             dst_dir = dst_dirs.get(directory)
             if dst_dir is None:
                 dst_dir = dst_dirs[directory] = posixpath.join(self.output_dir, directory, "")
             steps.append(
                 FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{named}{name}", size)
             )
-        return [*steps, *self.after_data()]
+        aside = posixpath.join(self.staging_dir, REPLACED_DIR)
+        swap_steps = [self._swap(d.rstrip("/"), new, aside) for d, new in swaps.items()]
+        set_asides = self.set_asides(steps, skip={d.rstrip("/") for d in swapped})
+        make_aside_dirs(
+            [
+                *(s.staged_paths()[0] for s in set_asides),
+                *(s.aside_dir for s in swap_steps),
+            ]
+        )
+        return [*set_asides, *swap_steps, *steps, *self.after_data()]
+
+    def _swapped(self, files: Sequence[tuple[str, str, int]]) -> set[str]:
+        """The staged directories (``day=1/``) of the replaced partitions that are swapped
+        whole (:class:`FsPartitionSwapCommitStep`): those holding new files, when staging
+        and output are on one local filesystem (a directory rename is atomic there);
+        the others are replaced file by file."""
+        if not (self.swap_partitions and self.replace):
+            return set()
+        if not (is_local(self.staging_dir) and is_local(self.output_dir)):
+            return set()
+        if _device(self.staging_dir) != _device(self.output_dir):
+            return set()
+        held = {directory for directory, _, _ in files}
+        return {f"{p}/" for p in self.replace if p and f"{p}/" in held}
+
+    def _swap(self, partition: str, new: list[SwapFile], aside: str) -> FsPartitionSwapCommitStep:
+        published = posixpath.join(self.output_dir, partition)
+        there = {name for _, name, _ in _listing(published)}
+        clash = sorted(there & {f.published for f in new})
+        if clash:
+            raise StepConflictError(
+                f"{published}/{clash[0]}: the output already holds a file of run "
+                f"{self.run_id}'s name in a partition it replaces; restate with a new run id"
+            )
+        return FsPartitionSwapCommitStep(
+            posixpath.join(self.staging_dir, partition),
+            published,
+            posixpath.join(aside, partition),
+            tuple(new),
+        )
+
+    def set_asides(
+        self, renames: Sequence[CommitStep] = (), skip: Collection[str] = ()
+    ) -> list[CommitStep]:
+        """A set-aside step for every data file the replaced partitions hold now (but those
+        of ``skip``, swapped whole), listed here (where the publish task runs, just before
+        the write-ahead): moved into ``<staging_dir>/.replaced/<partition>/`` by the commit,
+        before the new files.
+
+        Raises:
+            StepConflictError: if a file to replace has the name of one of ``renames``'
+                destinations (this run id published there already): setting it aside
+                would take the new file for the old.
+        """
+        if not self.replace:
+            return []
+        new = {r.published_paths()[0] for r in renames if isinstance(r, FsRenameCommitStep)}
+        aside = posixpath.join(self.staging_dir, REPLACED_DIR)
+        steps: list[CommitStep] = []
+        for partition in self.replace:
+            if partition in skip:
+                continue
+            published = posixpath.join(self.output_dir, partition)
+            for directory, name, size in _listing(published):
+                src = posixpath.join(published, directory, name)
+                if src in new:
+                    raise StepConflictError(
+                        f"{src}: the output already holds a file of run {self.run_id}'s "
+                        "name in a partition it replaces; restate with a new run id"
+                    )
+                dst = posixpath.join(aside, partition, directory, name)
+                steps.append(FsSetAsideCommitStep(src, dst, size))
+        return steps
 
     def relative_paths(self) -> list[str]:
         """The staged files' paths relative to ``staging_dir``, in their order."""
@@ -107,6 +212,19 @@ class StagedDataset:
 def join(root: str, rel: str) -> str:
     """``rel`` under ``root``: a local path joined as one, a URL with ``/``."""
     return os.path.join(root, rel) if is_local(root) else posixpath.join(root, rel)
+
+
+def _device(path: str) -> int:
+    """The device of the local ``path``, or of its nearest existing ancestor."""
+    current = local_path(path)
+    while True:
+        try:
+            return os.stat(current).st_dev
+        except FileNotFoundError:
+            parent = os.path.dirname(current)
+            if parent == current:
+                raise
+            current = parent
 
 
 def _data(name: str) -> bool:

@@ -35,6 +35,7 @@ class ParquetWriter(Writer):
 
     format = "parquet"
     measures_checks = True
+    replaces_partitions = True
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         return stage(frame, directory, options)

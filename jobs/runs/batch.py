@@ -29,7 +29,9 @@ The TOML runner (:mod:`jobs.runs.run`) is a Batch driven by a job file and a Sou
 
 from __future__ import annotations
 
+import datetime
 import logging
+import posixpath
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,10 +52,10 @@ from jobs.errors import (
     error_text,
 )
 from jobs.output import Written, get_format
-from jobs.output.commits import Mark, StagedDataset, join
+from jobs.output.commits import Mark, StagedDataset, join, staged_files
 from jobs.output.ownership import check as check_owner
 from jobs.output.ownership import claim as claim_output
-from jobs.output.taskwriter import WriteOptions
+from jobs.output.taskwriter import DEFAULT_PARTITION, WriteOptions, escape_path_name
 from jobs.output.writing import shown_figures, watching
 from jobs.progress import Progress, updates
 from jobs.quality.checks import Check, validate_checks
@@ -96,6 +98,9 @@ class _Dataset:
     files: tuple[tuple[str, int], ...] | None = None
     #: The checks of the staged data (None: none).
     checks: _Checks | None = None
+    #: The output partitions (directories relative to the dataset's) whose files the
+    #: staged data replaces: a restatement (``stage(replace=...)``); empty: none.
+    replace: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -277,6 +282,7 @@ class Batch:
         watermarks: Mapping[str, JsonScalar] | None = None,
         source: str | None = None,
         checks: Sequence[Check] = (),
+        replace: bool | Sequence[Mapping[str, Any]] | None = None,
     ) -> StagedInfo:
         """Write ``df`` into this run's staging as the new data of ``dataset``.
 
@@ -301,6 +307,18 @@ class Batch:
                 unmoved, exit 3) until ``commitpub release`` or ``commitpub discard``; a
                 failed ``warn`` check is reported and the dataset published. The results
                 are in ``report.checks``.
+            replace: restate: the output partitions whose current files the staged data
+                replaces, in the same sealed commit. A list of partitions, each a mapping
+                of every ``partition_by`` column to its value (``[{"day": "2026-11-01"}]``;
+                a value is a string, an int, a bool, a ``datetime.date`` or None, and
+                names the directory as Spark writes it), or True: every partition the
+                staged data holds (with no ``partition_by``: the whole dataset). A partition
+                named that the staged data does not hold is emptied. The commit moves each
+                partition into this run's staging (put back by a discard, deleted once the
+                commit is done) and the new one in: a directory swap where staging and
+                output share a local filesystem, else file by file, every old file aside
+                before the first new one. Watermarks move only as ``watermarks`` says.
+                Parquet only for now. In ``report.staged[dataset].replaces``.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -309,7 +327,10 @@ class Batch:
             BatchArgumentError: naming the argument, before anything is written: a
                 DataFrame of another session, a dataset staged twice, a dataset name with a
                 dot in an Iceberg job, a watermark that is
-                not a JSON scalar, a ``partition_by`` column ``df`` does not have.
+                not a JSON scalar, a ``partition_by`` column ``df`` does not have, a
+                ``replace`` that names no partition, a column not in ``partition_by``,
+                misses one of them or has a value of another type, or a ``replace`` in a
+                format that cannot replace partitions.
             CheckDeclarationError: naming the check, before anything is written: a check
                 ``df`` cannot be checked by (a column it does not have, a predicate Spark
                 cannot plan, two checks of one name).
@@ -329,6 +350,12 @@ class Batch:
         _check_frame(df, self.spark)
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)
+        replaced = _check_replace(replace, dataset, columns)
+        if replaced is not None and not self.writer.replaces_partitions:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
+                "format cannot replace partitions (only parquet can, for now)"
+            )
         if isinstance(checks, Check) or not isinstance(checks, Sequence):
             raise BatchArgumentError(
                 f"argument 'checks' must be a list of checks, got {type(checks).__name__}"
@@ -380,12 +407,17 @@ class Batch:
                 empty=written.files == 0,
                 source=source,
             )
+        replaces: tuple[str, ...] = ()
+        if replaced is not None:
+            replaces = _replaced(replaced, directory, files, info.empty)
+            info = attrs.evolve(info, replaces=replaces)
         self._datasets[dataset] = attrs.evolve(
             self._datasets.get(dataset, _Dataset()),
             staged=info,
             partition_by=columns,
             files=files,
             checks=checked,
+            replace=replaces,
         )
         self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
@@ -565,6 +597,7 @@ class Batch:
             extra=entry.steps,
             partition_by=entry.partition_by,
             files=entry.files,
+            replace=entry.replace,
         )
         return CommitSequence(dataset, self.writer.commit(staged), info.directory)
 
@@ -793,6 +826,91 @@ def _check_partition_by(partition_by: Any, df: DataFrame) -> tuple[str, ...]:
             "argument 'partition_by' names every column of df: no column would be left in the files"
         )
     return columns
+
+
+def _partition_value(value: Any, dataset: str, column: str) -> str:
+    """A partition's value as Spark names its directory (the column cast to a string)."""
+    if value is None or value == "":
+        return DEFAULT_PARTITION
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int):
+        return escape_path_name(str(value))
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    raise BatchArgumentError(
+        f"argument 'replace' of dataset {dataset!r}: the value of {column!r} must be a "
+        f"string, an int, a bool, a datetime.date or None, got {value!r} "
+        f"({type(value).__name__}); give it as the string its directory is named by"
+    )
+
+
+def _check_replace(
+    replace: Any, dataset: str, columns: tuple[str, ...]
+) -> tuple[str, ...] | bool | None:
+    """The partitions ``replace`` names, as directories relative to the dataset's (True:
+    those the staged data holds; None: no restatement)."""
+    if replace is None or replace is False:
+        return None
+    if replace is True:
+        return True
+    if isinstance(replace, str | Mapping) or not isinstance(replace, Sequence):
+        raise BatchArgumentError(
+            f"argument 'replace' of dataset {dataset!r} must be True or a list of partitions "
+            f"(mappings of column to value), got {replace!r}"
+        )
+    if not replace:
+        raise BatchArgumentError(
+            f"argument 'replace' of dataset {dataset!r} names no partition: leave it out "
+            "(or None) to replace nothing, or pass True for every partition staged"
+        )
+    if not columns:
+        raise BatchArgumentError(
+            f"argument 'replace' of dataset {dataset!r} names partitions, but the dataset "
+            "has no partition_by columns: pass replace=True to replace the whole dataset"
+        )
+    found: list[str] = []
+    for i, partition in enumerate(replace):
+        if not isinstance(partition, Mapping):
+            raise BatchArgumentError(
+                f"argument 'replace[{i}]' of dataset {dataset!r} must be a mapping of "
+                f"partition_by column to value, got {partition!r}"
+            )
+        for key in partition:
+            if key not in columns:
+                raise BatchArgumentError(
+                    f"argument 'replace[{i}]' of dataset {dataset!r}: key {key!r} is not a "
+                    f"partition_by column ({', '.join(columns)})"
+                )
+        for column in columns:
+            if column not in partition:
+                raise BatchArgumentError(
+                    f"argument 'replace[{i}]' of dataset {dataset!r}: key {column!r} is "
+                    "missing: a partition names a value for every partition_by column "
+                    f"({', '.join(columns)})"
+                )
+        path = "/".join(
+            f"{escape_path_name(c)}={_partition_value(partition[c], dataset, c)}" for c in columns
+        )
+        if path not in found:
+            found.append(path)
+    return tuple(found)
+
+
+def _replaced(
+    replace: tuple[str, ...] | bool,
+    directory: str,
+    files: tuple[tuple[str, int], ...] | None,
+    empty: bool,
+) -> tuple[str, ...]:
+    """The partition directories a restatement replaces; for ``replace=True`` those of the
+    staged files (``""``: the whole dataset, when they are not partitioned)."""
+    if not isinstance(replace, bool):
+        return replace
+    if empty:
+        return ()
+    paths = [p for p, _ in files] if files is not None else list(staged_files(directory))
+    return tuple(sorted({posixpath.dirname(p) for p in paths}))
 
 
 def _check_step(step: Any, argument: str) -> None:

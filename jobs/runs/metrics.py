@@ -84,6 +84,16 @@ def registry(
     )
     for dataset, staged in sorted(report.staged.items()):
         skipped.labels(job, dataset).set(staged.bad_records_skipped)
+    replaced = gauge(
+        "commitpub_last_run_partitions_replaced",
+        "Output partitions the last run's restatements replaced (stage(replace=...)) in the "
+        "datasets it published, per dataset.",
+        "dataset",
+    )
+    published = set(report.published)
+    for dataset, staged in sorted(report.staged.items()):
+        if staged.replaces is not None and dataset in published:
+            replaced.labels(job, dataset).set(len(staged.replaces))
     failures = gauge(
         "commitpub_check_failures",
         "Checks of the last run's staged data that failed (1 each, warn ones included).",

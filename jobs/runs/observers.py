@@ -328,7 +328,12 @@ class LineageObserver(RunObserver):
         if held:
             return LineageOutput(url, name=name, assertions=assertions, held=True)
         return LineageOutput(
-            url, rows=info.rows, files=info.files, name=name, assertions=assertions
+            url,
+            rows=info.rows,
+            files=info.files,
+            name=name,
+            assertions=assertions,
+            replaced=info.replaces,
         )
 
 

@@ -71,6 +71,10 @@ class StagedInfo:
     first_bad_record: str | None = None
     #: Where the records were read from (``stage(source=...)``), for lineage.
     source: str | None = None
+    #: A restatement (``stage(replace=...)``): the output partitions (directories relative
+    #: to the dataset's, ``""`` the whole dataset) whose files the staged data replaces;
+    #: None: not a restatement.
+    replaces: tuple[str, ...] | None = None
 
 
 @attrs.frozen
@@ -321,6 +325,8 @@ class StagedFigures:
 
     rows: int | None = None
     files: int | None = None
+    #: The partitions a restatement replaced (``StagedInfo.replaces``); None: not one.
+    replaces: list[str] | None = None
 
 
 @attrs.frozen

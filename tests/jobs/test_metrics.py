@@ -21,7 +21,8 @@ from jobs.config import JobConfig, load_config
 from jobs.quality import CheckResult, CheckResults, Severity
 from jobs.runs.metrics import export
 from jobs.runs.report import RunReport, StagedInfo, write_report
-from publisher import HeldDataset
+from publisher import HeldDataset, Outcome, PublishReport
+from publisher.reports import dataset_report
 from store import open_store
 from store.errors import ConfigurationError
 
@@ -63,6 +64,25 @@ def test_textfile_has_help_and_type_once_per_metric_and_escapes_labels(tmp_path:
     assert text.count(f"# TYPE {name} gauge") == 1
     assert f'{name}{{commitpub_job="test-job",dataset="a\\"b\\\\c"}} 1.0' in text
     assert f'{name}{{commitpub_job="test-job",dataset="x\\ny"}} 2.0' in text
+
+
+def test_a_restatement_counts_the_partitions_it_replaced(tmp_path: Path) -> None:
+    prom = tmp_path / "commitpub.prom"
+    config = _config(tmp_path, textfile=str(prom))
+    report = _report(exit_ok=True)
+    report.staged["restated"] = StagedInfo("/s/1", {}, replaces=("day=1", "day=2"))
+    report.staged["held"] = StagedInfo("/s/2", {}, replaces=("day=1",))  # not published
+    report.publish = PublishReport(
+        (dataset_report("restated", Outcome.PUBLISHED, 0.0),), duration_s=0.1
+    )
+
+    export(config, report)
+
+    values = _values(prom.read_text())
+    name = "commitpub_last_run_partitions_replaced"
+    assert values == {**values, f'{name}{{commitpub_job="test-job",dataset="restated"}}': 2}
+    assert not [k for k in values if k.startswith(name) and '"orders"' in k]
+    assert not [k for k in values if k.startswith(name) and '"held"' in k]
 
 
 def test_textfile_holds_the_run_and_keeps_last_success_across_a_failed_run(
