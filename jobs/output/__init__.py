@@ -47,6 +47,9 @@ BUILT_IN: tuple[type[OutputFormat], ...] = (ParquetFormat, IcebergFormat, DeltaF
 #: Format name -> its class, or ``"module:Class"`` for one of yours not imported yet; the
 #: built-ins first.
 _REGISTRY: dict[str, type[OutputFormat] | str] = {cls.name: cls for cls in BUILT_IN}
+#: Each format class's one instance, made when it is first asked for: a format keeps no
+#: state of a job (its writer does), so every part of a run shares it.
+_INSTANCES: dict[type[OutputFormat], OutputFormat] = {}
 _entry_points_loaded = False
 
 
@@ -118,12 +121,17 @@ def format_class(name: str) -> type[OutputFormat]:
 
 
 def get_format(name: str) -> OutputFormat:
-    """The format called ``name`` (``output.format``).
+    """The format called ``name`` (``output.format``): its class's one instance, the same at
+    every call (the owner check, the batch, its observers share it).
 
     Raises:
         ConfigurationError: as :func:`format_class`.
     """
-    return format_class(name)()
+    cls = format_class(name)
+    fmt = _INSTANCES.get(cls)
+    if fmt is None:
+        fmt = _INSTANCES[cls] = cls()
+    return fmt
 
 
 def writer_for(settings: BatchConfig) -> Writer:

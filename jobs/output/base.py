@@ -63,7 +63,9 @@ class Writer(abc.ABC):
 
 class OutputFormat(abc.ABC):
     """One output format. Subclass it, set :attr:`name`, implement :meth:`writer` and
-    :meth:`read_back`, and register the class (see :mod:`jobs.output`).
+    :meth:`read_back`, and register the class (see :mod:`jobs.output`). The registry makes
+    one instance of the class and every job of the process shares it: keep a job's state on
+    its :class:`Writer`, not on the format.
 
     Example: Parquet files with a column saying which job wrote them::
 

@@ -44,6 +44,7 @@ def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """A registry of the built-ins only, whose entry points are read again."""
     monkeypatch.setattr(formats, "_REGISTRY", dict(formats._REGISTRY))
     monkeypatch.setattr(formats, "_entry_points_loaded", False)
+    monkeypatch.setattr(formats, "_INSTANCES", {})
 
 
 @pytest.fixture
@@ -73,6 +74,24 @@ def test_the_built_ins_are_known_by_name(isolated_registry: None) -> None:
         True,
         True,
     ]
+
+
+def test_a_format_is_one_instance_shared_by_every_caller(isolated_registry: None) -> None:
+    """The owner check, the batch and its observers ask by name and get the same object; a
+    class registered again under the name is a new one."""
+    parquet = formats.get_format("parquet")
+    assert formats.get_format("parquet") is parquet
+    assert formats.get_format("iceberg") is not parquet
+
+    class Other(formats.ParquetFormat):
+        name = "other"
+
+    formats.register_format("other", Other)
+    other = formats.get_format("other")
+    assert type(other) is Other
+    assert formats.get_format("other") is other
+    formats.register_format("other", formats.ParquetFormat, clobber=True)
+    assert formats.get_format("other") is parquet
 
 
 def test_knowing_every_format_imports_neither_table_library() -> None:
