@@ -463,6 +463,10 @@ class BatchConfig(SettingsRecord):
 
     #: How errors name these settings (job-file keys, or Batch's arguments).
     naming: Naming = attrs.field(factory=lambda: _batch_naming())  # noqa: PLW0108 (defined below)
+    #: The output format that ``output.format`` names, resolved once through the registry
+    #: as the settings were checked: the owner check, the batch and its observers share it
+    #: (:func:`jobs.output.format_of` gives it as the :class:`~jobs.output.OutputFormat`).
+    output_rules: OutputRules = attrs.field(repr=False, eq=False)
 
     @property
     def lock_at(self) -> str:
@@ -816,10 +820,15 @@ def connect_url_problem(url: str) -> str | None:
     return None
 
 
-def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: str | None) -> None:
+def _check_across(
+    values: dict[str, Any], naming: Naming, *, default_reports: str | None
+) -> OutputRules:
     """The rules across keys, in one pass over :func:`_values`' result, for the settings
     there are (Batch's; a job file's [spark] and object stores; its [source]); fills the
     values derived from others (reports, the lock, the output format's keys, [lineage]).
+
+    Returns:
+        The output format that ``output.format`` names, resolved.
 
     Raises:
         ConfigurationError: naming the key (a ``BatchArgumentError`` naming the argument).
@@ -847,7 +856,7 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
             )
     if values["lock.url"] is None:
         values["lock.url"] = ""  # the store's URL
-    output = _format_settings(values, naming)
+    rules, output = _format_settings(values, naming)
     values["output.namespace"] = output.namespace
     values["output.catalog"] = dict(output.catalog)
     values["lineage"] = _lineage(values["lineage"], values["job.name"], naming)
@@ -861,11 +870,14 @@ def _check_across(values: dict[str, Any], naming: Naming, *, default_reports: st
         values["checks"] = _checks(values["checks"], naming)
     if values["staging.path"]:  # an operator's, when not given: empty
         _check_apart(values, source_path, naming)
+    return rules
 
 
-def _format_settings(values: Mapping[str, Any], naming: Naming) -> FormatSettings:
-    """The output format's keys: those it does not take refused, naming the formats that
-    do; then checked by the format's own rules."""
+def _format_settings(
+    values: Mapping[str, Any], naming: Naming
+) -> tuple[OutputRules, FormatSettings]:
+    """The output format, and its keys: those it does not take refused, naming the formats
+    that do; then checked by the format's own rules."""
     formats = output_formats()
     rules = formats.rules(values["output.format"])
     for key in ("namespace", "catalog"):
@@ -880,7 +892,7 @@ def _format_settings(values: Mapping[str, Any], naming: Naming) -> FormatSetting
         namespace=values["output.namespace"],
         catalog=values["output.catalog"],
     )
-    return rules.settings(keys, values["job.name"], naming)
+    return rules, rules.settings(keys, values["job.name"], naming)
 
 
 def _check_spark(values: dict[str, Any], naming: Naming) -> None:
@@ -974,9 +986,9 @@ def batch_config(
     values = _values(_structure(doc, tables, naming), (BatchConfig,), Path.cwd(), naming)
     if lineage is not None:
         values["lineage"] = lineage
-    _check_across(values, naming, default_reports=None)
+    rules = _check_across(values, naming, default_reports=None)
     _load_step_modules(values, None, naming)
-    return _record(BatchConfig, values, naming=naming)
+    return _record(BatchConfig, values, naming=naming, output_rules=rules)
 
 
 def _load_step_modules(values: dict[str, Any], base: Path | None, naming: Naming) -> None:
@@ -1095,9 +1107,11 @@ def load_operator_config(path: str | os.PathLike[str]) -> OperatorConfig:
     naming = Naming(str(file))
     base = file.resolve().parent
     values = _values(_structure(raw, _operator_file(), naming), (OperatorConfig,), base, naming)
-    _check_across(values, naming, default_reports=str(base / "reports"))
+    rules = _check_across(values, naming, default_reports=str(base / "reports"))
     _load_step_modules(values, base, naming)
-    return _record(OperatorConfig, values, naming=naming, file=str(file.resolve()))
+    return _record(
+        OperatorConfig, values, naming=naming, output_rules=rules, file=str(file.resolve())
+    )
 
 
 def operator_config(
@@ -1137,9 +1151,9 @@ def operator_config(
         doc["output"] = {"path": output, **({} if format is None else {"format": format})}
     tables = _structure(doc, _operator_file(), naming)
     values = _values(tables, (OperatorConfig,), Path.cwd(), naming)
-    _check_across(values, naming, default_reports=None)
+    rules = _check_across(values, naming, default_reports=None)
     _load_step_modules(values, None, naming)
-    return _record(OperatorConfig, values, naming=naming)
+    return _record(OperatorConfig, values, naming=naming, output_rules=rules)
 
 
 def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
@@ -1153,10 +1167,17 @@ def _job_config(raw: dict[str, Any], file: Path) -> JobConfig:
     base = file.resolve().parent
     records = (JobConfig, SourceConfig)
     values = _values(_structure(raw, _job_file(), naming), records, base, naming)
-    _check_across(values, naming, default_reports=str(base / "reports"))
+    rules = _check_across(values, naming, default_reports=str(base / "reports"))
     source = _source(values, naming)
     _load_step_modules(values, base, naming)
-    return _record(JobConfig, values, naming=naming, file=str(file.resolve()), source=source)
+    return _record(
+        JobConfig,
+        values,
+        naming=naming,
+        output_rules=rules,
+        file=str(file.resolve()),
+        source=source,
+    )
 
 
 def _import(spec: str, key: str, example: str) -> Any:

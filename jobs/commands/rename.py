@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 
 from jobs.config import BatchConfig, OperatorConfig
-from jobs.output import OutputFormat, OutputOwner, get_format
+from jobs.output import OutputFormat, OutputOwner, format_of
 from jobs.output.ownership import RENAME_COMMAND
 from jobs.runs.session import JobSession
 from publisher import Publisher
@@ -250,7 +250,7 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
             f"--from {old!r} is the job's name in its configuration already: give the former "
             "name, with the configuration of the new one"
         )
-    fmt = get_format(config.output_format)
+    fmt = format_of(config)
     with JobSession(_with(config, **{"job.name": old})) as was, JobSession(config) as now:
         # Both locks for the whole command: no run of either name runs meanwhile.
         was.open(claim_staging=False)

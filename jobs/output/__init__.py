@@ -134,13 +134,25 @@ def get_format(name: str) -> OutputFormat:
     return fmt
 
 
-def writer_for(settings: BatchConfig) -> Writer:
-    """The writer of the configured output format.
+def format_of(config: BatchConfig) -> OutputFormat:
+    """The output format of ``config``: the one its settings resolved as they were checked
+    (:attr:`~jobs.config.BatchConfig.output_rules`, the instance :func:`get_format` gives).
 
     Raises:
-        ConfigurationError: for a format no one registered.
+        TypeError: if the settings were checked against formats other than this registry's.
     """
-    return get_format(settings.output_format).writer(settings)
+    fmt = config.output_rules
+    if not isinstance(fmt, OutputFormat):
+        raise TypeError(
+            f"the settings of job {config.name!r} resolved output format "
+            f"{config.output_format!r} to {fmt!r}, which is no jobs.OutputFormat"
+        )
+    return fmt
+
+
+def writer_for(settings: BatchConfig) -> Writer:
+    """The writer of the configured output format."""
+    return format_of(settings).writer(settings)
 
 
 # The job's settings lie below this package: they check output.format and its keys by the
@@ -167,6 +179,7 @@ __all__ = [
     "create_owner_file",
     "dataset_directory",
     "format_class",
+    "format_of",
     "get_format",
     "names",
     "read_owner_file",

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 
 from jobs.config import BatchConfig
 from jobs.errors import OutputOwnedError
-from jobs.output import OutputOwner, get_format
+from jobs.output import OutputOwner, format_of
 from publisher.integration import staging
 from store.errors import CommitPubError
 from store.urls import redact
@@ -108,7 +108,7 @@ def check(config: BatchConfig, dataset: str) -> OutputOwner:
         OutputOwnedError: if it names another job, or a rename is not finished.
         OwnerRecordError: if the record is unreadable or of a newer layout.
     """
-    owner = get_format(config.output_format).owner(config, dataset)
+    owner = format_of(config).owner(config, dataset)
     if owner.moving_from is not None or owner.job not in (None, config.name):
         raise refusal(config, dataset, owner)
     return owner
@@ -135,7 +135,7 @@ def claim(config: BatchConfig, dataset: str) -> OutputOwner:
     Raises:
         OutputOwnedError: if the output names another job (one that won a race to it).
     """
-    fmt = get_format(config.output_format)
+    fmt = format_of(config)
     owner = check(config, dataset)
     if owner.job is None and fmt.record_owner(config, dataset, config.name):
         owner = check(config, dataset)

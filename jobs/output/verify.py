@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from jobs.config import BatchConfig
-from jobs.output import get_format
+from jobs.output import format_of, get_format
 from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, LandingSource
 from store import JsonScalar, open_watermarks
 from store.errors import ConfigurationError
@@ -41,7 +41,7 @@ def published_rows(
 ) -> list[dict[str, Any]]:
     """Every published row of a dataset, read back by its output format (``config``'s;
     without one, Parquet): see :meth:`jobs.output.OutputFormat.read_back`."""
-    fmt = get_format("parquet" if config is None else config.output_format)
+    fmt = get_format("parquet") if config is None else format_of(config)
     return fmt.read_back(output, dataset, config)
 
 

@@ -51,7 +51,7 @@ from jobs.errors import (
     ExtractError,
     error_text,
 )
-from jobs.output import Written, get_format
+from jobs.output import Written, format_of
 from jobs.output.commits import Mark, StagedDataset, join, staged_files
 from jobs.output.ownership import check as check_owner
 from jobs.output.ownership import claim as claim_output
@@ -201,7 +201,7 @@ class Batch:
         self.config = config
         self.run_id = run_id or new_run_id()
         #: The output format, and its writer: resolved once.
-        self._format = get_format(config.output_format)
+        self._format = format_of(config)
         self.writer = self._format.writer(config)
         self._run = JobRun(config, spark, run_id=self.run_id, command="run", progress=progress)
         self._state = "new"

@@ -20,7 +20,7 @@ from jobs.errors import error_text
 from jobs.exitcodes import ExitCode, for_error
 from jobs.lineage import Lineage, LineageAssertion, LineageInput, LineageOutput
 from jobs.messages import explain
-from jobs.output import get_format
+from jobs.output import format_of
 from jobs.output.commits import join
 from jobs.quality.checks import Check, CheckResults
 from jobs.runs.lifecycle import RunObserver
@@ -293,7 +293,7 @@ class LineageObserver(RunObserver):
         """The dataset's output URL, and its (namespace, name) where the format has one."""
         config = self._config
         url = join(config.output, encode_name(dataset, "dataset"))
-        return url, get_format(config.output_format).lineage_name(config, dataset)
+        return url, format_of(config).lineage_name(config, dataset)
 
     def _held_output(self, held: HeldDataset) -> LineageOutput:
         """A dataset held by an earlier run: nothing published, its failed checks."""

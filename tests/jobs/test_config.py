@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from jobhelpers import batch_places, commitpub, write_job
 
-import jobs.runs.run
+import jobs.spark
 from jobs.commands.cli import main
 from jobs.config import (
     JobConfig,
@@ -394,7 +394,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object, **_kw: object) -> None:
         raise AssertionError("Spark must not start: the command should have stopped before")
 
-    monkeypatch.setattr(jobs.runs.run, "build_session", refuse)
+    monkeypatch.setattr(jobs.spark, "build_session", refuse)
 
 
 @pytest.mark.usefixtures("no_spark")

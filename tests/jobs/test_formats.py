@@ -161,6 +161,10 @@ def test_a_user_format_from_an_entry_point_is_known_to_the_job_file(
     assert "tagged" in formats.names()
     config = load_config(write_job(tmp_path, output={"path": "output", "format": "tagged"}))
     assert config.output_format == "tagged"
+    # Resolved as the file was read: the owner check and the batch take this one instance.
+    assert type(formats.format_of(config)).__name__ == "TaggedFormat"
+    assert formats.format_of(config) is formats.get_format("tagged")
+    assert "output_rules" not in repr(config)
     # A key only Iceberg takes is refused, naming the format that takes it.
     with pytest.raises(ConfigurationError) as e:
         load_config(
