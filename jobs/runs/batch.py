@@ -104,6 +104,18 @@ class _Dataset:
 
 
 @attrs.frozen
+class _Arguments:
+    """``stage``'s arguments, checked in one step (:meth:`Batch._arguments`)."""
+
+    #: Each partition's watermark move, from its committed value.
+    marks: list[Mark]
+    #: The ``partition_by`` columns.
+    columns: tuple[str, ...]
+    #: The partitions ``replace`` names (True: those staged; None: no restatement).
+    replaced: tuple[str, ...] | bool | None
+
+
+@attrs.frozen
 class _Checks:
     """A staged dataset's checks, judged before its write-ahead."""
 
@@ -347,21 +359,16 @@ class Batch:
         self._require_open("stage")
         self._check_dataset(dataset, staging=True)
         self._run.watermarks.require_adopted(dataset)
-        _check_frame(df, self.spark)
-        marks = self._marks(dataset, watermarks)
-        columns = _check_partition_by(partition_by, df)
-        replaced = _check_replace(replace, dataset, columns)
-        if replaced is not None and not self.writer.replaces_partitions:
-            raise BatchArgumentError(
-                f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
-                "format cannot replace partitions (only parquet can, for now)"
-            )
-        if isinstance(checks, Check) or not isinstance(checks, Sequence):
-            raise BatchArgumentError(
-                f"argument 'checks' must be a list of checks, got {type(checks).__name__}"
-            )
-        validate_checks(checks, df)
-        self._check_inputs(df)
+        args = self._arguments(
+            dataset,
+            df,
+            partition_by=partition_by,
+            watermarks=watermarks,
+            source=source,
+            checks=checks,
+            replace=replace,
+        )
+        marks, columns, replaced = args.marks, args.columns, args.replaced
         # Another job's output (this job renamed, say) is refused before a byte is staged.
         check_owner(self.config, dataset)
         pub = self._publisher
@@ -375,8 +382,6 @@ class Batch:
         partitions = {m.partition: (m.previous, m.value) for m in marks}
         # A record always has columns: no column, no record. Parquet cannot hold an empty
         # schema; nothing is staged and the commit only moves the watermarks.
-        if source is not None and (not isinstance(source, str) or not source):
-            raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
         info = StagedInfo(directory, partitions, empty=True, source=source)
         # The schema is taken before the write's hidden columns are added: the staged files
         # are read back with it.
@@ -422,6 +427,43 @@ class Batch:
         self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
         return info
+
+    def _arguments(
+        self,
+        dataset: str,
+        df: DataFrame,
+        *,
+        partition_by: Sequence[str],
+        watermarks: Mapping[str, JsonScalar] | None,
+        source: str | None,
+        checks: Sequence[Check],
+        replace: bool | Sequence[Mapping[str, Any]] | None,
+    ) -> _Arguments:
+        """``stage``'s arguments checked, in one step, before anything is written: the
+        DataFrame and what names its columns, then the watermarks (read from the store)
+        and the checks (planned by Spark).
+
+        Raises:
+            BatchArgumentError, CheckDeclarationError: as :meth:`stage` says.
+        """
+        _check_frame(df, self.spark)
+        columns = _check_partition_by(partition_by, df)
+        replaced = _check_replace(replace, dataset, columns)
+        if replaced is not None and not self.writer.replaces_partitions:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
+                "format cannot replace partitions (only parquet can, for now)"
+            )
+        if isinstance(checks, Check) or not isinstance(checks, Sequence):
+            raise BatchArgumentError(
+                f"argument 'checks' must be a list of checks, got {type(checks).__name__}"
+            )
+        if source is not None and (not isinstance(source, str) or not source):
+            raise BatchArgumentError(f"argument 'source' must be a path or URL, got {source!r}")
+        self._check_inputs(df)
+        marks = self._marks(dataset, watermarks)
+        validate_checks(checks, df)
+        return _Arguments(marks, columns, replaced)
 
     def _write(self, dataset: str, df: DataFrame, directory: str, options: WriteOptions) -> Written:
         """The staging write, a phase of its own: a line as it starts, its tasks done and the
