@@ -466,7 +466,12 @@ class BatchConfig(SettingsRecord):
     #: The output format that ``output.format`` names, resolved once through the registry
     #: as the settings were checked: the owner check, the batch and its observers share it
     #: (:func:`jobs.output.format_of` gives it as the :class:`~jobs.output.OutputFormat`).
-    output_rules: OutputRules = attrs.field(repr=False, eq=False)
+    #: A record built without it resolves it from ``output.format``.
+    output_rules: OutputRules = attrs.field(
+        default=attrs.Factory(lambda self: output_formats().rules(self.output_format), True),
+        repr=False,
+        eq=False,
+    )
 
     @property
     def lock_at(self) -> str:
