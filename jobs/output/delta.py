@@ -12,6 +12,7 @@ import attrs
 
 from commitsteps import CommitStep
 from jobs.config import BatchConfig
+from jobs.errors import BatchArgumentError
 from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import dataset_directory
@@ -26,11 +27,13 @@ class DeltaCommit:
     staged: StagedDataset
     table_uri: str
     job: str
+    #: The partition values a restatement replaces (``()``: the whole table); None: none.
+    replace: tuple[str, ...] | None = None
 
     def __call__(self) -> list[CommitStep]:
         if self.staged.empty:
             return self.staged()
-        from commitsteps import DeltaAppendCommitStep
+        from commitsteps import DeltaAppendCommitStep, DeltaReplaceCommitStep
 
         staged = self.staged
         steps = DeltaAppendCommitStep.steps_for(
@@ -42,6 +45,8 @@ class DeltaCommit:
             run_id=staged.run_id,
             partition_by=staged.partition_by[0] if staged.partition_by else None,
         )
+        if self.replace is not None:
+            steps = DeltaReplaceCommitStep.replacing(steps, self.replace)
         return [*steps, *staged.after_data()]
 
 
@@ -55,7 +60,19 @@ class DeltaWriter(TableWriter):
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         self.partition_column(staged.partition_by)
-        return DeltaCommit(staged, table_root(self.config.output, staged.dataset), self.config.name)
+        replace = self.replaced_partitions(staged)
+        if replace is not None and None in replace:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {staged.dataset!r}: the null partition of a "
+                "Delta table cannot be replaced (its files are selected by partition value); "
+                "restate dated partitions"
+            )
+        return DeltaCommit(
+            staged,
+            table_root(self.config.output, staged.dataset),
+            self.config.name,
+            None if replace is None else tuple(v for v in replace if v is not None),
+        )
 
 
 class DeltaFormat(OutputFormat):

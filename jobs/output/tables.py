@@ -11,6 +11,7 @@ before the watermark steps.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 import attrs
@@ -19,7 +20,7 @@ from commitsteps import MissingSourceError
 from jobs.errors import BatchArgumentError
 from jobs.output.commits import StagedDataset, join
 from jobs.output.parquet import ParquetWriter
-from jobs.output.taskwriter import WriteOptions
+from jobs.output.taskwriter import DEFAULT_PARTITION, WriteOptions, escape_path_name
 from jobs.output.writing import Written
 from store.urls import encode_name, is_local, local_path
 
@@ -34,7 +35,10 @@ def partition_directory(column: str) -> str:
 
 class TableWriter(ParquetWriter):
     """Parquet files for a table: one partition value per file with the partition column in
-    the file; published by renames and one table step."""
+    the file; published by renames and one table step (a restatement's: one that also
+    removes the replaced partitions' files, in the same table commit)."""
+
+    replaces_partitions = True
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
@@ -58,6 +62,44 @@ class TableWriter(ParquetWriter):
             frame = frame.withColumn(copy, F.col(column))
             split = (copy,)
         return super().write(frame, directory, attrs.evolve(options, partition_by=split))
+
+    def replaced_partitions(self, staged: StagedDataset) -> tuple[str | None, ...] | None:
+        """The partition values (ISO dates, None: the null partition) a restatement replaces,
+        ``()`` for the whole (unpartitioned) table, None when it replaces nothing.
+
+        Raises:
+            BatchArgumentError: for a restatement that stages no rows (a table commit adds
+                files), or a partition value that is not a date.
+        """
+        if not staged.replace:
+            return None
+        if staged.empty:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {staged.dataset!r}: nothing was staged; a "
+                f"restatement of a {self.format} table stages the partitions' new rows"
+            )
+        column = self.partition_column(staged.partition_by)
+        if column is None:
+            return ()
+        names = (f"{escape_path_name(column)}=", f"{partition_directory(column)}=")
+        values: list[str | None] = []
+        for partition in staged.replace:
+            value = next((partition[len(n) :] for n in names if partition.startswith(n)), "")
+            if value == DEFAULT_PARTITION:
+                values.append(None)
+                continue
+            try:
+                ok = dt.date.fromisoformat(value).isoformat() == value
+            except ValueError:
+                ok = False
+            if not ok:
+                raise BatchArgumentError(
+                    f"argument 'replace' of dataset {staged.dataset!r}: partition {partition!r} "
+                    f"is not a date of {column!r} (YYYY-MM-DD); {self.format} tables are "
+                    "partitioned by a date column"
+                )
+            values.append(value)
+        return tuple(dict.fromkeys(values))
 
     def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
         """The one partition column of a table, or None.

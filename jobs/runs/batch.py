@@ -318,7 +318,8 @@ class Batch:
                 commit is done) and the new one in: a directory swap where staging and
                 output share a local filesystem, else file by file, every old file aside
                 before the first new one. Watermarks move only as ``watermarks`` says.
-                Parquet only for now. In ``report.staged[dataset].replaces``.
+                An Iceberg or Delta table replaces the partitions (dates) in one table
+                commit instead. In ``report.staged[dataset].replaces``.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -354,7 +355,7 @@ class Batch:
         if replaced is not None and not self.writer.replaces_partitions:
             raise BatchArgumentError(
                 f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
-                "format cannot replace partitions (only parquet can, for now)"
+                "format cannot replace partitions"
             )
         if isinstance(checks, Check) or not isinstance(checks, Sequence):
             raise BatchArgumentError(
