@@ -12,7 +12,6 @@ import attrs
 
 from commitsteps import CommitStep
 from jobs.config import BatchConfig
-from jobs.errors import BatchArgumentError
 from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import dataset_directory
@@ -54,6 +53,8 @@ class DeltaWriter(TableWriter):
     """Each dataset is the Delta table at ``<output>/<dataset>``."""
 
     format = "delta"
+    # The step selects the files to replace by partition value, which null never equals.
+    replaces_null_partition = False
 
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
@@ -61,12 +62,6 @@ class DeltaWriter(TableWriter):
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         self.partition_column(staged.partition_by)
         replace = self.replaced_partitions(staged)
-        if replace is not None and None in replace:
-            raise BatchArgumentError(
-                f"argument 'replace' of dataset {staged.dataset!r}: the null partition of a "
-                "Delta table cannot be replaced (its files are selected by partition value); "
-                "restate dated partitions"
-            )
         return DeltaCommit(
             staged,
             table_root(self.config.output, staged.dataset),

@@ -12,7 +12,8 @@ before the watermark steps.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -39,6 +40,8 @@ class TableWriter(ParquetWriter):
     removes the replaced partitions' files, in the same table commit)."""
 
     replaces_partitions = True
+    #: False where the table step cannot select the null partition's files.
+    replaces_null_partition: ClassVar[bool] = True
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
@@ -63,13 +66,21 @@ class TableWriter(ParquetWriter):
             split = (copy,)
         return super().write(frame, directory, attrs.evolve(options, partition_by=split))
 
+    def check_replace(
+        self, dataset: str, partition_by: tuple[str, ...], replace: tuple[str, ...] | bool
+    ) -> None:
+        """Refuse, before anything is written, partitions that are not dates of the table's
+        partition column (see :meth:`partition_values`)."""
+        if not isinstance(replace, bool):
+            self.partition_values(dataset, partition_by, replace)
+
     def replaced_partitions(self, staged: StagedDataset) -> tuple[str | None, ...] | None:
         """The partition values (ISO dates, None: the null partition) a restatement replaces,
         ``()`` for the whole (unpartitioned) table, None when it replaces nothing.
 
         Raises:
             BatchArgumentError: for a restatement that stages no rows (a table commit adds
-                files), or a partition value that is not a date.
+                files), or a partition :meth:`partition_values` refuses.
         """
         if not staged.replace:
             return None
@@ -78,14 +89,32 @@ class TableWriter(ParquetWriter):
                 f"argument 'replace' of dataset {staged.dataset!r}: nothing was staged; a "
                 f"restatement of a {self.format} table stages the partitions' new rows"
             )
-        column = self.partition_column(staged.partition_by)
+        return self.partition_values(staged.dataset, staged.partition_by, staged.replace)
+
+    def partition_values(
+        self, dataset: str, partition_by: tuple[str, ...], partitions: Sequence[str]
+    ) -> tuple[str | None, ...]:
+        """The dates (ISO; None: the null partition) that partition directories
+        (``ts_date=2024-01-01``, as ``replace=`` names them, or as staged) stand for; ``()``
+        for an unpartitioned table, replaced whole.
+
+        Raises:
+            BatchArgumentError: for a value that is not a date, or the null partition where
+                :attr:`replaces_null_partition` is False.
+        """
+        column = self.partition_column(partition_by)
         if column is None:
             return ()
         names = (f"{escape_path_name(column)}=", f"{partition_directory(column)}=")
         values: list[str | None] = []
-        for partition in staged.replace:
+        for partition in partitions:
             value = next((partition[len(n) :] for n in names if partition.startswith(n)), "")
             if value == DEFAULT_PARTITION:
+                if not self.replaces_null_partition:
+                    raise BatchArgumentError(
+                        f"argument 'replace' of dataset {dataset!r}: the null partition of a "
+                        f"{self.format} table cannot be replaced; restate dated partitions"
+                    )
                 values.append(None)
                 continue
             try:
@@ -94,8 +123,8 @@ class TableWriter(ParquetWriter):
                 ok = False
             if not ok:
                 raise BatchArgumentError(
-                    f"argument 'replace' of dataset {staged.dataset!r}: partition {partition!r} "
-                    f"is not a date of {column!r} (YYYY-MM-DD); {self.format} tables are "
+                    f"argument 'replace' of dataset {dataset!r}: partition {partition!r} is "
+                    f"not a date of {column!r} (YYYY-MM-DD); {self.format} tables are "
                     "partitioned by a date column"
                 )
             values.append(value)

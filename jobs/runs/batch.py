@@ -352,11 +352,8 @@ class Batch:
         marks = self._marks(dataset, watermarks)
         columns = _check_partition_by(partition_by, df)
         replaced = _check_replace(replace, dataset, columns)
-        if replaced is not None and not self.writer.replaces_partitions:
-            raise BatchArgumentError(
-                f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
-                "format cannot replace partitions"
-            )
+        if replaced is not None:
+            self.writer.check_replace(dataset, columns, replaced)
         if isinstance(checks, Check) or not isinstance(checks, Sequence):
             raise BatchArgumentError(
                 f"argument 'checks' must be a list of checks, got {type(checks).__name__}"
