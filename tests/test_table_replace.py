@@ -161,3 +161,13 @@ def test_discarding_a_done_restatement_puts_the_replaced_rows_back(env: ReplaceE
     assert env.outside_ids() == [1, 2, 3, 4]
     with connecting_only(Connections(catalogs=env.catalogs)):
         assert not steps[-1].verify()
+
+
+def test_the_null_partition_of_an_iceberg_table_is_replaced(tmp_path: Path) -> None:
+    env = ReplaceEnv(tmp_path, "iceberg")
+    staged = [env.stage("r1", [1], day=DAY1), env.stage("r1", [2, 3], day=None)]
+    assert env.publish("r1", staged).outcome == "published"
+    entry = env.restate("r2", [env.stage("r2", [9], day=None)], [None])  # type: ignore[list-item]
+    assert entry.outcome == "published", entry.error
+    assert env.by_day() == {DAY1: [1], None: [9]}
+    assert env.outside_ids() == [1, 9]

@@ -64,6 +64,11 @@ class Writer(abc.ABC):
                 "format cannot replace partitions"
             )
 
+    def published_partitions(self, staged: tuple[str, ...]) -> tuple[str, ...]:
+        """The output partition directories that staged partition directories stand for (as
+        a restatement's ``replace=True`` names them in the report): the same by default."""
+        return staged
+
     @abc.abstractmethod
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         """Write ``frame`` into ``directory``, which must not exist yet.

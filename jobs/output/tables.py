@@ -29,9 +29,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+#: What the copy of the partition column that a table's files are staged under is named by.
+_SUFFIX = "_partition"
+
+
 def partition_directory(column: str) -> str:
     """The copy of ``column`` whose directories a table's files are staged under."""
-    return f"{column}_partition"
+    return f"{column}{_SUFFIX}"
 
 
 class TableWriter(ParquetWriter):
@@ -73,6 +77,16 @@ class TableWriter(ParquetWriter):
         partition column (see :meth:`partition_values`)."""
         if not isinstance(replace, bool):
             self.partition_values(dataset, partition_by, replace)
+
+    def published_partitions(self, staged: tuple[str, ...]) -> tuple[str, ...]:
+        """``<column>_partition=<date>`` (the staged directory) is the table's partition
+        ``<column>=<date>``."""
+        out = []
+        for directory in staged:
+            name, eq, value = directory.partition("=")
+            column = name.removesuffix(_SUFFIX)
+            out.append(f"{column}={value}" if eq and name.endswith(_SUFFIX) else directory)
+        return tuple(out)
 
     def replaced_partitions(self, staged: StagedDataset) -> tuple[str | None, ...] | None:
         """The partition values (ISO dates, None: the null partition) a restatement replaces,

@@ -407,7 +407,9 @@ class Batch:
             )
         replaces: tuple[str, ...] = ()
         if replaced is not None:
-            replaces = _replaced(replaced, directory, files, info.empty)
+            replaces = self.writer.published_partitions(
+                _replaced(replaced, directory, files, info.empty)
+            )
             info = attrs.evolve(info, replaces=replaces)
         self._datasets[dataset] = attrs.evolve(
             self._datasets.get(dataset, _Dataset()),

@@ -290,6 +290,7 @@ def test_a_restatement_replaces_a_table_partition_in_one_commit_once(
         assert batch.committed("orders", "p0") == 4
         batch.stage("orders", _days(spark, new), partition_by=["ts_date"], replace=True)
     assert batch.report.exit_code == 0, batch.report.error
+    assert batch.report.staged["orders"].replaces == ("ts_date=2024-01-01",)
     assert _ids(fmt, tmp_path) == ([3, 4, 10, 11], [3, 4, 10, 11])
     assert _runs(fmt, tmp_path)[-1] == "r3"
 
