@@ -252,3 +252,38 @@ def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_
     assert paused.returncode == 0, err[-3000:]
     expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
     check_tables(fmt, base, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_paused_restatement_waking_after_recovery_applies_nothing_twice(
+    fmt: str, tmp_path: Path
+) -> None:
+    base = tmp_path / "job"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    expect_ok(drive(fmt, "run", base, backend))
+    paused = drive(
+        fmt,
+        "restate",
+        base,
+        backend,
+        run_id="s1",
+        crash_at="table.before_commit@1:stop",
+        marks=marks,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(marks.iterdir()):
+            assert paused.poll() is None, paused.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the restatement never reached its table commit"
+            time.sleep(0.05)
+        # Another process finishes the sealed restatement the paused one was executing.
+        expect_ok(drive(fmt, "recover", base, backend))
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    _out, err = paused.communicate(timeout=300)
+    assert paused.returncode == 0, err[-3000:]
+    check_restated(fmt, base, backend)
