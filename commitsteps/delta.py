@@ -510,6 +510,7 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
         """
         import pyarrow as pa
         from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
         from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
         table = open_table(self.table_uri)
@@ -543,16 +544,27 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
                 "as it stands with `commitpub retry`, or drop the commit record keeping the "
                 "table commit with `commitpub discard --keep-table`"
             )
-        before = DeltaTable(
-            self.table_uri,
-            version=int(commit["version"]) - 1,
-            storage_options=storage_options(self.table_uri),
-        )
+        version = int(commit["version"])
+        before: list[dict[str, Any]] = []
+        if version > 0:  # else the commit created the table: it replaced nothing
+            try:
+                earlier = DeltaTable(
+                    self.table_uri,
+                    version=version - 1,
+                    storage_options=storage_options(self.table_uri),
+                )
+            except (DeltaError, OSError) as e:  # that version's log cleaned up, say
+                raise TableRollbackRefusedError(
+                    f"Delta table {self.table_uri}: version {version - 1}, before run "
+                    f"{self.run_id}'s replace, cannot be read ({e}): the replaced rows cannot "
+                    "be put back, nothing was changed"
+                ) from e
+            before = pa.table(earlier.get_add_actions(flatten=True)).to_pylist()
         wanted = None if self.partition_by is None else set(self.partitions)
         held = {a["path"] for a in current}
         removed = [
             a
-            for a in pa.table(before.get_add_actions(flatten=True)).to_pylist()
+            for a in before
             if a["path"] not in held
             and (wanted is None or _text(a[f"partition.{self.partition_by}"]) in wanted)
         ]

@@ -171,3 +171,19 @@ def test_the_null_partition_of_an_iceberg_table_is_replaced(tmp_path: Path) -> N
     assert entry.outcome == "published", entry.error
     assert env.by_day() == {DAY1: [1], None: [9]}
     assert env.outside_ids() == [1, 9]
+
+
+def test_discarding_a_restatement_that_created_the_table_leaves_it_empty(
+    env: ReplaceEnv,
+) -> None:
+    steps = env.replace_steps("r1", [env.stage("r1", [10], day=DAY1)], [DAY1.isoformat()])
+    pub = env.publisher()
+    pub.store.put_sequence(JOB, "orders", [dumps(s) for s in [*steps, _Never()]])
+    with pub.context.working():
+        for step in steps:
+            step.execute()
+    assert env.by_day() == {DAY1: [10]}
+    report = pub.discard("orders")
+    assert report.outcome == "discarded", report.error
+    assert env.rows() == []
+    assert env.outside_ids() == []
