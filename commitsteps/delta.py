@@ -1,4 +1,6 @@
-"""``DeltaAppendCommitStep``: add a run's data files to a Delta table, in one commit, once.
+"""``DeltaAppendCommitStep``: add a run's data files to a Delta table, in one commit, once;
+``DeltaReplaceCommitStep``: the same commit also removing the files of the partitions a
+restatement replaces (``replaceWhere`` on the partition column).
 
 How a commit is recognised: Delta's idempotent writes. Each commit of a dataset carries an
 application transaction ``(commitpub:<job>:<dataset>, version)`` whose version grows by one

@@ -1,4 +1,6 @@
-"""``IcebergAppendCommitStep``: add a run's data files to an Iceberg table, in one snapshot, once.
+"""``IcebergAppendCommitStep``: add a run's data files to an Iceberg table, in one snapshot, once;
+``IcebergOverwriteCommitStep``: the same snapshot also removing the files of the partitions a
+restatement replaces (an ``overwrite``).
 
 How a commit is recognised. The append snapshot's summary carries ``commitpub.job`` and
 ``commitpub.run-id``; :meth:`~IcebergAppendCommitStep.verify` is true when a snapshot in the

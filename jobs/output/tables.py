@@ -5,8 +5,9 @@ Each file holds one value of the partition column, which stays *in* the file (hi
 partitioning leaves its column out): the files are split by a copy of the column,
 ``<column>_partition``, whose directories they are staged under. They are published by
 renames into the table's data location and then one table step
-(:class:`~commitsteps.IcebergAppendCommitStep`, :class:`~commitsteps.DeltaAppendCommitStep`),
-before the watermark steps.
+(:class:`~commitsteps.IcebergAppendCommitStep`, :class:`~commitsteps.DeltaAppendCommitStep`;
+for a restatement :class:`~commitsteps.IcebergOverwriteCommitStep`,
+:class:`~commitsteps.DeltaReplaceCommitStep`), before the watermark steps.
 """
 
 from __future__ import annotations
