@@ -39,12 +39,16 @@ from commitsteps.watermark import WatermarkCommitStep, watermark_store
 
 if TYPE_CHECKING:
     from commitsteps.delta import DeltaAppendCommitStep as DeltaAppendCommitStep
+    from commitsteps.delta import DeltaReplaceCommitStep as DeltaReplaceCommitStep
     from commitsteps.iceberg import IcebergAppendCommitStep as IcebergAppendCommitStep
+    from commitsteps.iceberg import IcebergOverwriteCommitStep as IcebergOverwriteCommitStep
 
 #: Lazily imported names -> (module, install hint).
 _LAZY = {
     "IcebergAppendCommitStep": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
+    "IcebergOverwriteCommitStep": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
     "DeltaAppendCommitStep": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
+    "DeltaReplaceCommitStep": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
 }
 
 

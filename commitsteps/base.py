@@ -204,7 +204,9 @@ _BY_TAG: dict[str, type[CommitStep]] = {}
 #: never imports pyiceberg or deltalake, and a record needing one names what to install.
 _LAZY: dict[str, tuple[str, str]] = {
     "iceberg.append": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
+    "iceberg.overwrite": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
     "delta.append": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
+    "delta.replace": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
 }
 
 S = TypeVar("S", bound=type[CommitStep])

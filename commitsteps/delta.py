@@ -1,4 +1,6 @@
-"""``DeltaAppendCommitStep``: add a run's data files to a Delta table, in one commit, once.
+"""``DeltaAppendCommitStep``: add a run's data files to a Delta table, in one commit, once;
+``DeltaReplaceCommitStep``: the same commit also removing the files of the partitions a
+restatement replaces (``replaceWhere`` on the partition column).
 
 How a commit is recognised: Delta's idempotent writes. Each commit of a dataset carries an
 application transaction ``(commitpub:<job>:<dataset>, version)`` whose version grows by one
@@ -54,6 +56,7 @@ from commitsteps.tables import (
     check_in_place,
     check_location,
     check_name,
+    check_partitions,
     commit_within_budget,
     conflicts,
     prove,
@@ -328,15 +331,21 @@ class DeltaAppendCommitStep(CommitStep):
                     max_commit_retries=0,
                 ),
             )
+        mode, filters = self._mode()
         failpoint("table.before_commit")
         table.create_write_transaction(
             adds,
-            "append",
+            mode,
             table.schema(),
             partition_by=partition_by,
+            partition_filters=filters,
             commit_properties=properties,
         )
         failpoint("table.after_commit")
+
+    def _mode(self) -> tuple[str, list[tuple[str, str, Any]] | None]:
+        """The write mode and partition filters of the commit into an existing table."""
+        return "append", None
 
     def _relative(self, f: TableFile) -> str:
         # Paths in the log are relative URIs: percent-encoded, "=" of partition dirs kept.
@@ -442,6 +451,172 @@ class DeltaAppendCommitStep(CommitStep):
                 return f"; committed after it: {', '.join(ops)}" if ops else ""
             later.append(str(commit.get("operation")))
         return ""  # the run's commit is no longer in the log (cleaned up): nothing to name
+
+
+def _check_replaced(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_partitions(instance, attribute, value)
+    if None in value:
+        raise ConfigurationError(
+            f"{attribute.name}: the null partition of a Delta table cannot be replaced (its "
+            "files are selected by partition value); restate dated partitions"
+        )
+
+
+@register("delta.replace")
+@attrs.frozen
+class DeltaReplaceCommitStep(DeltaAppendCommitStep):
+    """Replace the partitions ``partitions`` of the Delta table with ``files`` in one commit,
+    once (a restatement, ``Batch.stage(replace=...)``): Delta's ``replaceWhere`` on the
+    partition column, a remove action for every file those partitions hold when it is
+    committed and an add action for each of ``files``, in the same log entry.
+
+    Recognised, committed and retried exactly as :class:`DeltaAppendCommitStep` (its app
+    transaction version; ``commitpub.job`` and ``commitpub.run-id`` in the commit info; no
+    retries by deltalake, so the files removed are those of the version verified). Readers see
+    the version before it or after it, never part of it. A partition the table does not hold
+    yet is simply added.
+
+    Args:
+        partitions: the values of ``partition_by`` (ISO dates) whose files are replaced;
+            empty, and the whole table is replaced, when the table is unpartitioned.
+    """
+
+    partitions: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple_of_files, validator=_check_replaced
+    )
+
+    @classmethod
+    def replacing(cls, steps: Sequence[CommitStep], partitions: Sequence[str]) -> list[CommitStep]:
+        """``steps`` of :meth:`DeltaAppendCommitStep.steps_for` with their table step replacing
+        ``partitions`` instead of appending."""
+        *renames, append = steps
+        if not isinstance(append, DeltaAppendCommitStep):
+            raise ConfigurationError(f"the last step must be a Delta append, got {append!r:.200}")
+        fields = attrs.asdict(append, recurse=False)
+        return [*renames, cls(**fields, partitions=tuple(partitions))]
+
+    def _mode(self) -> tuple[str, list[tuple[str, str, Any]] | None]:
+        if self.partition_by is None:
+            return "overwrite", None
+        return "overwrite", [(self.partition_by, "in", list(self.partitions))]
+
+    def rollback(self) -> None:
+        """Undo the replace in a new commit, if it is the app's latest: remove this run's files
+        and add back those its commit removed, setting the app's version back; the renames'
+        rollback then deletes the run's files.
+
+        Raises:
+            TableRollbackRefusedError: if a later commit of the app exists, some of the run's
+                files are no longer in the table, its commit is no longer in the log, or a file
+                it removed is gone (vacuumed); nothing was changed.
+        """
+        import pyarrow as pa
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+        table = open_table(self.table_uri)
+        found = self._txn(table)
+        if table is None or found < self.version:
+            return
+        if found > self.version:
+            raise TableRollbackRefusedError(
+                f"Delta table {self.table_uri}: app {self.app_id} is at version {found}, "
+                f"after this commit's {self.version} (run {self.run_id}); not rolling it back, "
+                "nothing was changed"
+            )
+        ours = {self._relative(f) for f in self.files} | {
+            f.path[len(self.table_uri) + 1 :] for f in self.files
+        }
+        commit = next(
+            (
+                c
+                for c in table.history()
+                if c.get(INFO_RUN) == self.run_id and c.get(INFO_JOB) == self.job
+            ),
+            None,
+        )
+        current = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        mine = [a for a in current if a["path"] in ours]
+        if commit is None or len(mine) != len(self.files):
+            raise TableRollbackRefusedError(
+                f"Delta table {self.table_uri} holds {len(mine)} of the {len(self.files)} data "
+                f"files run {self.run_id} added, or its commit is no longer in the log: not "
+                "rolling back part of a restatement, nothing was changed. Publish the commit "
+                "as it stands with `commitpub retry`, or drop the commit record keeping the "
+                "table commit with `commitpub discard --keep-table`"
+            )
+        version = int(commit["version"])
+        before: list[dict[str, Any]] = []
+        if version > 0:  # else the commit created the table: it replaced nothing
+            try:
+                earlier = DeltaTable(
+                    self.table_uri,
+                    version=version - 1,
+                    storage_options=storage_options(self.table_uri),
+                )
+            except (DeltaError, OSError) as e:  # that version's log cleaned up, say
+                raise TableRollbackRefusedError(
+                    f"Delta table {self.table_uri}: version {version - 1}, before run "
+                    f"{self.run_id}'s replace, cannot be read ({e}): the replaced rows cannot "
+                    "be put back, nothing was changed"
+                ) from e
+            before = pa.table(earlier.get_add_actions(flatten=True)).to_pylist()
+        wanted = None if self.partition_by is None else set(self.partitions)
+        held = {a["path"] for a in current}
+        removed = [
+            a
+            for a in before
+            if a["path"] not in held
+            and (wanted is None or _text(a[f"partition.{self.partition_by}"]) in wanted)
+        ]
+        gone = [a["path"] for a in removed if not _exists(f"{self.table_uri}/{a['path']}")]
+        if gone:
+            raise TableRollbackRefusedError(
+                f"Delta table {self.table_uri}: {gone[0]}, a file run {self.run_id} replaced, "
+                f"is gone ({len(gone)} in all, vacuumed): the replaced rows cannot be put "
+                "back, nothing was changed"
+            )
+        now = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = []
+        for add in mine:
+            actions.append(RemoveAction(add["path"], True, now, add["size_bytes"], _values(add)))
+        for add in removed:
+            records = add.get("num_records")
+            stats = "{}" if records is None else f'{{"numRecords": {int(records)}}}'
+            actions.append(
+                AddAction(add["path"], add["size_bytes"], _values(add), now, True, stats)
+            )
+        partition_by = [] if self.partition_by is None else [self.partition_by]
+        table.create_write_transaction(
+            actions,
+            "append",
+            table.schema(),
+            partition_by=partition_by,
+            commit_properties=CommitProperties(
+                custom_metadata={INFO_JOB: self.job, INFO_ROLLBACK: self.run_id},
+                app_transactions=[Transaction(self.app_id, self.version - 1)],
+                max_commit_retries=0,
+            ),
+        )
+
+
+def _values(add: dict[str, Any]) -> dict[str, str | None]:
+    """The partition values of a flattened add action, as the log writes them."""
+    return {
+        k.removeprefix("partition."): None if v is None else _text(v)
+        for k, v in add.items()
+        if k.startswith("partition.")
+    }
+
+
+def _exists(url: str) -> bool:
+    from urllib.parse import unquote
+
+    from store.files import FileIO
+
+    io = FileIO(unquote(url))
+    return io.exists(io.root)
 
 
 def _text(value: Any) -> str:

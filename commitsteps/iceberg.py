@@ -1,4 +1,6 @@
-"""``IcebergAppendCommitStep``: add a run's data files to an Iceberg table, in one snapshot, once.
+"""``IcebergAppendCommitStep``: add a run's data files to an Iceberg table, in one snapshot, once;
+``IcebergOverwriteCommitStep``: the same snapshot also removing the files of the partitions a
+restatement replaces (an ``overwrite``).
 
 How a commit is recognised. The append snapshot's summary carries ``commitpub.job`` and
 ``commitpub.run-id``; :meth:`~IcebergAppendCommitStep.verify` is true when a snapshot in the
@@ -25,6 +27,7 @@ them), and the watermarks (phase 1) follow it.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import os
@@ -47,8 +50,10 @@ from commitsteps.tables import (
     check_in_place,
     check_location,
     check_name,
+    check_partitions,
     commit_within_budget,
     conflicts,
+    partition_dates,
     prove,
     published_footers,
     read_footers,
@@ -351,15 +356,25 @@ class IcebergAppendCommitStep(CommitStep):
             with tx.update_schema() as update:
                 update.union_by_name(schema)
         _set_name_mapping(tx)
-        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+        replaced = [] if table is None else self._replaced_files(table)
+        producer = tx.update_snapshot(snapshot_properties=properties)
+        # One snapshot either way: an overwrite when it removes files (a restatement), else
+        # an append.
+        with producer.overwrite() if replaced else producer.fast_append() as update:
+            for data_file in replaced:
+                update.delete_data_file(data_file)
             for data_file in _data_files(tx.table_metadata, self.files, footers):
-                append.append_data_file(data_file)
+                update.append_data_file(data_file)
         failpoint("table.before_commit")
         if isinstance(tx, CreateTableTransaction):
             tx.commit_transaction()  # one attempt: it requires that the table does not exist
         else:
             commit_once(tx)
         failpoint("table.after_commit")
+
+    def _replaced_files(self, table: Table) -> list[Any]:
+        """The data files of ``table`` the commit removes: none for an append."""
+        return []
 
     def undone(self) -> bool:
         """The table holds no append of this run (never made, or rolled back)."""
@@ -395,6 +410,126 @@ class IcebergAppendCommitStep(CommitStep):
             for data_file in found:
                 overwrite.delete_data_file(data_file)
         commit_once(tx)
+
+
+@register("iceberg.overwrite")
+@attrs.frozen
+class IcebergOverwriteCommitStep(IcebergAppendCommitStep):
+    """Replace the partitions ``partitions`` of the Iceberg table with ``files``: one overwrite
+    snapshot removes every data file those partitions hold when it is committed and adds
+    ``files``, once per run (a restatement, ``Batch.stage(replace=...)``).
+
+    Recognised, committed and retried exactly as :class:`IcebergAppendCommitStep` (its summary
+    carries ``commitpub.job`` and ``commitpub.run-id``; a single attempt on top of the snapshot
+    verified, so the files removed are those of that snapshot and never a later one's).
+    Readers see the table's snapshot before it or after it, never part of it. A partition the
+    table does not hold yet is simply added.
+
+    Args:
+        partitions: the values of ``partition_by`` (ISO dates; None: the null partition) whose
+            files are replaced; empty, and the whole table is replaced, when the table is
+            unpartitioned.
+    """
+
+    partitions: tuple[str | None, ...] = attrs.field(
+        default=(), converter=tuple_of_files, validator=check_partitions
+    )
+
+    @classmethod
+    def replacing(
+        cls, steps: Sequence[CommitStep], partitions: Sequence[str | None]
+    ) -> list[CommitStep]:
+        """``steps`` of :meth:`IcebergAppendCommitStep.steps_for` with their table step
+        overwriting ``partitions`` instead of appending."""
+        *renames, append = steps
+        if not isinstance(append, IcebergAppendCommitStep):
+            raise ConfigurationError(
+                f"the last step must be an Iceberg append, got {append!r:.200}"
+            )
+        fields = attrs.asdict(append, recurse=False)
+        return [*renames, cls(**fields, partitions=tuple(partitions))]
+
+    def _replaced_files(self, table: Table) -> list[Any]:
+        wanted = partition_dates(self.partitions)
+        out = []
+        for task in table.scan().plan_files():
+            data_file = task.file
+            if self.partition_by is None or _partition_date(data_file.partition[0]) in wanted:
+                out.append(data_file)
+        return out
+
+    def rollback(self) -> None:
+        """Undo the overwrite in a new snapshot (``commitpub.rollback-of``), if it is there:
+        remove this run's files and add back the files it removed; the renames' rollback then
+        deletes the run's files.
+
+        Raises:
+            TableRollbackRefusedError: if some of the run's files are no longer in the table,
+                or a file the overwrite removed is gone (expired and deleted); nothing was
+                changed.
+        """
+        from pyiceberg.manifest import ManifestEntryStatus
+        from pyiceberg.table.snapshots import ancestors_of
+
+        table = self._load(self._catalog())
+        if table is None or not self._done(table):
+            return
+        ours = {f.path for f in self.files}
+        found = [t.file for t in table.scan().plan_files() if t.file.file_path in ours]
+        snapshot = next(
+            (
+                s
+                for s in ancestors_of(table.metadata.current_snapshot(), table.metadata)
+                if _summary(s).get(SUMMARY_JOB) == self.job
+                and _summary(s).get(SUMMARY_RUN) == self.run_id
+            ),
+            None,
+        )
+        if len(found) != len(ours) or snapshot is None:
+            raise TableRollbackRefusedError(
+                f"table {self._name} holds {len(found)} of the {len(ours)} files of run "
+                f"{self.run_id}, or no longer its snapshot (expired): not rolling back part of "
+                "a restatement, nothing was changed. Publish the commit as it stands with "
+                "`commitpub retry`, or drop the commit record keeping the table commit with "
+                "`commitpub discard --keep-table`"
+            )
+        removed = [
+            entry.data_file
+            for manifest in snapshot.manifests(table.io)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+            if entry.status == ManifestEntryStatus.DELETED
+            and entry.snapshot_id == snapshot.snapshot_id
+        ]
+        gone = [f.file_path for f in removed if not table.io.new_input(f.file_path).exists()]
+        if gone:
+            raise TableRollbackRefusedError(
+                f"table {self._name}: {gone[0]}, a file run {self.run_id} replaced, is gone "
+                f"({len(gone)} in all): the replaced rows cannot be put back, nothing was "
+                "changed"
+            )
+        tx = table.transaction()
+        properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}
+        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+            for data_file in found:
+                overwrite.delete_data_file(data_file)
+            for data_file in removed:
+                overwrite.append_data_file(data_file)
+        commit_once(tx)
+
+
+def _summary(snapshot: Any) -> Mapping[str, Any]:
+    summary: Mapping[str, Any] = snapshot.summary or {}
+    return summary
+
+
+def _partition_date(value: Any) -> dt.date | None:
+    """A date partition's value as pyiceberg gives it (days since the epoch) as a date."""
+    if value is None or isinstance(value, dt.date):
+        return value
+    return _EPOCH + dt.timedelta(days=int(value))
+
+
+_EPOCH = dt.date(1970, 1, 1)
 
 
 def _first_snapshot(metadata: TableMetadata, snapshot: Any) -> bool:

@@ -163,6 +163,43 @@ def check_column(_instance: Any, attribute: attrs.Attribute[str | None], value: 
         raise ConfigurationError(f"{attribute.name} must be a column name or None, got {value!r}")
 
 
+def check_partitions(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """attrs validator of a table restatement's partitions: ISO dates (None: the null
+    partition), none twice; at least one when the table is partitioned, none when it is not
+    (then the whole table is replaced)."""
+    if not isinstance(value, tuple):
+        raise ConfigurationError(f"{attribute.name} must be a tuple of ISO dates, got {value!r}")
+    if instance.partition_by is None:
+        if value:
+            raise ConfigurationError(
+                f"{attribute.name} names partitions of an unpartitioned table: leave it empty "
+                "to replace the whole table"
+            )
+        return
+    if not value:
+        raise ConfigurationError(
+            f"{attribute.name} names no partition of {instance.partition_by!r} to replace"
+        )
+    if len(set(value)) != len(value):
+        raise ConfigurationError(f"{attribute.name} names a partition twice: {list(value)}")
+    for v in value:
+        if v is None:
+            continue
+        try:
+            ok = isinstance(v, str) and dt.date.fromisoformat(v).isoformat() == v
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigurationError(
+                f"{attribute.name} holds {v!r}, not an ISO date (YYYY-MM-DD) or None"
+            )
+
+
+def partition_dates(values: Sequence[str | None]) -> set[dt.date | None]:
+    """The dates a restatement's partition values name (None: the null partition)."""
+    return {None if v is None else dt.date.fromisoformat(v) for v in values}
+
+
 @attrs.frozen
 class TableFile:
     """One Parquet data file of a table commit.

@@ -3,6 +3,7 @@
     python tests/tablecrashdriver.py run     --format iceberg|delta --base DIR --store URL \
         --watermarks URL --run-id R
     python tests/tablecrashdriver.py recover --format ... (same)
+    python tests/tablecrashdriver.py restate --format ... (same)
 
 The source is implicit and deterministic: DATASETS x PARTITIONS, each partition RECORDS
 records (offsets 0..RECORDS-1); partition p holds day DAYS[p], and a record's id is
@@ -12,6 +13,11 @@ FILE_RECORDS records (ts_date inside each file), and publishes per dataset: the 
 its files into the table, one table step, one watermark step per partition. Tables: Iceberg
 ``crash-job.<dataset>`` at ``output/<dataset>`` in the sqlite catalog ``main`` under
 ``--base``, or Delta at ``output/<dataset>``. Crashes come from ``COMMITPUB_FAILPOINTS``.
+
+``restate`` recovers, then replaces partition ``RESTATED`` of every dataset with
+:func:`restated_ids` (RECORDS new records in FILE_RECORDS-record files): per dataset the
+renames and one table step that overwrites that partition (Iceberg) or replaces it (Delta);
+no watermark moves.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from table_helpers import sql_catalog, write_staged
 from commitsteps import (
     CommitStep,
     DeltaAppendCommitStep,
+    DeltaReplaceCommitStep,
     IcebergAppendCommitStep,
+    IcebergOverwriteCommitStep,
     WatermarkCommitStep,
 )
 from publisher import Publisher, RetryPolicy
@@ -44,8 +52,41 @@ FILE_RECORDS = 10
 RENAMES_PER_DATASET = len(PARTITIONS) * RECORDS // FILE_RECORDS
 
 
+#: The partition a restatement replaces.
+RESTATED = "0"
+
+
 def expected_ids() -> list[int]:
     return sorted(int(p) * 1000 + o for p in PARTITIONS for o in range(RECORDS))
+
+
+def restated_ids() -> list[int]:
+    """The ids partition :data:`RESTATED` holds after a restatement (none of the old ones)."""
+    return [int(RESTATED) * 1000 + 500 + o for o in range(RECORDS)]
+
+
+def expected_after_restatement() -> list[int]:
+    kept = [i for i in expected_ids() if i // 1000 != int(RESTATED)]
+    return sorted([*kept, *restated_ids()])
+
+
+def restate(fmt: str, base: str, run_id: str) -> dict[str, list[CommitStep]]:
+    day = DAYS[RESTATED]
+    ids = restated_ids()
+    sequences: dict[str, list[CommitStep]] = {}
+    for dataset in DATASETS:
+        staged = [
+            write_staged(
+                f"{base}/staging/{run_id}/{dataset}/ts_date={day}/part-{first:05d}.parquet",
+                ids[first : first + FILE_RECORDS],
+                day=day,
+            )
+            for first in range(0, RECORDS, FILE_RECORDS)
+        ]
+        steps = table_steps(fmt, base, dataset, run_id, staged)
+        cls = IcebergOverwriteCommitStep if fmt == "iceberg" else DeltaReplaceCommitStep
+        sequences[dataset] = cls.replacing(steps, [day.isoformat()])
+    return sequences
 
 
 def table_steps(
@@ -107,7 +148,7 @@ def extract(
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "recover"])
+    parser.add_argument("command", choices=["run", "recover", "restate"])
     parser.add_argument("--format", choices=["iceberg", "delta"], required=True)
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
@@ -128,13 +169,18 @@ def main(argv: list[str]) -> int:
         catalogs=catalogs,
     )
     out: dict[str, object] = {"recovery": to_json(pub.recover())}
-    if args.command == "run":
+    if args.command in ("run", "restate"):
         # Marked first, so that recovery sweeps what a crash leaves in it (no lock: no token
         # in its name).
         run_dir = pub.create_run_dir(args.run_id)
         assert run_dir == f"{args.base}/staging/{args.run_id}", run_dir
         with connecting_only(Connections([args.watermarks], catalogs)):
-            sequences = extract(args.format, args.base, args.run_id, args.watermarks, args.records)
+            if args.command == "restate":
+                sequences = restate(args.format, args.base, args.run_id)
+            else:
+                sequences = extract(
+                    args.format, args.base, args.run_id, args.watermarks, args.records
+                )
         staging = {d: f"{run_dir}/{d}" for d in sequences}
         out["publish"] = to_json(pub.publish(sequences, staging_dirs=staging))
         out["run_dir_removed"] = pub.finish_run_dir(run_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import zlib
 from typing import Any
@@ -23,9 +24,9 @@ from commitsteps import (
     WatermarkCommitStep,
     serialization,
 )
-from commitsteps.delta import DeltaAppendCommitStep
+from commitsteps.delta import DeltaAppendCommitStep, DeltaReplaceCommitStep
 from commitsteps.fs import LegacyFsRenameCommitStep
-from commitsteps.iceberg import IcebergAppendCommitStep
+from commitsteps.iceberg import IcebergAppendCommitStep, IcebergOverwriteCommitStep
 from commitsteps.tables import TableFile
 from store import CorruptRecordError, NewerFormatError
 
@@ -173,9 +174,32 @@ delta_steps = locations.flatmap(
     )
 )
 
-any_step = (
-    rename_steps | set_aside_steps | watermark_steps | rich_steps | iceberg_steps | delta_steps
+
+def _partitions(step: Any, null: bool) -> st.SearchStrategy[tuple[str | None, ...]]:
+    """Partitions a restatement of ``step``'s table may name: none when it is unpartitioned."""
+    if step.partition_by is None:
+        return st.just(())
+    value = st.dates().map(dt.date.isoformat)
+    return st.lists(value | st.none() if null else value, min_size=1, max_size=4, unique=True).map(
+        tuple
+    )
+
+
+iceberg_overwrite_steps = iceberg_steps.flatmap(
+    lambda step: _partitions(step, null=True).map(
+        lambda parts: IcebergOverwriteCommitStep(
+            **attrs.asdict(step, recurse=False), partitions=parts
+        )
+    )
 )
+delta_replace_steps = delta_steps.flatmap(
+    lambda step: _partitions(step, null=False).map(
+        lambda parts: DeltaReplaceCommitStep(**attrs.asdict(step, recurse=False), partitions=parts)
+    )
+)
+table_steps = iceberg_steps | delta_steps | iceberg_overwrite_steps | delta_replace_steps
+
+any_step = rename_steps | set_aside_steps | watermark_steps | rich_steps | table_steps
 
 
 def test_every_built_in_step_has_a_round_trip_strategy() -> None:
@@ -192,6 +216,8 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
         commitsteps.tag_of(WatermarkCommitStep),
         commitsteps.tag_of(IcebergAppendCommitStep),
         commitsteps.tag_of(DeltaAppendCommitStep),
+        commitsteps.tag_of(IcebergOverwriteCommitStep),
+        commitsteps.tag_of(DeltaReplaceCommitStep),
     }
 
 
@@ -236,7 +262,7 @@ def test_watermark_round_trip(step: WatermarkCommitStep) -> None:
 
 
 @PROPERTY
-@given(iceberg_steps | delta_steps)
+@given(table_steps)
 def test_table_step_round_trip(step: CommitStep) -> None:
     loaded = commitsteps.loads(commitsteps.dumps(step))
     assert step == loaded

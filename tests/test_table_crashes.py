@@ -159,6 +159,66 @@ def test_crash_recover_rerun(fmt: str, cell: Cell, backend: Backend, tmp_path: P
     check_tables(fmt, base, backend)
 
 
+#: Crash points inside a restatement (one partition of each dataset replaced, no watermark
+#: steps): its renames are the first steps of a dataset's sequence, its table step the last.
+_RESTATE_RENAMES = driver.RECORDS // driver.FILE_RECORDS
+RESTATE_CELLS = [
+    # Between the data files' renames and the table commit.
+    Cell("restate-between-renames-and-table-commit", f"step.executed@{_RESTATE_RENAMES}"),
+    # Right after the table commit returns, before the step is recorded done.
+    Cell("restate-inside-commit-after", "table.after_commit@1"),
+    # After the table commit, before the sequence's removal.
+    Cell("restate-after-table-commit-before-removal", f"step.executed@{_RESTATE_RENAMES + 1}"),
+]
+
+
+def check_restated(fmt: str, base: Path, backend: Backend) -> None:
+    """The restated partition holds the new rows once and none of the old, the other the
+    original ones (both readers); the restatement's commit names its run; watermarks
+    unmoved; nothing pending or staged."""
+    expected = driver.expected_after_restatement()
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+            outside = duckdb_iceberg_ids(table.metadata_location)
+            runs = [c["commitpub.run-id"] for c in iceberg_snapshots(table)]
+        else:
+            uri = f"{base}/output/{dataset}"
+            ids = [r["id"] for r in delta_rows(uri)]
+            outside = duckdb_delta_ids(uri)
+            runs = [c["commitpub.run-id"] for c in delta_commits(uri) if "commitpub.run-id" in c]
+        assert ids == expected, dataset
+        assert outside == expected, dataset
+        assert runs.count("s1") == 1, (dataset, runs)
+        wm = open_watermarks(backend.watermarks_url, job=driver.JOB)
+        assert [wm.get(dataset, p) for p in driver.PARTITIONS] == [driver.RECORDS] * 2
+    assert open_store(backend.store_url).datasets(driver.JOB) == []
+    staging = base / "staging"
+    left = [p for p in staging.rglob("*") if p.is_file() and p != staging / ROOT_MARKER]
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+@pytest.mark.parametrize("cell", RESTATE_CELLS, ids=[c.name for c in RESTATE_CELLS])
+def test_crash_inside_a_restatement_recover_rerun(
+    fmt: str, cell: Cell, backend: Backend, tmp_path: Path
+) -> None:
+    base = tmp_path / "job"
+    expect_ok(drive(fmt, "run", base, backend))
+    crashed = drive(fmt, "restate", base, backend, run_id="s1", crash_at=cell.crash_at)
+    assert crashed.returncode == -signal.SIGKILL, (
+        f"expected a SIGKILL at {cell.crash_at}, got {crashed.returncode}:\n"
+        f"{crashed.stderr[-2000:]}"
+    )
+    expect_ok(drive(fmt, "recover", base, backend))
+    check_restated(fmt, base, backend)
+    # The same restatement again, under a new run id, ends the same.
+    expect_ok(drive(fmt, "restate", base, backend, run_id="s2"))
+    check_restated(fmt, base, backend)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_path: Path) -> None:
@@ -192,3 +252,38 @@ def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_
     assert paused.returncode == 0, err[-3000:]
     expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
     check_tables(fmt, base, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_paused_restatement_waking_after_recovery_applies_nothing_twice(
+    fmt: str, tmp_path: Path
+) -> None:
+    base = tmp_path / "job"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    expect_ok(drive(fmt, "run", base, backend))
+    paused = drive(
+        fmt,
+        "restate",
+        base,
+        backend,
+        run_id="s1",
+        crash_at="table.before_commit@1:stop",
+        marks=marks,
+        wait=False,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(marks.iterdir()):
+            assert paused.poll() is None, paused.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the restatement never reached its table commit"
+            time.sleep(0.05)
+        # Another process finishes the sealed restatement the paused one was executing.
+        expect_ok(drive(fmt, "recover", base, backend))
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    _out, err = paused.communicate(timeout=300)
+    assert paused.returncode == 0, err[-3000:]
+    check_restated(fmt, base, backend)

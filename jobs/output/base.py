@@ -12,6 +12,7 @@ import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobs.config import BatchConfig, FormatSettings, Naming, OutputKeys
+from jobs.errors import BatchArgumentError
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import (
     OutputOwner,
@@ -46,6 +47,27 @@ class Writer(abc.ABC):
     #: partitions before the new ones go in, as :class:`~jobs.output.parquet.ParquetWriter`
     #: does by returning the staged dataset itself. False: ``replace=`` is refused.
     replaces_partitions: ClassVar[bool] = False
+
+    def check_replace(
+        self, dataset: str, partition_by: tuple[str, ...], replace: tuple[str, ...] | bool
+    ) -> None:
+        """Refuse, before anything is written, a restatement's partitions (directories
+        relative to the dataset's, or True: those staged) the format cannot replace; the
+        default refuses any unless :attr:`replaces_partitions`.
+
+        Raises:
+            BatchArgumentError: naming the partition, or the format.
+        """
+        if not self.replaces_partitions:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {dataset!r}: the {self.format} output "
+                "format cannot replace partitions"
+            )
+
+    def published_partitions(self, staged: tuple[str, ...]) -> tuple[str, ...]:
+        """The output partition directories that staged partition directories stand for (as
+        a restatement's ``replace=True`` names them in the report): the same by default."""
+        return staged
 
     @abc.abstractmethod
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:

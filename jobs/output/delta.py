@@ -26,11 +26,13 @@ class DeltaCommit:
     staged: StagedDataset
     table_uri: str
     job: str
+    #: The partition values a restatement replaces (``()``: the whole table); None: none.
+    replace: tuple[str, ...] | None = None
 
     def __call__(self) -> list[CommitStep]:
         if self.staged.empty:
             return self.staged()
-        from commitsteps import DeltaAppendCommitStep
+        from commitsteps import DeltaAppendCommitStep, DeltaReplaceCommitStep
 
         staged = self.staged
         steps = DeltaAppendCommitStep.steps_for(
@@ -42,6 +44,8 @@ class DeltaCommit:
             run_id=staged.run_id,
             partition_by=staged.partition_by[0] if staged.partition_by else None,
         )
+        if self.replace is not None:
+            steps = DeltaReplaceCommitStep.replacing(steps, self.replace)
         return [*steps, *staged.after_data()]
 
 
@@ -49,13 +53,21 @@ class DeltaWriter(TableWriter):
     """Each dataset is the Delta table at ``<output>/<dataset>``."""
 
     format = "delta"
+    # The step selects the files to replace by partition value, which null never equals.
+    replaces_null_partition = False
 
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
 
     def commit(self, staged: StagedDataset) -> StepsBuilder:
         self.partition_column(staged.partition_by)
-        return DeltaCommit(staged, table_root(self.config.output, staged.dataset), self.config.name)
+        replace = self.replaced_partitions(staged)
+        return DeltaCommit(
+            staged,
+            table_root(self.config.output, staged.dataset),
+            self.config.name,
+            None if replace is None else tuple(v for v in replace if v is not None),
+        )
 
 
 class DeltaFormat(OutputFormat):

@@ -47,11 +47,13 @@ class IcebergCommit:
     namespace: str
     location: str
     job: str
+    #: The partition values a restatement replaces (``()``: the whole table); None: none.
+    replace: tuple[str | None, ...] | None = None
 
     def __call__(self) -> list[CommitStep]:
         if self.staged.empty:
             return self.staged()
-        from commitsteps import IcebergAppendCommitStep
+        from commitsteps import IcebergAppendCommitStep, IcebergOverwriteCommitStep
 
         staged = self.staged
         steps = IcebergAppendCommitStep.steps_for(
@@ -65,6 +67,8 @@ class IcebergCommit:
             run_id=staged.run_id,
             partition_by=staged.partition_by[0] if staged.partition_by else None,
         )
+        if self.replace is not None:
+            steps = IcebergOverwriteCommitStep.replacing(steps, self.replace)
         return [*steps, *staged.after_data()]
 
 
@@ -87,6 +91,7 @@ class IcebergWriter(TableWriter):
             self.config.namespace,
             table_root(self.config.output, staged.dataset),
             self.config.name,
+            self.replaced_partitions(staged),
         )
 
     def _create_namespace(self) -> None:

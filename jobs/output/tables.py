@@ -5,13 +5,16 @@ Each file holds one value of the partition column, which stays *in* the file (hi
 partitioning leaves its column out): the files are split by a copy of the column,
 ``<column>_partition``, whose directories they are staged under. They are published by
 renames into the table's data location and then one table step
-(:class:`~commitsteps.IcebergAppendCommitStep`, :class:`~commitsteps.DeltaAppendCommitStep`),
-before the watermark steps.
+(:class:`~commitsteps.IcebergAppendCommitStep`, :class:`~commitsteps.DeltaAppendCommitStep`;
+for a restatement :class:`~commitsteps.IcebergOverwriteCommitStep`,
+:class:`~commitsteps.DeltaReplaceCommitStep`), before the watermark steps.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -19,7 +22,7 @@ from commitsteps import MissingSourceError
 from jobs.errors import BatchArgumentError
 from jobs.output.commits import StagedDataset, join
 from jobs.output.parquet import ParquetWriter
-from jobs.output.taskwriter import WriteOptions
+from jobs.output.taskwriter import DEFAULT_PARTITION, WriteOptions, escape_path_name
 from jobs.output.writing import Written
 from store.urls import encode_name, is_local, local_path
 
@@ -27,14 +30,23 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+#: What the copy of the partition column that a table's files are staged under is named by.
+_SUFFIX = "_partition"
+
+
 def partition_directory(column: str) -> str:
     """The copy of ``column`` whose directories a table's files are staged under."""
-    return f"{column}_partition"
+    return f"{column}{_SUFFIX}"
 
 
 class TableWriter(ParquetWriter):
     """Parquet files for a table: one partition value per file with the partition column in
-    the file; published by renames and one table step."""
+    the file; published by renames and one table step (a restatement's: one that also
+    removes the replaced partitions' files, in the same table commit)."""
+
+    replaces_partitions = True
+    #: False where the table step cannot select the null partition's files.
+    replaces_null_partition: ClassVar[bool] = True
 
     def write(self, frame: DataFrame, directory: str, options: WriteOptions) -> Written:
         from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
@@ -58,6 +70,80 @@ class TableWriter(ParquetWriter):
             frame = frame.withColumn(copy, F.col(column))
             split = (copy,)
         return super().write(frame, directory, attrs.evolve(options, partition_by=split))
+
+    def check_replace(
+        self, dataset: str, partition_by: tuple[str, ...], replace: tuple[str, ...] | bool
+    ) -> None:
+        """Refuse, before anything is written, partitions that are not dates of the table's
+        partition column (see :meth:`partition_values`)."""
+        if not isinstance(replace, bool):
+            self.partition_values(dataset, partition_by, replace)
+
+    def published_partitions(self, staged: tuple[str, ...]) -> tuple[str, ...]:
+        """``<column>_partition=<date>`` (the staged directory) is the table's partition
+        ``<column>=<date>``."""
+        out = []
+        for directory in staged:
+            name, eq, value = directory.partition("=")
+            column = name.removesuffix(_SUFFIX)
+            out.append(f"{column}={value}" if eq and name.endswith(_SUFFIX) else directory)
+        return tuple(out)
+
+    def replaced_partitions(self, staged: StagedDataset) -> tuple[str | None, ...] | None:
+        """The partition values (ISO dates, None: the null partition) a restatement replaces,
+        ``()`` for the whole (unpartitioned) table, None when it replaces nothing.
+
+        Raises:
+            BatchArgumentError: for a restatement that stages no rows (a table commit adds
+                files), or a partition :meth:`partition_values` refuses.
+        """
+        if not staged.replace:
+            return None
+        if staged.empty:
+            raise BatchArgumentError(
+                f"argument 'replace' of dataset {staged.dataset!r}: nothing was staged; a "
+                f"restatement of a {self.format} table stages the partitions' new rows"
+            )
+        return self.partition_values(staged.dataset, staged.partition_by, staged.replace)
+
+    def partition_values(
+        self, dataset: str, partition_by: tuple[str, ...], partitions: Sequence[str]
+    ) -> tuple[str | None, ...]:
+        """The dates (ISO; None: the null partition) that partition directories
+        (``ts_date=2024-01-01``, as ``replace=`` names them, or as staged) stand for; ``()``
+        for an unpartitioned table, replaced whole.
+
+        Raises:
+            BatchArgumentError: for a value that is not a date, or the null partition where
+                :attr:`replaces_null_partition` is False.
+        """
+        column = self.partition_column(partition_by)
+        if column is None:
+            return ()
+        names = (f"{escape_path_name(column)}=", f"{partition_directory(column)}=")
+        values: list[str | None] = []
+        for partition in partitions:
+            value = next((partition[len(n) :] for n in names if partition.startswith(n)), "")
+            if value == DEFAULT_PARTITION:
+                if not self.replaces_null_partition:
+                    raise BatchArgumentError(
+                        f"argument 'replace' of dataset {dataset!r}: the null partition of a "
+                        f"{self.format} table cannot be replaced; restate dated partitions"
+                    )
+                values.append(None)
+                continue
+            try:
+                ok = dt.date.fromisoformat(value).isoformat() == value
+            except ValueError:
+                ok = False
+            if not ok:
+                raise BatchArgumentError(
+                    f"argument 'replace' of dataset {dataset!r}: partition {partition!r} is "
+                    f"not a date of {column!r} (YYYY-MM-DD); {self.format} tables are "
+                    "partitioned by a date column"
+                )
+            values.append(value)
+        return tuple(dict.fromkeys(values))
 
     def partition_column(self, partition_by: tuple[str, ...]) -> str | None:
         """The one partition column of a table, or None.

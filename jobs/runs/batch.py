@@ -330,7 +330,8 @@ class Batch:
                 commit is done) and the new one in: a directory swap where staging and
                 output share a local filesystem, else file by file, every old file aside
                 before the first new one. Watermarks move only as ``watermarks`` says.
-                Parquet only for now. In ``report.staged[dataset].replaces``.
+                An Iceberg or Delta table replaces the partitions (dates) in one table
+                commit instead. In ``report.staged[dataset].replaces``.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -414,7 +415,9 @@ class Batch:
             )
         replaces: tuple[str, ...] = ()
         if replaced is not None:
-            replaces = _replaced(replaced, directory, files, info.empty)
+            replaces = self.writer.published_partitions(
+                _replaced(replaced, directory, files, info.empty)
+            )
             info = attrs.evolve(info, replaces=replaces)
         self._datasets[dataset] = attrs.evolve(
             self._datasets.get(dataset, _Dataset()),
@@ -449,11 +452,8 @@ class Batch:
         _check_frame(df, self.spark)
         columns = _check_partition_by(partition_by, df)
         replaced = _check_replace(replace, dataset, columns)
-        if replaced is not None and not self.writer.replaces_partitions:
-            raise BatchArgumentError(
-                f"argument 'replace' of dataset {dataset!r}: the {self.writer.format} output "
-                "format cannot replace partitions (only parquet can, for now)"
-            )
+        if replaced is not None:
+            self.writer.check_replace(dataset, columns, replaced)
         if isinstance(checks, Check) or not isinstance(checks, Sequence):
             raise BatchArgumentError(
                 f"argument 'checks' must be a list of checks, got {type(checks).__name__}"

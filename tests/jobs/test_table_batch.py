@@ -250,3 +250,59 @@ def test_an_iceberg_dataset_name_with_a_dot_is_refused_before_any_spark_work(
             batch.stage("orders.eu", _orders(spark, 0, 3))
         assert batch.report.run_dir is None  # nothing staged, not even a run directory
     assert batch.report.exit_code == 0
+
+
+def _days(spark: SparkSession, rows: list[tuple[int, dt.date]]) -> Any:
+    """Orders with the given ids and days (``ts`` at midnight UTC of the day)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    data = [(i, dt.datetime.combine(d, dt.time(), tzinfo=dt.UTC)) for i, d in rows]
+    df = spark.createDataFrame(data, "id long, ts timestamp")
+    return df.withColumn("ts_date", F.to_date("ts"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_restatement_replaces_a_table_partition_in_one_commit_once(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
+    d1, d2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
+    places = batch_places(tmp_path)
+    with Batch(spark, JOB, format=fmt, run_id="r1", **places) as batch:
+        batch.stage(
+            "orders",
+            _days(spark, [(1, d1), (2, d1), (3, d2), (4, d2)]),
+            partition_by=["ts_date"],
+            watermarks={"p0": 4},
+        )
+    assert batch.report.exit_code == 0, batch.report.error
+    new = [(10, d1), (11, d1)]
+    with Batch(spark, JOB, format=fmt, run_id="r2", **places) as batch:
+        batch.stage(
+            "orders", _days(spark, new), partition_by=["ts_date"], replace=[{"ts_date": d1}]
+        )
+    assert batch.report.exit_code == 0, batch.report.error
+    assert batch.report.staged["orders"].replaces == ("ts_date=2024-01-01",)
+    assert _ids(fmt, tmp_path) == ([3, 4, 10, 11], [3, 4, 10, 11])
+    assert _runs(fmt, tmp_path)[-1] == "r2"
+    # The same restatement again (replace=True: the partitions staged) ends the same; the
+    # watermark stayed where the first run left it.
+    with Batch(spark, JOB, format=fmt, run_id="r3", **places) as batch:
+        assert batch.committed("orders", "p0") == 4
+        batch.stage("orders", _days(spark, new), partition_by=["ts_date"], replace=True)
+    assert batch.report.exit_code == 0, batch.report.error
+    assert batch.report.staged["orders"].replaces == ("ts_date=2024-01-01",)
+    assert _ids(fmt, tmp_path) == ([3, 4, 10, 11], [3, 4, 10, 11])
+    assert _runs(fmt, tmp_path)[-1] == "r3"
+
+
+def test_a_table_restatement_of_no_date_is_refused_before_any_spark_work(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    df = _days(spark, [(1, dt.date(2024, 1, 1))])
+    with Batch(spark, JOB, format="delta", run_id="r1", **batch_places(tmp_path)) as batch:
+        with pytest.raises(BatchArgumentError, match=r"'ts_date=2024-1-1' is not a date"):
+            batch.stage("orders", df, partition_by=["ts_date"], replace=[{"ts_date": "2024-1-1"}])
+        with pytest.raises(BatchArgumentError, match="null partition of a delta table"):
+            batch.stage("orders", df, partition_by=["ts_date"], replace=[{"ts_date": None}])
+        assert batch.report.run_dir is None  # nothing staged, not even a run directory
+    assert batch.report.exit_code == 0
