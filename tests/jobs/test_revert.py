@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,22 @@ pytestmark = pytest.mark.spark
 JOB = "revert-job"
 
 
+#: The stores of the test running (the filesystem unless it asks for Redis).
+STORES: dict[str, str] = {}
+
+
+@pytest.fixture(params=["fs", "redis"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
+    """Each test using it runs on the filesystem store and on a real Redis."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        STORES.update(store=url, watermarks=url, reports=str(tmp_path / "reports"))
+    yield
+    STORES.clear()
+
+
 def _batch(spark: SparkSession, base: Path, run_id: str) -> Batch:
-    places: dict[str, Any] = batch_places(base)
+    places: dict[str, Any] = {**batch_places(base), **STORES}
     return Batch(spark, JOB, run_id=run_id, summary=False, **places)
 
 
@@ -58,13 +73,15 @@ def _watermark(spark: SparkSession, base: Path) -> Any:
 
 
 def _options(base: Path) -> list[str]:
-    places = batch_places(base)
+    places = {**batch_places(base), **STORES}
     return [
         "--job", JOB, "--store", places["store"], "--watermarks", places["watermarks"],
         "--staging", places["staging"], "--output", places["output"],
+        *(["--reports", places["reports"]] if "reports" in places else []),
     ]  # fmt: skip
 
 
+@pytest.mark.usefixtures("stores")
 def test_a_revert_takes_the_last_run_back_and_its_data_is_read_again_once(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -130,11 +147,13 @@ def test_unknown_runs_datasets_and_tables_are_refused_with_exit_2(
     "point",
     [
         "publish.after_seal",
+        "step.executed@1",  # between steps: the first file set aside, the rest not
         "publish.after_last_step",
         "publish.after_published_record",
         "revert.before_forget",
     ],
 )
+@pytest.mark.usefixtures("stores")
 def test_a_revert_killed_anywhere_then_recovered_is_reverted_once(
     spark: SparkSession, tmp_path: Path, point: str
 ) -> None:
