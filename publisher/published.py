@@ -7,11 +7,12 @@ publisher records, from the steps already in memory, a :class:`PublishedRecord`:
 published with their sizes, the count of files a restatement replaced, the watermark moves
 (previous -> value), and whether a table or a step of another kind was part of it.
 
-Records live in the commit store beside the job's sequences, under the store name
-``<job>~published`` (never a job's own: ``~`` is not allowed in job names), one status
-object per dataset and run (``<dataset>@<run id>``) and one index per dataset naming its
-last :data:`RETAINED_RUNS` runs, oldest first; a run that falls out of the index has its
-record removed. Cost on the hot path: one read and two small writes per dataset.
+Records live in the commit store beside the job's sequences, as status objects of the store
+name ``<job>~published``, one per dataset and slot (``<dataset>@<slot>``): a run's slot is
+its fencing token modulo :data:`RETAINED_RUNS` (its run directory, ``<run id>~t<token>``,
+names both, so a recovery by a later run writes the same slot), and a record is overwritten
+by the run :data:`RETAINED_RUNS` lock tokens later. Cost on the hot path: one small write
+per dataset, no read; the size is that of the paths published.
 
 A commit whose staged paths name no run directory of the job (a sequence of watermark steps
 only, say) records nothing: there is no run id to find it by.
@@ -23,6 +24,7 @@ import json
 import logging
 import posixpath
 import re
+import zlib
 from collections.abc import Sequence
 
 import attrs
@@ -46,7 +48,7 @@ log = logging.getLogger("commitpub.publisher")
 #: Runs per dataset whose record is kept; an older run cannot be reverted.
 RETAINED_RUNS = 20
 
-_TOKEN_SUFFIX = re.compile(r"~t\d{1,20}$")
+_RUN_DIR = re.compile(r"^(.+?)(?:~t(\d{1,20}))?$")
 
 
 @attrs.frozen
@@ -86,6 +88,8 @@ class PublishedRecord:
     """What one run published to one dataset (see the module docstring)."""
 
     run_id: str
+    #: The fencing token of the run (None without a lock): later runs have higher ones.
+    token: int | None = None
     files: tuple[PublishedFile, ...] = ()
     #: Published files a restatement replaced; they were deleted after its commit.
     replaced: int = 0
@@ -94,32 +98,38 @@ class PublishedRecord:
     other_steps: tuple[str, ...] = ()
 
 
-@attrs.frozen
-class _Index:
-    runs: tuple[str, ...] = ()
-
-
 def namespace(job: str) -> str:
     """The commit store's name under which ``job``'s records are kept."""
     return f"{job}~published"
 
 
-def _key(dataset: str, run_id: str) -> str:
-    return f"{dataset}@{run_id}"
+def _key(dataset: str, slot: int) -> str:
+    return f"{dataset}@{slot}"
 
 
-def run_of(roots: Roots, steps: Sequence[CommitStep], staging_dir: str | None) -> str | None:
-    """The run id of the run directory the steps' staged paths (or ``staging_dir``) lie in."""
+def run_of(
+    roots: Roots, steps: Sequence[CommitStep], staging_dir: str | None
+) -> tuple[str, int | None] | None:
+    """The run id and fencing token of the run directory the steps' staged paths (or
+    ``staging_dir``) lie in: its name is ``<run id>~t<token>`` (``<run id>`` without a lock)."""
     paths = [staging_dir] if staging_dir is not None else []
     paths += [p for s in steps for p in s.staged_paths()]
     for path in paths:
         run_dir = roots.run_dir(path)
         if run_dir is not None:
-            return _TOKEN_SUFFIX.sub("", posixpath.basename(run_dir))
+            m = _RUN_DIR.match(posixpath.basename(run_dir))
+            if m is not None:
+                return m.group(1), None if m.group(2) is None else int(m.group(2))
     return None
 
 
-def of_steps(run_id: str, steps: Sequence[CommitStep]) -> PublishedRecord:
+def _slot(run_id: str, token: int | None) -> int:
+    if token is None:
+        return zlib.crc32(run_id.encode()) % RETAINED_RUNS
+    return token % RETAINED_RUNS
+
+
+def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> PublishedRecord:
     """The record of ``steps``, executed by run ``run_id``."""
     files: list[PublishedFile] = []
     moves: list[WatermarkMove] = []
@@ -148,7 +158,9 @@ def of_steps(run_id: str, steps: Sequence[CommitStep]) -> PublishedRecord:
             )
         else:
             others.add(tag_of(type(step)))
-    return PublishedRecord(run_id, tuple(files), replaced, tuple(moves), tuple(sorted(others)))
+    return PublishedRecord(
+        run_id, token, tuple(files), replaced, tuple(moves), tuple(sorted(others))
+    )
 
 
 def record(
@@ -160,64 +172,36 @@ def record(
     *,
     staging_dir: str | None = None,
 ) -> str | None:
-    """Record what ``steps`` published to ``dataset``; idempotent (a recovery writes it
-    again). Returns the run id, or None when no run directory names one."""
-    run_id = run_of(roots, steps, staging_dir)
-    if run_id is None:
+    """Record what ``steps`` published to ``dataset``: one write, idempotent (a recovery
+    writes it again). Returns the run id, or None when no run directory names one."""
+    found = run_of(roots, steps, staging_dir)
+    if found is None:
         return None
-    ns = namespace(job)
-    store.set_status(ns, _key(dataset, run_id), to_json(of_steps(run_id, steps)))
+    run_id, token = found
+    rec = of_steps(run_id, token, steps)
+    store.set_status(namespace(job), _key(dataset, _slot(run_id, token)), to_json(rec))
     failpoint("publish.after_published_record")
-    runs = [r for r in _index(store, job, dataset) if r != run_id] + [run_id]
-    kept, dropped = runs[-RETAINED_RUNS:], runs[:-RETAINED_RUNS]
-    store.set_status(ns, dataset, to_json(_Index(tuple(kept))))
-    for old in dropped:
-        store.remove(ns, _key(dataset, old))
     return run_id
 
 
-def _index(store: CommitStepStore, job: str, dataset: str) -> list[str]:
-    found = store.get_status(namespace(job), dataset)
-    if found is None:
-        return []
-    try:
-        return list(from_json(found, _Index).runs)
-    except ValueError as e:
-        log.warning("the published-runs index of %s is unreadable, started again: %s", dataset, e)
-        return []
-
-
-def runs(store: CommitStepStore, job: str, dataset: str) -> list[str]:
-    """The runs of ``dataset`` whose record is kept, oldest first."""
-    return _index(store, job, dataset)
-
-
-def datasets(store: CommitStepStore, job: str) -> list[str]:
-    """The datasets of ``job`` with a record of some run."""
-    return sorted(k for k, v in store.statuses(namespace(job)).items() if "runs" in v)
-
-
-def read(store: CommitStepStore, job: str, dataset: str, run_id: str) -> PublishedRecord | None:
-    """The record of what ``run_id`` published to ``dataset``, or None.
+def kept(store: CommitStepStore, job: str) -> dict[str, list[PublishedRecord]]:
+    """Every record kept, per dataset, oldest run first (by fencing token).
 
     Raises:
-        CorruptStatusError: if it is unreadable.
+        CorruptStatusError: if one is unreadable.
     """
-    found = store.get_status(namespace(job), _key(dataset, run_id))
-    if found is None:
-        return None
-    try:
-        return from_json(found, PublishedRecord)
-    except ValueError as e:
-        raise CorruptStatusError(
-            f"the record of what run {run_id} published to {dataset}: {e}"
-        ) from e
+    found: dict[str, list[PublishedRecord]] = {}
+    for key, doc in store.statuses(namespace(job)).items():
+        dataset = key.rpartition("@")[0]
+        try:
+            found.setdefault(dataset, []).append(from_json(doc, PublishedRecord))
+        except ValueError as e:
+            raise CorruptStatusError(f"the record {key} of what a run published: {e}") from e
+    for records in found.values():
+        records.sort(key=lambda r: (r.token is None, r.token or 0))
+    return found
 
 
-def forget(store: CommitStepStore, job: str, dataset: str, run_id: str) -> None:
-    """Remove the record of ``run_id`` for ``dataset`` (once it was reverted)."""
-    ns = namespace(job)
-    store.set_status(
-        ns, dataset, to_json(_Index(tuple(r for r in runs(store, job, dataset) if r != run_id)))
-    )
-    store.remove(ns, _key(dataset, run_id))
+def forget(store: CommitStepStore, job: str, dataset: str, rec: PublishedRecord) -> None:
+    """Remove the record ``rec`` of ``dataset`` (once its run was reverted)."""
+    store.remove(namespace(job), _key(dataset, _slot(rec.run_id, rec.token)))

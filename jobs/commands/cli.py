@@ -874,7 +874,7 @@ def revert(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
     data again).
 
     Refused, with nothing changed (exit 2), for a run or dataset with no record (unknown,
-    older than the last 20 runs of the dataset, reverted already), a table output, a
+    older than the last 20 uses of the job lock, reverted already), a table output, a
     watermark a later run moved further (named: revert that run first), or a published
     file gone since. Files a restatement replaced were deleted after its commit: they are
     not put back.

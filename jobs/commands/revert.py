@@ -60,6 +60,8 @@ class DatasetRevert:
 
     dataset: str
     record: records.PublishedRecord
+    #: The records of later runs of the dataset, oldest first.
+    later: tuple[records.PublishedRecord, ...] = ()
 
     def describe(self) -> str:
         """One paragraph for the confirmation."""
@@ -126,7 +128,7 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
             reports.append(report)
             if report.outcome == "published":
                 failpoint("revert.before_forget")
-                records.forget(pub.context.store, config.name, one.dataset, run_id)
+                records.forget(pub.context.store, config.name, one.dataset, one.record)
         pub.finish_run_dir(run_dir)
         return reports
 
@@ -160,18 +162,23 @@ def _plan(config: BatchConfig, pub: Publisher, run_id: str, dataset: str | None)
             f"{config.output_format} tables; reverting a run is not yet for tables (only "
             "Parquet directories)"
         )
-    store = pub.context.store
-    names = [dataset] if dataset is not None else records.datasets(store, config.name)
-    found = []
-    for name in names:
-        record = records.read(store, config.name, name, run_id)
-        if record is not None:
-            found.append(DatasetRevert(name, record))
+    kept = records.kept(pub.context.store, config.name)
+    found = [
+        DatasetRevert(name, rec, tuple(r for r in recs if _later(r, rec)))
+        for name, recs in sorted(kept.items())
+        if dataset in (None, name)
+        for rec in recs
+        if rec.run_id == run_id
+    ]
     if not found:
         raise UnknownRunError(_unknown(config.name, run_id, dataset))
     for one in found:
-        _check(config, pub, run_id, one)
+        _check(config, run_id, one)
     return RevertPlan(config.name, run_id, tuple(found))
+
+
+def _later(other: records.PublishedRecord, rec: records.PublishedRecord) -> bool:
+    return (other.token or 0) > (rec.token or 0)
 
 
 def _unknown(job: str, run_id: str, dataset: str | None) -> str:
@@ -179,12 +186,12 @@ def _unknown(job: str, run_id: str, dataset: str | None) -> str:
     return (
         f"revert refused: job {job!r} has no record of what {what} published (an unknown run "
         f"id, a dataset the run did not publish, a run older than the last "
-        f"{records.RETAINED_RUNS} of its dataset, a run already reverted, or one published by "
-        "a commitpub before revert existed); nothing changed"
+        f"{records.RETAINED_RUNS} uses of the job lock, a run already reverted, or one "
+        "published by a commitpub before revert existed); nothing changed"
     )
 
 
-def _check(config: BatchConfig, pub: Publisher, run_id: str, one: DatasetRevert) -> None:
+def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
     record = one.record
     if record.other_steps:
         kinds = ", ".join(record.other_steps)
@@ -195,7 +202,7 @@ def _check(config: BatchConfig, pub: Publisher, run_id: str, one: DatasetRevert)
         )
     with fencing(None, job=config.name):
         for move in record.watermarks:
-            _check_watermark(config, pub, run_id, one.dataset, move)
+            _check_watermark(config, run_id, one, move)
     for f in record.files:
         size = _size(f.path)
         if size != f.size:
@@ -213,28 +220,22 @@ def _size(path: str) -> int | None:
 
 
 def _check_watermark(
-    config: BatchConfig, pub: Publisher, run_id: str, dataset: str, move: records.WatermarkMove
+    config: BatchConfig, run_id: str, one: DatasetRevert, move: records.WatermarkMove
 ) -> None:
     current = watermark_store(move.watermarks_url, config.name).get(move.dataset, move.partition)
     if encode_value(current) == encode_value(move.value):
         return
-    store = pub.context.store
-    later = records.runs(store, config.name, dataset)
-    after = later[later.index(run_id) + 1 :] if run_id in later else []
     mover = next(
         (
-            r
-            for r in after
-            if (rec := records.read(store, config.name, dataset, r)) is not None
-            and any(
-                (m.dataset, m.partition) == (move.dataset, move.partition) for m in rec.watermarks
-            )
+            r.run_id
+            for r in one.later
+            if any((m.dataset, m.partition) == (move.dataset, move.partition) for m in r.watermarks)
         ),
         None,
     )
     by = f"later run {mover} moved it further" if mover else "something else moved it since"
     raise RevertRefusedError(
-        f"revert of run {run_id} on {dataset} refused: watermark {move.dataset}/"
+        f"revert of run {run_id} on {one.dataset} refused: watermark {move.dataset}/"
         f"{move.partition} is at {encode_value(current)}, not {encode_value(move.value)} where "
         f"run {run_id} left it: {by} (revert that run first); nothing changed"
     )
