@@ -118,7 +118,8 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
     with JobSession(config) as job:
         pub = job.open(claim_staging=False).publisher
         reverting = _plan(config, pub, run_id, dataset)
-        run_dir = pub.create_run_dir(new_run_id())
+        own = new_run_id()
+        run_dir = pub.create_run_dir(own)
         reports = []
         for one in reverting.datasets:
             staging_dir = posixpath.join(run_dir, _safe(one.dataset))
@@ -128,7 +129,12 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
             reports.append(report)
             if report.outcome == "published":
                 failpoint("revert.before_forget")
-                records.forget(pub.context.store, config.name, one.dataset, one.record)
+                store = pub.context.store
+                records.forget(store, config.name, one.dataset, one.record)
+                # The revert's own record too: reverting a revert would move the watermarks
+                # forward again without the files, skipping that data.
+                mine = records.PublishedRecord(own, pub.context.token)
+                records.forget(store, config.name, one.dataset, mine)
         pub.finish_run_dir(run_dir)
         return reports
 

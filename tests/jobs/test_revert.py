@@ -21,6 +21,8 @@ from jobs.commands.revert import (
     plan,
     revert,
 )
+from publisher.integration import published
+from store import open_store
 from store.failpoints import ENV_VAR
 
 pytestmark = pytest.mark.spark
@@ -110,6 +112,10 @@ def test_a_revert_takes_the_last_run_back_and_its_data_is_read_again_once(
     # Reverted once: a second revert of it finds no record.
     with pytest.raises(UnknownRunError, match=r"no record of what run 'r2'"):
         revert(config, "r2")
+
+    # Neither r2's record nor the revert's own is kept: a revert is not reverted.
+    with open_store({**batch_places(tmp_path), **STORES}["store"]) as st:
+        assert [r.run_id for r in published.kept(st, JOB)["orders"]] == ["r1"]
 
     # The next run reads offsets 3 and 4 again, once.
     assert _ingest(spark, tmp_path, "r3", 5) == 3
