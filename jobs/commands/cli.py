@@ -1,5 +1,5 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``release``, ``unlock``, ``adopt-watermarks``, ``set-watermark``,
+``discard``, ``release``, ``revert``, ``unlock``, ``adopt-watermarks``, ``set-watermark``,
 ``rename-job`` and ``demo``.
 
 The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
