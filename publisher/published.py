@@ -45,6 +45,10 @@ from store.failpoints import failpoint
 
 log = logging.getLogger("commitpub.publisher")
 
+#: The suffix of a revert's staging directory: its set-asides are a revert's, not a
+#: restatement's (:attr:`PublishedRecord.reverts`).
+REVERT_SUFFIX = ".revert"
+
 #: Runs per dataset whose record is kept; an older run cannot be reverted.
 RETAINED_RUNS = 20
 
@@ -96,6 +100,8 @@ class PublishedRecord:
     watermarks: tuple[WatermarkMove, ...] = ()
     #: The tags of steps that are neither files nor watermarks (tables, user steps).
     other_steps: tuple[str, ...] = ()
+    #: The commit was a revert of another run (``commitpub revert``): never reverted itself.
+    reverts: bool = False
 
 
 def namespace(job: str) -> str:
@@ -135,9 +141,11 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
     moves: list[WatermarkMove] = []
     others: set[str] = set()
     replaced = 0
+    reverts = False
     for step in steps:
         if isinstance(step, FsSetAsideCommitStep):
             replaced += 1
+            reverts = reverts or f"{REVERT_SUFFIX}/" in step.dst
         elif isinstance(step, FsRenameCommitStep):
             files.append(PublishedFile(step.dst, step.size))
         elif isinstance(step, FsPartitionSwapCommitStep):
@@ -159,7 +167,7 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
         else:
             others.add(tag_of(type(step)))
     return PublishedRecord(
-        run_id, token, tuple(files), replaced, tuple(moves), tuple(sorted(others))
+        run_id, token, tuple(files), replaced, tuple(moves), tuple(sorted(others)), reverts
     )
 
 

@@ -122,7 +122,7 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
         run_dir = pub.create_run_dir(own)
         reports = []
         for one in reverting.datasets:
-            staging_dir = posixpath.join(run_dir, _safe(one.dataset))
+            staging_dir = posixpath.join(run_dir, _safe(one.dataset) + records.REVERT_SUFFIX)
             steps = _steps(one.record, staging_dir)
             make_aside_dirs([s.dst for s in steps if isinstance(s, FsSetAsideCommitStep)])
             report = pub.publish([CommitSequence(one.dataset, steps, staging_dir)]).datasets[0]
@@ -199,6 +199,11 @@ def _unknown(job: str, run_id: str, dataset: str | None) -> str:
 
 def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
     record = one.record
+    if record.reverts:
+        raise RevertRefusedError(
+            f"revert of run {run_id} on {one.dataset} refused: that run was itself a revert, "
+            "which is not taken back (its files were deleted); run the job again instead"
+        )
     if record.other_steps:
         kinds = ", ".join(record.other_steps)
         cls = TablesNotRevertibleError if re.search("iceberg|delta", kinds) else RevertRefusedError

@@ -173,5 +173,14 @@ def test_a_revert_killed_anywhere_then_recovered_is_reverted_once(
     assert _offsets(tmp_path) == Counter(range(3))
     assert _watermark(spark, tmp_path) == 3
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
+    # Killed before it dropped the records, the revert's own one is kept (written by the
+    # revert or, killed before that, by the recovery), and never reverted.
+    with open_store({**batch_places(tmp_path), **STORES}["store"]) as st:
+        reverts = [r.run_id for r in published.kept(st, JOB)["orders"] if r.reverts]
+    config = _batch(spark, tmp_path, "cfg").config
+    for run_id in reverts:
+        with pytest.raises(RevertRefusedError, match=r"itself a revert"):
+            plan(config, run_id)
+    assert len(reverts) == 1
     assert _ingest(spark, tmp_path, "r3", 5) == 3
     assert _offsets(tmp_path) == Counter(range(5))
