@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from commitsteps import CommitStep, StepError
-from publisher import barriers
+from publisher import barriers, published
 from publisher.context import Context
 from publisher.deadlines import (
     DeadlineError,
@@ -196,6 +196,12 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
                     "execution"
                 )
         failpoint("publish.after_last_step")
+        # Before the removal, so a crash between the two leaves the record to recovery.
+        ctx.retry.call(
+            lambda: published.record(
+                ctx.store, ctx.job, dataset, ctx.roots, steps, staging_dir=staging_dir
+            )
+        )
         ctx.remove(dataset)
         failpoint("publish.after_remove")
     except FencedError:

@@ -11,11 +11,12 @@ publisher's other modules), so those modules can move without touching the layer
 * the operator's look at a pending commit: :func:`verify_all` (which steps are done) and
   :func:`check_connections` (may its steps open those stores);
 * :data:`converter`, the publisher's records to and from JSON, which the run report extends;
-* the staging root (:mod:`publisher.staging`: claims, run directories, deleting a tree) and a
-  dataset's status record (:mod:`publisher.status`), as modules.
+* the staging root (:mod:`publisher.staging`: claims, run directories, deleting a tree), a
+  dataset's status record (:mod:`publisher.status`) and what a finished run published
+  (:mod:`publisher.published`, for ``commitpub revert``), as modules.
 """
 
-from publisher import staging, status
+from publisher import published, staging, status
 from publisher.confinement import check_connections
 from publisher.converter import converter
 from publisher.deadlines import call_within
@@ -26,6 +27,7 @@ __all__ = [
     "call_within",
     "check_connections",
     "converter",
+    "published",
     "staging",
     "status",
     "task_attempt",

@@ -196,6 +196,20 @@ CRASH_POINTS: Mapping[str, CrashPoint] = _by_name(
         "every step ran, the sequence is still in the store; recovery verifies it, done",
     ),
     CrashPoint(
+        "publish.after_published_record",
+        _TASK,
+        "remove",
+        "every step ran and the run's published record is written, its index not yet; "
+        "recovery writes both again",
+    ),
+    CrashPoint(
+        "revert.before_forget",
+        _DRIVER,
+        "clean up",
+        "a revert's commit is done, the record of the run it reverted not yet dropped; a "
+        "second revert of that run is refused (its files are gone)",
+    ),
+    CrashPoint(
         "store.remove.chunk_deleted",
         _EITHER,
         "remove",

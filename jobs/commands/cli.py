@@ -1,5 +1,5 @@
 """The ``commitpub`` command line: ``run``, ``recover``, ``status``, ``inspect``, ``retry``,
-``discard``, ``release``, ``unlock``, ``adopt-watermarks``, ``set-watermark``,
+``discard``, ``release``, ``revert``, ``unlock``, ``adopt-watermarks``, ``set-watermark``,
 ``rename-job`` and ``demo``.
 
 The operator commands take a JOB.toml, or a ``jobs.Batch`` job's ``--job NAME --store URL
@@ -853,6 +853,62 @@ def release(args: tuple[str, ...], yes: bool, hold_id: str | None, **where: str 
         )
         _fail(f"{line}: {report.error}; its commit is written ahead: {todo}", ExitCode.FAILURE)
     click.echo(line)
+
+
+@main.command(
+    epilog=f"""\b
+Examples:
+  commitpub revert jobs/orders.toml 20250101T120000Z-3fa9c1            # every dataset
+  commitpub revert jobs/orders.toml 20250101T120000Z-3fa9c1 orders --yes
+  commitpub revert --job orders-ingest --store state/steps --watermarks state/wm \\
+      --staging staging --output warehouse 20250101T120000Z-3fa9c1 orders
+
+{_EXIT_CODES}"""
+)
+@click.argument("args", metavar="[JOB.toml] RUN_ID [DATASET]", nargs=-1)
+@_batch_job
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def revert(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
+    """Take back what a finished run published, in one sealed commit per dataset: its files
+    removed, its watermarks set back to where they were before it (the next run reads that
+    data again).
+
+    Refused, with nothing changed (exit 2), for a run or dataset with no record (unknown,
+    older than the last 20 uses of the job lock, reverted already), a table output, a
+    watermark a later run moved further (named: revert that run first), or a published
+    file gone since. Files a restatement replaced were deleted after its commit: they are
+    not put back.
+    """
+    from jobs.commands import revert as reverting
+
+    by_options = _by_options(where)
+    positional = list(args)
+    job_file = None if by_options else (positional.pop(0) if positional else None)
+    if not 1 <= len(positional) <= 2 or (job_file is None and not by_options):
+        raise click.UsageError(
+            f"expected JOB.toml RUN_ID [DATASET], or {_BATCH_JOB_USAGE} RUN_ID [DATASET]"
+        )
+    run_id, dataset = positional[0], (positional[1] if len(positional) == 2 else None)
+    config = _operator_config(job_file, where)
+    _require_places(config, "revert")
+    if not yes:
+        shown = _store_call(lambda: reverting.plan(config, run_id, dataset))
+        click.confirm(
+            f"Revert run {run_id} of job {config.name!r}?\n{shown.describe()}\nThe data will be "
+            "read again by the next run",
+            abort=True,
+        )
+    reports = _store_call(lambda: reverting.revert(config, run_id, dataset))
+    failed = [r for r in reports if r.outcome != "published"]
+    for report in reports:
+        click.echo(
+            f"{report.dataset}: reverted run {run_id} ({report.steps} steps)"
+            if report.outcome == "published"
+            else f"{report.dataset}: revert {report.outcome}: {report.error}; its commit is "
+            "written ahead: the next run or commitpub recover finishes it"
+        )
+    if failed:
+        sys.exit(ExitCode.FAILURE)
 
 
 @main.command(

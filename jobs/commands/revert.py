@@ -1,0 +1,252 @@
+"""``commitpub revert``: take back what a finished run published, in one sealed commit.
+
+What a run published is known from its record (:mod:`publisher.published`), written when
+its commit finished. The revert of one dataset is a commit like any other, written ahead,
+sealed, fenced, finished by recovery and rolled back by a discard:
+
+* each file the run published is set aside into the revert's own staging
+  (``FsSetAsideCommitStep``), deleted with that staging once the commit is done; a discard
+  puts it back;
+* each watermark the run moved is set back by compare-and-set from the run's value to the
+  one before it (``WatermarkCommitStep``), so the next run reads that data again.
+
+Files a restatement replaced were deleted after its commit: a revert cannot bring them back,
+and says so. Refused, with nothing changed: a run or dataset with no record (an unknown run
+id, one older than the records kept, one published by an older commitpub), a table output
+(not yet for tables), a watermark a later run moved further (naming that run), a published
+file gone or rewritten since.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+import attrs
+
+from commitsteps import CommitStep
+from commitsteps.fs import REPLACED_DIR, FsSetAsideCommitStep, make_aside_dirs
+from commitsteps.watermark import WatermarkCommitStep, watermark_store
+from jobs.config import BatchConfig
+from jobs.runs.jobrun import new_run_id
+from jobs.runs.session import JobSession
+from publisher import CommitSequence, DatasetReport, Publisher
+from publisher.integration import published as records
+from store import fencing
+from store.base import encode_value
+from store.errors import ConfigurationError
+from store.failpoints import failpoint
+from store.files import FileIO
+
+#: Output formats whose runs can be reverted: files in directories.
+_FILE_FORMATS = ("parquet",)
+
+
+class RevertRefusedError(ConfigurationError):
+    """A revert was refused with nothing changed; the message says why."""
+
+
+class UnknownRunError(RevertRefusedError):
+    """The job has no record of the run (or of the run for the dataset named)."""
+
+
+class TablesNotRevertibleError(RevertRefusedError):
+    """The run published to a table (Iceberg, Delta): not yet revertible."""
+
+
+@attrs.frozen
+class DatasetRevert:
+    """What reverting one dataset changes."""
+
+    dataset: str
+    record: records.PublishedRecord
+    #: The records of later runs of the dataset, oldest first.
+    later: tuple[records.PublishedRecord, ...] = ()
+
+    def describe(self) -> str:
+        """One paragraph for the confirmation."""
+        lines = [f"{self.dataset}: {len(self.record.files)} published files removed"]
+        lines += [
+            f"  watermark {m.dataset}/{m.partition}: {encode_value(m.value)} -> "
+            f"{encode_value(m.previous)}"
+            for m in self.record.watermarks
+        ]
+        if self.record.replaced:
+            lines.append(
+                f"  {self.record.replaced} files or partitions it replaced (a restatement) were "
+                "deleted after its commit and are NOT put back"
+            )
+        return "\n".join(lines)
+
+
+@attrs.frozen
+class RevertPlan:
+    """What a revert of run ``run_id`` changes, per dataset."""
+
+    job: str
+    run_id: str
+    datasets: tuple[DatasetRevert, ...]
+
+    def describe(self) -> str:
+        return "\n".join(d.describe() for d in self.datasets)
+
+
+def plan(config: BatchConfig, run_id: str, dataset: str | None = None) -> RevertPlan:
+    """What reverting ``run_id`` (on ``dataset``, or every dataset it published) changes;
+    read-only, no lock (:func:`revert` checks again under it).
+
+    Raises:
+        UnknownRunError: the job has no record of the run (for the dataset).
+        TablesNotRevertibleError: the job publishes to tables.
+        RevertRefusedError: a watermark moved further by a later run, a published file gone.
+    """
+    with JobSession(config) as job:
+        return _plan(config, job.publisher, run_id, dataset)
+
+
+def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list[DatasetReport]:
+    """Revert ``run_id`` under the job lock: one sealed commit per dataset (see the module
+    docstring). A dataset reverted has its record dropped: it cannot be reverted twice.
+
+    Returns:
+        One report per dataset; ``published`` when reverted.
+
+    Raises:
+        the errors of :func:`plan`, checked again under the lock; LockHeldError if a run
+        holds the lock.
+    """
+    with JobSession(config) as job:
+        pub = job.open(claim_staging=False).publisher
+        reverting = _plan(config, pub, run_id, dataset)
+        own = new_run_id()
+        run_dir = pub.create_run_dir(own)
+        reports = []
+        for one in reverting.datasets:
+            staging_dir = posixpath.join(run_dir, _safe(one.dataset) + records.REVERT_SUFFIX)
+            steps = _steps(one.record, staging_dir)
+            make_aside_dirs([s.dst for s in steps if isinstance(s, FsSetAsideCommitStep)])
+            report = pub.publish([CommitSequence(one.dataset, steps, staging_dir)]).datasets[0]
+            reports.append(report)
+            if report.outcome == "published":
+                failpoint("revert.before_forget")
+                store = pub.context.store
+                records.forget(store, config.name, one.dataset, one.record)
+                # The revert's own record too: reverting a revert would move the watermarks
+                # forward again without the files, skipping that data.
+                mine = records.PublishedRecord(own, pub.context.token)
+                records.forget(store, config.name, one.dataset, mine)
+        pub.finish_run_dir(run_dir)
+        return reports
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def _steps(record: records.PublishedRecord, staging_dir: str) -> list[CommitStep]:
+    aside = posixpath.join(staging_dir, REPLACED_DIR)
+    steps: list[CommitStep] = [
+        FsSetAsideCommitStep(
+            f.path,
+            posixpath.join(aside, re.sub(r"^[a-z0-9+.-]*://", "", f.path).lstrip("/")),
+            f.size,
+        )
+        for f in record.files
+    ]
+    steps += [
+        WatermarkCommitStep(m.watermarks_url, m.dataset, m.partition, m.value, m.previous)
+        for m in record.watermarks
+        if encode_value(m.value) != encode_value(m.previous)
+    ]
+    return steps
+
+
+def _plan(config: BatchConfig, pub: Publisher, run_id: str, dataset: str | None) -> RevertPlan:
+    if config.output_format not in _FILE_FORMATS:
+        raise TablesNotRevertibleError(
+            f"revert of run {run_id} refused: job {config.name!r} publishes to "
+            f"{config.output_format} tables; reverting a run is not yet for tables (only "
+            "Parquet directories)"
+        )
+    kept = records.kept(pub.context.store, config.name)
+    found = [
+        DatasetRevert(name, rec, tuple(r for r in recs if _later(r, rec)))
+        for name, recs in sorted(kept.items())
+        if dataset in (None, name)
+        for rec in recs
+        if rec.run_id == run_id
+    ]
+    if not found:
+        raise UnknownRunError(_unknown(config.name, run_id, dataset))
+    for one in found:
+        _check(config, run_id, one)
+    return RevertPlan(config.name, run_id, tuple(found))
+
+
+def _later(other: records.PublishedRecord, rec: records.PublishedRecord) -> bool:
+    return (other.token or 0) > (rec.token or 0)
+
+
+def _unknown(job: str, run_id: str, dataset: str | None) -> str:
+    what = f"run {run_id!r}" + ("" if dataset is None else f" of dataset {dataset!r}")
+    return (
+        f"revert refused: job {job!r} has no record of what {what} published (an unknown run "
+        f"id, a dataset the run did not publish, a run older than the last "
+        f"{records.RETAINED_RUNS} uses of the job lock, a run already reverted, or one "
+        "published by a commitpub before revert existed); nothing changed"
+    )
+
+
+def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
+    record = one.record
+    if record.reverts:
+        raise RevertRefusedError(
+            f"revert of run {run_id} on {one.dataset} refused: that run was itself a revert, "
+            "which is not taken back (its files were deleted); run the job again instead"
+        )
+    if record.other_steps:
+        kinds = ", ".join(record.other_steps)
+        cls = TablesNotRevertibleError if re.search("iceberg|delta", kinds) else RevertRefusedError
+        raise cls(
+            f"revert of run {run_id} on {one.dataset} refused: its commit holds steps of kind "
+            f"{kinds}, which a revert cannot take back (not yet for tables); nothing changed"
+        )
+    with fencing(None, job=config.name):
+        for move in record.watermarks:
+            _check_watermark(config, run_id, one, move)
+    for f in record.files:
+        size = _size(f.path)
+        if size != f.size:
+            found = "gone" if size is None else f"{size} bytes"
+            raise RevertRefusedError(
+                f"revert of run {run_id} on {one.dataset} refused: published file {f.path} is "
+                f"{found}, expected {f.size} bytes (a later restatement replaced it, or "
+                "something else changed it); nothing changed"
+            )
+
+
+def _size(path: str) -> int | None:
+    io = FileIO(path)
+    return io.size(io.root)
+
+
+def _check_watermark(
+    config: BatchConfig, run_id: str, one: DatasetRevert, move: records.WatermarkMove
+) -> None:
+    current = watermark_store(move.watermarks_url, config.name).get(move.dataset, move.partition)
+    if encode_value(current) == encode_value(move.value):
+        return
+    mover = next(
+        (
+            r.run_id
+            for r in one.later
+            if any((m.dataset, m.partition) == (move.dataset, move.partition) for m in r.watermarks)
+        ),
+        None,
+    )
+    by = f"later run {mover} moved it further" if mover else "something else moved it since"
+    raise RevertRefusedError(
+        f"revert of run {run_id} on {one.dataset} refused: watermark {move.dataset}/"
+        f"{move.partition} is at {encode_value(current)}, not {encode_value(move.value)} where "
+        f"run {run_id} left it: {by} (revert that run first); nothing changed"
+    )

@@ -1,0 +1,215 @@
+"""What a finished run published, per dataset: the record a revert takes back.
+
+A sequence is removed once its commit is done, so what it published would be forgotten.
+Right before the removal (:func:`publisher.execution.finish`, on a first publish and on a
+recovery alike, so a crash between the last step and the removal loses nothing) the
+publisher records, from the steps already in memory, a :class:`PublishedRecord`: the files
+published with their sizes, the count of files a restatement replaced, the watermark moves
+(previous -> value), and whether a table or a step of another kind was part of it.
+
+Records live in the commit store beside the job's sequences, as status objects of the store
+name ``<job>~published``, one per dataset and slot (``<dataset>@<slot>``): a run's slot is
+its fencing token modulo :data:`RETAINED_RUNS` (its run directory, ``<run id>~t<token>``,
+names both, so a recovery by a later run writes the same slot), and a record is overwritten
+by the run :data:`RETAINED_RUNS` lock tokens later. Cost on the hot path: one small write
+per dataset, no read; the size is that of the paths published.
+
+A commit whose staged paths name no run directory of the job (a sequence of watermark steps
+only, say) records nothing: there is no run id to find it by.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import re
+import zlib
+from collections.abc import Sequence
+
+import attrs
+
+from commitsteps import CommitStep, tag_of
+from commitsteps.fs import (
+    FsPartitionSwapCommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+)
+from commitsteps.watermark import WatermarkCommitStep
+from publisher.confinement import Roots
+from publisher.converter import from_json, to_json
+from publisher.errors import CorruptStatusError
+from store import CommitStepStore
+from store.base import JsonScalar, encode_value
+from store.failpoints import failpoint
+
+log = logging.getLogger("commitpub.publisher")
+
+#: The suffix of a revert's staging directory: its set-asides are a revert's, not a
+#: restatement's (:attr:`PublishedRecord.reverts`).
+REVERT_SUFFIX = ".revert"
+
+#: Runs per dataset whose record is kept; an older run cannot be reverted.
+RETAINED_RUNS = 20
+
+_RUN_DIR = re.compile(r"^(.+?)(?:~t(\d{1,20}))?$")
+
+
+@attrs.frozen
+class PublishedFile:
+    """One file a run published, with its size in bytes."""
+
+    path: str
+    size: int
+
+
+@attrs.frozen
+class WatermarkMove:
+    """One watermark a run moved, from ``previous`` to ``value`` (each as the canonical JSON
+    text :func:`store.base.encode_value` gives: a record holds no untyped values)."""
+
+    watermarks_url: str
+    dataset: str
+    partition: str
+    previous_json: str
+    value_json: str
+
+    @property
+    def previous(self) -> JsonScalar:
+        """The value before the run."""
+        found: JsonScalar = json.loads(self.previous_json)
+        return found
+
+    @property
+    def value(self) -> JsonScalar:
+        """The value the run left."""
+        found: JsonScalar = json.loads(self.value_json)
+        return found
+
+
+@attrs.frozen
+class PublishedRecord:
+    """What one run published to one dataset (see the module docstring)."""
+
+    run_id: str
+    #: The fencing token of the run (None without a lock): later runs have higher ones.
+    token: int | None = None
+    files: tuple[PublishedFile, ...] = ()
+    #: Published files a restatement replaced; they were deleted after its commit.
+    replaced: int = 0
+    watermarks: tuple[WatermarkMove, ...] = ()
+    #: The tags of steps that are neither files nor watermarks (tables, user steps).
+    other_steps: tuple[str, ...] = ()
+    #: The commit was a revert of another run (``commitpub revert``): never reverted itself.
+    reverts: bool = False
+
+
+def namespace(job: str) -> str:
+    """The commit store's name under which ``job``'s records are kept."""
+    return f"{job}~published"
+
+
+def _key(dataset: str, slot: int) -> str:
+    return f"{dataset}@{slot}"
+
+
+def run_of(
+    roots: Roots, steps: Sequence[CommitStep], staging_dir: str | None
+) -> tuple[str, int | None] | None:
+    """The run id and fencing token of the run directory the steps' staged paths (or
+    ``staging_dir``) lie in: its name is ``<run id>~t<token>`` (``<run id>`` without a lock)."""
+    paths = [staging_dir] if staging_dir is not None else []
+    paths += [p for s in steps for p in s.staged_paths()]
+    for path in paths:
+        run_dir = roots.run_dir(path)
+        if run_dir is not None:
+            m = _RUN_DIR.match(posixpath.basename(run_dir))
+            if m is not None:
+                return m.group(1), None if m.group(2) is None else int(m.group(2))
+    return None
+
+
+def _slot(run_id: str, token: int | None) -> int:
+    if token is None:
+        return zlib.crc32(run_id.encode()) % RETAINED_RUNS
+    return token % RETAINED_RUNS
+
+
+def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> PublishedRecord:
+    """The record of ``steps``, executed by run ``run_id``."""
+    files: list[PublishedFile] = []
+    moves: list[WatermarkMove] = []
+    others: set[str] = set()
+    replaced = 0
+    reverts = False
+    for step in steps:
+        if isinstance(step, FsSetAsideCommitStep):
+            replaced += 1
+            reverts = reverts or f"{REVERT_SUFFIX}/" in step.dst
+        elif isinstance(step, FsRenameCommitStep):
+            files.append(PublishedFile(step.dst, step.size))
+        elif isinstance(step, FsPartitionSwapCommitStep):
+            files += (
+                PublishedFile(posixpath.join(step.published_dir, f.published), f.size)
+                for f in step.files
+            )
+            replaced += 1
+        elif isinstance(step, WatermarkCommitStep):
+            moves.append(
+                WatermarkMove(
+                    step.watermarks_url,
+                    step.dataset,
+                    step.partition,
+                    encode_value(step.previous),
+                    encode_value(step.value),
+                )
+            )
+        else:
+            others.add(tag_of(type(step)))
+    return PublishedRecord(
+        run_id, token, tuple(files), replaced, tuple(moves), tuple(sorted(others)), reverts
+    )
+
+
+def record(
+    store: CommitStepStore,
+    job: str,
+    dataset: str,
+    roots: Roots,
+    steps: Sequence[CommitStep],
+    *,
+    staging_dir: str | None = None,
+) -> str | None:
+    """Record what ``steps`` published to ``dataset``: one write, idempotent (a recovery
+    writes it again). Returns the run id, or None when no run directory names one."""
+    found = run_of(roots, steps, staging_dir)
+    if found is None:
+        return None
+    run_id, token = found
+    rec = of_steps(run_id, token, steps)
+    store.set_status(namespace(job), _key(dataset, _slot(run_id, token)), to_json(rec))
+    failpoint("publish.after_published_record")
+    return run_id
+
+
+def kept(store: CommitStepStore, job: str) -> dict[str, list[PublishedRecord]]:
+    """Every record kept, per dataset, oldest run first (by fencing token).
+
+    Raises:
+        CorruptStatusError: if one is unreadable.
+    """
+    found: dict[str, list[PublishedRecord]] = {}
+    for key, doc in store.statuses(namespace(job)).items():
+        dataset = key.rpartition("@")[0]
+        try:
+            found.setdefault(dataset, []).append(from_json(doc, PublishedRecord))
+        except ValueError as e:
+            raise CorruptStatusError(f"the record {key} of what a run published: {e}") from e
+    for records in found.values():
+        records.sort(key=lambda r: (r.token is None, r.token or 0))
+    return found
+
+
+def forget(store: CommitStepStore, job: str, dataset: str, rec: PublishedRecord) -> None:
+    """Remove the record ``rec`` of ``dataset`` (once its run was reverted)."""
+    store.remove(namespace(job), _key(dataset, _slot(rec.run_id, rec.token)))
