@@ -163,15 +163,16 @@ _MARKS = {
 
 
 def _cells(backends: Sequence[str], cells: Sequence[Cell]) -> list[Any]:
-    """(backend, cell) parameters: every cell on fs, Redis and S3, on GCS and Azure those
-    where their drivers do the work (:data:`DRIVER_CELLS`, :data:`DRIVER_STEP_CELLS`), and on
-    PostgreSQL (a store only, the data on the local disk) those of :data:`DRIVER_CELLS`,
-    where the store is written: the write-ahead, the seal, the removal, recovery."""
+    """(backend, cell) parameters: every cell on fs, Redis, S3 and PostgreSQL (a store, the
+    data on the local disk), and on GCS and Azure those where their drivers do the work
+    (:data:`DRIVER_CELLS`, :data:`DRIVER_STEP_CELLS`)."""
     return [
         pytest.param(b, c, marks=[_MARKS[b]] if b in _MARKS else [], id=f"{b}-{c.name}")
         for c in cells
         for b in backends
-        if b in ("fs", "redis", "s3") or c.name in DRIVER_CELLS or c in DRIVER_STEP_CELLS
+        if b in ("fs", "redis", "s3", "postgres")
+        or c.name in DRIVER_CELLS
+        or c in DRIVER_STEP_CELLS
     ]
 
 
@@ -437,11 +438,15 @@ def test_crash_after_each_step(
     run_cell(cell, tmp_path, backend, clean_snapshot(clean_runs, tmp_path_factory, backend))
 
 
+# PostgreSQL meets the sampled steps too: among them the first and last watermark
+# compare-and-set of a dataset, which it executes, and the steps on either side of them.
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("backend", "cell"), _cells(["s3", "gcs", "azure"], S3_STEP_CELLS), indirect=["backend"]
+    ("backend", "cell"),
+    _cells(["s3", "gcs", "azure", "postgres"], S3_STEP_CELLS),
+    indirect=["backend"],
 )
-def test_object_store_crash_after_sampled_steps(
+def test_crash_after_sampled_steps(
     cell: Cell,
     tmp_path: Path,
     backend: BackendFactory,
