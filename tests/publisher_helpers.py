@@ -74,9 +74,18 @@ J = TypeVar("J", bound=Job)
 
 
 def job_on(kind: str, cls: type[J], request: pytest.FixtureRequest, tmp_path: Path) -> J:
-    """A ``cls`` job in ``tmp_path`` whose stores are on the filesystem (``kind`` ``"fs"``)
-    or in the session's redis-server (``"redis"``, emptied first)."""
+    """A ``cls`` job in ``tmp_path`` whose stores are on the filesystem (``kind`` ``"fs"``),
+    in the session's redis-server (``"redis"``) or its PostgreSQL server (``"postgres"``),
+    emptied first."""
     if kind == "fs":
         return cls(tmp_path, str(tmp_path / "steps"), str(tmp_path / "wm"))
-    url = request.getfixturevalue("redis_url")
+    url = request.getfixturevalue("postgres_url" if kind == "postgres" else "redis_url")
     return cls(tmp_path, url, url)
+
+
+#: The stores a publisher test runs on (the ``job`` fixtures' params).
+STORES = [
+    "fs",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]

@@ -900,11 +900,17 @@ def test_s3_copy_of_a_multipart_object_is_copied_again_never_lost(s3_bucket: str
 STEP_JOB = "step-job"
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def wm_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     url = str(tmp_path / "watermarks")
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
+    if request.param in ("redis", "postgres"):
+        url = request.getfixturevalue(f"{request.param}_url")
     with store.fencing(None, job=STEP_JOB):
         yield url
 
@@ -1110,9 +1116,17 @@ def test_unknown_tag_on_loads() -> None:
     assert "fs.rename" in str(info.value)  # the known tags are listed
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def commit_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[store.CommitStepStore]:
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else str(tmp_path / "s")
+    url = str(tmp_path / "s")
+    if request.param in ("redis", "postgres"):
+        url = request.getfixturevalue(f"{request.param}_url")
     with store.open_store(url) as opened:
         yield opened
 

@@ -50,7 +50,7 @@ class Job(publisher_helpers.Job):
         return steps
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=publisher_helpers.STORES)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
     return publisher_helpers.job_on(request.param, Job, request, tmp_path)
 
@@ -178,6 +178,17 @@ def _garble_status(job: Job, dataset: str) -> None:
 
         with redis.Redis.from_url(job.store_url) as client:
             client.set(f"commitpub:{{job/{dataset}}}:status", b"\xff not json")
+    elif job.store_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(job.store_url) as conn:
+            written = conn.execute(
+                "INSERT INTO commitpub.statuses (store_name, dataset, status)"
+                " VALUES ('job', %s, 'not json') ON CONFLICT (store_name, dataset)"
+                " DO UPDATE SET status = excluded.status",
+                (dataset,),
+            )
+            assert written.rowcount == 1
     else:
         (Path(job.store_url) / "job" / dataset / "status.json").write_bytes(b"\xff not json")
 

@@ -106,7 +106,7 @@ class Job(publisher_helpers.Job):
         return self.journal.read_text().splitlines() if self.journal.exists() else []
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=publisher_helpers.STORES)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
     return job_on(request.param, Job, request, tmp_path)
 

@@ -263,9 +263,19 @@ def _status_stores(request: pytest.FixtureRequest) -> store.CommitStepStore:
     return request.getfixturevalue("fs_store")  # type: ignore[no-any-return]
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
-def any_store(request: pytest.FixtureRequest) -> store.CommitStepStore:
-    return _status_stores(request)
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def any_store(request: pytest.FixtureRequest) -> Iterator[store.CommitStepStore]:
+    if request.param == "postgres":
+        with store.open_store(request.getfixturevalue("postgres_url")) as opened:
+            yield opened
+    else:
+        yield _status_stores(request)
 
 
 def test_a_status_carries_its_version_and_one_without_it_still_reads(
@@ -308,10 +318,16 @@ def test_a_status_whose_version_is_not_a_version_is_corrupt(
 
 
 # -- leases, watermarks, run markers, run reports ------------------------------------------------
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def lock_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "redis":
-        return request.getfixturevalue("redis_url")  # type: ignore[no-any-return]
+    if request.param in ("redis", "postgres"):
+        return request.getfixturevalue(f"{request.param}_url")  # type: ignore[no-any-return]
     return str(tmp_path / "locks")
 
 
@@ -336,6 +352,15 @@ def test_a_lease_carries_its_version_and_a_newer_one_is_refused(lock_url: str) -
             with raw:
                 [key] = raw.keys("*lock:{job}")
                 raw.set(key, json.dumps({**held.to_dict(), formats.KEY: 2}))
+        elif lock_url.startswith("postgresql"):
+            import psycopg
+
+            with psycopg.connect(lock_url) as conn:
+                written = conn.execute(
+                    "UPDATE commitpub.locks SET lease = %s WHERE job = 'job'",
+                    (json.dumps({**held.to_dict(), formats.KEY: 2}),),
+                )
+                assert written.rowcount == 1
         else:
             [path] = Path(lock_url).rglob("l*.json")
             path.write_text(json.dumps({**held.to_dict(), formats.KEY: 2}))

@@ -52,7 +52,7 @@ class Job(publisher_helpers.Job):
         return steps
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=publisher_helpers.STORES)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
     return job_on(request.param, Job, request, tmp_path)
 

@@ -56,7 +56,7 @@ class Job(publisher_helpers.Job):
         return steps
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=publisher_helpers.STORES)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Job:
     return job_on(request.param, Job, request, tmp_path)
 

@@ -69,10 +69,41 @@ def _redis_backend(url: str) -> _Backend:
     return _Backend(url, rewrite)
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def _postgres_backend(url: str) -> _Backend:
+    import psycopg
+
+    def rewrite(edit: Edit) -> None:
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT lease FROM commitpub.locks WHERE job = %s", (JOB,)
+            ).fetchone()
+            assert row is not None, "no lease to rewrite"
+            assert row[0] is not None, "no lease to rewrite"
+            doc = json.loads(row[0])
+            edit(doc)
+            conn.execute(
+                "UPDATE commitpub.locks SET lease = %s WHERE job = %s", (json.dumps(doc), JOB)
+            )
+
+    return _Backend(url, rewrite)
+
+
+#: The servers expire a lease and forget a released one; the filesystem lock marks it.
+_SERVERS = ("redis", "postgresql")
+
+
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_Backend]:
     if request.param == "fs":
         chosen = _fs_backend(tmp_path)
+    elif request.param == "postgres":
+        chosen = _postgres_backend(request.getfixturevalue("postgres_url"))
     else:
         chosen = _redis_backend(request.getfixturevalue("redis_url"))
     yield chosen
@@ -327,8 +358,8 @@ def test_a_kept_lease_records_progress_and_how_long_its_holder_made_none(
         assert later.progress == 1
         assert later.stalled_renewals >= 2
     released = backend.lock.current(JOB)
-    # Released: Redis drops the key, the filesystem lock marks the lease.
-    assert released is None if backend.url.startswith("redis") else released.released  # type: ignore[union-attr]
+    # Released: the servers forget the lease, the filesystem lock marks it.
+    assert released is None if backend.url.startswith(_SERVERS) else released.released  # type: ignore[union-attr]
 
 
 def test_an_abandoned_lease_is_neither_renewed_nor_released(backend: _Backend) -> None:
@@ -342,7 +373,7 @@ def test_an_abandoned_lease_is_neither_renewed_nor_released(backend: _Backend) -
         time.sleep(0.75)
         assert backend.lock.current(JOB) == abandoned
     assert keeper.abandoned == "a step hung"
-    if backend.url.startswith("redis"):
+    if backend.url.startswith(_SERVERS):
         # Never released: the server expires it, then a next run takes it.
         time.sleep(1.5)
         assert backend.lock.current(JOB) is None
