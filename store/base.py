@@ -267,6 +267,49 @@ class CommitStepStore(abc.ABC):
         return f"{type(self).__name__}({self.url!r})"
 
 
+class ServerWriteAheadStore(CommitStepStore):
+    """A store on a server whose write-ahead of any number of sequences is one exchange with
+    it (:meth:`_write_ahead`: a Redis pipeline of scripts, a PostgreSQL transaction):
+    :meth:`append` is that exchange for one sequence, :meth:`put_sequences` for all."""
+
+    def append(
+        self,
+        store_name: str,
+        dataset_urn: str,
+        records: Sequence[bytes],
+        *,
+        seal: bool,
+        token: int | None = None,
+    ) -> None:
+        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
+        if refused:
+            raise refused[dataset_urn]
+
+    def put_sequences(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        token: int | None = None,
+    ) -> dict[str, CommitPubError]:
+        """See :meth:`CommitStepStore.put_sequences`: every sequence in one exchange with
+        the server, confirmed durable once for all of them."""
+        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
+
+    @abc.abstractmethod
+    def _write_ahead(
+        self,
+        store_name: str,
+        sequences: Sequence[tuple[str, Sequence[bytes]]],
+        *,
+        seal: bool,
+        token: int | None,
+        fresh: bool = False,
+    ) -> dict[str, CommitPubError]:
+        """Append (and, with ``seal``, seal) each sequence in one exchange; ``fresh``: each
+        must not exist yet. Returns the sequences refused, with why."""
+
+
 def decode_status(data: bytes | str, where: str) -> dict[str, Any]:
     """A stored status object, checked to be a JSON object.
 

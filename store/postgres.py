@@ -58,9 +58,9 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 
 from store.base import (
-    CommitStepStore,
     JsonScalar,
     SequenceInfo,
+    ServerWriteAheadStore,
     WatermarkStore,
     decode_status,
     encode_value,
@@ -561,7 +561,7 @@ class _Refused(Exception):  # noqa: N818 -- not an error: a rollback carrying on
         self.error = error
 
 
-class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
+class PostgresCommitStepStore(_PostgresBase, ServerWriteAheadStore):
     """A :class:`CommitStepStore` on PostgreSQL; see the module docstring."""
 
     def fence(self, store_name: str, token: int) -> None:
@@ -588,30 +588,6 @@ class PostgresCommitStepStore(_PostgresBase, CommitStepStore):
             ).fetchone()
         )
         return None if row is None or row[0] is None else int(row[0])
-
-    def append(
-        self,
-        store_name: str,
-        dataset_urn: str,
-        records: Sequence[bytes],
-        *,
-        seal: bool,
-        token: int | None = None,
-    ) -> None:
-        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
-        if refused:
-            raise refused[dataset_urn]
-
-    def put_sequences(
-        self,
-        store_name: str,
-        sequences: Sequence[tuple[str, Sequence[bytes]]],
-        *,
-        token: int | None = None,
-    ) -> dict[str, CommitPubError]:
-        """See :meth:`CommitStepStore.put_sequences`: every sequence in one transaction,
-        committed (and on disk) once for all of them."""
-        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
 
     def _write_ahead(
         self,

@@ -119,9 +119,9 @@ import redis.sentinel
 
 from store import formats
 from store.base import (
-    CommitStepStore,
     JsonScalar,
     SequenceInfo,
+    ServerWriteAheadStore,
     WatermarkStore,
     decode_status,
     encode_value,
@@ -779,7 +779,7 @@ def _token_arg(token: int | None) -> int | str:
     return "" if token is None else token
 
 
-class RedisCommitStepStore(_RedisBase, CommitStepStore):
+class RedisCommitStepStore(_RedisBase, ServerWriteAheadStore):
     """A :class:`CommitStepStore` on Redis; see the module docstring."""
 
     def __init__(self, url: str, *, prefix: str = "commitpub") -> None:
@@ -817,30 +817,6 @@ class RedisCommitStepStore(_RedisBase, CommitStepStore):
         )
         if int(seen) > token:
             raise _fenced(store_name, token, int(seen), "taking over", self.url)
-
-    def append(
-        self,
-        store_name: str,
-        dataset_urn: str,
-        records: Sequence[bytes],
-        *,
-        seal: bool,
-        token: int | None = None,
-    ) -> None:
-        refused = self._write_ahead(store_name, [(dataset_urn, records)], seal=seal, token=token)
-        if refused:
-            raise refused[dataset_urn]
-
-    def put_sequences(
-        self,
-        store_name: str,
-        sequences: Sequence[tuple[str, Sequence[bytes]]],
-        *,
-        token: int | None = None,
-    ) -> dict[str, CommitPubError]:
-        """See :meth:`CommitStepStore.put_sequences`: every write-ahead script in one round
-        trip, with one confirmation (WAITAOF or WAIT) for all of them."""
-        return self._write_ahead(store_name, sequences, seal=True, token=token, fresh=True)
 
     def _write_ahead(
         self,
