@@ -1,0 +1,68 @@
+"""The record of what a run published (publisher/published.py), as a revert reads it back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+import commitsteps
+from commitsteps import CommitStep
+from commitsteps.fs import (
+    FsPartitionSwapCommitStep,
+    FsRenameCommitStep,
+    FsSetAsideCommitStep,
+    SwapFile,
+)
+from commitsteps.watermark import WatermarkCommitStep
+from publisher.converter import from_json, to_json
+from publisher.published import REVERT_SUFFIX, PublishedRecord, document, of_steps
+
+
+@commitsteps.register("tests.published-record.marker")
+@attrs.frozen
+class _Marker(CommitStep):
+    path: str
+
+    def verify(self) -> bool:
+        return Path(self.path).exists()
+
+    def execute(self) -> None:
+        Path(self.path).touch()
+
+
+def _steps(tmp_path: Path, *, reverting: bool) -> list[CommitStep]:
+    run = tmp_path / "staging" / "r1~t7" / "orders"
+    out = tmp_path / "output" / "orders"
+    aside = run / (f"x{REVERT_SUFFIX}" if reverting else "x") / ".replaced"
+    return [
+        FsSetAsideCommitStep(str(out / "day=1" / "old"), str(aside / "day=1" / "old"), 4),
+        *(FsRenameCommitStep(str(run / f"f{i}"), str(out / f"f{i}"), 10 + i) for i in range(3)),
+        FsPartitionSwapCommitStep(
+            str(run / "day=2"),
+            str(out / "day=2"),
+            str(aside / "day=2"),
+            (SwapFile("part-0", "r1-part-0", 5), SwapFile("part-1", "r1-part-1", 6)),
+        ),
+        WatermarkCommitStep(str(tmp_path / "wm"), "orders", "p0", None, 5),
+        WatermarkCommitStep(str(tmp_path / "wm"), "orders", "p1", "2026-11-01", "2026-11-02"),
+        _Marker(str(out / "_SUCCESS")),
+    ]
+
+
+def test_the_document_written_is_the_records_own_json(tmp_path: Path) -> None:
+    for reverting in (False, True):
+        steps = _steps(tmp_path, reverting=reverting)
+        doc = document("r1", 7, steps)
+        assert doc == to_json(of_steps("r1", 7, steps))
+        back = from_json(doc, PublishedRecord)
+        assert back == of_steps("r1", 7, steps)
+        assert [f.size for f in back.files] == [10, 11, 12, 5, 6]
+        assert back.files[-1].path == str(tmp_path / "output" / "orders" / "day=2" / "r1-part-1")
+        assert back.replaced == 2
+        assert back.reverts is reverting
+        assert [(m.previous, m.value) for m in back.watermarks] == [
+            (None, 5),
+            ("2026-11-01", "2026-11-02"),
+        ]
+        assert back.other_steps == ("tests.published-record.marker",)
