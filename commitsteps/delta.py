@@ -72,6 +72,7 @@ from store.failpoints import failpoint
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, RemoveAction
 
 log = logging.getLogger("commitpub.steps")
 
@@ -394,7 +395,7 @@ class DeltaAppendCommitStep(CommitStep):
                 run's files are no longer in the table; nothing was changed.
         """
         import pyarrow as pa
-        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+        from deltalake.transaction import RemoveAction
 
         table = open_table(self.table_uri)
         found = self._txn(table)
@@ -429,9 +430,16 @@ class DeltaAppendCommitStep(CommitStep):
                 "changed. Publish the commit as it stands with `commitpub retry`, or drop the "
                 "commit record keeping the table commit with `commitpub discard --keep-table`"
             )
+        self._commit_rollback(table, removes)
+
+    def _commit_rollback(self, table: DeltaTable, actions: list[AddAction | RemoveAction]) -> None:
+        """One commit of ``actions`` taking the run back, named as its rollback, with the
+        run's app transaction set back a version (so a retry adds its files again)."""
+        from deltalake.transaction import CommitProperties, Transaction
+
         partition_by = [] if self.partition_by is None else [self.partition_by]
         table.create_write_transaction(
-            removes,
+            actions,
             "append",
             table.schema(),
             partition_by=partition_by,
@@ -513,7 +521,7 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
         import pyarrow as pa
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
-        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+        from deltalake.transaction import AddAction, RemoveAction
 
         table = open_table(self.table_uri)
         found = self._txn(table)
@@ -587,18 +595,7 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
             actions.append(
                 AddAction(add["path"], add["size_bytes"], _values(add), now, True, stats)
             )
-        partition_by = [] if self.partition_by is None else [self.partition_by]
-        table.create_write_transaction(
-            actions,
-            "append",
-            table.schema(),
-            partition_by=partition_by,
-            commit_properties=CommitProperties(
-                custom_metadata={INFO_JOB: self.job, INFO_ROLLBACK: self.run_id},
-                app_transactions=[Transaction(self.app_id, self.version - 1)],
-                max_commit_retries=0,
-            ),
-        )
+        self._commit_rollback(table, actions)
 
 
 def _values(add: dict[str, Any]) -> dict[str, str | None]:
