@@ -1,12 +1,18 @@
 """Run commitpub jobs from Airflow 3 with commitpub's operator (``commitpub.airflow``).
 
-Two DAGs, one per way to write a job:
+Three DAGs, one per way to write a job, and one that re-runs the past:
 
 - ``orders_ingest`` runs a job file: ``commitpub --log-format plain run JOB.toml``;
 - ``orders_batch`` runs a ``commitpub.Batch`` script (such as examples/own_job.py):
-  ``python SCRIPT BASE``, the script exiting with ``batch.report.exit_code``.
+  ``python SCRIPT BASE``, the script exiting with ``batch.report.exit_code``;
+- ``orders_restate`` runs a ``Batch`` script that *replaces* its run's data interval
+  (examples/restate_interval.py): ``python SCRIPT BASE START END``, given
+  ``data_interval_start`` and ``data_interval_end``. Its output partitions of that interval
+  are replaced in one sealed commit, so a run for a past interval (a task cleared, ``airflow
+  backfill create``, a retry after a crash) leaves the interval's rows exactly once, never
+  a second copy beside the first.
 
-What each exit code becomes (the same for both):
+What each exit code becomes (the same for all three):
 
 - 0 (all published): the task succeeds.
 - 75 (another run holds the job lock): the task is *skipped*, not failed; the next
@@ -30,6 +36,8 @@ Variables, read when the task runs, so this file goes into your DAGs folder unch
     airflow variables set commitpub_script /srv/ingest/own_job.py
     airflow variables set commitpub_python /srv/ingest/.venv/bin/python  # default: python3
     airflow variables set commitpub_base /srv/ingest/data                # the script's BASE
+    airflow variables set commitpub_restate_script /srv/ingest/restate_interval.py
+    airflow variables set commitpub_restate_base /srv/ingest/restated    # its BASE
 
 (or the environment variables ``AIRFLOW_VAR_COMMITPUB_JOB`` ...). Airflow's environment
 needs commitpub's operator only (``pip install '/path/to/commitpub[airflow]'``, which
@@ -45,7 +53,7 @@ import logging
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from commitpub.airflow import CommitpubOperator, DatasetsKeptBackError
 
@@ -99,5 +107,24 @@ with DAG(dag_id="orders_batch", **DEFAULTS):
         task_id="batch_run",
         script="{{ var.value.commitpub_script }}",
         arguments=["{{ var.value.commitpub_base }}"],
+        python="{{ var.value.get('commitpub_python', 'python3') }}",
+    )
+
+# One run per UTC day, its data interval that day: the run of logical date 2025-01-02 (a
+# backfill's, or a task of it cleared) restates [2025-01-02, 2025-01-03). A data-interval
+# timetable, as Airflow 3 gives a cron string or a timedelta a zero-length interval
+# (data_interval_start == data_interval_end: the script refuses it, exit 2) unless
+# [scheduler] create_cron_data_intervals (or create_delta_data_intervals) is on.
+DAILY = CronDataIntervalTimetable("0 0 * * *", timezone="UTC")
+
+with DAG(dag_id="orders_restate", **{**DEFAULTS, "schedule": DAILY}):
+    CommitpubOperator(
+        task_id="restate_interval",
+        script="{{ var.value.commitpub_restate_script }}",
+        arguments=[
+            "{{ var.value.commitpub_restate_base }}",
+            "{{ data_interval_start }}",
+            "{{ data_interval_end }}",
+        ],
         python="{{ var.value.get('commitpub_python', 'python3') }}",
     )

@@ -26,10 +26,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import airflow_env
+import duckdb
 import pyarrow.dataset as ds
 import pytest
 
@@ -37,6 +40,7 @@ import commitsteps
 from commitsteps import FsRenameCommitStep
 from jobs.exitcodes import ExitCode
 from store import LeaseKeeper, open_lock, open_store
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 # A fresh machine installs Airflow first (minutes); the tests themselves take seconds each
 # plus a Spark start-up for the runs that read the landing zone.
@@ -49,9 +53,11 @@ DAG_FILES = [
 ]
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 BATCH_SCRIPT = Path(__file__).with_name("airflow_batch.py")
+RESTATE_SCRIPT = ROOT / "examples" / "restate_interval.py"
 #: The example's DAGs and their tasks: a job file's, a Batch script's; and the cluster one.
 JOB_DAG = ("orders_ingest", "commitpub_run")
 BATCH_DAG = ("orders_batch", "batch_run")
+RESTATE_DAG = ("orders_restate", "restate_interval")
 CLUSTER_DAG = ("orders_cluster", "submit")
 KILLED_DAG = ("commitpub_killed", "sleeper")
 ALERT = "COMMITPUB ALERT"
@@ -90,6 +96,7 @@ class Airflow:
             "AIRFLOW_VAR_COMMITPUB_BIN": COMMITPUB,
             "AIRFLOW_VAR_COMMITPUB_PYTHON": sys.executable,
             "AIRFLOW_VAR_COMMITPUB_SCRIPT": str(BATCH_SCRIPT),
+            "AIRFLOW_VAR_COMMITPUB_RESTATE_SCRIPT": str(RESTATE_SCRIPT),
         }
         self.airflow("db", "migrate")
 
@@ -114,8 +121,7 @@ class Airflow:
         state and number of tries Airflow recorded for its task, and the console output (the
         task's log included)."""
         dag_id, task_id = dag
-        env = {f"AIRFLOW_VAR_{name.upper()}": value for name, value in variables.items()}
-        out = self.airflow("dags", "test", dag_id, logical_date, env=env)
+        out = self.airflow("dags", "test", dag_id, logical_date, env=_variables(variables))
         with sqlite3.connect(self.home / "airflow.db") as db:
             rows = db.execute(
                 "SELECT r.logical_date, t.state, t.try_number FROM task_instance t"
@@ -126,6 +132,82 @@ class Airflow:
         found = [(state, tries) for date, state, tries in rows if date.startswith(logical_date)]
         assert len(found) == 1, f"task instances of {logical_date}: {found}\n{out}"
         return (*found[0], out)
+
+    def dags_test_killed(
+        self, dag: tuple[str, str], logical_date: str, crash_point: str, **variables: str
+    ) -> str:
+        """One run of ``dag`` whose command stops at ``crash_point``, where ``airflow dags
+        test`` and everything it started are SIGKILLed, as when the worker's machine dies:
+        no retry, no failure callback, the task left *running* in the metadata database.
+        Returns the console output until then."""
+        name = f"killed-{dag[0]}-{logical_date}"
+        marks, scratch = self.home / f"{name}-marks", self.home / f"{name}-tmp"
+        marks.mkdir()
+        scratch.mkdir()
+        env = {
+            **self.env,
+            **_variables(variables),
+            ENV_VAR: f"{crash_point}:stop",
+            MARKS_ENV_VAR: str(marks),
+            # What the killed Spark leaves behind stays in this home, not in /tmp.
+            "SPARK_LOCAL_DIRS": str(scratch),
+            "TMPDIR": str(scratch),
+        }
+        log = self.home / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [str(self.bin / "airflow"), "dags", "test", dag[0], logical_date],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 300
+        try:
+            while not any(marks.iterdir()):
+                text = log.read_text(errors="replace")
+                assert process.poll() is None, f"it ended before {crash_point}:\n{text}"
+                assert time.monotonic() < deadline, f"{crash_point} not reached:\n{text}"
+                time.sleep(0.1)
+        finally:
+            _kill_tree(process.pid)
+            process.wait()
+        return log.read_text(errors="replace")
+
+
+def _variables(variables: dict[str, str]) -> dict[str, str]:
+    """The environment that gives Airflow these Variables."""
+    return {f"AIRFLOW_VAR_{name.upper()}": value for name, value in variables.items()}
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and the processes descending from it, each after its parent."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree = [root]
+    for pid in tree:
+        tree.extend(children.get(pid, []))
+    return tree
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and its descendants (Airflow, the operator's command in a session of
+    its own, its JVM, Spark's Python daemon and workers in groups of their own). All are
+    stopped first, so none starts another or notices a death meanwhile (the driver would
+    record a crashed worker), then killed children first: a stopped process group orphaned
+    by its parent's death would get SIGCONT and go on with the commit."""
+    stopped: list[int] = []
+    while new := [pid for pid in _process_tree(root) if pid not in stopped]:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped += new
+    for pid in reversed(stopped):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -307,12 +389,12 @@ def _batch_base(base: Path, orders: list[tuple[str, float | None]]) -> Path:
     return base
 
 
-def _batch_status(base: Path) -> dict[str, object]:
+def _batch_status(base: Path, job: str = "orders-batch") -> dict[str, Any]:
     state = base / "state"
     done = _commitpub(
         "status",
         "--job",
-        "orders-batch",
+        job,
         "--store",
         str(state / "steps"),
         "--watermarks",
@@ -320,7 +402,7 @@ def _batch_status(base: Path) -> dict[str, object]:
         "--json",
     )
     assert done.returncode == 0, done.stderr
-    status: dict[str, object] = json.loads(done.stdout)
+    status: dict[str, Any] = json.loads(done.stdout)
     return status
 
 
@@ -402,3 +484,87 @@ def test_a_task_killed_ends_its_command(airflow: Airflow, tmp_path: Path) -> Non
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _land(base: Path, version: str, orders: dict[str, int]) -> Counter[tuple[str, str]]:
+    """Land, for each day of ``orders``, that many orders of ``version`` in the day's file
+    of examples/restate_interval.py's landing zone (replacing what it held): an order at
+    the first instant of the day, the others through it. Returns them as (id, day)."""
+    landing = base / "landing" / "orders"
+    landing.mkdir(parents=True, exist_ok=True)
+    landed: Counter[tuple[str, str]] = Counter()
+    for day, n in orders.items():
+        lines = []
+        for i in range(n):
+            order_id = f"{version}-{day}-{i}"
+            ts = f"{day}T{i * 23 // max(n - 1, 1):02d}:{59 * (i > 0):02d}:00Z"
+            lines.append(json.dumps({"id": order_id, "amount": i + 0.5, "ts": ts}) + "\n")
+            landed[(order_id, day)] += 1
+        (landing / f"{day}.jsonl").write_text("".join(lines))
+    return landed
+
+
+def _restated(base: Path) -> Counter[tuple[str, str]]:
+    """Every order of the restate script's output, as (id, day), read by DuckDB."""
+    rows = (
+        duckdb.connect()
+        .execute(
+            "SELECT id, CAST(day AS VARCHAR) FROM read_parquet(?, hive_partitioning = true)",
+            [str(base / "output" / "orders" / "*" / "*.parquet")],
+        )
+        .fetchall()
+    )
+    return Counter(rows)
+
+
+def _days(orders: Counter[tuple[str, str]], *days: str) -> Counter[tuple[str, str]]:
+    return Counter({(i, day): n for (i, day), n in orders.items() if day in days})
+
+
+def test_restating_an_interval_killed_after_its_seal_ends_with_each_row_once(
+    airflow: Airflow, tmp_path: Path
+) -> None:
+    """``orders_restate`` for a past logical date, run by ``airflow dags test`` with the
+    example's script: killed (Airflow and all it started) once the restatement is sealed,
+    then run again, then once more after the day is landed again. Each time the day of the
+    interval holds its current landing's orders exactly once and none of the old; the days
+    around it, landed anew too, keep what they held."""
+    days = ("2025-01-01", "2025-01-02", "2025-01-03")
+    # The past as first published: three days of v1, by the script run for all three.
+    v1 = _land(tmp_path, "v1", dict.fromkeys(days, 3))
+    first = subprocess.run(
+        [sys.executable, str(RESTATE_SCRIPT), str(tmp_path), "2025-01-01", "2025-01-04"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+    assert _restated(tmp_path) == v1
+    # Every day landed anew, only the DAG run's interval restated: `dags test` of logical
+    # date 2025-01-03 is a manual run, its data interval the last whole day before it.
+    v2 = _land(tmp_path, "v2", dict.fromkeys(days, 5))
+    kept = _days(v1, days[0], days[2])
+    logical_date = "2025-01-03"
+    variables = {"commitpub_restate_base": str(tmp_path)}
+
+    out = airflow.dags_test_killed(RESTATE_DAG, logical_date, "publish.after_seal", **variables)
+    assert _restated(tmp_path) == v1, out  # sealed, nothing of it executed
+    status = _batch_status(tmp_path, "orders-restate")
+    assert [(p["dataset"], p["sealed"]) for p in status["pending"]] == [("orders", True)], out
+    assert status["last_run"]["state"] == "did not finish"
+
+    state, tries, out = airflow.dags_test(RESTATE_DAG, logical_date, **variables)
+    assert (state, tries) == ("success", 1), out
+    assert f"Batch script {RESTATE_SCRIPT} exited 0" in out
+    assert _restated(tmp_path) == kept + _days(v2, days[1])
+    status = _batch_status(tmp_path, "orders-restate")
+    assert status["pending"] == []
+    assert status["last_run"]["restated"] == {"orders": [f"day={days[1]}"]}
+
+    # The same interval once more, its day landed again (fewer orders): replaced again.
+    v3 = _land(tmp_path, "v3", {days[1]: 2})
+    state, tries, out = airflow.dags_test(RESTATE_DAG, logical_date, **variables)
+    assert (state, tries) == ("success", 1), out
+    assert _restated(tmp_path) == kept + v3
+    assert list((tmp_path / "staging").rglob("*.parquet")) == []

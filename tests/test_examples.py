@@ -1,7 +1,8 @@
 """The examples and the README's code stay true: the job file loads, the cron line tells 75
 apart, the README's custom CommitStep runs as printed, and the README's ``Batch`` script, run
-as written while a live run holds the job lock, exits 75 without a traceback. The Airflow DAG
-is run by a real Airflow in tests/test_airflow.py."""
+as written while a live run holds the job lock, exits 75 without a traceback, and the
+restating script refuses an interval of no whole day. The Airflow DAGs (and the restating
+script) are run by a real Airflow in tests/test_airflow.py."""
 
 from __future__ import annotations
 
@@ -84,3 +85,26 @@ def test_readme_batch_example_exits_75_when_the_lock_is_held(tmp_path: Path) -> 
     # Nothing was changed: the lock was refused before anything was staged or Spark started.
     assert not (tmp_path / "staging").exists()
     assert not (tmp_path / "warehouse").exists()
+
+
+def test_restate_script_refuses_an_interval_of_no_whole_day(tmp_path: Path) -> None:
+    """What Airflow 3 renders for a cron string's or a timedelta's run (a zero-length
+    interval), and an interval cutting a day, are refused before anything is touched: exit 2,
+    which the operator fails without retries."""
+    script = EXAMPLES / "restate_interval.py"
+    for start, end, why in (
+        ("2025-01-02T00:00:00+00:00", "2025-01-02T00:00:00+00:00", "holds no day"),
+        ("2025-01-02T06:00:00+00:00", "2025-01-03T00:00:00+00:00", "is not midnight UTC"),
+        ("2025-01-02T00:00:00+01:00", "2025-01-03T00:00:00+01:00", "is not midnight UTC"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path), start, end],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert why in done.stderr
+        assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
