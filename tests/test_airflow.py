@@ -1,5 +1,5 @@
 """examples/airflow_dag.py run by a real Airflow 3 against real ``commitpub run`` processes
-and a real ``commitpub.Batch`` script, through the operator commitpub ships
+and real ``commitpub.Batch`` scripts, through the operator commitpub ships
 (``commitpub.airflow``).
 
 Airflow lives in its own virtual environment (its dependencies clash with ours), made once
@@ -11,7 +11,8 @@ two ways docs/operations.md gives), and imports nothing of ours but itself. Each
 with a SQLite metadata database in a temporary ``AIRFLOW_HOME``; the DAG's Variables point
 it at the project's ``commitpub``, its Python, and a job file or script the test wrote. What
 is checked is the task state Airflow recorded, its number of tries, and whether the alert
-fired.
+fired; for the restating DAG (run three times for one past date, the first killed by
+SIGKILL mid-publish, with all it started), what its output holds, read by DuckDB.
 """
 
 from __future__ import annotations
@@ -542,7 +543,8 @@ def test_restating_an_interval_killed_after_its_seal_ends_with_each_row_once(
     assert first.returncode == 0, first.stderr
     assert _restated(tmp_path) == v1
     # Every day landed anew, only the DAG run's interval restated: `dags test` of logical
-    # date 2025-01-03 is a manual run, its data interval the last whole day before it.
+    # date 2025-01-03 is a manual run, its data interval the last whole day before it (the
+    # order at 2025-01-03T00:00, the interval's end, stays out).
     v2 = _land(tmp_path, "v2", dict.fromkeys(days, 5))
     kept = _days(v1, days[0], days[2])
     logical_date = "2025-01-03"
