@@ -42,3 +42,13 @@ def _order_by_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
     if context.attemptNumber() % 2:
         table = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
     yield from table.to_batches()
+
+
+def version_1(df: DataFrame, dataset: str) -> DataFrame:
+    """Tags each record ``version = "v1"``: a transform as first deployed."""
+    return df.withColumn("version", F.lit("v1"))
+
+
+def version_2(df: DataFrame, dataset: str) -> DataFrame:
+    """Tags each record ``version = "v2"``: the same transform fixed, to restate with."""
+    return df.withColumn("version", F.lit("v2"))
