@@ -44,7 +44,10 @@ def _job(base: Path, version: int, **source: Any) -> JobConfig:
         "transform": f"usertransforms:version_{version}",
         **source,
     }
-    return load_config(write_job(base, source={k: v for k, v in spec.items() if v is not None}))
+    # Each date's rows partitioned further, by bucket: a date is replaced with all of them.
+    output = {"path": "output", "format": "parquet", "partition_by": ["bucket"]}
+    kept = {k: v for k, v in spec.items() if v is not None}
+    return load_config(write_job(base, source=kept, output=output))
 
 
 def _published(spark: SparkSession, base: Path, landing: Landing) -> JobConfig:
@@ -95,14 +98,15 @@ def test_a_restatement_replaces_its_dates_from_the_landing_once_and_leaves_the_w
         report = restate_job(fixed, days, spark=spark, run_id=run_id)
         assert report.exit_code == 0, report.error
         assert report.published == ["orders"]
-        assert report.staged["orders"].replaces == (f"ts_date={DAYS[0]}", f"ts_date={DAYS[1]}")
+        replaced = [f"ts_date={day}/bucket={b}" for day in DAYS[:2] for b in (0, 1)]
+        assert report.staged["orders"].replaces == tuple(replaced)
         assert report.staged["orders"].partitions == {}
         assert _versions(tmp_path, "orders") == _expected(tmp_path, "orders", upto, restated)
         # Records past the committed watermarks were not read; the watermarks stay.
         assert (marks.get("orders", "0"), marks.get("orders", "1")) == (21, 21)
         shown = status(fixed).last_run
         assert shown is not None
-        assert shown.restated == {"orders": [f"ts_date={DAYS[0]}", f"ts_date={DAYS[1]}"]}
+        assert shown.restated == {"orders": replaced}
     untouched = _expected(tmp_path, "clicks", upto, dict.fromkeys(DAYS, "v1"))
     assert _versions(tmp_path, "clicks") == untouched
     assert list((tmp_path / "staging").rglob("*.parquet")) == []

@@ -45,10 +45,11 @@ def _order_by_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
 
 
 def version_1(df: DataFrame, dataset: str) -> DataFrame:
-    """Tags each record ``version = "v1"``: a transform as first deployed."""
-    return df.withColumn("version", F.lit("v1"))
+    """Tags each record ``version = "v1"`` (a transform as first deployed), and adds a
+    ``bucket`` column (serial modulo 2)."""
+    return add_bucket(df, dataset).withColumn("version", F.lit("v1"))
 
 
 def version_2(df: DataFrame, dataset: str) -> DataFrame:
-    """Tags each record ``version = "v2"``: the same transform fixed, to restate with."""
-    return df.withColumn("version", F.lit("v2"))
+    """:func:`version_1` fixed, to restate with: ``version = "v2"``."""
+    return add_bucket(df, dataset).withColumn("version", F.lit("v2"))
