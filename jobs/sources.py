@@ -384,11 +384,11 @@ class LandingSource(Source):
             self.segments(dataset, partition) if partition in self.partitions(dataset) else []
         )
         if not segments:
-            return f"{where} has no segment left (offsets {first}..{last - 1} are gone)"
+            return f"{where} has no segment left ({_offsets(first, last)} gone)"
         if segments[0].first > first:
             return (
-                f"{where} offsets {first}..{min(segments[0].first, last) - 1} are gone (its "
-                f"first segment left starts at offset {segments[0].first})"
+                f"{where} {_offsets(first, min(segments[0].first, last))} gone (its first "
+                f"segment left starts at offset {segments[0].first})"
             )
         for i, seg in enumerate(segments):
             if seg.first >= last:
@@ -400,7 +400,7 @@ class LandingSource(Source):
             until = last if following is None else min(following, last)
             if seg_end < until:
                 return (
-                    f"{where} offsets {max(seg_end, first)}..{until - 1} are gone (segment "
+                    f"{where} {_offsets(max(seg_end, first), until)} gone (segment "
                     f"{os.path.basename(seg.path)} ends at offset {seg_end}"
                     + (f", the next one starts at {following})" if following is not None else ")")
                 )
@@ -617,6 +617,12 @@ def _offset(value: JsonScalar, what: str) -> int:
             f"landing watermarks are integer offsets; the {what} watermark is {value!r}"
         )
     return value
+
+
+def _offsets(first: int, end: int) -> str:
+    """Offsets ``first`` up to ``end`` (not included) in words, with their verb: ``"offset
+    3 is"``, ``"offsets 3..9 are"``."""
+    return f"offset {first} is" if end - first == 1 else f"offsets {first}..{end - 1} are"
 
 
 def _ordered(a: JsonScalar, b: JsonScalar) -> bool:

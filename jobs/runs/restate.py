@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import posixpath
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -53,6 +54,11 @@ if TYPE_CHECKING:
 _ESCAPE_RE = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
+def _once(names: Iterable[str]) -> tuple[str, ...]:
+    """Each name once, in the order given."""
+    return tuple(dict.fromkeys(names))
+
+
 @attrs.frozen
 class Restatement:
     """What ``commitpub run --restate`` restates: datasets, and the dates from ``first`` to
@@ -62,7 +68,8 @@ class Restatement:
         RestateRefusedError: if no dataset is named, or ``last`` is before ``first``.
     """
 
-    datasets: tuple[str, ...]
+    #: Each named once, in the order given.
+    datasets: tuple[str, ...] = attrs.field(converter=_once)
     first: datetime.date
     last: datetime.date
 
@@ -171,6 +178,11 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
     """
     source = job.source
     what = f"cannot restate {dataset} {restatement.dates}"
+    if dataset in batch.held:
+        raise RestateRefusedError(
+            f"{what}: it gets nothing new in this run ({batch.held[dataset]}); see "
+            f"`commitpub status {job.file}`"
+        )
     columns = (day, *job.partition_by)
     output = dataset_directory(config.output, dataset)
     committed = {p: batch.committed(dataset, p) for p in source.partitions(dataset)}
