@@ -43,7 +43,7 @@ from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.report import RunReport
 from jobs.runs.run import ResolvedRun, partitioned, recorded, resolve_run, transformed
-from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, RestateRefusedError
+from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, RestateRefusedError, Source
 from jobs.spark import run_session
 from store import JsonScalar
 from store.files import FileIO
@@ -207,17 +207,7 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
     if not chosen:
         raise RestateRefusedError(f"{what}: its output holds no partition of those dates")
     needed = _needed(batch.spark, output, sorted({p[0] for p in chosen}))
-    gone = []
-    for partition in sorted(set(committed) | set(needed or {})):
-        if partition not in committed:
-            gone.append(f"{dataset}/{partition} is gone from the landing")
-            continue
-        if needed is not None and partition not in needed:
-            continue  # no row of those dates came from it: whatever it still holds is read
-        start = None if needed is None else needed[partition]
-        why = source.gone(dataset, partition, start, committed[partition])
-        if why is not None:
-            gone.append(why)
+    gone = _gone(source, dataset, committed, needed)
     if gone:
         whence = (
             "the output's rows of those dates came from them"
@@ -236,6 +226,29 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
         {column: _value(value) for column, value in zip(columns, p, strict=True)} for p in chosen
     ]
     return _Planned(dataset, ranges, replace)
+
+
+def _gone(
+    source: Source,
+    dataset: str,
+    committed: dict[str, JsonScalar],
+    needed: dict[str, int] | None,
+) -> list[str]:
+    """What the source no longer holds of the records a restatement needs, a line each:
+    per landing partition, from the lowest offset the output's rows came from (None: from
+    its beginning) up to its committed watermark."""
+    gone = []
+    for partition in sorted(set(committed) | set(needed or {})):
+        if partition not in committed:
+            gone.append(f"{dataset}/{partition} is gone from the landing")
+            continue
+        if needed is not None and partition not in needed:
+            continue  # no row of those dates came from it: whatever it still holds is read
+        start = None if needed is None else needed[partition]
+        why = source.gone(dataset, partition, start, committed[partition])
+        if why is not None:
+            gone.append(why)
+    return gone
 
 
 def _stage(
