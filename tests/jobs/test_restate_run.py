@@ -162,6 +162,21 @@ def test_a_restatement_is_refused_naming_what_is_missing_and_changes_nothing(
     assert _versions(tmp_path, "orders") == before
     assert cut.published == []
 
+    # Rows that do not say which records they came from need every record landed.
+    unsourced = tmp_path / "unsourced"
+    Landing(unsourced / "landing").append("orders", "0", 6)
+    blind = _job(unsourced, 1, transform="usertransforms:version_1_unsourced")
+    assert run_job(blind, spark=spark, run_id="u1").exit_code == 0
+    (unsourced / "landing" / "orders" / "0" / f"{0:020d}.jsonl").rename(
+        unsourced / "landing" / "orders" / "0" / f"{3:020d}.jsonl"
+    )
+    refused_blind = restate_job(blind, Restatement(("orders",), FIRST, SECOND), spark=spark)
+    assert refused_blind.exit_code == 2
+    assert (
+        "orders/0 offsets 0..2 are gone (its first segment left starts at offset 3), and its "
+        "rows carry no _source_offset, so every record is needed; nothing was changed"
+    ) in (refused_blind.error or "")
+
     # Refused from the job file alone, before the lock: nothing was run.
     refused = [
         (fixed, ("nope",), "the landing source has no dataset 'nope' (it has: clicks, orders)"),

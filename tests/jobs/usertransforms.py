@@ -53,3 +53,8 @@ def version_1(df: DataFrame, dataset: str) -> DataFrame:
 def version_2(df: DataFrame, dataset: str) -> DataFrame:
     """:func:`version_1` fixed, to restate with: ``version = "v2"``."""
     return add_bucket(df, dataset).withColumn("version", F.lit("v2"))
+
+
+def version_1_unsourced(df: DataFrame, dataset: str) -> DataFrame:
+    """:func:`version_1` without the columns saying where each record came from."""
+    return version_1(df, dataset).drop("_source_partition", "_source_offset")
