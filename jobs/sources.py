@@ -53,6 +53,13 @@ class SourceDataError(CommitPubError, ValueError):
     """
 
 
+class RestateRefusedError(ConfigurationError):
+    """A restatement from the job file (``commitpub run --restate``) cannot be done as
+    asked; nothing was changed. The landing files it needs are gone, the dates lie beyond
+    what was published, or the output is not partitioned so that they can be replaced: the
+    message names the dataset and what is missing (exit 2)."""
+
+
 class SourceWentBackwardsError(SourceDataError):
     """A partition of the source now ends before its committed watermark, or was re-landed
     below it (:meth:`Source.went_backwards`): reading on from the committed watermark would
@@ -215,6 +222,24 @@ class Source(abc.ABC):
             )
         return None
 
+    def gone(self, dataset: str, partition: str, start: JsonScalar, end: JsonScalar) -> str | None:
+        """Why records between watermarks ``start`` (None: the partition's beginning) and
+        ``end`` can no longer be read, or None when every one still can: a restatement
+        (``commitpub run --restate``) reads them again, and is refused rather than publish
+        less than was published.
+
+        The default cannot tell, and refuses: override it in a source that keeps what it
+        published (the landing source looks at its segments).
+
+        Raises:
+            RestateRefusedError: always, by default.
+        """
+        raise RestateRefusedError(
+            f"the {type(self).__name__} source cannot tell whether the records of "
+            f"{dataset}/{partition} up to {encode_value(end)} are still present, so it cannot "
+            "restate them; restate with jobs.Batch (stage(replace=...)) instead"
+        )
+
     def read_dataset(
         self,
         spark: SparkSession,
@@ -346,6 +371,40 @@ class LandingSource(Source):
             f"{seg_end}, below the committed {start}, while the next one starts at "
             f"{segments[below[-1] + 1].first}: it was landed again"
         )
+
+    def gone(self, dataset: str, partition: str, start: JsonScalar, end: JsonScalar) -> str | None:
+        """Offsets from ``start`` up to ``end`` that no segment holds any more: before the
+        first segment (a retention deleted older ones), between two segments, or past the
+        last one's end."""
+        first, last = _offset(start, "start"), _offset(end, "end")
+        if first >= last:
+            return None
+        where = f"{dataset}/{partition}"
+        segments = (
+            self.segments(dataset, partition) if partition in self.partitions(dataset) else []
+        )
+        if not segments:
+            return f"{where} has no segment left ({_offsets(first, last)} gone)"
+        if segments[0].first > first:
+            return (
+                f"{where} {_offsets(first, min(segments[0].first, last))} gone (its first "
+                f"segment left starts at offset {segments[0].first})"
+            )
+        for i, seg in enumerate(segments):
+            if seg.first >= last:
+                break
+            following = segments[i + 1].first if i + 1 < len(segments) else None
+            if following is not None and following <= first:
+                continue
+            seg_end = seg.first + _complete_lines(seg.path)
+            until = last if following is None else min(following, last)
+            if seg_end < until:
+                return (
+                    f"{where} {_offsets(max(seg_end, first), until)} gone (segment "
+                    f"{os.path.basename(seg.path)} ends at offset {seg_end}"
+                    + (f", the next one starts at {following})" if following is not None else ")")
+                )
+        return None
 
     def read(
         self,
@@ -558,6 +617,12 @@ def _offset(value: JsonScalar, what: str) -> int:
             f"landing watermarks are integer offsets; the {what} watermark is {value!r}"
         )
     return value
+
+
+def _offsets(first: int, end: int) -> str:
+    """Offsets ``first`` up to ``end`` (not included) in words, with their verb: ``"offset
+    3 is"``, ``"offsets 3..9 are"``."""
+    return f"offset {first} is" if end - first == 1 else f"offsets {first}..{end - 1} are"
 
 
 def _ordered(a: JsonScalar, b: JsonScalar) -> bool:

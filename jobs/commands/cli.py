@@ -371,25 +371,75 @@ _HOLD = click.option(
 Examples:
   commitpub run jobs/orders.toml
   COMMITPUB_REDIS_PASSWORD=... commitpub run jobs/orders.toml --json > report.json
+  commitpub run jobs/orders.toml --restate orders --from 2026-11-01 --to 2026-11-03
 
 {_EXIT_CODES}"""
 )
 @_JOB
 @click.option("--run-id", help="Name of this run (staging directory, published file names).")
+@click.option(
+    "--restate",
+    "restate",
+    metavar="DATASET",
+    multiple=True,
+    help="Instead of new records: replace the output partitions of the dates --from..--to "
+    "of DATASET (repeatable) with the landing records still present, read up to the "
+    "committed watermarks, which stay where they are.",
+)
+@click.option(
+    "--from",
+    "first",
+    metavar="DATE",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    help="With --restate: the first date restated (YYYY-MM-DD).",
+)
+@click.option(
+    "--to",
+    "last",
+    metavar="DATE",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    help="With --restate: the last date restated, included (default: --from).",
+)
 @_AS_JSON
-def run(job_file: str, run_id: str | None, as_json: bool) -> None:
+def run(
+    job_file: str,
+    *,
+    run_id: str | None,
+    restate: tuple[str, ...],
+    first: dt.datetime | None,
+    last: dt.datetime | None,
+    as_json: bool,
+) -> None:
     """Recover, extract new records with Spark, publish them exactly once.
 
     The job file is checked and the job lock taken before Spark starts; the run writes a
     JSON report into the job's reports directory (default: next to the commit store).
+
+    With --restate, the run ingests nothing new: it replaces the output partitions of the
+    dates given, in one sealed commit per dataset, with the job's transform of the landing
+    records still present (refused, exit 2, nothing changed, when records the output's
+    rows of those dates came from are gone, or the dates lie past what was published).
     """
     from jobs.runs.run import run_job
 
+    if not restate and (first is not None or last is not None):
+        raise click.UsageError("--from and --to choose the dates of --restate DATASET")
+    restatement = None
+    if restate:
+        from jobs.runs.restate import Restatement
+
+        if first is None:
+            raise click.UsageError("--restate DATASET needs --from DATE (and --to DATE)")
+        restatement = Restatement(restate, first.date(), (last or first).date())
     config = _load(job_file)
 
     def go() -> RunReport:
         with _progress() as progress:
-            return run_job(config, run_id=run_id, progress=progress)
+            if restatement is None:
+                return run_job(config, run_id=run_id, progress=progress)
+            from jobs.runs.restate import restate_job
+
+            return restate_job(config, restatement, run_id=run_id, progress=progress)
 
     _finish(_store_call(go), as_json)
 

@@ -88,7 +88,7 @@ def run_job(
     job = resolve_run(config)
     with run_session(config, spark) as session:
         batch = Batch.from_config(session, config, run_id=run_id, progress=say)
-        with _recorded(batch.report), batch:
+        with recorded(batch.report), batch:
             _ingest(batch, job, say)
     return batch.report
 
@@ -112,13 +112,13 @@ def recover_job(
     say = progress or log_progress
     with run_session(config, spark) as session:
         run = JobRun(config, session, run_id=new_run_id(), command="recover", progress=say)
-        with _recorded(run.report), run:
+        with recorded(run.report), run:
             run.recover()
     return run.report
 
 
 @contextlib.contextmanager
-def _recorded(report: RunReport) -> Iterator[None]:
+def recorded(report: RunReport) -> Iterator[None]:
     """A run's error is told by its report, once the run wrote one; not raised."""
     try:
         yield
@@ -228,8 +228,8 @@ def _ingest(batch: Batch, job: ResolvedRun, say: Progress) -> None:
             # watermarks past lines that were blank or skipped.
             if frame.columns:
                 if transform is not None:
-                    frame = _transformed(transform, frame, dataset, job)
-                frame, partition_by = _partitioned(job, frame)
+                    frame = transformed(transform, frame, dataset, job)
+                frame, partition_by = partitioned(job, frame)
             watermarks = {p: high for p, (_committed, high) in ranges.items()}
             batch.stage(
                 dataset,
@@ -299,9 +299,14 @@ def _plan(batch: Batch, job: ResolvedRun) -> dict[str, Ranges]:
     return plan
 
 
-def _transformed(
+def transformed(
     transform: Callable[..., Any], frame: DataFrame, dataset: str, job: ResolvedRun
 ) -> DataFrame:
+    """``source.transform`` of the frame of ``dataset``.
+
+    Raises:
+        ConfigurationError: naming the key, if it does not return a DataFrame.
+    """
     from pyspark.sql import DataFrame
 
     out = transform(frame, dataset)
@@ -313,7 +318,7 @@ def _transformed(
     return out
 
 
-def _partitioned(job: ResolvedRun, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
+def partitioned(job: ResolvedRun, frame: DataFrame) -> tuple[DataFrame, tuple[str, ...]]:
     """The frame with the date column of ``source.time_field`` added, and the partition
     columns: that date column first, then ``output.partition_by``."""
     from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention

@@ -139,3 +139,29 @@ def test_a_run_never_reads_past_the_high_watermark_it_saw_at_its_start(
     got = rows(spark, source, "d", {"0": (high, 12)})
     assert [r["_source_offset"] for r in got] == list(range(6, 12))
     assert got[0]["id"] == "being written"
+
+
+def test_gone_names_the_offsets_no_segment_holds_any_more(tmp_path: Path) -> None:
+    landing = Landing(tmp_path)
+    landing.append("d", "0", 5)
+    landing.append("d", "0", 5, new_segment=True)
+    landing.append("d", "0", 5, new_segment=True)
+    source = LandingSource(str(tmp_path), {})
+    assert source.gone("d", "0", None, 15) is None
+    assert source.gone("d", "0", 3, 3) is None
+    assert source.gone("d", "1", 0, 4) == "d/1 has no segment left (offsets 0..3 are gone)"
+
+    middle = tmp_path / "d" / "0" / f"{5:020d}.jsonl"
+    middle.write_text("".join(middle.read_text().splitlines(keepends=True)[:3]))
+    assert source.gone("d", "0", 0, 15) == (
+        "d/0 offsets 8..9 are gone (segment 00000000000000000005.jsonl ends at offset 8, "
+        "the next one starts at 10)"
+    )
+    assert source.gone("d", "0", 10, 15) is None  # past the gap
+    assert source.gone("d", "0", 10, 16) == (
+        "d/0 offset 15 is gone (segment 00000000000000000010.jsonl ends at offset 15)"
+    )
+    (tmp_path / "d" / "0" / f"{0:020d}.jsonl").unlink()
+    assert source.gone("d", "0", 2, 15) == (
+        "d/0 offsets 2..4 are gone (its first segment left starts at offset 5)"
+    )

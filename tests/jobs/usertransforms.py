@@ -42,3 +42,19 @@ def _order_by_attempt(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
     if context.attemptNumber() % 2:
         table = table.take(pa.array(range(table.num_rows - 1, -1, -1)))
     yield from table.to_batches()
+
+
+def version_1(df: DataFrame, dataset: str) -> DataFrame:
+    """Tags each record ``version = "v1"`` (a transform as first deployed), and adds a
+    ``bucket`` column (serial modulo 2)."""
+    return add_bucket(df, dataset).withColumn("version", F.lit("v1"))
+
+
+def version_2(df: DataFrame, dataset: str) -> DataFrame:
+    """:func:`version_1` fixed, to restate with: ``version = "v2"``."""
+    return add_bucket(df, dataset).withColumn("version", F.lit("v2"))
+
+
+def version_1_unsourced(df: DataFrame, dataset: str) -> DataFrame:
+    """:func:`version_1` without the columns saying where each record came from."""
+    return version_1(df, dataset).drop("_source_partition", "_source_offset")
