@@ -358,3 +358,32 @@ def test_crash_inside_a_table_revert_recover_rerun(
         else:
             outside = duckdb_delta_ids(f"{base}/output/{dataset}")
         assert outside == driver.expected_ids(), dataset
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_crash_inside_a_revert_of_a_restatement_puts_the_replaced_rows_back_once(
+    fmt: str, tmp_path: Path
+) -> None:
+    """The revert's table commit also adds back the files the restatement removed."""
+    base = tmp_path / "job"
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    expect_ok(drive(fmt, "run", base, backend))
+    expect_ok(drive(fmt, "restate", base, backend, run_id="s1"))
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    argv = ["revert", "--format", fmt, "--base", str(base), "--store", backend.store_url]
+    argv += ["--watermarks", backend.watermarks_url, "--run-id", "v1", "--reverted", "s1"]
+    crashed = forkrun.run("tablecrashdriver", argv, env={**env, ENV_VAR: "table.after_commit@1"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    expect_ok(drive(fmt, "recover", base, backend))
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+            outside = duckdb_iceberg_ids(table.metadata_location)
+        else:
+            uri = f"{base}/output/{dataset}"
+            ids = [r["id"] for r in delta_rows(uri)]
+            outside = duckdb_delta_ids(uri)
+        assert (ids, outside) == (driver.expected_ids(), driver.expected_ids()), dataset
+    assert open_store(backend.store_url).datasets(driver.JOB) == []
