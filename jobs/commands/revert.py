@@ -114,8 +114,10 @@ def plan(config: BatchConfig, run_id: str, dataset: str | None = None) -> Revert
 
     Raises:
         UnknownRunError: the job has no record of the run (for the dataset).
-        TablesNotRevertibleError: the job publishes to tables.
-        RevertRefusedError: a watermark moved further by a later run, a published file gone.
+        TablesNotRevertibleError: a table commit that cannot be taken back (maintenance
+            rewrote or deleted what it needs; a record from before table reverts).
+        RevertRefusedError: a watermark moved further by a later run, a table partition a
+            later run committed to, a published file gone.
     """
     with JobSession(config) as job:
         return _plan(config, job.publisher, run_id, dataset, _PLANNED)
