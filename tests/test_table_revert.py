@@ -160,3 +160,21 @@ def test_a_planned_revert_is_refused_at_its_commit_if_the_table_moved_under_it(
     assert report.datasets[0].outcome == "refused", report.datasets[0].error
     assert "run r1 added" in (report.datasets[0].error or "")
     assert env.outside_ids() == [9]
+
+
+def test_an_iceberg_revert_is_recognised_after_its_snapshot_expired(tmp_path: Path) -> None:
+    """Snapshot expiry cut the history short: the revert is recognised by the table's files
+    (its run's out, what it put back in), so recovery never commits it twice."""
+    env = ReplaceEnv(tmp_path, "iceberg")
+    _append(env, "r1", {DAY1: [1]})
+    r2 = _restate(env, "r2", DAY1, [2])
+    revert = _revert(env, r2, "rv1")
+    _append(env, "r3", {DAY2: [3]})
+    table = iceberg_table(env.catalogs, f"{JOB}.orders")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+    table.maintenance.expire_snapshots().older_than(later).commit()
+    assert len(iceberg_table(env.catalogs, f"{JOB}.orders").snapshots()) == 1
+    with connecting_only(Connections(catalogs=env.catalogs)):
+        assert revert.verify()
+        revert.execute()
+    assert env.outside_ids() == [1, 3]
