@@ -23,6 +23,7 @@ from commitsteps.errors import (
     StepError,
     StepModuleImportError,
     StepValueError,
+    TableRevertRefusedError,
     TableRollbackRefusedError,
     UnknownStepTypeError,
 )
@@ -40,8 +41,10 @@ from commitsteps.watermark import WatermarkCommitStep, watermark_store
 if TYPE_CHECKING:
     from commitsteps.delta import DeltaAppendCommitStep as DeltaAppendCommitStep
     from commitsteps.delta import DeltaReplaceCommitStep as DeltaReplaceCommitStep
+    from commitsteps.delta import DeltaRevertCommitStep as DeltaRevertCommitStep
     from commitsteps.iceberg import IcebergAppendCommitStep as IcebergAppendCommitStep
     from commitsteps.iceberg import IcebergOverwriteCommitStep as IcebergOverwriteCommitStep
+    from commitsteps.iceberg import IcebergRevertCommitStep as IcebergRevertCommitStep
 
 #: Lazily imported names -> (module, install hint).
 _LAZY = {
@@ -49,6 +52,8 @@ _LAZY = {
     "IcebergOverwriteCommitStep": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
     "DeltaAppendCommitStep": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
     "DeltaReplaceCommitStep": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
+    "IcebergRevertCommitStep": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
+    "DeltaRevertCommitStep": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
 }
 
 
@@ -80,6 +85,7 @@ __all__ = [
     "StepModuleImportError",
     "StepValueError",
     "SwapFile",
+    "TableRevertRefusedError",
     "TableRollbackRefusedError",
     "UnknownStepTypeError",
     "WatermarkCommitStep",

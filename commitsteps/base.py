@@ -207,6 +207,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "iceberg.overwrite": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
     "delta.append": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
     "delta.replace": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
+    "iceberg.revert": ("commitsteps.iceberg", "pip install 'commitpub[iceberg]'"),
+    "delta.revert": ("commitsteps.delta", "pip install 'commitpub[delta]'"),
 }
 
 S = TypeVar("S", bound=type[CommitStep])

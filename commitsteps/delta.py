@@ -46,11 +46,16 @@ import attrs
 import deltalake  # noqa: F401
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import StepConflictError, TableRollbackRefusedError
+from commitsteps.errors import (
+    StepConflictError,
+    TableRevertRefusedError,
+    TableRollbackRefusedError,
+)
 from commitsteps.tables import (
     Footer,
     Proof,
     TableFile,
+    Touched,
     check_column,
     check_files,
     check_in_place,
@@ -80,6 +85,8 @@ log = logging.getLogger("commitpub.steps")
 INFO_JOB = "commitpub.job"
 INFO_RUN = "commitpub.run-id"
 INFO_ROLLBACK = "commitpub.rollback-of"
+#: The run a revert (``commitpub revert``) took back; its own run is ``commitpub.run-id``.
+INFO_REVERT = "commitpub.revert-of"
 
 
 def app_id(job: str, dataset: str) -> str:
@@ -460,6 +467,41 @@ class DeltaAppendCommitStep(CommitStep):
             later.append(str(commit.get("operation")))
         return ""  # the run's commit is no longer in the log (cleaned up): nothing to name
 
+    # -- a revert of the finished commit (``commitpub revert``) -------------------------------
+
+    def reverting(self, run_id: str) -> DeltaRevertCommitStep:
+        """The step of revert run ``run_id`` taking this finished commit back: see
+        :class:`DeltaRevertCommitStep`.
+
+        Raises:
+            TableRevertRefusedError: if table maintenance or a later commit made it
+                impossible; nothing was changed.
+        """
+        return DeltaRevertCommitStep.of(self, run_id)
+
+    def same_table(self, other: object) -> bool:
+        return isinstance(other, DeltaAppendCommitStep) and other.table_uri == self.table_uri
+
+    def touched(self) -> Touched:
+        """The partitions of this run's files still in the table, and those it replaced."""
+        if self.partition_by is None:
+            return None
+        table = open_table(self.table_uri)
+        found: set[str | None] = set(self._replaced_partitions())
+        if table is not None:
+            ours = self._log_paths()
+            found.update(_partition(a) for a in _adds(table) if a["path"] in ours)
+        return frozenset(found)
+
+    def _replaced_partitions(self) -> tuple[str | None, ...]:
+        return ()
+
+    def _log_paths(self) -> set[str]:
+        """This run's files as the log may name them (encoded or not)."""
+        return {self._relative(f) for f in self.files} | {
+            f.path[len(self.table_uri) + 1 :] for f in self.files
+        }
+
 
 def _check_replaced(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     check_partitions(instance, attribute, value)
@@ -502,6 +544,9 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
             raise ConfigurationError(f"the last step must be a Delta append, got {append!r:.200}")
         fields = attrs.asdict(append, recurse=False)
         return [*renames, cls(**fields, partitions=tuple(partitions))]
+
+    def _replaced_partitions(self) -> tuple[str | None, ...]:
+        return self.partitions
 
     def _mode(self) -> tuple[str, list[tuple[str, str, Any]] | None]:
         if self.partition_by is None:
@@ -596,6 +641,365 @@ class DeltaReplaceCommitStep(DeltaAppendCommitStep):
                 AddAction(add["path"], add["size_bytes"], _values(add), now, True, stats)
             )
         self._commit_rollback(table, actions)
+
+
+@attrs.frozen
+class DeltaFile:
+    """A data file of a Delta table as its add action names it.
+
+    Args:
+        path: relative to the table, as the log writes it.
+        size: in bytes.
+        partition: the value of the partition column (ISO date; None: null or unpartitioned).
+        records: its row count, when the log holds it.
+    """
+
+    path: str = attrs.field(validator=check_name)
+    size: int = attrs.field()
+    partition: str | None = None
+    records: int | None = None
+
+    @size.validator
+    def _check_size(self, _attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigurationError(f"size must be an int >= 0, got {value!r}")
+
+    @classmethod
+    def of(cls, add: dict[str, Any]) -> DeltaFile:
+        """From a flattened add action (:meth:`DeltaTable.get_add_actions`)."""
+        records = add.get("num_records")
+        return cls(add["path"], int(add["size_bytes"]), _partition(add), _int(records))
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _check_delta_files(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(f, DeltaFile) for f in value):
+        raise ConfigurationError(f"{attribute.name} must be a tuple of DeltaFile")
+    if len({f.path for f in value}) != len(value):
+        raise ConfigurationError(f"{attribute.name} names a file twice")
+    for f in value:
+        if f.path.startswith("/") or ".." in f.path.split("/") or "://" in f.path:
+            raise ConfigurationError(f"{f.path!r} is not a path inside the table")
+
+
+def _check_removed(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _check_delta_files(instance, attribute, value)
+    if not value:
+        raise ConfigurationError(f"{attribute.name} names no data file of the run reverted")
+
+
+@register("delta.revert")
+@attrs.frozen
+class DeltaRevertCommitStep(CommitStep):
+    """Take a finished run's commit out of a Delta table in one new commit, once (``commitpub
+    revert``): remove actions for the data files the run added (``remove``) and add actions
+    for those its replace removed (``restore``, read from the version before the run's
+    commit; none for an append). Commits made after the run's stay. The run's files are left
+    where they are, for ``VACUUM`` to delete once older versions no longer need them.
+
+    Recognised by an application transaction of its own run,
+    ``commitpub:<job>:<dataset>:revert:<run id>``, at version 1 (0 once rolled back): unlike
+    the dataset's own app version, no other commit can set it. Its commit info names the job,
+    the revert's run (``commitpub.run-id``) and the run taken back (``commitpub.revert-of``).
+    Committed with no retries by deltalake, so it lands only right after the version whose
+    files it checked. Build it with :meth:`DeltaAppendCommitStep.reverting`, which reads the
+    table.
+
+    Args:
+        table_uri, job, dataset: as the reverted step's.
+        run_id: the revert's own run.
+        reverted: the run whose commit is taken back.
+        remove: the data files that run added (all still in the table).
+        restore: the data files its replace removed (all still on storage).
+        partition_by: the table's date partition column, or None.
+    """
+
+    table_uri: str = attrs.field(validator=check_location)
+    job: str = attrs.field(validator=check_name)
+    dataset: str = attrs.field(validator=check_name)
+    run_id: str = attrs.field(validator=check_name)
+    reverted: str = attrs.field(validator=check_name)
+    remove: tuple[DeltaFile, ...] = attrs.field(converter=tuple_of_files, validator=_check_removed)
+    restore: tuple[DeltaFile, ...] = attrs.field(
+        default=(), converter=tuple_of_files, validator=_check_delta_files
+    )
+    partition_by: str | None = attrs.field(default=None, validator=check_column)
+
+    @classmethod
+    def of(cls, step: DeltaAppendCommitStep, run_id: str) -> DeltaRevertCommitStep:
+        """The revert of ``step``'s finished commit by run ``run_id``, checked on the table.
+
+        Raises:
+            TableRevertRefusedError: see :meth:`check_preconditions`; also, for a replace,
+                when its commit is no longer in the log or the version before it cannot be
+                read (log clean-up), so what it replaced is no longer known.
+        """
+        table = open_table(step.table_uri)
+        if table is None:
+            raise TableRevertRefusedError(f"Delta table {step.table_uri} does not exist")
+        ours = step._log_paths()
+        mine = [a for a in _adds(table) if a["path"] in ours]
+        commit = _commit_of(table, step.job, step.run_id)
+        if len(mine) != len(step.files):
+            raise TableRevertRefusedError(
+                f"Delta table {step.table_uri} holds {len(mine)} of the {len(step.files)} "
+                f"data files run {step.run_id} added{_since(table, commit)}: they were "
+                "rewritten (OPTIMIZE, Z-order) or replaced, so taking the run back would leave "
+                "part of it or take another commit's rows; nothing was changed"
+            )
+        restore: list[DeltaFile] = []
+        if isinstance(step, DeltaReplaceCommitStep):
+            restore = _replaced(table, step, commit)
+        revert = cls(
+            step.table_uri,
+            step.job,
+            step.dataset,
+            run_id,
+            step.run_id,
+            tuple(DeltaFile.of(a) for a in mine),
+            tuple(restore),
+            step.partition_by,
+        )
+        revert._check(table)
+        return revert
+
+    @property
+    def app_id(self) -> str:
+        return f"{app_id(self.job, self.dataset)}:revert:{self.run_id}"
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (f"{self.table_uri}/_delta_log",)
+
+    def touched(self) -> Touched:
+        if self.partition_by is None:
+            return None
+        return frozenset(f.partition for f in (*self.remove, *self.restore))
+
+    def describe(self) -> str:
+        """What the revert changes, in a line."""
+        put_back = f", puts back the {len(self.restore)} files it replaced" if self.restore else ""
+        parts = sorted({p or "null" for p in self.touched() or ()})
+        where = "" if self.partition_by is None else f" (partitions {', '.join(parts)})"
+        return (
+            f"Delta table {self.table_uri}: a new commit removes the {len(self.remove)} data "
+            f"files run {self.reverted} added{put_back}{where}"
+        )
+
+    def _txn(self, table: DeltaTable | None) -> int:
+        found = table.transaction_version(self.app_id) if table is not None else None
+        return found or 0
+
+    def verify(self) -> bool:
+        return self._txn(open_table(self.table_uri)) >= 1
+
+    def undone(self) -> bool:
+        return not self.verify()
+
+    def check_preconditions(self) -> None:
+        """Refuse a revert that could not be committed now.
+
+        Raises:
+            TableRevertRefusedError: a file of the run no longer in the table, or a file to
+                put back in it already or gone from storage (vacuumed); nothing was changed.
+        """
+        table = open_table(self.table_uri)
+        if table is None:
+            raise TableRevertRefusedError(f"Delta table {self.table_uri} does not exist")
+        if self._txn(table) < 1:
+            self._check(table)
+
+    def _check(self, table: DeltaTable) -> None:
+        held = {a["path"] for a in _adds(table)}
+        missing = [f.path for f in self.remove if f.path not in held]
+        if missing:
+            commit = _commit_of(table, self.job, self.reverted)
+            raise TableRevertRefusedError(
+                f"Delta table {self.table_uri} no longer holds {missing[0]} ({len(missing)} of "
+                f"the {len(self.remove)} data files run {self.reverted} added)"
+                f"{_since(table, commit)}: rewritten (OPTIMIZE) or replaced; nothing was changed"
+            )
+        back = [f.path for f in self.restore if f.path in held]
+        if back:
+            raise TableRevertRefusedError(
+                f"Delta table {self.table_uri} already holds {back[0]}, a file run "
+                f"{self.reverted} replaced ({len(back)} in all): not adding it twice; nothing "
+                "was changed"
+            )
+        gone = [f.path for f in self.restore if not _exists(f"{self.table_uri}/{f.path}")]
+        if gone:
+            raise TableRevertRefusedError(
+                f"Delta table {self.table_uri}: {gone[0]}, a file run {self.reverted} replaced, "
+                f"is gone ({len(gone)} in all; VACUUM deletes the files only older versions "
+                "read): the replaced rows cannot be put back; nothing was changed"
+            )
+
+    def execute(self) -> None:
+        from deltalake.exceptions import CommitFailedError
+
+        def attempt() -> None:
+            table = open_table(self.table_uri)
+            if table is None:
+                raise TableRevertRefusedError(f"Delta table {self.table_uri} does not exist")
+            if self._txn(table) >= 1:
+                return
+            self._check(table)
+            info = {INFO_JOB: self.job, INFO_RUN: self.run_id, INFO_REVERT: self.reverted}
+            failpoint("table.before_commit")
+            self._commit(table, self.remove, self.restore, info, 1)
+            failpoint("table.after_commit")
+
+        commit_within_budget(
+            self,
+            f"revert of run {self.reverted} in Delta table {self.table_uri}",
+            attempt,
+            (CommitFailedError,),
+            self.verify,
+        )
+
+    def conflicts(self) -> int:
+        return conflicts(self)
+
+    def _commit(
+        self,
+        table: DeltaTable,
+        remove: Sequence[DeltaFile],
+        add: Sequence[DeltaFile],
+        info: dict[str, str],
+        version: int,
+    ) -> None:
+        from deltalake.transaction import (
+            AddAction,
+            CommitProperties,
+            RemoveAction,
+            Transaction,
+        )
+
+        now = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(f.path, True, now, f.size, self._values(f)) for f in remove
+        ]
+        actions += [
+            AddAction(
+                f.path,
+                f.size,
+                self._values(f),
+                now,
+                True,
+                "{}" if f.records is None else f'{{"numRecords": {f.records}}}',
+            )
+            for f in add
+        ]
+        table.create_write_transaction(
+            actions,
+            "append",
+            table.schema(),
+            partition_by=[] if self.partition_by is None else [self.partition_by],
+            commit_properties=CommitProperties(
+                custom_metadata=info,
+                app_transactions=[Transaction(self.app_id, version)],
+                max_commit_retries=0,
+            ),
+        )
+
+    def _values(self, f: DeltaFile) -> dict[str, str | None]:
+        return {} if self.partition_by is None else {self.partition_by: f.partition}
+
+    def rollback(self) -> None:
+        """Undo the revert in a new commit, if it is there: the run's files added back, the
+        files it put back removed again, the revert's app version set back to 0.
+
+        Raises:
+            TableRollbackRefusedError: if a file of the run is gone (vacuumed), one of them is
+                in the table again, or a file put back is no longer in it; nothing was changed.
+        """
+        table = open_table(self.table_uri)
+        if table is None or self._txn(table) < 1:
+            return
+        held = {a["path"] for a in _adds(table)}
+        gone = [f.path for f in self.remove if not _exists(f"{self.table_uri}/{f.path}")]
+        if (
+            gone
+            or any(f.path in held for f in self.remove)
+            or any(f.path not in held for f in self.restore)
+        ):
+            raise TableRollbackRefusedError(
+                f"Delta table {self.table_uri}: the revert of run {self.reverted} (run "
+                f"{self.run_id}) cannot be undone: a file of the reverted run is gone or back "
+                "in the table, or a file it put back was rewritten; nothing was changed"
+            )
+        info = {INFO_JOB: self.job, INFO_ROLLBACK: self.run_id}
+        self._commit(table, self.restore, self.remove, info, 0)
+
+
+def _adds(table: DeltaTable) -> list[dict[str, Any]]:
+    """The table's current add actions, flattened."""
+    import pyarrow as pa
+
+    found: list[dict[str, Any]] = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    return found
+
+
+def _partition(add: dict[str, Any]) -> str | None:
+    """The partition value of a flattened add action (None: null, or unpartitioned)."""
+    value = next((v for k, v in add.items() if k.startswith("partition.")), None)
+    return None if value is None else _text(value)
+
+
+def _commit_of(table: DeltaTable, job: str, run_id: str) -> dict[str, Any] | None:
+    """The commit info of run ``run_id``'s commit (not a revert or rollback of it), if the log
+    still holds it."""
+    return next(
+        (c for c in table.history() if c.get(INFO_RUN) == run_id and c.get(INFO_JOB) == job),
+        None,
+    )
+
+
+def _since(table: DeltaTable, commit: dict[str, Any] | None) -> str:
+    """The commits after ``commit``: their operation, and the run of each commitpub one."""
+    if commit is None:
+        return " (its commit is no longer in the log)"
+    named = []
+    for c in table.history():  # newest first
+        if int(c["version"]) <= int(commit["version"]):
+            break
+        run = c.get(INFO_RUN)
+        op = str(c.get("operation"))
+        named.append(f"{op} by run {run}" if run else op)
+    return f"; committed since: {', '.join(reversed(named))}" if named else ""
+
+
+def _replaced(
+    table: DeltaTable, step: DeltaReplaceCommitStep, commit: dict[str, Any] | None
+) -> list[DeltaFile]:
+    """The files ``step``'s replace removed: those of its partitions (every one, when the
+    table is unpartitioned) in the version before its commit."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    if commit is None:
+        raise TableRevertRefusedError(
+            f"Delta table {step.table_uri}: the commit of run {step.run_id}'s replace is no "
+            "longer in the log (log clean-up), so the files it replaced are no longer known: "
+            "its replaced rows cannot be put back; nothing was changed"
+        )
+    version = int(commit["version"])
+    if version == 0:  # it created the table: it replaced nothing
+        return []
+    try:
+        earlier = DeltaTable(
+            step.table_uri, version=version - 1, storage_options=storage_options(step.table_uri)
+        )
+    except (DeltaError, OSError) as e:
+        raise TableRevertRefusedError(
+            f"Delta table {step.table_uri}: version {version - 1}, before run {step.run_id}'s "
+            f"replace, cannot be read ({e}): the replaced rows cannot be put back; nothing "
+            "was changed"
+        ) from e
+    wanted = None if step.partition_by is None else set(step.partitions)
+    return [DeltaFile.of(a) for a in _adds(earlier) if wanted is None or _partition(a) in wanted]
 
 
 def _values(add: dict[str, Any]) -> dict[str, str | None]:

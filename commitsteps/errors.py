@@ -48,6 +48,14 @@ class TableRollbackRefusedError(StepConflictError):
     its files are still there, and what the operator can do."""
 
 
+class TableRevertRefusedError(StepConflictError):
+    """A finished run's table commit cannot be taken back (``commitpub revert``): table
+    maintenance removed what the revert needs (the run's files rewritten by compaction, the
+    files it replaced vacuumed or expired, its commit gone from the log), or a later commit
+    replaced the run's files. Nothing was changed; the message names the table, the files or
+    versions and why."""
+
+
 class MissingSourceError(StepError, FileNotFoundError):
     """A rename's source is gone and its destination is missing or wrong: data was lost
     outside commitpub (someone deleted staged files). Never reported as done."""

@@ -41,10 +41,15 @@ import attrs
 import pyiceberg  # noqa: F401
 
 from commitsteps.base import CommitStep, register
-from commitsteps.errors import StepConflictError, TableRollbackRefusedError
+from commitsteps.errors import (
+    StepConflictError,
+    TableRevertRefusedError,
+    TableRollbackRefusedError,
+)
 from commitsteps.tables import (
     Footer,
     TableFile,
+    Touched,
     check_column,
     check_files,
     check_in_place,
@@ -77,6 +82,8 @@ log = logging.getLogger("commitpub.steps")
 SUMMARY_JOB = "commitpub.job"
 SUMMARY_RUN = "commitpub.run-id"
 SUMMARY_ROLLBACK = "commitpub.rollback-of"
+#: The run a revert (``commitpub revert``) took back; its own run is ``commitpub.run-id``.
+SUMMARY_REVERT = "commitpub.revert-of"
 #: The table property naming the job that publishes into the table (set by the commit that
 #: creates it; see ``jobs.output.ownership``).
 OWNER_PROPERTY = "commitpub.owner"
@@ -411,6 +418,42 @@ class IcebergAppendCommitStep(CommitStep):
                 overwrite.delete_data_file(data_file)
         commit_once(tx)
 
+    # -- a revert of the finished commit (``commitpub revert``) -------------------------------
+
+    def reverting(self, run_id: str) -> IcebergRevertCommitStep:
+        """The step of revert run ``run_id`` taking this finished commit back: see
+        :class:`IcebergRevertCommitStep`.
+
+        Raises:
+            TableRevertRefusedError: if table maintenance or a later commit made it
+                impossible; nothing was changed.
+        """
+        return IcebergRevertCommitStep.of(self, run_id)
+
+    def same_table(self, other: object) -> bool:
+        return isinstance(other, IcebergAppendCommitStep) and (
+            other.catalog,
+            other.identifier,
+        ) == (self.catalog, self.identifier)
+
+    def touched(self) -> Touched:
+        """The partitions of this run's files still in the table, and those it replaced."""
+        if self.partition_by is None:
+            return None
+        table = self._load(self._catalog())
+        ours = {f.path for f in self.files}
+        found: set[str | None] = set(self._replaced_partitions())
+        if table is not None:
+            found.update(
+                _partition_text(t.file)
+                for t in table.scan().plan_files()
+                if t.file.file_path in ours
+            )
+        return frozenset(found)
+
+    def _replaced_partitions(self) -> tuple[str | None, ...]:
+        return ()
+
 
 @register("iceberg.overwrite")
 @attrs.frozen
@@ -457,6 +500,9 @@ class IcebergOverwriteCommitStep(IcebergAppendCommitStep):
             if self.partition_by is None or _partition_date(data_file.partition[0]) in wanted:
                 out.append(data_file)
         return out
+
+    def _replaced_partitions(self) -> tuple[str | None, ...]:
+        return self.partitions
 
     def rollback(self) -> None:
         """Undo the overwrite in a new snapshot (``commitpub.rollback-of``), if it is there:
@@ -515,6 +561,350 @@ class IcebergOverwriteCommitStep(IcebergAppendCommitStep):
             for data_file in removed:
                 overwrite.append_data_file(data_file)
         commit_once(tx)
+
+
+def _check_paths(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """attrs validator: a tuple of paths inside the table's data location, none twice."""
+    under = f"{instance.location}/data/"
+    if not isinstance(value, tuple) or len(set(value)) != len(value):
+        raise ConfigurationError(f"{attribute.name} must be a tuple of distinct paths")
+    for path in value:
+        if (
+            not isinstance(path, str)
+            or not path.startswith(under)
+            or ".." in path[len(under) :].split("/")
+        ):
+            raise ConfigurationError(f"{path!r} is not inside the table's data location {under}")
+
+
+def _check_removed(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _check_paths(instance, attribute, value)
+    if not value:
+        raise ConfigurationError(f"{attribute.name} names no data file of the run reverted")
+
+
+def _partition_text(data_file: Any) -> str | None:
+    """The ISO date a data file of a date-partitioned table holds (None: the null one)."""
+    day = _partition_date(data_file.partition[0])
+    return None if day is None else day.isoformat()
+
+
+@register("iceberg.revert")
+@attrs.frozen
+class IcebergRevertCommitStep(CommitStep):
+    """Take a finished run's commit out of an Iceberg table in one new snapshot, once
+    (``commitpub revert``): an overwrite that removes the data files the run added
+    (``remove``) and adds back those its overwrite removed (``restore``; none for an append).
+    Commits made after the run's stay: the table is taken forward, never rolled back to an
+    old snapshot. The run's files are left where they are, for snapshot expiry to delete:
+    older snapshots still read them.
+
+    Recognised as :class:`IcebergAppendCommitStep` is: its snapshot's summary names the job
+    and this revert's run (``commitpub.run-id``; ``commitpub.revert-of`` the run taken back).
+    Build it with :meth:`IcebergAppendCommitStep.reverting`, which reads the table.
+
+    Args:
+        catalog, namespace, table, location, job: as the reverted step's.
+        run_id: the revert's own run.
+        reverted: the run whose commit is taken back.
+        remove: the data files that run added (all still in the table).
+        restore: the data files its overwrite removed (all still on storage).
+        partition_by: the table's date partition column, or None.
+        partitions: the partitions the revert touches (shown in its confirmation).
+    """
+
+    catalog: str = attrs.field(validator=check_name)
+    namespace: str = attrs.field(validator=check_name)
+    table: str = attrs.field(validator=_check_table_name)
+    location: str = attrs.field(validator=check_location)
+    job: str = attrs.field(validator=check_name)
+    run_id: str = attrs.field(validator=check_name)
+    reverted: str = attrs.field(validator=check_name)
+    remove: tuple[str, ...] = attrs.field(converter=tuple_of_files, validator=_check_removed)
+    restore: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple_of_files, validator=_check_paths
+    )
+    partition_by: str | None = attrs.field(default=None, validator=check_column)
+    partitions: tuple[str | None, ...] = attrs.field(default=(), converter=tuple_of_files)
+
+    @classmethod
+    def of(cls, step: IcebergAppendCommitStep, run_id: str) -> IcebergRevertCommitStep:
+        """The revert of ``step``'s finished commit by run ``run_id``, checked on the table.
+
+        Raises:
+            TableRevertRefusedError: see :meth:`check_preconditions`; also when the run's
+                snapshot of an overwrite expired (what it replaced is no longer known).
+        """
+        table = step._load(step._catalog())
+        if table is None:
+            raise TableRevertRefusedError(f"table {step._name} does not exist (dropped?)")
+        snapshot = _snapshot_of(table, step.job, step.run_id)
+        restore: tuple[str, ...] = ()
+        if isinstance(step, IcebergOverwriteCommitStep):
+            if snapshot is None:
+                raise TableRevertRefusedError(
+                    f"table {step._name}: the snapshot of run {step.run_id}'s overwrite has "
+                    "expired (expire_snapshots), so the files it replaced are no longer known: "
+                    "its replaced rows cannot be put back; nothing was changed"
+                )
+            restore = tuple(f.file_path for f in _entries(table, snapshot, deleted=True))
+        revert = cls(
+            step.catalog,
+            step.namespace,
+            step.table,
+            step.location,
+            step.job,
+            run_id,
+            step.run_id,
+            tuple(f.path for f in step.files),
+            restore,
+            step.partition_by,
+        )
+        found, restored = revert._check(table)
+        if step.partition_by is None:
+            return revert
+        parts = {_partition_text(f) for f in (*found, *restored)}
+        return attrs.evolve(revert, partitions=tuple(sorted(parts, key=lambda p: p or "")))
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        return (*self.namespace.split("."), self.table)
+
+    @property
+    def _name(self) -> str:
+        return ".".join(self.identifier)
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.location,)
+
+    def touched(self) -> Touched:
+        return None if self.partition_by is None else frozenset(self.partitions)
+
+    def describe(self) -> str:
+        """What the revert changes, in a line."""
+        put_back = f", puts back the {len(self.restore)} files it replaced" if self.restore else ""
+        where = "" if self.partition_by is None else f" (partitions {_parts(self.partitions)})"
+        return (
+            f"table {self._name}: a new snapshot removes the {len(self.remove)} data files run "
+            f"{self.reverted} added{put_back}{where}"
+        )
+
+    def _catalog(self) -> Catalog:
+        return load_configured_catalog(self.catalog, f"iceberg revert of {self._name}")
+
+    def _load(self) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._catalog().load_table(self.identifier)
+        except NoSuchTableError:
+            return None
+
+    def _done(self, table: Table) -> bool:
+        """The current snapshot's ancestry holds this revert's snapshot, not rolled back; with
+        the ancestry cut short by expiry, the table as the revert leaves it."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        metadata = table.metadata
+        oldest = None
+        for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+            oldest = snapshot
+            summary = _summary(snapshot)
+            if summary.get(SUMMARY_JOB) != self.job:
+                continue
+            if summary.get(SUMMARY_ROLLBACK) == self.run_id:
+                return False
+            if summary.get(SUMMARY_RUN) == self.run_id:
+                return True
+        if oldest is None or _first_snapshot(metadata, oldest):
+            return False
+        held = {t.file.file_path for t in table.scan().plan_files()}
+        return not held.intersection(self.remove) and held.issuperset(self.restore)
+
+    def verify(self) -> bool:
+        table = self._load()
+        return table is not None and self._done(table)
+
+    def undone(self) -> bool:
+        return not self.verify()
+
+    def check_preconditions(self) -> None:
+        """Refuse a revert that could not be committed now.
+
+        Raises:
+            TableRevertRefusedError: a file of the run no longer in the table (compaction, a
+                later overwrite: the snapshots since are named), a file to put back in the
+                table already or gone from storage (expired), or the run's snapshot expired
+                while files are to be put back; nothing was changed.
+        """
+        table = self._load()
+        if table is None:
+            raise TableRevertRefusedError(f"table {self._name} does not exist (dropped?)")
+        if not self._done(table):
+            self._check(table)
+
+    def _check(self, table: Table) -> tuple[list[Any], list[Any]]:
+        """The table's entries of the run's files and the entries to put back, or a refusal."""
+        held = {t.file.file_path: t.file for t in table.scan().plan_files()}
+        missing = [p for p in self.remove if p not in held]
+        snapshot = _snapshot_of(table, self.job, self.reverted)
+        if missing:
+            raise TableRevertRefusedError(
+                f"table {self._name} holds {len(self.remove) - len(missing)} of the "
+                f"{len(self.remove)} data files run {self.reverted} added ({missing[0]} is not "
+                f"among them){_since(table, snapshot)}: they were rewritten (compaction, "
+                "rewrite_data_files) or replaced, so taking the run back would leave part of it "
+                "or take another commit's rows; nothing was changed"
+            )
+        if not self.restore:
+            return [held[p] for p in self.remove], []
+        back = [p for p in self.restore if p in held]
+        if back:
+            raise TableRevertRefusedError(
+                f"table {self._name} already holds {back[0]}, a file run {self.reverted} "
+                f"replaced ({len(back)} in all): not adding it twice; nothing was changed"
+            )
+        if snapshot is None:
+            raise TableRevertRefusedError(
+                f"table {self._name}: the snapshot of run {self.reverted} has expired, so the "
+                "files it replaced cannot be put back; nothing was changed"
+            )
+        restored = [
+            f for f in _entries(table, snapshot, deleted=True) if f.file_path in self.restore
+        ]
+        gone = [f.file_path for f in restored if not table.io.new_input(f.file_path).exists()]
+        if len(restored) != len(self.restore) or gone:
+            first = (
+                gone[0] if gone else sorted(set(self.restore) - {f.file_path for f in restored})[0]
+            )
+            raise TableRevertRefusedError(
+                f"table {self._name}: {first}, a file run {self.reverted} replaced, is gone "
+                "(expired snapshots delete the files only they read): the replaced rows "
+                "cannot be put back; nothing was changed"
+            )
+        return [held[p] for p in self.remove], restored
+
+    def execute(self) -> None:
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+        def attempt() -> None:
+            table = self._load()
+            if table is None:
+                raise TableRevertRefusedError(f"table {self._name} does not exist (dropped?)")
+            if self._done(table):
+                return
+            found, restored = self._check(table)
+            properties = {
+                SUMMARY_JOB: self.job,
+                SUMMARY_RUN: self.run_id,
+                SUMMARY_REVERT: self.reverted,
+            }
+            self._commit(table, properties, found, restored)
+
+        commit_within_budget(
+            self,
+            f"revert of run {self.reverted} in table {self._name}",
+            attempt,
+            (CommitFailedException, CommitStateUnknownException),
+            self.verify,
+        )
+
+    def conflicts(self) -> int:
+        return conflicts(self)
+
+    def _commit(
+        self, table: Table, properties: dict[str, str], delete: list[Any], add: list[Any]
+    ) -> None:
+        tx = table.transaction()
+        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+            for data_file in delete:
+                overwrite.delete_data_file(data_file)
+            for data_file in add:
+                overwrite.append_data_file(data_file)
+        failpoint("table.before_commit")
+        commit_once(tx)
+        failpoint("table.after_commit")
+
+    def rollback(self) -> None:
+        """Undo the revert in a new snapshot (``commitpub.rollback-of``), if it is there: the
+        run's files added back, the files it put back removed again.
+
+        Raises:
+            TableRollbackRefusedError: if the revert's snapshot expired, a file it put back is
+                no longer in the table, or a file of the run is gone; nothing was changed.
+        """
+        table = self._load()
+        if table is None or not self._done(table):
+            return
+        snapshot = _snapshot_of(table, self.job, self.run_id)
+        held = {t.file.file_path: t.file for t in table.scan().plan_files()}
+        run_files = [] if snapshot is None else _entries(table, snapshot, deleted=True)
+        gone = [f.file_path for f in run_files if not table.io.new_input(f.file_path).exists()]
+        if (
+            snapshot is None
+            or len(run_files) != len(self.remove)
+            or gone
+            or any(p not in held for p in self.restore)
+        ):
+            raise TableRollbackRefusedError(
+                f"table {self._name}: the revert of run {self.reverted} (run {self.run_id}) "
+                "cannot be undone: its snapshot expired, a file it put back was rewritten since, "
+                "or a file of the reverted run is gone; nothing was changed"
+            )
+        properties = {SUMMARY_JOB: self.job, SUMMARY_ROLLBACK: self.run_id}
+        tx = table.transaction()
+        with tx.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
+            for path in self.restore:
+                overwrite.delete_data_file(held[path])
+            for data_file in run_files:
+                overwrite.append_data_file(data_file)
+        commit_once(tx)
+
+
+def _parts(partitions: Sequence[str | None]) -> str:
+    return ", ".join("null" if p is None else p for p in partitions) or "none"
+
+
+def _snapshot_of(table: Table, job: str, run_id: str) -> Any:
+    """The snapshot committing run ``run_id`` of ``job`` (not a rollback or revert of it), or
+    None if it expired."""
+    for snapshot in table.metadata.snapshots:
+        summary = _summary(snapshot)
+        if summary.get(SUMMARY_JOB) == job and summary.get(SUMMARY_RUN) == run_id:
+            return snapshot
+    return None
+
+
+def _entries(table: Table, snapshot: Any, *, deleted: bool) -> list[Any]:
+    """The data files ``snapshot`` itself removed (``deleted``) or added."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    status = ManifestEntryStatus.DELETED if deleted else ManifestEntryStatus.ADDED
+    return [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+        if entry.status == status and entry.snapshot_id == snapshot.snapshot_id
+    ]
+
+
+def _since(table: Table, snapshot: Any) -> str:
+    """The commits after ``snapshot`` in the table's history: their operation, and the run
+    of each commitpub one (what a refusal names)."""
+    if snapshot is None:
+        return " (its snapshot expired)"
+    later = [
+        s
+        for s in table.metadata.snapshots
+        if s.timestamp_ms >= snapshot.timestamp_ms and s.snapshot_id != snapshot.snapshot_id
+    ]
+    named = []
+    for s in later:
+        summary = _summary(s)
+        op = s.summary.operation.value if s.summary is not None else "unknown"
+        run = summary.get(SUMMARY_RUN)
+        named.append(f"{op} by run {run}" if run else str(op))
+    return f"; committed since: {', '.join(named)}" if named else ""
 
 
 def _summary(snapshot: Any) -> Mapping[str, Any]:

@@ -25,10 +25,11 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from commitsteps.base import CommitStep
 from commitsteps.errors import MissingSourceError, StepConflictError, StepError
 from commitsteps.fs import FsRenameCommitStep
 from store.errors import ConfigurationError
@@ -193,6 +194,53 @@ def check_partitions(instance: Any, attribute: attrs.Attribute[Any], value: Any)
             raise ConfigurationError(
                 f"{attribute.name} holds {v!r}, not an ISO date (YYYY-MM-DD) or None"
             )
+
+
+#: The partitions a table commit touches: ISO dates (None: the null partition), or None for
+#: the whole table (an unpartitioned one).
+Touched = frozenset[str | None] | None
+
+
+def overlaps(one: Touched, other: Touched) -> bool:
+    """Whether two commits touch a partition in common (the whole table touches every one)."""
+    return one is None or other is None or bool(one & other)
+
+
+@runtime_checkable
+class RevertibleTableStep(Protocol):
+    """A table step whose finished commit ``commitpub revert`` can take back: the publisher
+    keeps its record in the run's published record, and the revert builds its step from it."""
+
+    def reverting(self, run_id: str) -> CommitStep:
+        """The step (run ``run_id``'s, a revert's) writing a new table commit that takes this
+        step's commit back, built from the table as it is now.
+
+        Raises:
+            TableRevertRefusedError: if table maintenance or a later commit made it
+                impossible; nothing was changed.
+        """
+        ...
+
+    def same_table(self, other: object) -> bool:
+        """Whether ``other`` commits to the same table."""
+        ...
+
+    def touched(self) -> Touched:
+        """The partitions this step's commit touched, as far as the table still tells."""
+        ...
+
+
+@runtime_checkable
+class TableRevertStep(Protocol):
+    """The step :meth:`RevertibleTableStep.reverting` builds."""
+
+    def touched(self) -> Touched:
+        """The partitions the revert changes."""
+        ...
+
+    def describe(self) -> str:
+        """What the revert changes, in a line (for the confirmation)."""
+        ...
 
 
 def partition_dates(values: Sequence[str | None]) -> set[dt.date | None]:

@@ -5,7 +5,8 @@ Right before the removal (:func:`publisher.execution.finish`, on a first publish
 recovery alike, so a crash between the last step and the removal loses nothing) the
 publisher records, from the steps already in memory, a :class:`PublishedRecord`: the files
 published with their sizes, the count of files a restatement replaced, the watermark moves
-(previous -> value), and whether a table or a step of another kind was part of it.
+(previous -> value), the tags of steps of other kinds, and the record of each table step
+(what a revert of a table commit is built from).
 
 Records live in the commit store beside the job's sequences, as status objects of the store
 name ``<job>~published``, one per dataset and slot (``<dataset>@<slot>``): a run's slot is
@@ -30,12 +31,13 @@ from typing import Any
 
 import attrs
 
-from commitsteps import CommitStep, tag_of
+from commitsteps import CommitStep, dumps, tag_of
 from commitsteps.fs import (
     FsPartitionSwapCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
 )
+from commitsteps.tables import RevertibleTableStep
 from commitsteps.watermark import WatermarkCommitStep
 from publisher.confinement import Roots
 from publisher.converter import from_json
@@ -52,6 +54,9 @@ REVERT_SUFFIX = ".revert"
 
 #: Runs per dataset whose record is kept; an older run cannot be reverted.
 RETAINED_RUNS = 20
+
+#: The tags of the steps that revert a run's table commit: a commit holding one is a revert.
+TABLE_REVERT_TAGS = frozenset({"iceberg.revert", "delta.revert"})
 
 _RUN_DIR = re.compile(r"^(.+?)(?:~t(\d{1,20}))?$")
 
@@ -103,6 +108,9 @@ class PublishedRecord:
     other_steps: tuple[str, ...] = ()
     #: The commit was a revert of another run (``commitpub revert``): never reverted itself.
     reverts: bool = False
+    #: The run's table steps (Iceberg, Delta), each as its step record
+    #: (:func:`commitsteps.dumps`, UTF-8): what a revert of the run builds its own from.
+    tables: tuple[str, ...] = ()
 
 
 def namespace(job: str) -> str:
@@ -141,6 +149,7 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
     files: list[PublishedFile] = []
     moves: list[WatermarkMove] = []
     others: set[str] = set()
+    tables: list[str] = []
     replaced = 0
     reverts = False
     for step in steps:
@@ -166,9 +175,20 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
                 )
             )
         else:
-            others.add(tag_of(type(step)))
+            tag = tag_of(type(step))
+            others.add(tag)
+            reverts = reverts or tag in TABLE_REVERT_TAGS
+            if isinstance(step, RevertibleTableStep):
+                tables.append(dumps(step).decode())
     return PublishedRecord(
-        run_id, token, tuple(files), replaced, tuple(moves), tuple(sorted(others)), reverts
+        run_id,
+        token,
+        tuple(files),
+        replaced,
+        tuple(moves),
+        tuple(sorted(others)),
+        reverts,
+        tuple(tables),
     )
 
 
@@ -179,6 +199,7 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
     files: list[dict[str, Any]] = []
     moves: list[dict[str, Any]] = []
     others: set[str] = set()
+    tables: list[str] = []
     replaced = 0
     reverts = False
     for step in steps:
@@ -206,7 +227,11 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
                 }
             )
         else:
-            others.add(tag_of(type(step)))
+            tag = tag_of(type(step))
+            others.add(tag)
+            reverts = reverts or tag in TABLE_REVERT_TAGS
+            if isinstance(step, RevertibleTableStep):
+                tables.append(dumps(step).decode())
     return {
         "run_id": run_id,
         "token": token,
@@ -215,6 +240,7 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
         "watermarks": moves,
         "other_steps": sorted(others),
         "reverts": reverts,
+        "tables": tables,
     }
 
 

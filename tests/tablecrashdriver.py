@@ -4,6 +4,7 @@
         --watermarks URL --run-id R
     python tests/tablecrashdriver.py recover --format ... (same)
     python tests/tablecrashdriver.py restate --format ... (same)
+    python tests/tablecrashdriver.py revert  --format ... (same) --reverted R2
 
 The source is implicit and deterministic: DATASETS x PARTITIONS, each partition RECORDS
 records (offsets 0..RECORDS-1); partition p holds day DAYS[p], and a record's id is
@@ -18,6 +19,10 @@ its files into the table, one table step, one watermark step per partition. Tabl
 :func:`restated_ids` (RECORDS new records in FILE_RECORDS-record files): per dataset the
 renames and one table step that overwrites that partition (Iceberg) or replaces it (Delta);
 no watermark moves.
+
+``revert`` recovers, then takes back what run ``--reverted`` published, as ``commitpub
+revert`` does: per dataset, from the run's published record, the revert step of its table
+commit and its watermark moves set back, in one sealed sequence; then its record is dropped.
 """
 
 from __future__ import annotations
@@ -36,9 +41,12 @@ from commitsteps import (
     IcebergAppendCommitStep,
     IcebergOverwriteCommitStep,
     WatermarkCommitStep,
+    loads,
 )
+from commitsteps.tables import RevertibleTableStep
 from publisher import Publisher, RetryPolicy
 from publisher.converter import to_json
+from publisher.integration import published
 from store import open_watermarks
 from store.connections import Connections, connecting_only
 
@@ -146,14 +154,35 @@ def extract(
     return sequences
 
 
+def revert(pub: Publisher, reverted: str, run_id: str) -> dict[str, list[CommitStep]]:
+    """The revert sequence of each dataset run ``reverted`` published (see the docstring)."""
+    sequences: dict[str, list[CommitStep]] = {}
+    for dataset, records in published.kept(pub.context.store, JOB).items():
+        for record in records:
+            if record.run_id != reverted:
+                continue
+            steps: list[CommitStep] = []
+            for text in record.tables:
+                step = loads(text.encode())
+                assert isinstance(step, RevertibleTableStep), step
+                steps.append(step.reverting(run_id))
+            steps += [
+                WatermarkCommitStep(m.watermarks_url, m.dataset, m.partition, m.value, m.previous)
+                for m in record.watermarks
+            ]
+            sequences[dataset] = steps
+    return sequences
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "recover", "restate"])
+    parser.add_argument("command", choices=["run", "recover", "restate", "revert"])
     parser.add_argument("--format", choices=["iceberg", "delta"], required=True)
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--watermarks", required=True)
     parser.add_argument("--run-id", default="r1")
+    parser.add_argument("--reverted", default="r2", help="the run a revert takes back")
     parser.add_argument(
         "--records", type=int, default=RECORDS, help="the source's end, per partition"
     )
@@ -169,6 +198,18 @@ def main(argv: list[str]) -> int:
         catalogs=catalogs,
     )
     out: dict[str, object] = {"recovery": to_json(pub.recover())}
+    if args.command == "revert":
+        run_dir = pub.create_run_dir(args.run_id)
+        with connecting_only(Connections([args.watermarks], catalogs)):
+            sequences = revert(pub, args.reverted, args.run_id)
+        staging = {d: f"{run_dir}/{d}{published.REVERT_SUFFIX}" for d in sequences}
+        report = pub.publish(sequences, staging_dirs=staging)
+        for dataset in sequences:
+            for record in published.kept(pub.context.store, JOB)[dataset]:
+                if record.run_id == args.reverted:
+                    published.forget(pub.context.store, JOB, dataset, record)
+        out["publish"] = to_json(report)
+        out["run_dir_removed"] = pub.finish_run_dir(run_dir)
     if args.command in ("run", "restate"):
         # Marked first, so that recovery sweeps what a crash leaves in it (no lock: no token
         # in its name).

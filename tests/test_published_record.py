@@ -66,3 +66,37 @@ def test_the_document_written_is_the_records_own_json(tmp_path: Path) -> None:
             ("2026-11-01", "2026-11-02"),
         ]
         assert back.other_steps == ("tests.published-record.marker",)
+
+
+def test_a_table_steps_record_is_kept_and_a_table_revert_is_a_revert(tmp_path: Path) -> None:
+    from commitsteps.delta import DeltaAppendCommitStep, DeltaFile, DeltaRevertCommitStep
+    from commitsteps.iceberg import IcebergAppendCommitStep
+    from commitsteps.tables import TableFile
+
+    out = tmp_path / "output"
+    run = tmp_path / "staging" / "r1~t7" / "orders"
+    table_file = TableFile(str(run / "f"), str(out / "orders" / "data" / "r1-f"), 3)
+    iceberg = IcebergAppendCommitStep(
+        "main", "job", "orders", str(out / "orders"), "job", "r1", (table_file,)
+    )
+    delta = DeltaAppendCommitStep(
+        str(out / "orders"),
+        "job",
+        "orders",
+        "r1",
+        2,
+        (attrs.evolve(table_file, path=str(out / "orders" / "r1-f")),),
+    )
+    steps: list[CommitStep] = [iceberg, delta]
+    doc = document("r1", 7, steps)
+    assert doc == to_json(of_steps("r1", 7, steps))
+    back = from_json(doc, PublishedRecord)
+    assert [commitsteps.loads(t.encode()) for t in back.tables] == steps
+    assert back.reverts is False
+
+    revert = DeltaRevertCommitStep(
+        str(out / "orders"), "job", "orders", "rv", "r1", (DeltaFile("r1-f", 3),)
+    )
+    doc = document("rv", 8, [revert])
+    assert doc == to_json(of_steps("rv", 8, [revert]))
+    assert (doc["reverts"], doc["tables"]) == (True, [])

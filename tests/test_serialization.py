@@ -24,9 +24,18 @@ from commitsteps import (
     WatermarkCommitStep,
     serialization,
 )
-from commitsteps.delta import DeltaAppendCommitStep, DeltaReplaceCommitStep
+from commitsteps.delta import (
+    DeltaAppendCommitStep,
+    DeltaFile,
+    DeltaReplaceCommitStep,
+    DeltaRevertCommitStep,
+)
 from commitsteps.fs import LegacyFsRenameCommitStep
-from commitsteps.iceberg import IcebergAppendCommitStep, IcebergOverwriteCommitStep
+from commitsteps.iceberg import (
+    IcebergAppendCommitStep,
+    IcebergOverwriteCommitStep,
+    IcebergRevertCommitStep,
+)
 from commitsteps.tables import TableFile
 from store import CorruptRecordError, NewerFormatError
 
@@ -197,7 +206,72 @@ delta_replace_steps = delta_steps.flatmap(
         lambda parts: DeltaReplaceCommitStep(**attrs.asdict(step, recurse=False), partitions=parts)
     )
 )
-table_steps = iceberg_steps | delta_steps | iceberg_overwrite_steps | delta_replace_steps
+_day = st.none() | st.dates().map(dt.date.isoformat)
+
+
+def _data_paths(root: str, min_size: int) -> st.SearchStrategy[tuple[str, ...]]:
+    return st.lists(
+        segments.map(lambda name: f"{root}/d=2024-01-01/{name}.parquet"),
+        min_size=min_size,
+        max_size=4,
+        unique=True,
+    ).map(tuple)
+
+
+iceberg_revert_steps = locations.flatmap(
+    lambda location: st.builds(
+        IcebergRevertCommitStep,
+        catalog=st.text(min_size=1),
+        namespace=st.text(min_size=1),
+        table=st.text(min_size=1).filter(lambda t: "." not in t),
+        location=st.just(location),
+        job=st.text(min_size=1),
+        run_id=st.text(min_size=1),
+        reverted=st.text(min_size=1),
+        remove=_data_paths(f"{location}/data", 1),
+        restore=_data_paths(f"{location}/data", 0),
+        partition_by=st.none() | st.text(min_size=1),
+        partitions=st.lists(_day, max_size=3, unique=True).map(tuple),
+    )
+)
+
+
+def _delta_files(min_size: int) -> st.SearchStrategy[tuple[DeltaFile, ...]]:
+    return st.lists(
+        st.builds(
+            DeltaFile,
+            path=segments.map(lambda name: f"d=2024-01-01/{name}.parquet"),
+            size=st.integers(min_value=0, max_value=2**63),
+            partition=_day,
+            records=st.none() | st.integers(min_value=0, max_value=2**63),
+        ),
+        min_size=min_size,
+        max_size=4,
+        unique_by=lambda f: f.path,
+    ).map(tuple)
+
+
+delta_revert_steps = locations.flatmap(
+    lambda table_uri: st.builds(
+        DeltaRevertCommitStep,
+        table_uri=st.just(table_uri),
+        job=st.text(min_size=1),
+        dataset=st.text(min_size=1),
+        run_id=st.text(min_size=1),
+        reverted=st.text(min_size=1),
+        remove=_delta_files(1),
+        restore=_delta_files(0),
+        partition_by=st.none() | st.text(min_size=1),
+    )
+)
+table_steps = (
+    iceberg_steps
+    | delta_steps
+    | iceberg_overwrite_steps
+    | delta_replace_steps
+    | iceberg_revert_steps
+    | delta_revert_steps
+)
 
 any_step = rename_steps | set_aside_steps | watermark_steps | rich_steps | table_steps
 
@@ -218,6 +292,8 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
         commitsteps.tag_of(DeltaAppendCommitStep),
         commitsteps.tag_of(IcebergOverwriteCommitStep),
         commitsteps.tag_of(DeltaReplaceCommitStep),
+        commitsteps.tag_of(IcebergRevertCommitStep),
+        commitsteps.tag_of(DeltaRevertCommitStep),
     }
 
 

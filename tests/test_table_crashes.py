@@ -287,3 +287,103 @@ def test_a_paused_restatement_waking_after_recovery_applies_nothing_twice(
     _out, err = paused.communicate(timeout=300)
     assert paused.returncode == 0, err[-3000:]
     check_restated(fmt, base, backend)
+
+
+#: Crash points inside a revert of run r2 (per dataset: its table's revert step, then the
+#: watermark steps setting r2's moves back).
+REVERT_CELLS = [
+    Cell("revert-inside-commit-after", "table.after_commit@1"),
+    Cell("revert-after-table-commit-before-watermarks", "step.executed@1"),
+    Cell("revert-second-dataset-inside-commit", "table.after_commit@2"),
+]
+
+
+def check_reverted(fmt: str, base: Path, backend: Backend) -> None:
+    """Only what r1 published, once (both readers); watermarks where r1 left them; nothing
+    pending or staged."""
+    half = driver.RECORDS // 2
+    expected = [i for i in driver.expected_ids() if i % 1000 < half]
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+            outside = duckdb_iceberg_ids(table.metadata_location)
+        else:
+            uri = f"{base}/output/{dataset}"
+            ids = [r["id"] for r in delta_rows(uri)]
+            outside = duckdb_delta_ids(uri)
+        assert (ids, outside) == (expected, expected), dataset
+        wm = open_watermarks(backend.watermarks_url, job=driver.JOB)
+        assert [wm.get(dataset, p) for p in driver.PARTITIONS] == [half] * 2
+    assert open_store(backend.store_url).datasets(driver.JOB) == []
+    staging = base / "staging"
+    left = [p for p in staging.rglob("*") if p.is_file() and p != staging / ROOT_MARKER]
+    assert left == []
+
+
+#: (store, cell): every cell on the filesystem store; Redis (whose store paths the Parquet
+#: revert cells cover at every point) at the table commit only, to keep the suite short.
+REVERT_RUNS = [("fs", c) for c in REVERT_CELLS] + [("redis", REVERT_CELLS[0])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+@pytest.mark.parametrize(
+    ("store", "cell"), REVERT_RUNS, ids=[f"{s}-{c.name}" for s, c in REVERT_RUNS]
+)
+def test_crash_inside_a_table_revert_recover_rerun(
+    fmt: str, store: str, cell: Cell, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if store == "redis":
+        url = request.getfixturevalue("redis_url")
+        backend = Backend(url, url)
+    else:
+        backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    base = tmp_path / "job"
+    expect_ok(drive(fmt, "run", base, backend, records=driver.RECORDS // 2))
+    expect_ok(drive(fmt, "run", base, backend, run_id="r2"))
+    crashed = drive(fmt, "revert", base, backend, run_id="v1", crash_at=cell.crash_at)
+    assert crashed.returncode == -signal.SIGKILL, (
+        f"expected a SIGKILL at {cell.crash_at}, got {crashed.returncode}:\n"
+        f"{crashed.stderr[-2000:]}"
+    )
+    expect_ok(drive(fmt, "recover", base, backend))
+    check_reverted(fmt, base, backend)
+    # The next run reads what r2 had published again, once.
+    expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            outside = duckdb_iceberg_ids(table.metadata_location)
+        else:
+            outside = duckdb_delta_ids(f"{base}/output/{dataset}")
+        assert outside == driver.expected_ids(), dataset
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_crash_inside_a_revert_of_a_restatement_puts_the_replaced_rows_back_once(
+    fmt: str, tmp_path: Path
+) -> None:
+    """The revert's table commit also adds back the files the restatement removed."""
+    base = tmp_path / "job"
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    expect_ok(drive(fmt, "run", base, backend))
+    expect_ok(drive(fmt, "restate", base, backend, run_id="s1"))
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    argv = ["revert", "--format", fmt, "--base", str(base), "--store", backend.store_url]
+    argv += ["--watermarks", backend.watermarks_url, "--run-id", "v1", "--reverted", "s1"]
+    crashed = forkrun.run("tablecrashdriver", argv, env={**env, ENV_VAR: "table.after_commit@1"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    expect_ok(drive(fmt, "recover", base, backend))
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+            outside = duckdb_iceberg_ids(table.metadata_location)
+        else:
+            uri = f"{base}/output/{dataset}"
+            ids = [r["id"] for r in delta_rows(uri)]
+            outside = duckdb_delta_ids(uri)
+        assert (ids, outside) == (driver.expected_ids(), driver.expected_ids()), dataset
+    assert open_store(backend.store_url).datasets(driver.JOB) == []

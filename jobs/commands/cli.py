@@ -920,14 +920,16 @@ Examples:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def revert(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
     """Take back what a finished run published, in one sealed commit per dataset: its files
-    removed, its watermarks set back to where they were before it (the next run reads that
-    data again).
+    removed (tables: a new Iceberg snapshot or Delta commit removing them and putting back
+    what its restatement replaced), its watermarks set back to where they were before it
+    (the next run reads that data again).
 
     Refused, with nothing changed (exit 2), for a run or dataset with no record (unknown,
-    older than the last 20 uses of the job lock, reverted already), a table output, a
-    watermark a later run moved further (named: revert that run first), or a published
-    file gone since. Files a restatement replaced were deleted after its commit: they are
-    not put back.
+    older than the last 20 uses of the job lock, reverted already), a watermark a later run
+    moved further or a table partition a later run committed to (named: revert that run
+    first), a published file gone since, or a table commit that maintenance (compaction,
+    vacuum, snapshot expiry) made impossible to take back. Files a Parquet restatement
+    replaced were deleted after its commit: they are not put back.
     """
     from jobs.commands import revert as reverting
 

@@ -7,14 +7,21 @@ sealed, fenced, finished by recovery and rolled back by a discard:
 * each file the run published is set aside into the revert's own staging
   (``FsSetAsideCommitStep``), deleted with that staging once the commit is done; a discard
   puts it back;
+* each table commit of the run is taken back by a new one (``iceberg.revert``: an overwrite
+  snapshot; ``delta.revert``: a transaction) removing the files the run added and adding
+  back those it replaced, built from the run's table step as its record keeps it; commits
+  made since stay, and the run's files are left to the table's own clean-up (older
+  snapshots and versions still read them);
 * each watermark the run moved is set back by compare-and-set from the run's value to the
   one before it (``WatermarkCommitStep``), so the next run reads that data again.
 
-Files a restatement replaced were deleted after its commit: a revert cannot bring them back,
-and says so. Refused, with nothing changed: a run or dataset with no record (an unknown run
-id, one older than the records kept, one published by an older commitpub), a table output
-(not yet for tables), a watermark a later run moved further (naming that run), a published
-file gone or rewritten since.
+Files a Parquet restatement replaced were deleted after its commit: a revert cannot bring
+them back, and says so. Refused, with nothing changed: a run or dataset with no record (an
+unknown run id, one older than the records kept, one published by an older commitpub), a
+watermark a later run moved further (naming that run), a published file gone or rewritten
+since, a table partition a later run's commit touched too (naming that run), a table commit
+that table maintenance made impossible to take back (the run's files compacted, the files it
+replaced expired or vacuumed: the step's refusal names them).
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import re
 
 import attrs
 
-from commitsteps import CommitStep
+from commitsteps import CommitStep, StepConflictError, loads, tag_of
 from commitsteps.fs import REPLACED_DIR, FsSetAsideCommitStep, make_aside_dirs
+from commitsteps.tables import RevertibleTableStep, TableRevertStep, overlaps
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
 from jobs.config import BatchConfig
 from jobs.runs.jobrun import new_run_id
@@ -34,12 +42,13 @@ from publisher import CommitSequence, DatasetReport, Publisher
 from publisher.integration import published as records
 from store import fencing
 from store.base import encode_value
+from store.connections import connecting_only
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.files import FileIO
 
-#: Output formats whose runs can be reverted: files in directories.
-_FILE_FORMATS = ("parquet",)
+#: The run id a plan shows for the revert's own run (a revert draws its own under the lock).
+_PLANNED = "planned-revert"
 
 
 class RevertRefusedError(ConfigurationError):
@@ -51,7 +60,9 @@ class UnknownRunError(RevertRefusedError):
 
 
 class TablesNotRevertibleError(RevertRefusedError):
-    """The run published to a table (Iceberg, Delta): not yet revertible."""
+    """The run's table commit cannot be taken back: its record was written by a commitpub
+    that did not keep table steps, or table maintenance or a later commit made it
+    impossible (the message says which)."""
 
 
 @attrs.frozen
@@ -62,16 +73,22 @@ class DatasetRevert:
     record: records.PublishedRecord
     #: The records of later runs of the dataset, oldest first.
     later: tuple[records.PublishedRecord, ...] = ()
+    #: The steps taking back the run's table commits (one per table).
+    tables: tuple[CommitStep, ...] = ()
 
     def describe(self) -> str:
         """One paragraph for the confirmation."""
-        lines = [f"{self.dataset}: {len(self.record.files)} published files removed"]
+        if self.tables:
+            lines = [f"{self.dataset}:"]
+            lines += [f"  {_describe(step)}" for step in self.tables]
+        else:
+            lines = [f"{self.dataset}: {len(self.record.files)} published files removed"]
         lines += [
             f"  watermark {m.dataset}/{m.partition}: {encode_value(m.value)} -> "
             f"{encode_value(m.previous)}"
             for m in self.record.watermarks
         ]
-        if self.record.replaced:
+        if self.record.replaced and not self.tables:
             lines.append(
                 f"  {self.record.replaced} files or partitions it replaced (a restatement) were "
                 "deleted after its commit and are NOT put back"
@@ -97,11 +114,13 @@ def plan(config: BatchConfig, run_id: str, dataset: str | None = None) -> Revert
 
     Raises:
         UnknownRunError: the job has no record of the run (for the dataset).
-        TablesNotRevertibleError: the job publishes to tables.
-        RevertRefusedError: a watermark moved further by a later run, a published file gone.
+        TablesNotRevertibleError: a table commit that cannot be taken back (maintenance
+            rewrote or deleted what it needs; a record from before table reverts).
+        RevertRefusedError: a watermark moved further by a later run, a table partition a
+            later run committed to, a published file gone.
     """
     with JobSession(config) as job:
-        return _plan(config, job.publisher, run_id, dataset)
+        return _plan(config, job.publisher, run_id, dataset, _PLANNED)
 
 
 def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list[DatasetReport]:
@@ -117,13 +136,13 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
     """
     with JobSession(config) as job:
         pub = job.open(claim_staging=False).publisher
-        reverting = _plan(config, pub, run_id, dataset)
         own = new_run_id()
+        reverting = _plan(config, pub, run_id, dataset, own)
         run_dir = pub.create_run_dir(own)
         reports = []
         for one in reverting.datasets:
             staging_dir = posixpath.join(run_dir, _safe(one.dataset) + records.REVERT_SUFFIX)
-            steps = _steps(one.record, staging_dir)
+            steps = [*one.tables, *_steps(one.record, staging_dir, files=not one.tables)]
             make_aside_dirs([s.dst for s in steps if isinstance(s, FsSetAsideCommitStep)])
             report = pub.publish([CommitSequence(one.dataset, steps, staging_dir)]).datasets[0]
             reports.append(report)
@@ -143,7 +162,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
-def _steps(record: records.PublishedRecord, staging_dir: str) -> list[CommitStep]:
+def _describe(step: CommitStep) -> str:
+    return step.describe() if isinstance(step, TableRevertStep) else repr(step)
+
+
+def _steps(
+    record: records.PublishedRecord, staging_dir: str, *, files: bool = True
+) -> list[CommitStep]:
+    """The set-asides of the run's files (unless its files are a table's: its revert step
+    takes them out of the table) and the watermark moves back."""
     aside = posixpath.join(staging_dir, REPLACED_DIR)
     steps: list[CommitStep] = [
         FsSetAsideCommitStep(
@@ -151,7 +178,7 @@ def _steps(record: records.PublishedRecord, staging_dir: str) -> list[CommitStep
             posixpath.join(aside, re.sub(r"^[a-z0-9+.-]*://", "", f.path).lstrip("/")),
             f.size,
         )
-        for f in record.files
+        for f in (record.files if files else ())
     ]
     steps += [
         WatermarkCommitStep(m.watermarks_url, m.dataset, m.partition, m.value, m.previous)
@@ -161,13 +188,9 @@ def _steps(record: records.PublishedRecord, staging_dir: str) -> list[CommitStep
     return steps
 
 
-def _plan(config: BatchConfig, pub: Publisher, run_id: str, dataset: str | None) -> RevertPlan:
-    if config.output_format not in _FILE_FORMATS:
-        raise TablesNotRevertibleError(
-            f"revert of run {run_id} refused: job {config.name!r} publishes to "
-            f"{config.output_format} tables; reverting a run is not yet for tables (only "
-            "Parquet directories)"
-        )
+def _plan(
+    config: BatchConfig, pub: Publisher, run_id: str, dataset: str | None, own: str
+) -> RevertPlan:
     kept = records.kept(pub.context.store, config.name)
     found = [
         DatasetRevert(name, rec, tuple(r for r in recs if _later(r, rec)))
@@ -178,9 +201,62 @@ def _plan(config: BatchConfig, pub: Publisher, run_id: str, dataset: str | None)
     ]
     if not found:
         raise UnknownRunError(_unknown(config.name, run_id, dataset))
+    checked = []
     for one in found:
         _check(config, run_id, one)
-    return RevertPlan(config.name, run_id, tuple(found))
+        if one.record.tables:
+            with connecting_only(pub.context.connections):
+                tables = _table_reverts(run_id, one, own)
+            checked.append(attrs.evolve(one, tables=tables))
+        else:
+            checked.append(one)
+    return RevertPlan(config.name, run_id, tuple(checked))
+
+
+def _table_steps(record: records.PublishedRecord) -> list[tuple[str, RevertibleTableStep]]:
+    """The run's table steps, with their tags."""
+    out: list[tuple[str, RevertibleTableStep]] = []
+    for text in record.tables:
+        step = loads(text.encode())
+        if not isinstance(step, RevertibleTableStep):
+            raise TablesNotRevertibleError(f"the record of run {record.run_id} holds {step!r:.200}")
+        out.append((tag_of(type(step)), step))
+    return out
+
+
+def _table_reverts(run_id: str, one: DatasetRevert, own: str) -> tuple[CommitStep, ...]:
+    """The revert steps of the run's table commits, checked on the tables as they are now and
+    against the later runs' commits.
+
+    Raises:
+        TablesNotRevertibleError: naming the table and why (its step's refusal), or the later
+            run whose commit touched a partition the revert would change.
+    """
+    reverts = []
+    for _, step in _table_steps(one.record):
+        try:
+            revert = step.reverting(own)
+        except StepConflictError as e:
+            raise TablesNotRevertibleError(
+                f"revert of run {run_id} on {one.dataset} refused: {e}"
+            ) from e
+        touched = revert.touched() if isinstance(revert, TableRevertStep) else None
+        for later in one.later:
+            for _, other in _table_steps(later):
+                if step.same_table(other) and overlaps(touched, other.touched()):
+                    raise RevertRefusedError(
+                        f"revert of run {run_id} on {one.dataset} refused: later run "
+                        f"{later.run_id} committed to the same table partitions "
+                        f"({_parts(touched)}); revert that run first; nothing changed"
+                    )
+        reverts.append(revert)
+    return tuple(reverts)
+
+
+def _parts(touched: frozenset[str | None] | None) -> str:
+    if touched is None:
+        return "the whole table"
+    return ", ".join(sorted("null" if p is None else p for p in touched))
 
 
 def _later(other: records.PublishedRecord, rec: records.PublishedRecord) -> bool:
@@ -204,17 +280,19 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
             f"revert of run {run_id} on {one.dataset} refused: that run was itself a revert, "
             "which is not taken back (its files were deleted); run the job again instead"
         )
-    if record.other_steps:
-        kinds = ", ".join(record.other_steps)
+    tables = {tag for tag, _ in _table_steps(record)}
+    kinds = ", ".join(k for k in record.other_steps if k not in tables)
+    if kinds:
         cls = TablesNotRevertibleError if re.search("iceberg|delta", kinds) else RevertRefusedError
         raise cls(
             f"revert of run {run_id} on {one.dataset} refused: its commit holds steps of kind "
-            f"{kinds}, which a revert cannot take back (not yet for tables); nothing changed"
+            f"{kinds}, which a revert cannot take back (a table commit recorded by a commitpub "
+            "before table reverts, or a step of your own); nothing changed"
         )
     with fencing(None, job=config.name):
         for move in record.watermarks:
             _check_watermark(config, run_id, one, move)
-    for f in record.files:
+    for f in () if record.tables else record.files:
         size = _size(f.path)
         if size != f.size:
             found = "gone" if size is None else f"{size} bytes"
