@@ -37,6 +37,7 @@ _CTX.set_forkserver_preload(
         "opdriver",
         "tablecrashdriver",
         "redis",
+        "store.postgres",  # and psycopg: ~50 ms a PostgreSQL run would import again
         "s3fs",
         "forkwarm",
     ]

@@ -20,7 +20,8 @@ whose lease still looks good to it but whose store a newer token fenced stops wi
 second of steps (the store's fence, all a Spark task has); and a file of the discarded
 commit that lands after the rollback (a late copy, put back by the test where the zombie's
 in-flight copy would land) is found and deleted before the discard reports ``discarded``.
-Staging and output on the local filesystem (store on it, or on Redis) and on S3.
+Staging and output on the local filesystem (store on it, on Redis or on PostgreSQL) and on
+S3.
 """
 
 from __future__ import annotations
@@ -65,14 +66,15 @@ Point = Callable[[int], tuple[int, int]]
     params=[
         "fs",
         pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("s3", marks=pytest.mark.s3),
     ]
 )
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> DriverJob:
     if request.param == "fs":
         return DriverJob.local(tmp_path)
-    if request.param == "redis":
-        return DriverJob.on_redis(tmp_path, request.getfixturevalue("redis_url"))
+    if request.param in ("redis", "postgres"):
+        return DriverJob.on_server(tmp_path, request.getfixturevalue(f"{request.param}_url"))
     # Staging and output on S3 (renames are copies, then a bulk delete); the stores and
     # the lock on the local filesystem.
     bucket = request.getfixturevalue("s3_bucket")

@@ -1,4 +1,5 @@
-"""Held datasets x crash points x {filesystem, Redis}, with real SIGKILLed subprocesses.
+"""Held datasets x crash points x {filesystem, Redis, PostgreSQL}, with real SIGKILLed
+subprocesses.
 
 Each cell drives ``crashdriver.py`` (the job of tests/test_crash_matrix.py) through a
 sequence of commands, each in a process of its own: a run that holds ``orders`` instead of
@@ -154,7 +155,11 @@ def held_state(base: Path, backend: Backend) -> dict[str, Any]:
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("backend", ["fs", "redis"], indirect=True)
+@pytest.mark.parametrize(
+    "backend",
+    ["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
 def test_hold_crash_point(
     cell: Cell,

@@ -1,5 +1,5 @@
 """The crash point "in the middle of an operator's discard or retry", x {filesystem, Redis,
-S3}, with real SIGKILLed subprocesses.
+PostgreSQL, S3}, with real SIGKILLed subprocesses.
 
 Each cell crashes the job of ``crashdriver.py`` half-way through its first dataset's commit
 (a sealed sequence with some steps done), then runs the operator's command (``opdriver.py``)
@@ -51,6 +51,8 @@ DATASET = crashdriver.DATASETS[0]
 FIRST_CRASH = "step.executed@5"
 CHUNK_RECORDS = 8
 _STEPS = crashdriver.STEPS_PER_DATASET
+#: The stores every cell meets: the filesystem, Redis and PostgreSQL.
+SERVER_STORES = ["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @attrs.frozen
@@ -187,7 +189,7 @@ def retry_cell(cell: Cell, tmp_path: Path, factory: BackendFactory, clean: dict[
 
 @pytest.mark.slow
 @pytest.mark.redis
-@pytest.mark.parametrize("backend", ["fs", "redis"], indirect=True)
+@pytest.mark.parametrize("backend", SERVER_STORES, indirect=True)
 @pytest.mark.parametrize("cell", DISCARD_CELLS, ids=lambda c: c.name)
 def test_discard_killed(
     cell: Cell,
@@ -201,7 +203,7 @@ def test_discard_killed(
 
 @pytest.mark.slow
 @pytest.mark.redis
-@pytest.mark.parametrize("backend", ["fs", "redis"], indirect=True)
+@pytest.mark.parametrize("backend", SERVER_STORES, indirect=True)
 @pytest.mark.parametrize("cell", RETRY_CELLS, ids=lambda c: c.name)
 def test_retry_killed(
     cell: Cell,
@@ -215,7 +217,8 @@ def test_retry_killed(
 
 # The filesystem store deletes a sequence's chunks (3 of them here), then its status: killed
 # between the two, a discard leaves its marker without a sequence. (On Redis both go in one
-# DEL.) The next publish of the dataset must drop it, not leave it to apply to a new sequence.
+# DEL, on PostgreSQL in one transaction.) The next publish of the dataset must drop it, not
+# leave it to apply to a new sequence.
 _LAST_CHUNK = f"store.remove.chunk_deleted@{-(-_STEPS // CHUNK_RECORDS)}"
 MARKER_LEFT_CELLS = [
     Cell("discard", f"after-last-chunk-removed-then-{way}", _LAST_CHUNK, way == "discard")

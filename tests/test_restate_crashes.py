@@ -8,7 +8,7 @@ after the last step before the sequence's removal, and after the removal before 
 staging clean-up. Recovery (a fresh process) then ends it, and a rerun of the same
 restatement ends the same: days 1 and 2 hold v2's rows exactly once and none of v1's, day 3
 is untouched, nothing is left in the store or in staging. The filesystem store meets every
-cell, Redis a sample. A discard of a restatement killed half-way puts v1 back.
+cell, Redis and PostgreSQL a sample. A discard of a restatement killed half-way puts v1 back.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ CELLS = {
         "after_remove": "publish.after_remove",
     },
 }
-REDIS_CELLS = {
+#: The sample that the server stores (Redis, PostgreSQL) meet.
+SERVER_CELLS = {
     "per-file": ("all_set_aside", "after_remove"),
     "swap": ("partition_aside", "after_last_step"),
 }
@@ -119,8 +120,8 @@ MODES = {"per-file": ("--per-file",), "swap": ()}
 
 
 def _store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if backend == "redis":
-        url: str = request.getfixturevalue("redis_url")
+    if backend in ("redis", "postgres"):
+        url: str = request.getfixturevalue(f"{backend}_url")
         return url
     return str(tmp_path / "store")
 
@@ -128,7 +129,12 @@ def _store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 @pytest.mark.parametrize(
     ("mode", "backend", "cell"),
     [(m, "fs", c) for m, cells in CELLS.items() for c in cells]
-    + [(m, "redis", c) for m, cells in REDIS_CELLS.items() for c in cells],
+    + [
+        pytest.param(m, b, c, marks=[getattr(pytest.mark, b)])
+        for b in ("redis", "postgres")
+        for m, cells in SERVER_CELLS.items()
+        for c in cells
+    ],
 )
 def test_restatement_killed_then_recovered_and_rerun(
     mode: str, backend: str, cell: str, tmp_path: Path, request: pytest.FixtureRequest

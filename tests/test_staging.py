@@ -249,7 +249,9 @@ def test_claim_run_directories_and_sweep_on_s3(s3_bucket: str) -> None:
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("backend", ["fs", "redis"])
+@pytest.mark.parametrize(
+    "backend", ["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def test_recovery_leaves_what_is_not_its_run_and_reports_it(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
@@ -257,7 +259,9 @@ def test_recovery_leaves_what_is_not_its_run_and_reports_it(
     stores and the reports. Recovery used to delete them all as orphan staging."""
     base = tmp_path / "job"
     store_url = (
-        str(base / "state" / "steps") if backend == "fs" else request.getfixturevalue("redis_url")
+        str(base / "state" / "steps")
+        if backend == "fs"
+        else request.getfixturevalue(f"{backend}_url")
     )
     for path in ("landing/orders/0/0.jsonl", "state/wm/orders/0/v1.json", "reports/r1.json"):
         (base / path).parent.mkdir(parents=True, exist_ok=True)

@@ -249,6 +249,16 @@ class TestRedisWatermark(CommitStepContract):
         return _watermark(step)
 
 
+@pytest.mark.postgres
+class TestPostgresWatermark(CommitStepContract):
+    @pytest.fixture
+    def step(self, postgres_url: str) -> CommitStep:
+        return WatermarkCommitStep(postgres_url, "orders", "2024-01-01", None, 100)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _watermark(step)
+
+
 # -- a user's step -----------------------------------------------------------------------------
 @commitsteps.register("tests.contract-marker")
 @attrs.frozen

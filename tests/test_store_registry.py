@@ -165,6 +165,8 @@ def test_missing_backend_module_names_the_install_hint(isolated_registry: None) 
             "rediss://h/0?ssl_cert_reqs=none&Password=***",
         ),
         ("s3://bucket/p?versionId=3", "s3://bucket/p?versionId=3"),
+        ("postgresql://u:pw@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u@h/db?password=pw", "postgresql://u@h/db?password=***"),
     ],
 )
 def test_redact(url: str, expected: str) -> None:
@@ -173,7 +175,12 @@ def test_redact(url: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     ("url", "expected"),
-    [("redis://:pw@h:port/0", "redis://***"), ("s3://k:pw@[x/p", "s3://***"), ("//[x", "***")],
+    [
+        ("redis://:pw@h:port/0", "redis://***"),
+        ("s3://k:pw@[x/p", "s3://***"),
+        ("postgresql://u:pw@h:x/db", "postgresql://***"),
+        ("//[x", "***"),
+    ],
 )
 def test_redact_unparseable(url: str, expected: str) -> None:
     assert redact(url) == expected
@@ -209,6 +216,9 @@ def test_require_no_credentials() -> None:
         ("redis+sentinel://:pw@h1:x/svc", "names no Sentinels as host[:port]"),
         ("redis+sentinel://:pw@h1:26379/", "the path of a Sentinel URL is the service name"),
         ("redis+sentinel://h1:26379/svc/db", "got '/svc/db'"),
+        ("postgresql//h/db", "looks like a mistyped postgresql:// URL"),
+        ("postgresql:/h/db", "looks like a mistyped postgresql:// URL"),
+        ("postgresql://u:pw@h:port/db", "not a well-formed URL"),
     ],
 )
 def test_url_problem_names_what_is_wrong(url: str, problem: str) -> None:
@@ -235,6 +245,8 @@ def test_url_problem_names_what_is_wrong(url: str, problem: str) -> None:
         "mystore+x://anything/at/all",
         "redis+sentinel://h1:26379/mymaster",
         "redis+sentinel://:pw@h1:26379,h2:26380,[::1]/mymaster/3",
+        "postgresql://u@h:5432/db?sslmode=require",
+        "postgresql:///db",
     ],
 )
 def test_url_problem_passes_well_formed_urls_and_paths(url: str) -> None:

@@ -1,4 +1,5 @@
-"""The table crash points x {filesystem, Redis store} x {Iceberg, Delta}, real SIGKILLs.
+"""The table crash points x {filesystem, Redis, PostgreSQL store} x {Iceberg, Delta}, real
+SIGKILLs.
 
 Each cell runs ``tablecrashdriver.py`` in a subprocess armed to SIGKILL itself at one point,
 checks it died there, recovers and runs the job again (fresh subprocesses each), then reads
@@ -67,12 +68,12 @@ class Backend:
     watermarks_url: str
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "fs":
         yield Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue(f"{request.param}_url")
         yield Backend(url, url)
 
 

@@ -1,5 +1,6 @@
 """Audit before publish in ``jobs.Batch``: checks on the staged data, held datasets, their
-release and discard, on the session's SparkSession and real stores (filesystem, redis).
+release and discard, on the session's SparkSession and real stores (filesystem, Redis,
+PostgreSQL).
 
 A run killed during its checks or between a hold and its report is
 tests/jobs/test_audit_kills.py; the job file's checks through ``commitpub run`` too.
@@ -190,11 +191,13 @@ def test_lineage_carries_each_outputs_check_results_as_data_quality_assertions(
     assert outputs["refunds"]["outputFacets"] == {}
 
 
-@pytest.mark.parametrize("store", ["fs", "redis"])
+@pytest.mark.parametrize(
+    "store", ["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def test_a_failed_error_check_holds_the_dataset_until_release_publishes_it_once(
     spark: SparkSession, tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    store_url = None if store == "fs" else request.getfixturevalue("redis_url")
+    store_url = None if store == "fs" else request.getfixturevalue(f"{store}_url")
     places = _places(tmp_path, store_url)
     with _batch(spark, tmp_path, store_url, run_id="r1") as batch:
         batch.stage(

@@ -1,9 +1,9 @@
 """A job file's ``[[checks]]`` through real ``commitpub run`` processes SIGKILLed during the
 checks and between a hold and the report, then run again and released: every record exactly
 once, nothing lost. The killed runs are ``commitpub`` child processes with their own Spark;
-the others use the session's SparkSession. It runs on the filesystem store and on Redis; the
-kill during the checks, before anything reaches the store, runs on the filesystem store only
-(each killed run starts a JVM of its own).
+the others use the session's SparkSession. It runs on the filesystem store, on Redis and on
+PostgreSQL; the kill during the checks, before anything reaches the store, runs on the
+filesystem store only (each killed run starts a JVM of its own).
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ columns = ["id", "amount"]
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
 def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
     spark: SparkSession, tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
@@ -58,7 +65,7 @@ def test_killed_during_checks_and_after_a_hold_then_released_exactly_once(
     if kind == "fs":
         job = write_job(tmp_path)
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue(f"{kind}_url")
         job = write_job(tmp_path, store={"url": url}, watermarks={"url": url})
     job.write_text(job.read_text() + CHECKS)
     config = load_config(job)

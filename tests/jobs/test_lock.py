@@ -1,8 +1,8 @@
 """One writer per job, with real ``commitpub`` processes: two runs started together, a
 quarantined dataset's exit code 3, and a zombie driver paused past its lease whose writes
-the stores refuse after another run took over (filesystem and Redis backends). The runs
-that only take over or lay down a starting point run in this process, on the session's
-SparkSession (a driver JVM fewer each)."""
+the stores refuse after another run took over (filesystem, Redis and PostgreSQL backends).
+The runs that only take over or lay down a starting point run in this process, on the
+session's SparkSession (a driver JVM fewer each)."""
 
 from __future__ import annotations
 
@@ -130,13 +130,15 @@ def _wait_for(predicate: object, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("backend", ["fs", "redis"])
+@pytest.mark.parametrize(
+    "backend", ["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def test_a_zombie_driver_resumed_after_a_takeover_cannot_commit(
     spark: SparkSession, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     _landing(tmp_path)
-    if backend == "redis":
-        url = request.getfixturevalue("redis_url")
+    if backend != "fs":
+        url = request.getfixturevalue(f"{backend}_url")
         tables = {"store": {"url": url}, "watermarks": {"url": url}}
     else:
         tables = {}

@@ -1,6 +1,6 @@
 """A held dataset through the operator's command line: ``status`` and ``inspect`` show it,
-``release`` publishes it exactly once, ``discard`` drops it, on the filesystem and a real
-redis-server.
+``release`` publishes it exactly once, ``discard`` drops it, on the filesystem, a real
+redis-server and a real PostgreSQL server.
 
 The hold is made with the publisher's own API (``Publisher.hold``, as a run whose check
 failed makes it) over real Parquet files staged in a real run directory of the job; every
@@ -134,12 +134,18 @@ class HeldJob:
 EVERY_ROW = sorted((r for rows in ROWS.values() for r in rows), key=lambda r: r["id"])
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HeldJob]:
     if request.param == "fs":
         yield HeldJob(tmp_path, {})
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue(f"{request.param}_url")
         yield HeldJob(tmp_path, {"store": {"url": url}, "watermarks": {"url": url}})
 
 

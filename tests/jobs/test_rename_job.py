@@ -5,8 +5,8 @@ path, its next run published the whole history again into the output that held i
 output records its job, another name is refused there (exit 2, the rename command named,
 nothing staged), and ``commitpub rename-job`` (a real process, SIGKILLed at each of its
 crash points, then run again) moves watermarks, output ownership and the staging claim, so
-the next run publishes only the new records, exactly once. On a filesystem store and Redis,
-for a job file and a ``jobs.Batch`` job.
+the next run publishes only the new records, exactly once. On a filesystem store, Redis and
+PostgreSQL, for a job file and a ``jobs.Batch`` job.
 """
 
 from __future__ import annotations
@@ -131,11 +131,11 @@ def _ids(output: Path) -> collections.Counter[int]:
     return collections.Counter(r["id"] for r in output_rows(output, "orders"))
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)])
 def places(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     found = batch_places(tmp_path)
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
+    if request.param != "fs":
+        url = request.getfixturevalue(f"{request.param}_url")
         found.update(store=url, watermarks=url, reports=str(tmp_path / "reports"))
     return found
 

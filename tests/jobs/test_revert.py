@@ -34,11 +34,11 @@ JOB = "revert-job"
 STORES: dict[str, str] = {}
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
-    """Each test using it runs on the filesystem store and on a real Redis."""
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
+    """Each test using it runs on the filesystem store, a real Redis and a real PostgreSQL."""
+    if request.param != "fs":
+        url = request.getfixturevalue(f"{request.param}_url")
         STORES.update(store=url, watermarks=url, reports=str(tmp_path / "reports"))
     yield
     STORES.clear()

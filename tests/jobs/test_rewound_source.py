@@ -183,13 +183,20 @@ def _job(tmp_path: Path, committed: int = 10, **tables: dict[str, str]) -> tuple
     return job_file, config
 
 
-@pytest.mark.parametrize("backend", ["fs", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "fs",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
 def test_set_watermark_killed_at_each_point_on_each_store_then_run_again(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     tables = {}
-    if backend == "redis":
-        url = request.getfixturevalue("redis_url")
+    if backend != "fs":
+        url = request.getfixturevalue(f"{backend}_url")
         tables = {"store": {"url": url}, "watermarks": {"url": url}}
     job_file, config = _job(tmp_path, **tables)
     found = "orders/0 high watermark 6 is below the committed 10"
