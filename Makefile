@@ -3,15 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Two workers (pytest-xdist): the suite waits on subprocesses, servers and JVMs a good part
-# of its time, which the other worker fills. Slow tests are collected first (tests/conftest.py)
+# Three workers (pytest-xdist) on two cores: the suite waits on subprocesses, servers and
+# JVMs a good part of its time (measured: 2,288 CPU-seconds of work, the servers and JVMs it
+# starts included, in a 1,585 s pass on two workers: 28% of both cores idle), which a third
+# worker fills. Slow tests are collected first (tests/conftest.py)
 # and handed out one at a time to whichever worker is free (--dist loadgroup, in collection
 # order: --no-loadscope-reorder), so the minutes-long ones are shared between the workers
 # instead of queued on one; but the tests of a module that starts a cluster, a Spark Connect
 # server or an Airflow home go to one worker together, which starts it once
 # (tests/conftest.py: ONE_WORKER).
 # `make test PYTEST_ARGS=` runs it in one process.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_ARGS ?= -n 3 --dist loadgroup --no-loadscope-reorder
 
 .PHONY: demo test lint typecheck pytest pytest-spark35 spark35-env airflow-env redis-server postgresql npm bench clean constraints dist
 
