@@ -322,21 +322,29 @@ def check_reverted(fmt: str, base: Path, backend: Backend) -> None:
     assert left == []
 
 
-#: (store, cell): every cell on the filesystem store; Redis (whose store paths the Parquet
-#: revert cells cover at every point) at the table commit only, to keep the suite short.
-REVERT_RUNS = [("fs", c) for c in REVERT_CELLS] + [("redis", REVERT_CELLS[0])]
+#: (store, cell): every cell on the filesystem store; Redis and PostgreSQL (whose store paths
+#: the Parquet revert cells cover at every point) at the table commit only, to keep the suite
+#: short.
+REVERT_RUNS = [
+    *(pytest.param("fs", c, id=f"fs-{c.name}") for c in REVERT_CELLS),
+    pytest.param("redis", REVERT_CELLS[0], id=f"redis-{REVERT_CELLS[0].name}"),
+    pytest.param(
+        "postgres",
+        REVERT_CELLS[0],
+        id=f"postgres-{REVERT_CELLS[0].name}",
+        marks=pytest.mark.postgres,
+    ),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
-@pytest.mark.parametrize(
-    ("store", "cell"), REVERT_RUNS, ids=[f"{s}-{c.name}" for s, c in REVERT_RUNS]
-)
+@pytest.mark.parametrize(("store", "cell"), REVERT_RUNS)
 def test_crash_inside_a_table_revert_recover_rerun(
     fmt: str, store: str, cell: Cell, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    if store == "redis":
-        url = request.getfixturevalue("redis_url")
+    if store != "fs":
+        url = request.getfixturevalue(f"{store}_url")
         backend = Backend(url, url)
     else:
         backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
