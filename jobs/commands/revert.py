@@ -24,7 +24,7 @@ import re
 
 import attrs
 
-from commitsteps import CommitStep
+from commitsteps import CommitStep, file_sizes
 from commitsteps.fs import REPLACED_DIR, FsSetAsideCommitStep, make_aside_dirs
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
 from jobs.config import BatchConfig
@@ -36,7 +36,6 @@ from store import fencing
 from store.base import encode_value
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.files import FileIO
 
 #: Output formats whose runs can be reverted: files in directories.
 _FILE_FORMATS = ("parquet",)
@@ -214,8 +213,8 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
     with fencing(None, job=config.name):
         for move in record.watermarks:
             _check_watermark(config, run_id, one, move)
-    for f in record.files:
-        size = _size(f.path)
+    sizes = file_sizes([f.path for f in record.files])
+    for f, size in zip(record.files, sizes, strict=True):
         if size != f.size:
             found = "gone" if size is None else f"{size} bytes"
             raise RevertRefusedError(
@@ -223,11 +222,6 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
                 f"{found}, expected {f.size} bytes (a later restatement replaced it, or "
                 "something else changed it); nothing changed"
             )
-
-
-def _size(path: str) -> int | None:
-    io = FileIO(path)
-    return io.size(io.root)
 
 
 def _check_watermark(
