@@ -46,7 +46,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import crashdriver
@@ -76,6 +76,8 @@ from zombies import driver_env, stopped
 EVERYSEC_WINDOW_S = 2.5
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 PARK_TIMEOUT_S = 120.0
+#: A driver (forked) or a ``commitpub`` process, stopped at a crash point.
+Parked = TypeVar("Parked", forkrun.Started, "subprocess.Popen[str]")
 
 
 @pytest.fixture
@@ -174,17 +176,22 @@ def park(
     argv = ["--base", str(setup.base), "--store", backend.store_url]
     argv += ["--watermarks", backend.watermarks_url, "--chunk-records", str(chunk_records)]
     proc = forkrun.start("crashdriver", [command, *argv, *extra], env=env)
+    return wait_parked(proc, point, marks)
+
+
+def wait_parked(proc: Parked, point: str, marks: Path) -> Parked:
+    """Return once ``proc``, armed with ``point:stop``, is stopped there (SIGSTOP)."""
     name = point.split("@", maxsplit=1)[0]
     deadline = time.monotonic() + PARK_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             _out, err = proc.communicate()
-            pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
+            pytest.fail(f"{proc.args} ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
         if (marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid):
             return proc
         time.sleep(0.02)
     proc.kill()
-    pytest.fail(f"the driver did not reach {point} within {PARK_TIMEOUT_S}s")
+    pytest.fail(f"{proc.args} did not reach {point} within {PARK_TIMEOUT_S}s")
 
 
 def cut_and_restart(
@@ -425,15 +432,7 @@ def _park_restatement(setup: Setup, mode: str, point: str, marks: Path) -> forkr
     argv = ["publish", "--base", str(setup.base), "--store", setup.backend.store_url]
     argv += [*test_restate_crashes.RESTATE, *test_restate_crashes.MODES[mode]]
     proc = forkrun.start("restatedriver", argv, env=driver_env(f"{point}:stop", marks))
-    name = point.split("@", maxsplit=1)[0]
-    deadline = time.monotonic() + PARK_TIMEOUT_S
-    while not ((marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid)):
-        if proc.poll() is not None:
-            _out, err = proc.communicate()
-            pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
-        assert time.monotonic() < deadline, f"the driver did not reach {point}"
-        time.sleep(0.02)
-    return proc
+    return wait_parked(proc, point, marks)
 
 
 @pytest.mark.slow
@@ -471,36 +470,22 @@ REVERTED = crashdriver.DATASETS[0]
 BEFORE_REVERTED = crashdriver.RECORDS // 2
 
 
-def _commitpub(setup: Setup, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """The ``commitpub`` console script on the crash driver's job: a real process, started."""
+def _park_revert(setup: Setup, point: str, marks: Path) -> subprocess.Popen[str]:
+    """``commitpub revert r2 orders`` (the console script: a real process) on the crash
+    driver's job, stopped (SIGSTOP) at ``point``."""
+    marks.mkdir(exist_ok=True)
     backend = setup.backend
-    places = ["--job", crashdriver.JOB, "--store", backend.store_url]
-    places += ["--watermarks", backend.watermarks_url, "--staging", f"{setup.base}/staging"]
-    places += ["--output", f"{setup.base}/output", "--reports", f"{setup.base.parent}/reports"]
-    command, *rest = args
-    return subprocess.Popen(
-        [COMMITPUB, command, *places, *rest],
-        env=env,
+    argv = [COMMITPUB, "revert", "--job", crashdriver.JOB, "--store", backend.store_url]
+    argv += ["--watermarks", backend.watermarks_url, "--staging", f"{setup.base}/staging"]
+    argv += ["--output", f"{setup.base}/output", "--reports", f"{setup.base.parent}/reports"]
+    proc = subprocess.Popen(
+        [*argv, "r2", REVERTED, "--yes"],
+        env=driver_env(f"{point}:stop", marks),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def _park_revert(setup: Setup, point: str, marks: Path) -> subprocess.Popen[str]:
-    """``commitpub revert r2 orders`` stopped (SIGSTOP) at ``point``."""
-    marks.mkdir(exist_ok=True)
-    env = driver_env(f"{point}:stop", marks)
-    proc = _commitpub(setup, "revert", "r2", REVERTED, "--yes", env=env)
-    name = point.split("@", maxsplit=1)[0]
-    deadline = time.monotonic() + PARK_TIMEOUT_S
-    while not ((marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid)):
-        if proc.poll() is not None:
-            _out, err = proc.communicate()
-            pytest.fail(f"the revert ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
-        assert time.monotonic() < deadline, f"the revert did not reach {point}"
-        time.sleep(0.02)
-    return proc
+    return wait_parked(proc, point, marks)
 
 
 @pytest.mark.slow
@@ -597,14 +582,6 @@ def test_power_cut_inside_a_table_restatement(  # noqa: PLR0917 -- pytest passes
         marks=marks,
         wait=False,
     )
-    name = point.split("@", maxsplit=1)[0]
-    deadline = time.monotonic() + PARK_TIMEOUT_S
-    while not ((marks / f"{name}.{parked.pid}").exists() and stopped(parked.pid)):
-        if parked.poll() is not None:
-            _out, err = parked.communicate()
-            pytest.fail(f"the driver ended ({parked.returncode}) before {point}:\n{err[-3000:]}")
-        assert time.monotonic() < deadline, f"the restatement did not reach {point}"
-        time.sleep(0.02)
-    cut_and_restart(ext4, setup, parked)
+    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
     table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
     table_crashes.check_restated(fmt, setup.base, backend)
