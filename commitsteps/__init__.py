@@ -32,6 +32,7 @@ from commitsteps.fs import (
     FsRenameCommitStep,
     FsSetAsideCommitStep,
     SwapFile,
+    file_sizes,
 )
 from commitsteps.modules import load_failure, load_step_modules, unimportable
 from commitsteps.serialization import dumps, loads
@@ -93,6 +94,7 @@ __all__ = [
     "class_for",
     "commit_budget",
     "dumps",
+    "file_sizes",
     "load_failure",
     "load_step_modules",
     "loads",

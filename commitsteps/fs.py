@@ -226,8 +226,8 @@ def _listing(fs: Any, directory: str) -> dict[str, _File]:
     }
 
 
-def _found(steps: Sequence[CommitStep]) -> list[tuple[_Rename, _File | None, _File | None]]:
-    """(step, source, destination) of each rename, listing each directory once."""
+def _finder() -> Callable[[str], _File | None]:
+    """A lookup of the regular file at a URL that lists each directory once."""
     listings: dict[tuple[int, str], dict[str, _File]] = {}
 
     def find(url: str) -> _File | None:
@@ -238,6 +238,22 @@ def _found(steps: Sequence[CommitStep]) -> list[tuple[_Rename, _File | None, _Fi
             listings[key] = _listing(fs, directory)
         return listings[key].get(name)
 
+    return find
+
+
+def file_sizes(urls: Sequence[str]) -> list[int | None]:
+    """The size in bytes of the regular file at each URL, None where there is none.
+
+    Each directory is listed once, as the renames' own checks do (``verify_many``): one
+    request per directory on an object store, not one per file.
+    """
+    find = _finder()
+    return [None if (f := find(url)) is None else f.size for url in urls]
+
+
+def _found(steps: Sequence[CommitStep]) -> list[tuple[_Rename, _File | None, _File | None]]:
+    """(step, source, destination) of each rename, listing each directory once."""
+    find = _finder()
     out = []
     for step in steps:
         assert isinstance(step, _Rename)

@@ -40,7 +40,7 @@ from commitsteps.fs import (
 from commitsteps.tables import RevertibleTableStep
 from commitsteps.watermark import WatermarkCommitStep
 from publisher.confinement import Roots
-from publisher.converter import from_json
+from publisher.converter import from_json, to_json
 from publisher.errors import CorruptStatusError
 from store import CommitStepStore
 from store.base import JsonScalar, encode_value
@@ -287,3 +287,67 @@ def kept(store: CommitStepStore, job: str) -> dict[str, list[PublishedRecord]]:
 def forget(store: CommitStepStore, job: str, dataset: str, rec: PublishedRecord) -> None:
     """Remove the record ``rec`` of ``dataset`` (once its run was reverted)."""
     store.remove(namespace(job), _key(dataset, _slot(rec.run_id, rec.token)))
+
+
+def carry(store: CommitStepStore, old: str, new: str, token: int | None) -> int:
+    """Carry the records of job ``old`` over to job ``new`` (``commitpub rename-job``), so a
+    run published under the old name can be reverted under the new one; then remove the old
+    name's. Idempotent: run again after a crash, it finishes where it stopped.
+
+    Lock tokens count per job name, so the records are given the tokens they sort by under
+    the new name: each moved down by one offset that puts the newest right below ``token``
+    (the rename's own token) and below the new name's own records, so they sort before, and
+    are overwritten in their order by, the new name's next runs. A record of the new name's
+    own at the same slot is kept (the carried one is dropped, logged). Records of runs
+    without a lock (no token) keep theirs.
+
+    Returns:
+        The records written under the new name by this call.
+
+    Raises:
+        CorruptStatusError: if one is unreadable.
+    """
+    moving = kept(store, old)
+    if not moving:
+        return 0
+    there = kept(store, new)
+    copies = {(dataset, r.run_id): r.token for dataset, recs in there.items() for r in recs}
+    tokens = [r.token for recs in moving.values() for r in recs if r.token is not None]
+    # An earlier call that was cut off fixed the offset: find it from a copy it wrote.
+    offset = next(
+        (
+            r.token - copy
+            for dataset, recs in sorted(moving.items())
+            for r in recs
+            if r.token is not None and (copy := copies.get((dataset, r.run_id))) is not None
+        ),
+        None,
+    )
+    if offset is None and tokens:
+        carried = {(dataset, r.run_id) for dataset, recs in moving.items() for r in recs}
+        own = [t for key, t in copies.items() if t is not None and key not in carried]
+        offset = max(tokens) - (min([token or 1, *own]) - 1)
+    written = 0
+    for dataset, recs in sorted(moving.items()):
+        taken = {_slot(r.run_id, r.token) for r in there.get(dataset, [])}
+        for rec in recs:
+            if (dataset, rec.run_id) in copies:
+                continue
+            moved = rec if rec.token is None else attrs.evolve(rec, token=rec.token - (offset or 0))
+            slot = _slot(moved.run_id, moved.token)
+            if slot in taken:
+                log.warning(
+                    "the record of run %s of %s is not carried over to job %s: a record of "
+                    "that job's own holds its slot",
+                    rec.run_id,
+                    dataset,
+                    new,
+                )
+                continue
+            store.set_status(namespace(new), _key(dataset, slot), to_json(moved))
+            taken.add(slot)
+            written += 1
+    for dataset, recs in sorted(moving.items()):
+        for rec in recs:
+            forget(store, old, dataset, rec)
+    return written

@@ -1152,3 +1152,31 @@ def test_steps_round_trip_through_a_store(
         assert [s.verify() for s in loaded] == [True, True, True]
     assert (tmp_path / "out" / "_SUCCESS").read_text() == "ünïcødé ✓"
     assert (tmp_path / "out" / "f").read_bytes() == DATA
+
+
+@pytest.mark.s3
+def test_file_sizes_list_each_directory_once(
+    s3_bucket: str, s3_requests: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    """``commitsteps.file_sizes`` (what ``commitpub revert`` checks published files with):
+    one listing per directory on S3, not a request per file; None where no file is (a
+    directory is none); local paths too."""
+    root = f"s3://{s3_bucket}/sizes"
+    fs = fsspec.filesystem("s3")
+    urls = []
+    for i in range(12):
+        url = f"{root}/d{i % 3}/f{i}"
+        fs.pipe_file(url, b"x" * (i + 1))
+        urls.append(url)
+    fs.pipe_file(f"{root}/d0/sub/inner", DATA)
+    local = tmp_path / "here.bin"
+    local.write_bytes(DATA)
+    asked = [*urls, f"{root}/d1/missing", f"{root}/d0/sub", str(local), str(tmp_path / "no")]
+    s3_requests.clear()
+    assert commitsteps.file_sizes(asked) == [i + 1 for i in range(12)] + [
+        None,
+        None,
+        len(DATA),
+        None,
+    ]
+    assert Counter(op for op, _ in s3_requests) == {"ListObjectsV2": 3}

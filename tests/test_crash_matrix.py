@@ -32,7 +32,7 @@ import forkrun
 import fsspec
 import pytest
 
-from publisher.staging import ROOT_MARKER
+from publisher.staging import ROOT_MARKER, TOKEN_FILE
 from store import open_store, open_watermarks
 from store.failpoints import ENV_VAR
 
@@ -271,7 +271,8 @@ def expect_killed(proc: subprocess.CompletedProcess[str], point: str) -> None:
 
 def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, bytes]], list[str]]:
     """(path under output/, bytes) of every published file; every path left in staging but
-    the job's mark of its staging root."""
+    the job's marks of its staging root (its claim, and the highest fencing token a locked
+    command of the job used there)."""
     if backend.data_url is None:
         output, staging = base / "output", base / "staging"
         published = [
@@ -280,13 +281,15 @@ def _published_and_left(base: Path, backend: Backend) -> tuple[list[tuple[str, b
             if p.is_file()
         ]
         left = sorted(str(p) for p in staging.rglob("*")) if staging.exists() else []
-        return published, [p for p in left if p != str(staging / ROOT_MARKER)]
+        marks = {str(staging / ROOT_MARKER), str(staging / TOKEN_FILE)}
+        return published, [p for p in left if p not in marks]
     fs, root = fsspec.core.url_to_fs(backend.data_url)
     fs.invalidate_cache()  # other processes wrote it all
     output = f"{root}/output/"
     published = [(p.removeprefix(output), fs.cat_file(p)) for p in sorted(fs.find(output))]
     left = sorted(fs.find(f"{root}/staging"))
-    return published, [p for p in left if p != f"{root}/staging/{ROOT_MARKER}"]
+    marks = {f"{root}/staging/{ROOT_MARKER}", f"{root}/staging/{TOKEN_FILE}"}
+    return published, [p for p in left if p not in marks]
 
 
 def snapshot(base: Path, backend: Backend, job: str = JOB) -> dict[str, Any]:

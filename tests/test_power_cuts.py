@@ -16,6 +16,10 @@ The held-dataset cells cut a run right after it held a dataset (as a failed chec
 a release right after its seal and right after it removed the hold (publisher/holds.py). The
 restatement cells cut a commit that replaces partitions (tests/restatedriver.py) after its
 seal, between its set-asides and its new files, after its last step and after its removal.
+The revert cells cut ``commitpub revert`` (the real console script) of a finished run after
+its seal, between its set-asides and after its last step; the table restatement cells cut an
+Iceberg overwrite or a Delta replace (tests/tablecrashdriver.py) right after its table commit
+returned and after it, the tables and the Iceberg catalog on the cut filesystem.
 
 The filesystem is mounted with ``commit=60`` so that nothing reaches the disk on the
 kernel's own schedule while a cell runs (ext4 commits its journal every 5 s by default):
@@ -36,17 +40,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import crashdriver
 import forkrun
 import pytest
 import test_restate_crashes
+import test_table_crashes as table_crashes
 from ext4_helpers import Ext4, ext4_filesystem
 from postgres_helpers import PostgresProcess
 from redis_helpers import RedisProcess
@@ -67,7 +74,10 @@ from zombies import driver_env, stopped
 
 #: How long an ``appendfsync everysec`` cell waits before its cut (see the module docstring).
 EVERYSEC_WINDOW_S = 2.5
+COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 PARK_TIMEOUT_S = 120.0
+#: A driver (forked) or a ``commitpub`` process, stopped at a crash point.
+Parked = TypeVar("Parked", forkrun.Started, "subprocess.Popen[str]")
 
 
 @pytest.fixture
@@ -166,20 +176,27 @@ def park(
     argv = ["--base", str(setup.base), "--store", backend.store_url]
     argv += ["--watermarks", backend.watermarks_url, "--chunk-records", str(chunk_records)]
     proc = forkrun.start("crashdriver", [command, *argv, *extra], env=env)
+    return wait_parked(proc, point, marks)
+
+
+def wait_parked(proc: Parked, point: str, marks: Path) -> Parked:
+    """Return once ``proc``, armed with ``point:stop``, is stopped there (SIGSTOP)."""
     name = point.split("@", maxsplit=1)[0]
     deadline = time.monotonic() + PARK_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             _out, err = proc.communicate()
-            pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
+            pytest.fail(f"{proc.args} ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
         if (marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid):
             return proc
         time.sleep(0.02)
     proc.kill()
-    pytest.fail(f"the driver did not reach {point} within {PARK_TIMEOUT_S}s")
+    pytest.fail(f"{proc.args} did not reach {point} within {PARK_TIMEOUT_S}s")
 
 
-def cut_and_restart(ext4: Ext4, setup: Setup, parked: forkrun.Started | None) -> None:
+def cut_and_restart(
+    ext4: Ext4, setup: Setup, parked: forkrun.Started | subprocess.Popen[str] | None
+) -> None:
     """Cut the filesystem under the stopped driver, as a power cut of the machine would."""
     if setup.kind == "redis-everysec":
         time.sleep(EVERYSEC_WINDOW_S)
@@ -415,15 +432,7 @@ def _park_restatement(setup: Setup, mode: str, point: str, marks: Path) -> forkr
     argv = ["publish", "--base", str(setup.base), "--store", setup.backend.store_url]
     argv += [*test_restate_crashes.RESTATE, *test_restate_crashes.MODES[mode]]
     proc = forkrun.start("restatedriver", argv, env=driver_env(f"{point}:stop", marks))
-    name = point.split("@", maxsplit=1)[0]
-    deadline = time.monotonic() + PARK_TIMEOUT_S
-    while not ((marks / f"{name}.{proc.pid}").exists() and stopped(proc.pid)):
-        if proc.poll() is not None:
-            _out, err = proc.communicate()
-            pytest.fail(f"the driver ended ({proc.returncode}) before {point}:\n{err[-3000:]}")
-        assert time.monotonic() < deadline, f"the driver did not reach {point}"
-        time.sleep(0.02)
-    return proc
+    return wait_parked(proc, point, marks)
 
 
 @pytest.mark.slow
@@ -450,3 +459,129 @@ def test_power_cut_inside_a_restatement(  # noqa: PLR0917 -- pytest passes fixtu
     assert test_restate_crashes.published(setup.base) == test_restate_crashes.RESTATED
     assert test_restate_crashes.leftovers(setup.base) == []
     assert test_restate_crashes.pending(store) == []
+
+
+#: Cuts inside ``commitpub revert`` of a run (Parquet; jobs/commands/revert.py) on the
+#: dataset ``orders``: right after its seal, between its set-asides (the first file moved
+#: into the revert's staging, the rest not), after its last step (the watermarks set back).
+REVERT_POINTS = ["publish.after_seal", "step.executed@3", "publish.after_last_step"]
+REVERTED = crashdriver.DATASETS[0]
+#: What the run before the reverted one read: the revert sets the watermarks back to it.
+BEFORE_REVERTED = crashdriver.RECORDS // 2
+
+
+def _park_revert(setup: Setup, point: str, marks: Path) -> subprocess.Popen[str]:
+    """``commitpub revert r2 orders`` (the console script: a real process) on the crash
+    driver's job, stopped (SIGSTOP) at ``point``."""
+    marks.mkdir(exist_ok=True)
+    backend = setup.backend
+    argv = [COMMITPUB, "revert", "--job", crashdriver.JOB, "--store", backend.store_url]
+    argv += ["--watermarks", backend.watermarks_url, "--staging", f"{setup.base}/staging"]
+    argv += ["--output", f"{setup.base}/output", "--reports", f"{setup.base.parent}/reports"]
+    proc = subprocess.Popen(
+        [*argv, "r2", REVERTED, "--yes"],
+        env=driver_env(f"{point}:stop", marks),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return wait_parked(proc, point, marks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "point"),
+    [("fs", p) for p in REVERT_POINTS[:2]]
+    + [pytest.param("redis-always", REVERT_POINTS[2], marks=pytest.mark.redis)],
+)
+def test_power_cut_inside_a_revert(  # noqa: PLR0917 -- pytest passes fixtures by position
+    kind: str,
+    point: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
+    clean_runs: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A cut inside a sealed revert: recovery ends it, the dataset's output and
+    watermarks exactly as the run before the reverted one left them (the other datasets
+    untouched), staging empty; the next run reads the reverted interval again, once."""
+    clean = _clean(clean_runs, tmp_path_factory)
+    setup = _setup(kind, ext4, redis_servers)
+    half = ["--records", str(BEFORE_REVERTED)]
+    expect_ok(drive("run", setup.base, setup.backend, extra=half))
+    before = snapshot(setup.base, setup.backend)
+    expect_ok(drive("run", setup.base, setup.backend, run_id="r2"))
+    after = snapshot(setup.base, setup.backend)
+
+    cut_and_restart(ext4, setup, _park_revert(setup, point, tmp_path / "marks"))
+    # Under the job lock, as ``commitpub recover`` does: the revert's run directory (named
+    # by its token) is an orphan then, swept.
+    lock = ["--lock", setup.backend.store_url]
+    expect_ok(drive("recover", setup.base, setup.backend, extra=lock))
+
+    now = snapshot(setup.base, setup.backend)
+    ours = f"{crashdriver.safe(REVERTED)}/"
+    assert {k: v for k, v in now["files"].items() if k.startswith(ours)} == {
+        k: v for k, v in before["files"].items() if k.startswith(ours)
+    }
+    assert {k: v for k, v in now["files"].items() if not k.startswith(ours)} == {
+        k: v for k, v in after["files"].items() if not k.startswith(ours)
+    }
+    assert now["watermarks"] == {
+        (d, p): BEFORE_REVERTED if d == REVERTED else crashdriver.RECORDS
+        for d, p in after["watermarks"]
+    }
+    assert (now["pending"], now["staging"], now["duplicates"]) == ([], [], [])
+    expect_exactly_once(setup, clean, run_id="r3")
+
+
+#: Cuts inside a restatement of a table partition (tests/test_table_crashes.py, its driver
+#: tests/tablecrashdriver.py): right after the Iceberg overwrite or Delta replace commit
+#: returned (the step not recorded done), and after it (before the sequence's removal).
+TABLE_RESTATE_CELLS = [
+    ("fs", "iceberg", table_crashes.RESTATE_CELLS[1].crash_at),
+    ("fs", "delta", table_crashes.RESTATE_CELLS[1].crash_at),
+    ("redis-always", "iceberg", table_crashes.RESTATE_CELLS[2].crash_at),
+    ("redis-always", "delta", table_crashes.RESTATE_CELLS[2].crash_at),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "fmt", "point"),
+    [
+        pytest.param(*c, marks=[pytest.mark.redis] if c[0] != "fs" else [])
+        for c in TABLE_RESTATE_CELLS
+    ],
+)
+def test_power_cut_inside_a_table_restatement(  # noqa: PLR0917 -- pytest passes fixtures by position
+    kind: str,
+    fmt: str,
+    point: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
+) -> None:
+    """The tables (and the Iceberg catalog) on the cut filesystem: recovery applies the
+    restatement's table commit exactly once: the partition holds the new rows once and none
+    of the old, the other partition untouched (the table's own reader and DuckDB), the
+    watermarks unmoved, nothing pending or staged."""
+    setup = _setup(kind, ext4, redis_servers)
+    backend = table_crashes.Backend(setup.backend.store_url, setup.backend.watermarks_url)
+    table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    parked = table_crashes.drive(
+        fmt,
+        "restate",
+        setup.base,
+        backend,
+        run_id="s1",
+        crash_at=f"{point}:stop",
+        marks=marks,
+        wait=False,
+    )
+    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
+    table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
+    table_crashes.check_restated(fmt, setup.base, backend)

@@ -16,7 +16,18 @@ from commitsteps.fs import (
 )
 from commitsteps.watermark import WatermarkCommitStep
 from publisher.converter import from_json, to_json
-from publisher.published import REVERT_SUFFIX, PublishedRecord, document, of_steps
+from publisher.published import (
+    REVERT_SUFFIX,
+    PublishedFile,
+    PublishedRecord,
+    _slot,
+    carry,
+    document,
+    kept,
+    namespace,
+    of_steps,
+)
+from store import open_store
 
 
 @commitsteps.register("tests.published-record.marker")
@@ -100,3 +111,34 @@ def test_a_table_steps_record_is_kept_and_a_table_revert_is_a_revert(tmp_path: P
     doc = document("rv", 8, [revert])
     assert doc == to_json(of_steps("rv", 8, [revert]))
     assert (doc["reverts"], doc["tables"]) == (True, [])
+
+
+def test_carrying_records_to_a_new_job_name_is_idempotent_and_keeps_their_order(
+    tmp_path: Path,
+) -> None:
+    """``commitpub rename-job`` carries the records over, moved below the rename's token and
+    the new name's own records, in their order; cut off before it removed the old name's and
+    run again (under another token), it writes nothing twice and moves nothing further."""
+    with open_store(str(tmp_path / "steps")) as store:
+        for run_id, token in (("r1", 41), ("r2", 42), ("r3", None)):
+            store.set_status(
+                namespace("old"),
+                f"orders@{_slot(run_id, token)}",
+                to_json(PublishedRecord(run_id, token, (PublishedFile("/o/a", 1),))),
+            )
+        # A record of the new name's own (a run before a rename back): it stays the newest.
+        store.set_status(
+            namespace("new"), f"orders@{_slot('n1', 3)}", to_json(PublishedRecord("n1", 3))
+        )
+        before = store.statuses(namespace("old"))
+
+        assert carry(store, "old", "new", 5) == 3
+        expected = [("r1", 1), ("r2", 2), ("n1", 3), ("r3", None)]
+        assert [(r.run_id, r.token) for r in kept(store, "new")["orders"]] == expected
+        assert kept(store, "old") == {}
+
+        for key, doc in before.items():  # cut off before the old name's were removed
+            store.set_status(namespace("old"), key, doc)
+        assert carry(store, "old", "new", 7) == 0
+        assert [(r.run_id, r.token) for r in kept(store, "new")["orders"]] == expected
+        assert kept(store, "old") == {}

@@ -1181,7 +1181,8 @@ def rename_job(job_file: str | None, old_name: str, as_json: bool, **where: str 
     click.echo(
         f"job {done.old!r} renamed to {done.new!r}: {copied} watermark(s) moved, "
         f"{len(done.outputs)} output(s) now record {done.new!r}, staging claim moved for "
-        f"{len(done.staging)} path(s), {len(done.swept)} orphaned run director(ies) swept"
+        f"{len(done.staging)} path(s), {len(done.swept)} orphaned run director(ies) swept, "
+        f"{done.records} record(s) of what its runs published carried over"
     )
     if done.left_failures:
         click.echo(

@@ -9,6 +9,8 @@ new one (the name in the configuration given):
   fencing token, then cleared (set to null) under the old name's;
 * **output ownership**: each output that records the old name (or none, where the old name
   has watermarks of the dataset: written by an earlier version) records the new one;
+* **what its runs published** (:mod:`publisher.published`): the records ``commitpub revert``
+  reads, so a run published under the old name can be reverted under the new one;
 * **the staging claim**: the old name's orphaned run directories are swept, then the
   staging path's mark names the new job;
 * **the lock**: both names' locks are held for the whole command (a live run of either
@@ -24,8 +26,9 @@ quarantined nor held are not carried over. The new name must have no pending com
 **Crash-safety.** In order: (1) every output is marked as moving (``moving_from``): from
 then on runs of *both* names are refused there, so nothing is published while the state is
 in two places, even after a crash released the locks; (2) watermarks are copied; (3) the
-old name's are cleared; (4) staging is swept and its claim moved; (5) the outputs' marks
-become plain ownership records of the new name. Every step is idempotent: a run killed
+old name's are cleared, and the records of what its runs published carried over; (4)
+staging is swept and its claim moved; (5) the outputs' marks become plain ownership records
+of the new name. Every step is idempotent: a run killed
 anywhere is finished by running the command again. A partition whose value under the new
 name differs from the old name's is refused before anything changes, unless its output is
 marked as moving from the old name (only this command can have written it then).
@@ -44,7 +47,7 @@ from jobs.output import OutputFormat, OutputOwner, format_of
 from jobs.output.ownership import RENAME_COMMAND
 from jobs.runs.session import JobSession
 from publisher import Publisher
-from publisher.integration import staging
+from publisher.integration import published, staging
 from store import JsonScalar, WatermarkStore
 from store.base import encode_value
 from store.errors import ConfigurationError
@@ -74,6 +77,9 @@ class Renamed:
     swept: tuple[str, ...]
     #: Datasets with failure counts under the old name, not carried over.
     left_failures: tuple[str, ...]
+    #: Records of what the old name's runs published (for ``commitpub revert``) carried
+    #: over to the new name by this run.
+    records: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, value_serializer=lambda _i, _a, v: v)
@@ -282,6 +288,8 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
         # 2. Watermarks copied under the new name's token, then 3. cleared under the old's.
         copied = _move_watermarks(was, now, marks)
         failpoint("rename.old_cleared")
+        # What the old name's runs published, so they can still be reverted.
+        carried = published.carry(old_pub.context.store, old, new, new_pub.context.token)
         # 4. The old name's orphaned run directories, then the staging path's mark.
         swept = old_pub.recover().orphans_deleted
         claims = old_pub.move_staging_claim(new)
@@ -299,4 +307,5 @@ def rename_job(config: OperatorConfig, old: str) -> Renamed:
             staging=tuple(claims),
             swept=tuple(swept),
             left_failures=tuple(failures),
+            records=carried,
         )

@@ -31,7 +31,7 @@ import re
 
 import attrs
 
-from commitsteps import CommitStep, StepConflictError, loads, tag_of
+from commitsteps import CommitStep, StepConflictError, file_sizes, loads, tag_of
 from commitsteps.fs import REPLACED_DIR, FsSetAsideCommitStep, make_aside_dirs
 from commitsteps.tables import RevertibleTableStep, TableRevertStep, overlaps
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
@@ -45,7 +45,6 @@ from store.base import encode_value
 from store.connections import connecting_only
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
-from store.files import FileIO
 
 #: The run id a plan shows for the revert's own run (a revert draws its own under the lock).
 _PLANNED = "planned-revert"
@@ -292,8 +291,9 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
     with fencing(None, job=config.name):
         for move in record.watermarks:
             _check_watermark(config, run_id, one, move)
-    for f in () if record.tables else record.files:
-        size = _size(f.path)
+    files = () if record.tables else record.files
+    sizes = file_sizes([f.path for f in files])
+    for f, size in zip(files, sizes, strict=True):
         if size != f.size:
             found = "gone" if size is None else f"{size} bytes"
             raise RevertRefusedError(
@@ -301,11 +301,6 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
                 f"{found}, expected {f.size} bytes (a later restatement replaced it, or "
                 "something else changed it); nothing changed"
             )
-
-
-def _size(path: str) -> int | None:
-    io = FileIO(path)
-    return io.size(io.root)
 
 
 def _check_watermark(

@@ -282,3 +282,51 @@ def test_a_table_knows_its_owner_and_moves_with_rename_job(
         _stage(batch, spark, batch.committed("orders", "all"), 15)
     assert batch.report.exit_code == 0, batch.report.error
     assert _table_ids(fmt, places) == collections.Counter(range(15))
+
+
+# -- what the old name's runs published, carried over: they can be reverted ----------------
+
+
+@pytest.mark.parametrize("kind", ["fs", pytest.param("redis", marks=pytest.mark.redis)])
+def test_a_run_published_before_a_rename_is_reverted_after_it(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The crash-matrix job (tests/crashdriver.py, no Spark) publishes two runs under the old
+    name, under its lock; ``commitpub rename-job`` carries the records of what they published
+    over, so ``commitpub revert`` under the new name refuses the older (the newer moved its
+    watermarks further, named) and reverts the newer: its files gone, the new name's
+    watermarks set back."""
+    import crashdriver
+    import test_crash_matrix as matrix
+
+    if kind == "fs":
+        backend = matrix.Backend("fs", str(tmp_path / "steps"), str(tmp_path / "wm"))
+    else:
+        url = request.getfixturevalue("redis_url")
+        backend = matrix.Backend("redis", url, url)
+    base = tmp_path / "job"
+    lock = ["--job", OLD, "--lock", backend.store_url]
+    half = crashdriver.RECORDS // 2
+    matrix.expect_ok(matrix.drive("run", base, backend, extra=[*lock, "--records", str(half)]))
+    before = sorted(p.name for p in (base / "output").rglob("*.dat"))
+    matrix.expect_ok(matrix.drive("run", base, backend, run_id="r2", extra=lock))
+    where = ["--store", backend.store_url, "--watermarks", backend.watermarks_url]
+    where += ["--staging", str(base / "staging"), "--output", str(base / "output")]
+    where += ["--reports", str(tmp_path / "reports")]
+
+    moved = commitpub("rename-job", "--job", NEW, *where, "--from", OLD)
+    assert moved.returncode == 0, moved.stderr
+    records = len(crashdriver.DATASETS) * 2
+    assert f"{records} record(s) of what its runs published carried over" in moved.stdout
+
+    refused = commitpub("revert", "--job", NEW, *where, "r1", "--yes")
+    assert refused.returncode == ExitCode.CONFIG, refused.stderr
+    assert "later run r2 moved it further" in refused.stderr
+    reverted = commitpub("revert", "--job", NEW, *where, "r2", "--yes")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "orders: reverted run r2" in reverted.stdout
+    assert sorted(p.name for p in (base / "output").rglob("*.dat")) == before
+    for dataset in crashdriver.DATASETS:
+        assert _marks(backend.watermarks_url, NEW, dataset) == dict.fromkeys(
+            crashdriver.PARTITIONS, half
+        )
