@@ -28,7 +28,9 @@ from commitsteps.errors import (
     UnknownStepTypeError,
 )
 from commitsteps.fs import (
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
+    FsPutBackCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
     SwapFile,
@@ -75,7 +77,9 @@ __all__ = [
     "DEFAULT_COMMIT_BUDGET_S",
     "CommitStep",
     "DuplicateStepTypeError",
+    "FsKeepAsideCommitStep",
     "FsPartitionSwapCommitStep",
+    "FsPutBackCommitStep",
     "FsRenameCommitStep",
     "FsSetAsideCommitStep",
     "MissingSourceError",

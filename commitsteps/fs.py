@@ -759,6 +759,60 @@ class FsSetAsideCommitStep(_Rename):
 #: The directory of a dataset's staging where a restatement sets aside what it replaces.
 REPLACED_DIR = ".replaced"
 
+#: The directory beside a job's datasets, in its output root, where a restatement that
+#: keeps what it replaces (``Batch.stage(..., keep_replaced=True)``) moves it:
+#: ``<output>/.commitpub-replaced/<run id>/<dataset>/<partition>/<file>``. Outside every
+#: dataset directory, so no reader of a dataset lists it; hidden (a leading dot), so a
+#: reader of the whole output root skips it too.
+KEPT_DIR = ".commitpub-replaced"
+
+
+@register("fs.keep-aside")
+@attrs.frozen
+class FsKeepAsideCommitStep(FsSetAsideCommitStep):
+    """Move a published file a restatement replaces into the job's kept area (both paths in
+    an output root): :class:`FsSetAsideCommitStep`, but the file aside is kept after the
+    commit, where ``commitpub revert`` of the run finds it and puts it back
+    (:class:`FsPutBackCommitStep`). Nothing of the run's staging deletes it.
+
+    Args:
+        src: the published file.
+        dst: where it is kept, under ``<output>/`` :data:`KEPT_DIR`.
+        size: the published file's size in bytes, recorded at write-ahead.
+    """
+
+    def staged_paths(self) -> tuple[str, ...]:
+        return ()  # nothing of it is staging's: a staging clean-up never deletes it
+
+    def published_paths(self) -> tuple[str, ...]:
+        return (self.src, self.dst)
+
+
+@register("fs.put-back")
+@attrs.frozen
+class FsPutBackCommitStep(FsKeepAsideCommitStep):
+    """Move a kept file (:class:`FsKeepAsideCommitStep`) back to where it was published: a
+    revert of the restatement that kept it. A rollback (a discard of the revert) moves it
+    to the kept area again.
+
+    Args:
+        src: the kept file, under ``<output>/`` :data:`KEPT_DIR`.
+        dst: where it was published.
+        size: its size in bytes, as the restatement recorded it.
+    """
+
+    def _check_source(self, src: _File | None, dst: _File | None) -> None:
+        if src is None:
+            found = "missing" if dst is None else f"{dst.size} bytes"
+            raise MissingSourceError(
+                f"cannot put back {self.src}: it is gone and {self.dst} is {found} "
+                f"(expected {self.size} bytes); something else deleted it"
+            )
+        if src.size != self.size:
+            raise StepConflictError(
+                f"kept file {self.src}: expected {self.size} bytes, found {src.size}"
+            )
+
 
 def make_aside_dirs(paths: Sequence[str]) -> None:
     """Make the local directories the files or directories at ``paths`` are set aside into
@@ -770,8 +824,12 @@ def make_aside_dirs(paths: Sequence[str]) -> None:
 
 def remove_aside_dirs(path: str) -> None:
     """Remove the empty directories above the local ``path`` (set aside, now put back), up
-    to and including the nearest one named :data:`REPLACED_DIR`; a directory that is not
-    empty stops it."""
+    to and including the nearest one named :data:`REPLACED_DIR` or :data:`KEPT_DIR`; a
+    directory that is not empty stops it, and so does a path under neither (nothing of the
+    output above a file put back is removed)."""
+    ends = (REPLACED_DIR, KEPT_DIR)
+    if not any(part in ends for part in path.split("/")[:-1]):
+        return
     directory = os.path.dirname(path)
     while directory and directory != "/":
         try:
@@ -780,7 +838,7 @@ def remove_aside_dirs(path: str) -> None:
             pass
         except OSError:
             return  # not empty: something else is still aside there
-        if os.path.basename(directory) == REPLACED_DIR:
+        if os.path.basename(directory) in ends:
             return
         directory = os.path.dirname(directory)
 

@@ -4,9 +4,10 @@ A sequence is removed once its commit is done, so what it published would be for
 Right before the removal (:func:`publisher.execution.finish`, on a first publish and on a
 recovery alike, so a crash between the last step and the removal loses nothing) the
 publisher records, from the steps already in memory, a :class:`PublishedRecord`: the files
-published with their sizes, the count of files a restatement replaced, the watermark moves
-(previous -> value), the tags of steps of other kinds, and the record of each table step
-(what a revert of a table commit is built from).
+published with their sizes, the count of files a restatement replaced (and where it kept
+them, if it did: ``keep_replaced``), the watermark moves (previous -> value), the tags of
+steps of other kinds, and the record of each table step (what a revert of a table commit is
+built from).
 
 Records live in the commit store beside the job's sequences, as status objects of the store
 name ``<job>~published``, one per dataset and slot (``<dataset>@<slot>``): a run's slot is
@@ -33,7 +34,9 @@ import attrs
 
 from commitsteps import CommitStep, dumps, tag_of
 from commitsteps.fs import (
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
+    FsPutBackCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
 )
@@ -70,6 +73,16 @@ class PublishedFile:
 
 
 @attrs.frozen
+class KeptFile:
+    """One published file a restatement replaced and kept (``keep_replaced``): where it was
+    published, where it is kept (``<output>/.commitpub-replaced/...``) and its size."""
+
+    path: str
+    kept: str
+    size: int
+
+
+@attrs.frozen
 class WatermarkMove:
     """One watermark a run moved, from ``previous`` to ``value`` (each as the canonical JSON
     text :func:`store.base.encode_value` gives: a record holds no untyped values)."""
@@ -101,7 +114,8 @@ class PublishedRecord:
     #: The fencing token of the run (None without a lock): later runs have higher ones.
     token: int | None = None
     files: tuple[PublishedFile, ...] = ()
-    #: Published files a restatement replaced; they were deleted after its commit.
+    #: Published files (or partitions swapped whole) a restatement replaced; deleted after
+    #: its commit, but those of :attr:`kept`.
     replaced: int = 0
     watermarks: tuple[WatermarkMove, ...] = ()
     #: The tags of steps that are neither files nor watermarks (tables, user steps).
@@ -111,6 +125,8 @@ class PublishedRecord:
     #: The run's table steps (Iceberg, Delta), each as its step record
     #: (:func:`commitsteps.dumps`, UTF-8): what a revert of the run builds its own from.
     tables: tuple[str, ...] = ()
+    #: The replaced files the restatement kept (``keep_replaced``): what a revert puts back.
+    kept: tuple[KeptFile, ...] = ()
 
 
 def namespace(job: str) -> str:
@@ -150,10 +166,16 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
     moves: list[WatermarkMove] = []
     others: set[str] = set()
     tables: list[str] = []
+    kept: list[KeptFile] = []
     replaced = 0
     reverts = False
     for step in steps:
-        if isinstance(step, FsSetAsideCommitStep):
+        if isinstance(step, FsPutBackCommitStep):
+            pass  # a revert's: the file is published again, never the revert's own
+        elif isinstance(step, FsKeepAsideCommitStep):
+            kept.append(KeptFile(step.src, step.dst, step.size))
+            replaced += 1
+        elif isinstance(step, FsSetAsideCommitStep):
             replaced += 1
             reverts = reverts or f"{REVERT_SUFFIX}/" in step.dst
         elif isinstance(step, FsRenameCommitStep):
@@ -189,6 +211,7 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
         tuple(sorted(others)),
         reverts,
         tuple(tables),
+        tuple(kept),
     )
 
 
@@ -200,11 +223,17 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
     moves: list[dict[str, Any]] = []
     others: set[str] = set()
     tables: list[str] = []
+    kept: list[dict[str, Any]] = []
     replaced = 0
     reverts = False
     for step in steps:
         if type(step) is FsRenameCommitStep:  # the many; its subclasses take the long way
             files.append({"path": step.dst, "size": step.size})
+        elif isinstance(step, FsPutBackCommitStep):
+            pass
+        elif isinstance(step, FsKeepAsideCommitStep):
+            kept.append({"path": step.src, "kept": step.dst, "size": step.size})
+            replaced += 1
         elif isinstance(step, FsSetAsideCommitStep):
             replaced += 1
             reverts = reverts or f"{REVERT_SUFFIX}/" in step.dst
@@ -241,6 +270,7 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
         "other_steps": sorted(others),
         "reverts": reverts,
         "tables": tables,
+        "kept": kept,
     }
 
 

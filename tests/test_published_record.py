@@ -9,7 +9,9 @@ import attrs
 import commitsteps
 from commitsteps import CommitStep
 from commitsteps.fs import (
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
+    FsPutBackCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
     SwapFile,
@@ -18,6 +20,7 @@ from commitsteps.watermark import WatermarkCommitStep
 from publisher.converter import from_json, to_json
 from publisher.published import (
     REVERT_SUFFIX,
+    KeptFile,
     PublishedFile,
     PublishedRecord,
     _slot,
@@ -77,6 +80,28 @@ def test_the_document_written_is_the_records_own_json(tmp_path: Path) -> None:
             ("2026-11-01", "2026-11-02"),
         ]
         assert back.other_steps == ("tests.published-record.marker",)
+
+
+def test_files_kept_aside_are_recorded_and_a_put_back_is_not(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    kept = out / ".commitpub-replaced" / "r1" / "orders" / "day=1" / "old"
+    run = tmp_path / "staging" / "r1~t7" / "orders"
+    steps: list[CommitStep] = [
+        FsKeepAsideCommitStep(str(out / "orders" / "day=1" / "old"), str(kept), 4),
+        FsRenameCommitStep(str(run / "f"), str(out / "orders" / "day=1" / "r1-f"), 3),
+    ]
+    doc = document("r1", 7, steps)
+    assert doc == to_json(of_steps("r1", 7, steps))
+    back = from_json(doc, PublishedRecord)
+    assert back.kept == (KeptFile(str(out / "orders" / "day=1" / "old"), str(kept), 4),)
+    assert back.replaced == 1
+    # A record written before ``kept`` existed reads as keeping nothing.
+    assert from_json({k: v for k, v in doc.items() if k != "kept"}, PublishedRecord).kept == ()
+
+    putting_back = [FsPutBackCommitStep(str(kept), str(out / "orders" / "day=1" / "old"), 4)]
+    doc = document("rv", 8, putting_back)
+    assert doc == to_json(of_steps("rv", 8, putting_back))
+    assert (doc["kept"], doc["replaced"], doc["files"], doc["other_steps"]) == ([], 0, [], [])
 
 
 def test_a_table_steps_record_is_kept_and_a_table_revert_is_a_revert(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 import commitsteps
 from commitsteps import (
     CommitStep,
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
+    FsPutBackCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
     StepValueError,
@@ -97,6 +99,18 @@ rename_steps = st.builds(
 )
 set_aside_steps = st.builds(
     FsSetAsideCommitStep,
+    src=paths_and_urls,
+    dst=paths_and_urls,
+    size=st.integers(min_value=0, max_value=2**63),
+)
+keep_aside_steps = st.builds(
+    FsKeepAsideCommitStep,
+    src=paths_and_urls,
+    dst=paths_and_urls,
+    size=st.integers(min_value=0, max_value=2**63),
+)
+put_back_steps = st.builds(
+    FsPutBackCommitStep,
     src=paths_and_urls,
     dst=paths_and_urls,
     size=st.integers(min_value=0, max_value=2**63),
@@ -273,7 +287,15 @@ table_steps = (
     | delta_revert_steps
 )
 
-any_step = rename_steps | set_aside_steps | watermark_steps | rich_steps | table_steps
+any_step = (
+    rename_steps
+    | set_aside_steps
+    | keep_aside_steps
+    | put_back_steps
+    | watermark_steps
+    | rich_steps
+    | table_steps
+)
 
 
 def test_every_built_in_step_has_a_round_trip_strategy() -> None:
@@ -286,6 +308,8 @@ def test_every_built_in_step_has_a_round_trip_strategy() -> None:
     assert built_in == {
         commitsteps.tag_of(FsRenameCommitStep),
         commitsteps.tag_of(FsSetAsideCommitStep),
+        commitsteps.tag_of(FsKeepAsideCommitStep),
+        commitsteps.tag_of(FsPutBackCommitStep),
         commitsteps.tag_of(FsPartitionSwapCommitStep),
         commitsteps.tag_of(WatermarkCommitStep),
         commitsteps.tag_of(IcebergAppendCommitStep),

@@ -18,7 +18,9 @@ from table_helpers import delta_rows, iceberg_rows, iceberg_table, sql_catalog, 
 import commitsteps
 from commitsteps import (
     CommitStep,
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
+    FsPutBackCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
     SwapFile,
@@ -112,6 +114,58 @@ class TestLocalSetAside(CommitStepContract):
         with pytest.raises(FileNotFoundError):
             step.execute()
         assert _set_aside(step) == (None, True)
+
+
+def _kept_aside(root: Path) -> FsKeepAsideCommitStep:
+    """A restatement's keep-aside: from the dataset into the output's kept area."""
+    src = root / "out" / "orders" / "day=1" / "part-0"
+    dst = root / "out" / ".commitpub-replaced" / "r2" / "orders" / "day=1" / "part-0"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(DATA)
+    make_aside_dirs([str(dst)])
+    return FsKeepAsideCommitStep(str(src), str(dst), len(DATA))
+
+
+class TestLocalKeepAside(CommitStepContract):
+    """Rolled back (a discard), the kept file is published again and the kept area's
+    directories made for it are gone, none above it."""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        return _kept_aside(tmp_path)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
+
+    def test_rollback_puts_it_back_and_removes_the_kept_area(
+        self, step: CommitStep, tmp_path: Path
+    ) -> None:
+        step.execute()
+        assert _set_aside(step) == (DATA, False)
+        step.rollback()
+        assert _set_aside(step) == (None, True)
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["orders"]
+
+
+class TestLocalPutBack(CommitStepContract):
+    """A revert's put-back of a kept file; rolled back, it is kept again and nothing of the
+    output above the published path is removed."""
+
+    @pytest.fixture
+    def step(self, tmp_path: Path) -> CommitStep:
+        kept = _kept_aside(tmp_path)
+        kept.execute()
+        return FsPutBackCommitStep(kept.dst, kept.src, kept.size)
+
+    def effect(self, step: CommitStep) -> Any:
+        return _set_aside(step)
+
+    def test_rollback_keeps_it_again_and_leaves_the_partition(self, step: CommitStep) -> None:
+        assert isinstance(step, FsPutBackCommitStep)
+        step.execute()
+        step.rollback()
+        assert _set_aside(step) == (None, True)
+        assert Path(step.dst).parent.is_dir()  # the emptied partition, not climbed out of
 
 
 def _staged_swap(root: Path) -> FsPartitionSwapCommitStep:

@@ -15,12 +15,18 @@ sealed, fenced, finished by recovery and rolled back by a discard:
 * each watermark the run moved is set back by compare-and-set from the run's value to the
   one before it (``WatermarkCommitStep``), so the next run reads that data again.
 
-Files a Parquet restatement replaced were deleted after its commit: a revert cannot bring
-them back, and says so. Refused, with nothing changed: a run or dataset with no record (an
-unknown run id, one older than the records kept, one published by an older commitpub), a
-watermark a later run moved further (naming that run), a published file gone or rewritten
-since, a table partition a later run's commit touched too (naming that run), a table commit
-that table maintenance made impossible to take back (the run's files compacted, the files it
+* each file a Parquet restatement kept (``Batch.stage(..., keep_replaced=True)``) is put
+  back from ``<output>/.commitpub-replaced/`` to where it was published
+  (``FsPutBackCommitStep``), after the run's own files are out; a discard moves it back to
+  the kept area. The kept area's directories left empty are removed after the commit.
+
+Files a Parquet restatement replaced without keeping them were deleted after its commit: a
+revert cannot bring them back, and says so. Refused, with nothing changed: a run or dataset
+with no record (an unknown run id, one older than the records kept, one published by an
+older commitpub), a watermark a later run moved further (naming that run), a published file
+gone or rewritten since, a kept file gone or changed (or its published path taken again), a
+table partition a later run's commit touched too (naming that run), a table commit that
+table maintenance made impossible to take back (the run's files compacted, the files it
 replaced expired or vacuumed: the step's refusal names them).
 """
 
@@ -32,7 +38,13 @@ import re
 import attrs
 
 from commitsteps import CommitStep, StepConflictError, file_sizes, loads, tag_of
-from commitsteps.fs import REPLACED_DIR, FsSetAsideCommitStep, make_aside_dirs
+from commitsteps.fs import (
+    REPLACED_DIR,
+    FsPutBackCommitStep,
+    FsSetAsideCommitStep,
+    make_aside_dirs,
+    remove_aside_dirs,
+)
 from commitsteps.tables import RevertibleTableStep, TableRevertStep, overlaps
 from commitsteps.watermark import WatermarkCommitStep, watermark_store
 from jobs.config import BatchConfig
@@ -45,6 +57,10 @@ from store.base import encode_value
 from store.connections import connecting_only
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
+from store.urls import is_local, local_path
+
+#: The kept files a confirmation names one by one; the rest are counted.
+_SHOWN = 20
 
 #: The run id a plan shows for the revert's own run (a revert draws its own under the lock).
 _PLANNED = "planned-revert"
@@ -87,9 +103,16 @@ class DatasetRevert:
             f"{encode_value(m.previous)}"
             for m in self.record.watermarks
         ]
-        if self.record.replaced and not self.tables:
+        kept = self.record.kept
+        if kept:
+            lines.append(f"  {len(kept)} files it replaced (a restatement, kept) put back:")
+            lines += [f"    {k.path}" for k in kept[:_SHOWN]]
+            if len(kept) > _SHOWN:
+                lines.append(f"    ... and {len(kept) - _SHOWN} more")
+        lost = self.record.replaced - len(kept)
+        if lost and not self.tables:
             lines.append(
-                f"  {self.record.replaced} files or partitions it replaced (a restatement) were "
+                f"  {lost} files or partitions it replaced (a restatement) were "
                 "deleted after its commit and are NOT put back"
             )
         return "\n".join(lines)
@@ -153,6 +176,9 @@ def revert(config: BatchConfig, run_id: str, dataset: str | None = None) -> list
                 # forward again without the files, skipping that data.
                 mine = records.PublishedRecord(own, pub.context.token)
                 records.forget(store, config.name, one.dataset, mine)
+                for k in one.record.kept:
+                    if is_local(k.kept):
+                        remove_aside_dirs(local_path(k.kept))
         pub.finish_run_dir(run_dir)
         return reports
 
@@ -179,6 +205,8 @@ def _steps(
         )
         for f in (record.files if files else ())
     ]
+    # After the run's own files are out (a batch of another class, run after theirs).
+    steps += [FsPutBackCommitStep(k.kept, k.path, k.size) for k in record.kept]
     steps += [
         WatermarkCommitStep(m.watermarks_url, m.dataset, m.partition, m.value, m.previous)
         for m in record.watermarks
@@ -300,6 +328,23 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
                 f"revert of run {run_id} on {one.dataset} refused: published file {f.path} is "
                 f"{found}, expected {f.size} bytes (a later restatement replaced it, or "
                 "something else changed it); nothing changed"
+            )
+    kept = record.kept
+    sizes = file_sizes([k.kept for k in kept])
+    for k, size in zip(kept, sizes, strict=True):
+        if size != k.size:
+            found = "gone" if size is None else f"{size} bytes"
+            raise RevertRefusedError(
+                f"revert of run {run_id} on {one.dataset} refused: the file it replaced and "
+                f"kept, {k.kept}, is {found}, expected {k.size} bytes (deleted or changed "
+                "since), so the replaced data cannot be put back; nothing changed"
+            )
+    taken = file_sizes([k.path for k in kept])
+    for k, size in zip(kept, taken, strict=True):
+        if size is not None:
+            raise RevertRefusedError(
+                f"revert of run {run_id} on {one.dataset} refused: {k.path}, where a file it "
+                "replaced and kept goes back, holds a file again; nothing changed"
             )
 
 

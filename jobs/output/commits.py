@@ -13,6 +13,7 @@ import attrs
 
 from commitsteps import (
     CommitStep,
+    FsKeepAsideCommitStep,
     FsPartitionSwapCommitStep,
     FsRenameCommitStep,
     FsSetAsideCommitStep,
@@ -80,6 +81,12 @@ class StagedDataset:
     replace: tuple[str, ...] = ()
     #: False: replace every partition file by file, never by swapping its directory.
     swap_partitions: bool = True
+    #: Where a restatement keeps what it replaces (``stage(..., keep_replaced=True)``):
+    #: ``<output>/.commitpub-replaced/<run id>/<dataset>``, each replaced file moved under
+    #: it by the commit (:class:`~commitsteps.FsKeepAsideCommitStep`, file by file, never a
+    #: directory swap) and left there, for ``commitpub revert`` to put back. None: the
+    #: replaced files go into the run's staging and are deleted with it.
+    kept_dir: str | None = None
 
     def __call__(self) -> list[CommitStep]:
         files = [] if self.empty else self._files()
@@ -108,7 +115,7 @@ class StagedDataset:
         set_asides = self.set_asides(steps, skip={d.rstrip("/") for d in swapped})
         make_aside_dirs(
             [
-                *(s.staged_paths()[0] for s in set_asides),
+                *(s.dst for s in set_asides if isinstance(s, FsSetAsideCommitStep)),
                 *(s.aside_dir for s in swap_steps),
             ]
         )
@@ -119,7 +126,7 @@ class StagedDataset:
         whole (:class:`FsPartitionSwapCommitStep`): those holding new files, when staging
         and output are on one local filesystem (a directory rename is atomic there);
         the others are replaced file by file."""
-        if not (self.swap_partitions and self.replace):
+        if not (self.swap_partitions and self.replace) or self.kept_dir is not None:
             return set()
         if not (is_local(self.staging_dir) and is_local(self.output_dir)):
             return set()
@@ -149,8 +156,8 @@ class StagedDataset:
     ) -> list[CommitStep]:
         """A set-aside step for every data file the replaced partitions hold now (but those
         of ``skip``, swapped whole), listed here (where the publish task runs, just before
-        the write-ahead): moved into ``<staging_dir>/.replaced/<partition>/`` by the commit,
-        before the new files.
+        the write-ahead): moved into ``<staging_dir>/.replaced/<partition>/`` (or
+        ``<kept_dir>/<partition>/``) by the commit, before the new files.
 
         Raises:
             StepConflictError: if a file to replace has the name of one of ``renames``'
@@ -160,7 +167,8 @@ class StagedDataset:
         if not self.replace:
             return []
         new = {r.published_paths()[0] for r in renames if isinstance(r, FsRenameCommitStep)}
-        aside = posixpath.join(self.staging_dir, REPLACED_DIR)
+        aside = self.kept_dir or posixpath.join(self.staging_dir, REPLACED_DIR)
+        step = FsSetAsideCommitStep if self.kept_dir is None else FsKeepAsideCommitStep
         steps: list[CommitStep] = []
         for partition in self.replace:
             if partition in skip:
@@ -174,7 +182,7 @@ class StagedDataset:
                         "name in a partition it replaces; restate with a new run id"
                     )
                 dst = posixpath.join(aside, partition, directory, name)
-                steps.append(FsSetAsideCommitStep(src, dst, size))
+                steps.append(step(src, dst, size))
         return steps
 
     def relative_paths(self) -> list[str]:

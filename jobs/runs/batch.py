@@ -42,6 +42,7 @@ import attrs
 
 import commitsteps
 from commitsteps import CommitStep
+from commitsteps.fs import KEPT_DIR
 from jobs.config import BatchConfig, batch_config
 from jobs.errors import (
     BatchArgumentError,
@@ -101,6 +102,8 @@ class _Dataset:
     #: The output partitions (directories relative to the dataset's) whose files the
     #: staged data replaces: a restatement (``stage(replace=...)``); empty: none.
     replace: tuple[str, ...] = ()
+    #: The restatement keeps the files it replaces (``stage(keep_replaced=True)``).
+    keep_replaced: bool = False
 
 
 @attrs.frozen
@@ -295,6 +298,7 @@ class Batch:
         source: str | None = None,
         checks: Sequence[Check] = (),
         replace: bool | Sequence[Mapping[str, Any]] | None = None,
+        keep_replaced: bool = False,
     ) -> StagedInfo:
         """Write ``df`` into this run's staging as the new data of ``dataset``.
 
@@ -332,6 +336,14 @@ class Batch:
                 before the first new one. Watermarks move only as ``watermarks`` says.
                 An Iceberg or Delta table replaces the partitions (dates) in one table
                 commit instead. In ``report.staged[dataset].replaces``.
+            keep_replaced: with ``replace``, keep the files it replaces so that
+                ``commitpub revert`` of this run puts them back: the commit moves them
+                into ``<output>/.commitpub-replaced/<run id>/<dataset>/`` (file by file,
+                never a directory swap; a discard puts them back) and leaves them there
+                until a revert of the run puts them back or an operator deletes them.
+                Without it a revert of a restatement cannot bring the replaced data
+                back. An Iceberg or Delta table keeps replaced data in its history
+                anyway: ignored there.
 
         Returns:
             What was staged (files, rows, bytes), also in ``report.staged``.
@@ -342,8 +354,9 @@ class Batch:
                 dot in an Iceberg job, a watermark that is
                 not a JSON scalar, a ``partition_by`` column ``df`` does not have, a
                 ``replace`` that names no partition, a column not in ``partition_by``,
-                misses one of them or has a value of another type, or a ``replace`` in a
-                format that cannot replace partitions.
+                misses one of them or has a value of another type, a ``replace`` in a
+                format that cannot replace partitions, or ``keep_replaced`` without
+                ``replace`` or not a bool.
             CheckDeclarationError: naming the check, before anything is written: a check
                 ``df`` cannot be checked by (a column it does not have, a predicate Spark
                 cannot plan, two checks of one name).
@@ -369,6 +382,15 @@ class Batch:
             checks=checks,
             replace=replace,
         )
+        if not isinstance(keep_replaced, bool):
+            raise BatchArgumentError(
+                f"argument 'keep_replaced' must be a bool, got {type(keep_replaced).__name__}"
+            )
+        if keep_replaced and replace in (None, False):
+            raise BatchArgumentError(
+                f"argument 'keep_replaced' of dataset {dataset!r}: nothing is replaced "
+                "without 'replace'"
+            )
         marks, columns, replaced = args.marks, args.columns, args.replaced
         # Another job's output (this job renamed, say) is refused before a byte is staged.
         check_owner(self.config, dataset)
@@ -426,6 +448,7 @@ class Batch:
             files=files,
             checks=checked,
             replace=replaces,
+            keep_replaced=keep_replaced,
         )
         self._run.lifecycle.on_staged(dataset=dataset, info=info, checks=tuple(checks))
         failpoint("run.dataset_staged")
@@ -640,6 +663,14 @@ class Batch:
             partition_by=entry.partition_by,
             files=entry.files,
             replace=entry.replace,
+            kept_dir=(
+                join(
+                    self.config.output,
+                    posixpath.join(KEPT_DIR, self.run_id, encode_name(dataset, "dataset")),
+                )
+                if entry.keep_replaced and entry.replace
+                else None
+            ),
         )
         return CommitSequence(dataset, self.writer.commit(staged), info.directory)
 
