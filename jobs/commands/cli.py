@@ -372,6 +372,7 @@ Examples:
   commitpub run jobs/orders.toml
   COMMITPUB_REDIS_PASSWORD=... commitpub run jobs/orders.toml --json > report.json
   commitpub run jobs/orders.toml --restate orders --from 2026-11-01 --to 2026-11-03
+  commitpub run jobs/orders.toml --restate orders --from 2026-11-01 --keep-replaced
 
 {_EXIT_CODES}"""
 )
@@ -400,6 +401,12 @@ Examples:
     type=click.DateTime(formats=["%Y-%m-%d"]),
     help="With --restate: the last date restated, included (default: --from).",
 )
+@click.option(
+    "--keep-replaced",
+    is_flag=True,
+    help="With --restate: keep the files replaced (in <output>/.commitpub-replaced/) so "
+    "that `commitpub revert` of this run puts them back.",
+)
 @_AS_JSON
 def run(
     job_file: str,
@@ -408,6 +415,7 @@ def run(
     restate: tuple[str, ...],
     first: dt.datetime | None,
     last: dt.datetime | None,
+    keep_replaced: bool,
     as_json: bool,
 ) -> None:
     """Recover, extract new records with Spark, publish them exactly once.
@@ -424,13 +432,17 @@ def run(
 
     if not restate and (first is not None or last is not None):
         raise click.UsageError("--from and --to choose the dates of --restate DATASET")
+    if not restate and keep_replaced:
+        raise click.UsageError("--keep-replaced keeps what --restate DATASET replaces")
     restatement = None
     if restate:
         from jobs.runs.restate import Restatement
 
         if first is None:
             raise click.UsageError("--restate DATASET needs --from DATE (and --to DATE)")
-        restatement = Restatement(restate, first.date(), (last or first).date())
+        restatement = Restatement(
+            restate, first.date(), (last or first).date(), keep_replaced=keep_replaced
+        )
     config = _load(job_file)
 
     def go() -> RunReport:
@@ -929,7 +941,8 @@ def revert(args: tuple[str, ...], yes: bool, **where: str | None) -> None:
     moved further or a table partition a later run committed to (named: revert that run
     first), a published file gone since, or a table commit that maintenance (compaction,
     vacuum, snapshot expiry) made impossible to take back. Files a Parquet restatement
-    replaced were deleted after its commit: they are not put back.
+    replaced are put back when it kept them (``keep_replaced``; refused if one is gone or
+    changed since); otherwise they were deleted after its commit and are not put back.
     """
     from jobs.commands import revert as reverting
 

@@ -17,7 +17,8 @@ recovery, per dataset asked for:
    ``source.time_field``), keep the rows of the dates asked for, and stage them with
    ``Batch.stage(replace=...)`` naming every output partition of those dates: one sealed
    commit sets the old files aside and moves the new ones in, recorded as a restatement in
-   the report, ``status`` and lineage. No watermark moves.
+   the report, ``status`` and lineage. No watermark moves. With ``keep_replaced``
+   (``--keep-replaced``) the old files are kept for ``commitpub revert`` to put back.
 
 Run again, it replaces the same partitions with the same rows; killed anywhere, the next
 run (or ``recover``) finishes or aborts its commit as any other, and the restatement run
@@ -72,6 +73,9 @@ class Restatement:
     datasets: tuple[str, ...] = attrs.field(converter=_once)
     first: datetime.date
     last: datetime.date
+    #: Keep the files replaced, for ``commitpub revert`` of the run to put back
+    #: (``Batch.stage(..., keep_replaced=True)``).
+    keep_replaced: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.datasets:
@@ -277,6 +281,7 @@ def _stage(
         source=join(job.source_path, dataset) if job.source_path else None,
         checks=checks_of(job.checks, dataset),
         replace=plan.replace,
+        keep_replaced=restatement.keep_replaced,
     )
     skipped = source.skipped(dataset)
     if skipped.count:

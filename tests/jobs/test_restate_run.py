@@ -24,6 +24,7 @@ from jobhelpers import COMMITPUB, Landing, commitpub, output_rows, source_record
 from pyspark.sql import SparkSession
 
 from jobs.commands.ops import status
+from jobs.commands.revert import revert
 from jobs.config import JobConfig, load_config
 from jobs.runs.restate import Restatement, restate_job
 from jobs.runs.run import run_job
@@ -90,11 +91,12 @@ def test_a_restatement_replaces_its_dates_from_the_landing_once_and_leaves_the_w
     config = _published(spark, tmp_path, landing)
     landing.append("orders", "0", 5)  # landed after the run: not published yet
     fixed = _job(tmp_path, 2)
-    days = Restatement(("orders",), FIRST, SECOND)
     marks = open_watermarks(config.watermarks_url, job=config.name)
     upto = {"0": 21, "1": 21}
     restated = {DAYS[0]: "v2", DAYS[1]: "v2", DAYS[2]: "v1"}
     for run_id in ("r2", "r3"):  # the same restatement twice ends the same
+        # r3 keeps the files it replaces (r2's), for a revert of it to put back.
+        days = Restatement(("orders",), FIRST, SECOND, keep_replaced=run_id == "r3")
         report = restate_job(fixed, days, spark=spark, run_id=run_id)
         assert report.exit_code == 0, report.error
         assert report.published == ["orders"]
@@ -110,6 +112,17 @@ def test_a_restatement_replaces_its_dates_from_the_landing_once_and_leaves_the_w
     untouched = _expected(tmp_path, "clicks", upto, dict.fromkeys(DAYS, "v1"))
     assert _versions(tmp_path, "clicks") == untouched
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
+
+    # Reverting r3 puts r2's files of those dates back: the same rows, r2's files.
+    assert [r.outcome for r in revert(fixed, "r3")] == ["published"]
+    assert _versions(tmp_path, "orders") == _expected(tmp_path, "orders", upto, restated)
+    names = {
+        p.name[:3]
+        for day in DAYS[:2]
+        for p in (tmp_path / "output" / "orders").glob(f"ts_date={day}/*/*.parquet")
+    }
+    assert names == {"r2-"}
+    assert not (tmp_path / "output" / ".commitpub-replaced").exists()
 
     # The next forward run publishes what landed since, once.
     forward = run_job(fixed, spark=spark, run_id="r4")
@@ -198,6 +211,9 @@ def test_the_command_line_refuses_a_restatement_without_dates(tmp_path: Path) ->
     told = commitpub("run", str(job), "--from", "2025-01-01")
     assert told.returncode == 2
     assert "--from and --to choose the dates of --restate DATASET" in told.stderr
+    told = commitpub("run", str(job), "--keep-replaced")
+    assert told.returncode == 2
+    assert "--keep-replaced keeps what --restate DATASET replaces" in told.stderr
 
 
 @pytest.mark.slow
