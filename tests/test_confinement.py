@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 import commitsteps
-from commitsteps import CommitStep, FsRenameCommitStep, PathConfinementError, WatermarkCommitStep
+from commitsteps import (
+    CommitStep,
+    FsKeepAsideCommitStep,
+    FsPutBackCommitStep,
+    FsRenameCommitStep,
+    PathConfinementError,
+    WatermarkCommitStep,
+)
 from publisher import Outcome, Publisher, RetryPolicy, confinement
 from publisher.confinement import Roots
 from store import open_store, open_watermarks
@@ -244,3 +251,21 @@ def test_discard_and_abort_judge_every_step_in_one_pass(
     if sealed:  # the link was skipped, the other staged files deleted
         assert sorted(p.name for p in (job.staging / "r1" / "orders").iterdir()) == ["f7"]
         assert link.is_symlink()
+
+
+def test_a_file_kept_or_put_back_outside_the_output_roots_is_refused(job: Job) -> None:
+    """A restatement's keep-aside and a revert's put-back move a file within the output
+    roots: both of their paths are judged as published ones."""
+    roots = Roots([str(job.staging)], [str(job.output)])
+    published = str(job.output / "orders" / "day=1" / "old")
+    kept = str(job.output / ".commitpub-replaced" / "r2" / "orders" / "day=1" / "old")
+    roots.check([FsKeepAsideCommitStep(published, kept, 4)])
+    roots.check([FsPutBackCommitStep(kept, published, 4)])
+    for step in (
+        FsKeepAsideCommitStep(published, str(job.secret), 4),
+        FsKeepAsideCommitStep(published, str(job.staging / "r2" / "old"), 4),
+        FsPutBackCommitStep(str(job.secret), published, 4),
+        FsPutBackCommitStep(kept, str(job.secret), 4),
+    ):
+        with pytest.raises(PathConfinementError, match="outside the output roots"):
+            roots.check([step])

@@ -9,9 +9,11 @@ import os
 import posixpath
 from pathlib import Path
 
+import attrs
 import pytest
 
 from commitsteps import (
+    FsKeepAsideCommitStep,
     FsRenameCommitStep,
     MissingSourceError,
     StagedLinkError,
@@ -126,3 +128,29 @@ def test_reported_files_already_renamed_away_are_no_commit(tmp_path: Path) -> No
 
     with pytest.raises(MissingSourceError, match="no staged files for orders"):
         staged()
+
+
+def test_a_restatement_keeping_what_it_replaces_keeps_it_file_by_file(tmp_path: Path) -> None:
+    """On one local filesystem a replaced partition is swapped whole, unless the restatement
+    keeps what it replaces: then each old file is kept aside, into the kept area made
+    before the write-ahead, and nothing of it lies in staging."""
+    staging, output = tmp_path / "staging" / "r2~t2" / "orders", tmp_path / "out" / "orders"
+    (staging / "d=1").mkdir(parents=True)
+    (staging / "d=1" / "new.parquet").write_bytes(b"new")
+    (output / "d=1").mkdir(parents=True)
+    (output / "d=1" / "r1-old.parquet").write_bytes(b"old!")
+    kept = tmp_path / "out" / ".commitpub-replaced" / "r2" / "orders"
+    staged = StagedDataset("orders", str(staging), str(output), "r2", "/wm", (), replace=("d=1",))
+    assert [type(s).__name__ for s in staged()][:1] == ["FsPartitionSwapCommitStep"]
+
+    steps = attrs.evolve(staged, kept_dir=str(kept))()
+    assert steps == [
+        FsKeepAsideCommitStep(
+            str(output / "d=1" / "r1-old.parquet"), str(kept / "d=1" / "r1-old.parquet"), 4
+        ),
+        FsRenameCommitStep(
+            str(staging / "d=1" / "new.parquet"), str(output / "d=1" / "r2-new.parquet"), 3
+        ),
+    ]
+    assert (kept / "d=1").is_dir()
+    Roots([str(tmp_path / "staging")], [str(tmp_path / "out")]).check(steps)
