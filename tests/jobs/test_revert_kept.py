@@ -146,6 +146,7 @@ def test_keep_replaced_without_replace_is_refused(spark: SparkSession, tmp_path:
         batch.stage("orders", _orders(spark, "v1", DAYS), keep_replaced=True)
 
 
+@pytest.mark.slow
 def test_a_revert_killed_while_putting_kept_files_back_is_recovered_once(
     spark: SparkSession, tmp_path: Path
 ) -> None:
