@@ -19,7 +19,8 @@ seal, between its set-asides and its new files, after its last step and after it
 The revert cells cut ``commitpub revert`` (the real console script) of a finished run after
 its seal, between its set-asides and after its last step; the table restatement cells cut an
 Iceberg overwrite or a Delta replace (tests/tablecrashdriver.py) right after its table commit
-returned and after it, the tables and the Iceberg catalog on the cut filesystem.
+returned and after it, the tables and the Iceberg catalog on the cut filesystem; the table
+revert cells cut a revert of such a table commit after it (the same driver).
 
 The filesystem is mounted with ``commit=60`` so that nothing reaches the disk on the
 kernel's own schedule while a cell runs (ext4 commits its journal every 5 s by default):
@@ -585,3 +586,57 @@ def test_power_cut_inside_a_table_restatement(  # noqa: PLR0917 -- pytest passes
     cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
     table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
     table_crashes.check_restated(fmt, setup.base, backend)
+
+
+#: Cuts inside a table revert (tests/tablecrashdriver.py's ``revert`` of run r2, see
+#: tests/test_table_crashes.py): on the filesystem store after the revert's table commit
+#: (the step executed, the watermarks not yet set back); on Redis after its last step (the
+#: watermarks set back, the sequence not yet removed).
+TABLE_REVERT_CELLS = [
+    ("fs", "iceberg", table_crashes.REVERT_CELLS[1].crash_at),
+    ("fs", "delta", table_crashes.REVERT_CELLS[1].crash_at),
+    ("redis-always", "iceberg", "publish.after_last_step"),
+    ("redis-always", "delta", "publish.after_last_step"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "fmt", "point"),
+    [
+        pytest.param(*c, marks=[pytest.mark.redis] if c[0] != "fs" else [])
+        for c in TABLE_REVERT_CELLS
+    ],
+)
+def test_power_cut_inside_a_table_revert(  # noqa: PLR0917 -- pytest passes fixtures by position
+    kind: str,
+    fmt: str,
+    point: str,
+    ext4: Ext4,
+    tmp_path: Path,
+    redis_servers: list[RedisProcess],
+) -> None:
+    """The tables (and the Iceberg catalog) on the cut filesystem: recovery applies the
+    revert's table commit exactly once: the tables hold only what the run before the reverted
+    one published, once (the table's own reader and DuckDB), the watermarks set back to it,
+    nothing pending or staged."""
+    setup = _setup(kind, ext4, redis_servers)
+    backend = table_crashes.Backend(setup.backend.store_url, setup.backend.watermarks_url)
+    half = table_crashes.driver.RECORDS // 2
+    table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend, records=half))
+    table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend, run_id="r2"))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    parked = table_crashes.drive(
+        fmt,
+        "revert",
+        setup.base,
+        backend,
+        run_id="v1",
+        crash_at=f"{point}:stop",
+        marks=marks,
+        wait=False,
+    )
+    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
+    table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
+    table_crashes.check_reverted(fmt, setup.base, backend)

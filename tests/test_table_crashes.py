@@ -299,9 +299,9 @@ REVERT_CELLS = [
 ]
 
 
-def check_reverted(fmt: str, base: Path, backend: Backend) -> None:
-    """Only what r1 published, once (both readers); watermarks where r1 left them; nothing
-    pending or staged."""
+def check_reverted(fmt: str, base: Path, backend: Backend, revert: str = "v1") -> None:
+    """Only what r1 published, once (both readers); the revert's commit (run ``revert``)
+    applied once; watermarks where r1 left them; nothing pending or staged."""
     half = driver.RECORDS // 2
     expected = [i for i in driver.expected_ids() if i % 1000 < half]
     for dataset in driver.DATASETS:
@@ -309,11 +309,14 @@ def check_reverted(fmt: str, base: Path, backend: Backend) -> None:
             table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
             ids = [r["id"] for r in iceberg_rows(table)]
             outside = duckdb_iceberg_ids(table.metadata_location)
+            runs = [c["commitpub.run-id"] for c in iceberg_snapshots(table)]
         else:
             uri = f"{base}/output/{dataset}"
             ids = [r["id"] for r in delta_rows(uri)]
             outside = duckdb_delta_ids(uri)
+            runs = [c["commitpub.run-id"] for c in delta_commits(uri) if "commitpub.run-id" in c]
         assert (ids, outside) == (expected, expected), dataset
+        assert runs.count(revert) == 1, (dataset, runs)
         wm = open_watermarks(backend.watermarks_url, job=driver.JOB)
         assert [wm.get(dataset, p) for p in driver.PARTITIONS] == [half] * 2
     assert open_store(backend.store_url).datasets(driver.JOB) == []
@@ -322,12 +325,12 @@ def check_reverted(fmt: str, base: Path, backend: Backend) -> None:
     assert left == []
 
 
-#: (store, cell): every cell on the filesystem store; Redis and PostgreSQL (whose store paths
-#: the Parquet revert cells cover at every point) at the table commit only, to keep the suite
-#: short.
+#: (store, cell): every cell on the filesystem store and on Redis; PostgreSQL (whose store
+#: paths the Parquet revert cells cover at every point) at the table commit only, to keep the
+#: suite short.
 REVERT_RUNS = [
     *(pytest.param("fs", c, id=f"fs-{c.name}") for c in REVERT_CELLS),
-    pytest.param("redis", REVERT_CELLS[0], id=f"redis-{REVERT_CELLS[0].name}"),
+    *(pytest.param("redis", c, id=f"redis-{c.name}") for c in REVERT_CELLS),
     pytest.param(
         "postgres",
         REVERT_CELLS[0],
@@ -371,12 +374,17 @@ def test_crash_inside_a_table_revert_recover_rerun(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+@pytest.mark.parametrize("store", ["fs", "redis"])
 def test_crash_inside_a_revert_of_a_restatement_puts_the_replaced_rows_back_once(
-    fmt: str, tmp_path: Path
+    fmt: str, store: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """The revert's table commit also adds back the files the restatement removed."""
     base = tmp_path / "job"
-    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    if store != "fs":
+        url = request.getfixturevalue(f"{store}_url")
+        backend = Backend(url, url)
+    else:
+        backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
     expect_ok(drive(fmt, "run", base, backend))
     expect_ok(drive(fmt, "restate", base, backend, run_id="s1"))
     env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
