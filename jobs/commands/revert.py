@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import NoReturn
 
 import attrs
 
@@ -320,32 +321,35 @@ def _check(config: BatchConfig, run_id: str, one: DatasetRevert) -> None:
         for move in record.watermarks:
             _check_watermark(config, run_id, one, move)
     files = () if record.tables else record.files
-    sizes = file_sizes([f.path for f in files])
-    for f, size in zip(files, sizes, strict=True):
-        if size != f.size:
-            found = "gone" if size is None else f"{size} bytes"
-            raise RevertRefusedError(
-                f"revert of run {run_id} on {one.dataset} refused: published file {f.path} is "
-                f"{found}, expected {f.size} bytes (a later restatement replaced it, or "
-                "something else changed it); nothing changed"
+    # Every path the revert reads or writes, in one file_sizes call (one listing per
+    # directory): the published files, the kept files and where the kept files go back.
+    paths = [f.path for f in files] + [k.kept for k in record.kept] + [k.path for k in record.kept]
+    sizes = dict(zip(paths, file_sizes(paths), strict=True))
+
+    def found(path: str) -> str:
+        return "gone" if sizes[path] is None else f"{sizes[path]} bytes"
+
+    def refuse(why: str) -> NoReturn:
+        raise RevertRefusedError(
+            f"revert of run {run_id} on {one.dataset} refused: {why}; nothing changed"
+        )
+
+    for f in files:
+        if sizes[f.path] != f.size:
+            refuse(
+                f"published file {f.path} is {found(f.path)}, expected {f.size} bytes (a later "
+                "restatement replaced it, or something else changed it)"
             )
-    kept = record.kept
-    sizes = file_sizes([k.kept for k in kept])
-    for k, size in zip(kept, sizes, strict=True):
-        if size != k.size:
-            found = "gone" if size is None else f"{size} bytes"
-            raise RevertRefusedError(
-                f"revert of run {run_id} on {one.dataset} refused: the file it replaced and "
-                f"kept, {k.kept}, is {found}, expected {k.size} bytes (deleted or changed "
-                "since), so the replaced data cannot be put back; nothing changed"
+    for k in record.kept:
+        if sizes[k.kept] != k.size:
+            refuse(
+                f"the file it replaced and kept, {k.kept}, is {found(k.kept)}, expected "
+                f"{k.size} bytes (deleted or changed since), so the replaced data cannot be put "
+                "back"
             )
-    taken = file_sizes([k.path for k in kept])
-    for k, size in zip(kept, taken, strict=True):
-        if size is not None:
-            raise RevertRefusedError(
-                f"revert of run {run_id} on {one.dataset} refused: {k.path}, where a file it "
-                "replaced and kept goes back, holds a file again; nothing changed"
-            )
+    for k in record.kept:
+        if sizes[k.path] is not None:
+            refuse(f"{k.path}, where a file it replaced and kept goes back, holds a file again")
 
 
 def _check_watermark(
