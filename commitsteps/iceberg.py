@@ -138,9 +138,25 @@ def _check_table_name(_instance: Any, attribute: attrs.Attribute[str], value: st
         raise ConfigurationError(f"{attribute.name} {value!r} must not contain a dot")
 
 
+class _TableNamed:
+    """The table a step commits to, by its ``namespace`` and ``table`` fields."""
+
+    __slots__ = ()
+    namespace: str
+    table: str
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        return (*self.namespace.split("."), self.table)
+
+    @property
+    def _name(self) -> str:
+        return ".".join(self.identifier)
+
+
 @register("iceberg.append")
 @attrs.frozen
-class IcebergAppendCommitStep(CommitStep):
+class IcebergAppendCommitStep(_TableNamed, CommitStep):
     """Append ``files`` to the Iceberg table ``namespace.table`` in one snapshot, once per run.
 
     The table is created on the first commit (at ``location``, partitioned by identity on
@@ -200,14 +216,6 @@ class IcebergAppendCommitStep(CommitStep):
 
     def data_root(self) -> str:
         return f"{self.location}/data"
-
-    @property
-    def identifier(self) -> tuple[str, ...]:
-        return (*self.namespace.split("."), self.table)
-
-    @property
-    def _name(self) -> str:
-        return ".".join(self.identifier)
 
     def staged_paths(self) -> tuple[str, ...]:
         return tuple(f.staged for f in self.files)
@@ -591,7 +599,7 @@ def _partition_text(data_file: Any) -> str | None:
 
 @register("iceberg.revert")
 @attrs.frozen
-class IcebergRevertCommitStep(CommitStep):
+class IcebergRevertCommitStep(_TableNamed, CommitStep):
     """Take a finished run's commit out of an Iceberg table in one new snapshot, once
     (``commitpub revert``): an overwrite that removes the data files the run added
     (``remove``) and adds back those its overwrite removed (``restore``; none for an append).
@@ -665,14 +673,6 @@ class IcebergRevertCommitStep(CommitStep):
             return revert
         parts = {_partition_text(f) for f in (*found, *restored)}
         return attrs.evolve(revert, partitions=tuple(sorted(parts, key=lambda p: p or "")))
-
-    @property
-    def identifier(self) -> tuple[str, ...]:
-        return (*self.namespace.split("."), self.table)
-
-    @property
-    def _name(self) -> str:
-        return ".".join(self.identifier)
 
     def published_paths(self) -> tuple[str, ...]:
         return (self.location,)
