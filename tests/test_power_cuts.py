@@ -537,6 +537,28 @@ def test_power_cut_inside_a_revert(  # noqa: PLR0917 -- pytest passes fixtures b
     expect_exactly_once(setup, clean, run_id="r3")
 
 
+def _cut_inside_table_command(
+    fmt: str, command: str, *, run_id: str, point: str, ext4: Ext4, setup: Setup, tmp_path: Path
+) -> None:
+    """The table driver's ``command`` (run ``run_id``) parked at ``point``, the power cut
+    there, then recovery in a new process (which must succeed)."""
+    backend = table_crashes.Backend(setup.backend.store_url, setup.backend.watermarks_url)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    parked = table_crashes.drive(
+        fmt,
+        command,
+        setup.base,
+        backend,
+        run_id=run_id,
+        crash_at=f"{point}:stop",
+        marks=marks,
+        wait=False,
+    )
+    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
+    table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
+
+
 #: Cuts inside a restatement of a table partition (tests/test_table_crashes.py, its driver
 #: tests/tablecrashdriver.py): right after the Iceberg overwrite or Delta replace commit
 #: returned (the step not recorded done), and after it (before the sequence's removal).
@@ -571,20 +593,9 @@ def test_power_cut_inside_a_table_restatement(  # noqa: PLR0917 -- pytest passes
     setup = _setup(kind, ext4, redis_servers)
     backend = table_crashes.Backend(setup.backend.store_url, setup.backend.watermarks_url)
     table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    parked = table_crashes.drive(
-        fmt,
-        "restate",
-        setup.base,
-        backend,
-        run_id="s1",
-        crash_at=f"{point}:stop",
-        marks=marks,
-        wait=False,
+    _cut_inside_table_command(
+        fmt, "restate", run_id="s1", point=point, ext4=ext4, setup=setup, tmp_path=tmp_path
     )
-    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
-    table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
     table_crashes.check_restated(fmt, setup.base, backend)
 
 
@@ -625,18 +636,7 @@ def test_power_cut_inside_a_table_revert(  # noqa: PLR0917 -- pytest passes fixt
     half = table_crashes.driver.RECORDS // 2
     table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend, records=half))
     table_crashes.expect_ok(table_crashes.drive(fmt, "run", setup.base, backend, run_id="r2"))
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    parked = table_crashes.drive(
-        fmt,
-        "revert",
-        setup.base,
-        backend,
-        run_id="v1",
-        crash_at=f"{point}:stop",
-        marks=marks,
-        wait=False,
+    _cut_inside_table_command(
+        fmt, "revert", run_id="v1", point=point, ext4=ext4, setup=setup, tmp_path=tmp_path
     )
-    cut_and_restart(ext4, setup, wait_parked(parked, point, marks))
-    table_crashes.expect_ok(table_crashes.drive(fmt, "recover", setup.base, backend))
     table_crashes.check_reverted(fmt, setup.base, backend)

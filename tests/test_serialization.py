@@ -91,30 +91,19 @@ paths_and_urls = (
     | st.text().map(lambda t: "file:///" + t)
     | st.text().map(lambda t: "s3://bucket/" + t)
 )
-rename_steps = st.builds(
-    FsRenameCommitStep,
-    src=paths_and_urls,
-    dst=paths_and_urls,
-    size=st.integers(min_value=0, max_value=2**63),
-)
-set_aside_steps = st.builds(
-    FsSetAsideCommitStep,
-    src=paths_and_urls,
-    dst=paths_and_urls,
-    size=st.integers(min_value=0, max_value=2**63),
-)
-keep_aside_steps = st.builds(
-    FsKeepAsideCommitStep,
-    src=paths_and_urls,
-    dst=paths_and_urls,
-    size=st.integers(min_value=0, max_value=2**63),
-)
-put_back_steps = st.builds(
-    FsPutBackCommitStep,
-    src=paths_and_urls,
-    dst=paths_and_urls,
-    size=st.integers(min_value=0, max_value=2**63),
-)
+
+
+def _moves(cls: type[CommitStep]) -> st.SearchStrategy[CommitStep]:
+    """Steps of a kind that moves one file of ``size`` bytes from ``src`` to ``dst``."""
+    return st.builds(
+        cls, src=paths_and_urls, dst=paths_and_urls, size=st.integers(min_value=0, max_value=2**63)
+    )
+
+
+rename_steps = _moves(FsRenameCommitStep)
+set_aside_steps = _moves(FsSetAsideCommitStep)
+keep_aside_steps = _moves(FsKeepAsideCommitStep)
+put_back_steps = _moves(FsPutBackCommitStep)
 swap_steps = st.builds(
     FsPartitionSwapCommitStep,
     staged_dir=absolute_paths,

@@ -220,6 +220,24 @@ def test_crash_inside_a_restatement_recover_rerun(
     check_restated(fmt, base, backend)
 
 
+def _recover_beside(
+    fmt: str, paused: subprocess.Popen[str], marks: Path, base: Path, backend: Backend
+) -> None:
+    """Once ``paused`` stopped at its table commit (a mark appears), another process finishes
+    the sealed sequence it was executing; then ``paused`` wakes and must exit 0."""
+    try:
+        deadline = time.monotonic() + 120
+        while not list(marks.iterdir()):
+            assert paused.poll() is None, paused.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the paused run never reached its table commit"
+            time.sleep(0.05)
+        expect_ok(drive(fmt, "recover", base, backend))
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    _out, err = paused.communicate(timeout=300)
+    assert paused.returncode == 0, err[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["iceberg", "delta"])
 def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_path: Path) -> None:
@@ -239,18 +257,7 @@ def test_a_paused_run_waking_after_recovery_commits_nothing_twice(fmt: str, tmp_
         marks=marks,
         wait=False,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not list(marks.iterdir()):
-            assert paused.poll() is None, paused.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "the run never reached its table commit"
-            time.sleep(0.05)
-        # Another process finishes the sealed sequence the paused one was executing.
-        expect_ok(drive(fmt, "recover", base, backend))
-    finally:
-        paused.send_signal(signal.SIGCONT)
-    _out, err = paused.communicate(timeout=300)
-    assert paused.returncode == 0, err[-3000:]
+    _recover_beside(fmt, paused, marks, base, backend)
     expect_ok(drive(fmt, "run", base, backend, run_id="r3"))
     check_tables(fmt, base, backend)
 
@@ -275,18 +282,7 @@ def test_a_paused_restatement_waking_after_recovery_applies_nothing_twice(
         marks=marks,
         wait=False,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not list(marks.iterdir()):
-            assert paused.poll() is None, paused.communicate()[1][-2000:]
-            assert time.monotonic() < deadline, "the restatement never reached its table commit"
-            time.sleep(0.05)
-        # Another process finishes the sealed restatement the paused one was executing.
-        expect_ok(drive(fmt, "recover", base, backend))
-    finally:
-        paused.send_signal(signal.SIGCONT)
-    _out, err = paused.communicate(timeout=300)
-    assert paused.returncode == 0, err[-3000:]
+    _recover_beside(fmt, paused, marks, base, backend)
     check_restated(fmt, base, backend)
 
 
