@@ -1,4 +1,5 @@
-"""The Spark-dependent core of the suite again, on pyspark 3.5 (``make test`` runs this last).
+"""The Spark-dependent core of the suite again, on pyspark 3.5 (``make test`` runs this beside
+the main pass, niced a little).
 
 Most EMR, Dataproc and Databricks LTS runtimes still run Spark 3.5, so CI proves it: a
 second virtual environment with the newest pyspark 3.5 (:data:`PYSPARK`) and the same pins
@@ -113,12 +114,21 @@ def environment() -> Path:
     return venv / "bin"
 
 
+def class_archive(bin_dir: Path) -> None:
+    """The environment's own archive of Spark's classes (tests/jvm.py), made once (in the
+    background pass, not in ``--prepare``: off make test's critical path): its drivers
+    cannot map .venv's, whose class path is another pyspark's."""
+    if not (bin_dir.parent / "spark-classes.jsa").is_file():
+        subprocess.run([str(bin_dir / "python"), str(ROOT / "tests" / "jvm.py")], check=True)
+
+
 def main(args: list[str]) -> int:
     if args == ["--prepare"]:
         # Only make the environment (make test does it beside lint and type checks).
         environment()
         return 0
     bin_dir = environment()
+    class_archive(bin_dir)
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     # The commitpub console script and Spark's Python workers: the 3.5 environment's.
