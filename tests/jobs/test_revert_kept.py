@@ -27,15 +27,15 @@ pytestmark = pytest.mark.spark
 JOB = "keep-job"
 DAYS = ("2025-01-01", "2025-01-02")
 
-#: The stores of the test running (the filesystem unless it asks for Redis).
+#: The stores of the test running (the filesystem unless it asks for Redis or PostgreSQL).
 STORES: dict[str, str] = {}
 
 _Rows = Counter[tuple[str, str, str]]
 
 
-@pytest.fixture(params=["fs", "redis"])
+@pytest.fixture(params=["fs", "redis", pytest.param("postgres", marks=pytest.mark.postgres)])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
-    """Each test using it runs on the filesystem store and a real Redis."""
+    """Each test using it runs on the filesystem store, a real Redis and a real PostgreSQL."""
     if request.param != "fs":
         url = request.getfixturevalue(f"{request.param}_url")
         STORES.update(store=url, watermarks=url, reports=str(tmp_path / "reports"))
