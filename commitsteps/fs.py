@@ -72,6 +72,7 @@ import attrs
 
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
+from commitsteps.object_deletes import delete_s3_objects
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.fences import FenceCheck, fence_check
@@ -326,7 +327,8 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
 
 def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
     """Delete (filesystem, path) pairs: local ones one by one, others in one bulk call per
-    filesystem and bucket (s3fs sends a DeleteObjects request per 1,000 keys of a bucket)."""
+    filesystem and bucket (a DeleteObjects request per 1,000 keys of a bucket on S3, every key
+    it did not delete sent again: :func:`~commitsteps.object_deletes.delete_s3_objects`)."""
     groups: dict[tuple[int, str], tuple[Any, list[str]]] = {}
     for fs, path in sources:
         if fs is None:
@@ -334,7 +336,14 @@ def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
         else:
             groups.setdefault((id(fs), path.split("/", 1)[0]), (fs, []))[1].append(path)
     for fs, paths in groups.values():
-        fs.rm(paths)
+        if _is_s3(fs):
+            # s3fs's rm would not look at the keys a DeleteObjects left (see object_deletes).
+            bucket = paths[0].split("/", 1)[0]
+            delete_s3_objects(fs, bucket, [fs.split_path(p)[1] for p in paths])
+            for parent in {posixpath.dirname(p) for p in paths}:
+                fs.invalidate_cache(parent)
+        else:
+            fs.rm(paths)
 
 
 #: Directory descriptors a batch of local renames keeps open at once (see _LocalRenames).
