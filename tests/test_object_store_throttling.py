@@ -30,6 +30,7 @@ from commitsteps import (
     WatermarkCommitStep,
     object_deletes,
 )
+from commitsteps import fs as fs_module
 from publisher import Outcome, Publisher
 from store import open_watermarks
 
@@ -168,3 +169,21 @@ def test_s3_bulk_delete_refused_past_its_retries_names_the_object(
     assert FsRenameCommitStep.verify_many(steps) == [False] * 3
     FsRenameCommitStep.execute_many(steps)  # the store takes the deletes again
     assert FsRenameCommitStep.verify_many(steps) == [True] * 3
+
+
+@pytest.mark.gcs
+def test_gcs_renames_past_one_delete_chunk_all_finish(gcs_bucket: str) -> None:
+    # More sources than one bulk delete call takes: they go in chunks, all of them.
+    root = f"gs://{gcs_bucket}/t"
+    fs = fsspec.filesystem("gs")
+    n = 2 * fs_module._DELETE_CHUNK + 7
+    fs.pipe({f"{root}/staging/f{i}": _payload(i) for i in range(n)})
+    steps = [
+        FsRenameCommitStep(f"{root}/staging/f{i}", f"{root}/out/f{i}", len(_payload(i)))
+        for i in range(n)
+    ]
+    FsRenameCommitStep.execute_many(steps)
+    fs.invalidate_cache()
+    assert fs.find(f"{root}/staging") == []
+    assert len(fs.find(f"{root}/out")) == n
+    assert FsRenameCommitStep.verify_many(steps) == [True] * n
