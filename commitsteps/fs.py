@@ -330,7 +330,8 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
 def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
     """Delete (filesystem, path) pairs: local ones one by one, others in one bulk call per
     filesystem and bucket (a DeleteObjects request per 1,000 keys of a bucket on S3, every key
-    it did not delete sent again: :func:`~commitsteps.object_deletes.delete_s3_objects`)."""
+    it did not delete sent again: :func:`~commitsteps.object_deletes.delete_s3_objects`;
+    elsewhere calls of :data:`_DELETE_CHUNK` paths, several at once)."""
     groups: dict[tuple[int, str], tuple[Any, list[str]]] = {}
     for fs, path in sources:
         if fs is None:
