@@ -30,6 +30,7 @@ ORDER = [
     "recovery_parallel",
     "recovery_memory",
     "s3_publish",
+    "object_store_rates",
     "table_publish",
     "durability_cost",
     "checks_cost",

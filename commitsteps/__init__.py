@@ -17,6 +17,7 @@ from commitsteps.base import CommitStep, class_for, register, registered, tag_of
 from commitsteps.errors import (
     DuplicateStepTypeError,
     MissingSourceError,
+    ObjectStoreRequestError,
     PathConfinementError,
     StagedLinkError,
     StepConflictError,
@@ -83,6 +84,7 @@ __all__ = [
     "FsRenameCommitStep",
     "FsSetAsideCommitStep",
     "MissingSourceError",
+    "ObjectStoreRequestError",
     "PathConfinementError",
     "StagedLinkError",
     "StepConflictError",

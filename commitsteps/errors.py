@@ -69,3 +69,22 @@ class StagedLinkError(PathConfinementError):
     """A staged path is a symbolic link: it is never published, wherever it points. Unlike a
     path outside the roots, it does not stop a discard: the link is left alone and the other
     steps are rolled back."""
+
+
+class ObjectStoreRequestError(StepError, OSError):
+    """An object store kept refusing a request on an object: the bounded retries with backoff
+    are spent (throttling: ``SlowDown``, ``InternalError``), or it refused with an error no
+    retry mends (``AccessDenied``). The message names the object, the operation and the
+    store's error code; the step is left to finish by the next run or ``commitpub recover``.
+
+    Attributes:
+        url: the object, as ``bucket/key`` of its filesystem.
+        operation: the request, e.g. ``DeleteObjects``.
+        code: the store's error code for that object.
+    """
+
+    def __init__(self, message: str, *, url: str = "", operation: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.operation = operation
+        self.code = code

@@ -72,6 +72,7 @@ import attrs
 
 from commitsteps.base import CommitStep, register
 from commitsteps.errors import MissingSourceError, StepConflictError, StepValueError
+from commitsteps.object_deletes import delete_s3_objects
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.fences import FenceCheck, fence_check
@@ -81,6 +82,8 @@ from store.urls import is_local, local_path, plain_path, require_no_credentials
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
 # them 3-4x slower), so local batches run serially.
 _REMOTE_CONCURRENCY = 16
+# Objects per bulk delete call on object stores other than S3 (a GCS batch request's limit).
+_DELETE_CHUNK = 100
 # Largest object S3's CopyObject takes in one request; s3fs copies bigger ones in parts.
 _S3_COPY_LIMIT = 5 * 2**30
 _BLOCK = 1 << 22
@@ -326,7 +329,9 @@ def _copy_file(sfs: Any, spath: str, dfs: Any, dpath: str, size: int) -> None:
 
 def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
     """Delete (filesystem, path) pairs: local ones one by one, others in one bulk call per
-    filesystem and bucket (s3fs sends a DeleteObjects request per 1,000 keys of a bucket)."""
+    filesystem and bucket (a DeleteObjects request per 1,000 keys of a bucket on S3, every key
+    it did not delete sent again: :func:`~commitsteps.object_deletes.delete_s3_objects`;
+    elsewhere calls of :data:`_DELETE_CHUNK` paths, several at once)."""
     groups: dict[tuple[int, str], tuple[Any, list[str]]] = {}
     for fs, path in sources:
         if fs is None:
@@ -334,7 +339,22 @@ def _delete_all(sources: Sequence[tuple[Any, str]]) -> None:
         else:
             groups.setdefault((id(fs), path.split("/", 1)[0]), (fs, []))[1].append(path)
     for fs, paths in groups.values():
-        fs.rm(paths)
+        if _is_s3(fs):
+            # s3fs's rm would not look at the keys a DeleteObjects left (see object_deletes).
+            bucket = paths[0].split("/", 1)[0]
+            delete_s3_objects(fs, bucket, [fs.split_path(p)[1] for p in paths])
+            for parent in {posixpath.dirname(p) for p in paths}:
+                fs.invalidate_cache(parent)
+        elif len(paths) <= _DELETE_CHUNK:
+            fs.rm(paths)
+        else:
+            # gcsfs sends 100 deletes per batch request to storage.googleapis.com only;
+            # through any other endpoint (Private Service Connect, an emulator) it sends one
+            # request per object, five at a time. Chunks of 100 at once keep the deletes at
+            # the copies' concurrency there, and change nothing where batches are sent.
+            chunks = [paths[i : i + _DELETE_CHUNK] for i in range(0, len(paths), _DELETE_CHUNK)]
+            with ThreadPoolExecutor(min(len(chunks), _REMOTE_CONCURRENCY)) as pool:
+                list(pool.map(fs.rm, chunks))
 
 
 #: Directory descriptors a batch of local renames keeps open at once (see _LocalRenames).
