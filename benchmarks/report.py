@@ -31,6 +31,7 @@ ORDER = [
     "recovery_memory",
     "s3_publish",
     "table_publish",
+    "table_contention",
     "durability_cost",
     "checks_cost",
     "postgres_concurrency",
