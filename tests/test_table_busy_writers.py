@@ -1,9 +1,10 @@
 """Table commits against another writer appending to the same table without pause.
 
-The other writer is a real process (deltalake's ``write_deltalake`` or pyiceberg's ``append``
-in a loop) that commits as fast as it can while commitpub publishes or recovers. commitpub
+The other writers are real processes (``tests/table_writers.py``: deltalake's
+``write_deltalake`` or pyiceberg's ``append`` in a loop) that commit as fast as they can while
+commitpub publishes or recovers. commitpub puts its append on top of their newer commits and
 keeps trying within its commit budget, verifying before each attempt: its rows land exactly
-once, the other writer's rows are all there and untouched, both counted by DuckDB reading the
+once, the other writers' rows are all there and untouched, both counted by DuckDB reading the
 table's files and log itself.
 """
 
