@@ -384,8 +384,8 @@ class IcebergAppendCommitStep(CommitStep):
         failpoint("table.before_commit")
         if isinstance(tx, CreateTableTransaction):
             tx.commit_transaction()  # one attempt: it requires that the table does not exist
-        elif replaced:
-            commit_once(tx)  # checked against the table as it read it: never rebased
+        elif isinstance(self, IcebergOverwriteCommitStep):
+            commit_once(tx)  # a restatement, checked against the table it read: never rebased
         else:
             count_conflicts(self, commit_once(tx, rebase_unless=self._done))
         failpoint("table.after_commit")
