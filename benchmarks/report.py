@@ -32,6 +32,7 @@ ORDER = [
     "s3_publish",
     "object_store_rates",
     "table_publish",
+    "table_contention",
     "durability_cost",
     "checks_cost",
     "postgres_concurrency",

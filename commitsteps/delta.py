@@ -87,6 +87,9 @@ INFO_RUN = "commitpub.run-id"
 INFO_ROLLBACK = "commitpub.rollback-of"
 #: The run a revert (``commitpub revert``) took back; its own run is ``commitpub.run-id``.
 INFO_REVERT = "commitpub.revert-of"
+#: Times deltalake puts a run's append on top of other writers' newer commits within one
+#: attempt (its own appends' default), each checked by its conflict checker.
+_REBASES = 15
 
 
 def app_id(job: str, dataset: str) -> str:
@@ -278,14 +281,17 @@ class DeltaAppendCommitStep(CommitStep):
     def execute(self) -> None:
         from deltalake.exceptions import CommitFailedError
 
+        proven: list[tuple[list[Footer], Proof]] = []
+
         def attempt() -> None:
             table = open_table(self.table_uri)
             if self._txn(table) >= self.version:
                 return
             self._check_version(table)
             check_in_place(self.files)
-            footers, proof = published_footers(self, self.files, self.partition_by)
-            self._commit(table, footers, proof)
+            if not proven:  # the published files do not change between attempts
+                proven.append(published_footers(self, self.files, self.partition_by))
+            self._commit(table, *proven[0])
 
         commit_within_budget(
             self,
@@ -311,10 +317,16 @@ class DeltaAppendCommitStep(CommitStep):
 
         schema = proof.schema
         adds = self._adds(footers, proof)
+        mode, filters = self._mode()
         properties = CommitProperties(
             custom_metadata={INFO_JOB: self.job, INFO_RUN: self.run_id},
             app_transactions=[Transaction(self.app_id, self.version)],
-            max_commit_retries=0,
+            # A plain append lets deltalake put it on top of other writers' commits that came
+            # first (``_REBASES`` times), as their own appends do: its conflict checker refuses
+            # one whose commits carry this run's app transaction (another process of this run
+            # committed it) or change the table's metadata, and the next attempt verifies. A
+            # replacement is never rebased: it was checked against the table as it read it.
+            max_commit_retries=_REBASES if table is not None and mode == "append" else 0,
         )
         partition_by = [] if self.partition_by is None else [self.partition_by]
         if table is None:
@@ -339,7 +351,6 @@ class DeltaAppendCommitStep(CommitStep):
                     max_commit_retries=0,
                 ),
             )
-        mode, filters = self._mode()
         failpoint("table.before_commit")
         table.create_write_transaction(
             adds,

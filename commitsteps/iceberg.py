@@ -31,7 +31,7 @@ import datetime as dt
 import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -48,6 +48,7 @@ from commitsteps.errors import (
 )
 from commitsteps.tables import (
     Footer,
+    Proof,
     TableFile,
     Touched,
     check_column,
@@ -58,6 +59,7 @@ from commitsteps.tables import (
     check_partitions,
     commit_within_budget,
     conflicts,
+    count_conflicts,
     partition_dates,
     prove,
     published_footers,
@@ -77,6 +79,9 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
 
 log = logging.getLogger("commitpub.steps")
+#: Times a run's append is put on top of other writers' newer snapshots within one attempt
+#: (:func:`commit_once`), each after verifying that the run's append is not there.
+_REBASES = 15
 
 #: Snapshot summary keys naming the job and run of an append, and the run a rollback undid.
 SUMMARY_JOB = "commitpub.job"
@@ -325,13 +330,17 @@ class IcebergAppendCommitStep(_TableNamed, CommitStep):
             TableAlreadyExistsError,
         )
 
+        proven: list[tuple[list[Footer], Proof]] = []
+
         def attempt() -> None:
             catalog = self._catalog()
             table = self._load(catalog)
             if table is not None and self._done(table):
                 return
             check_in_place(self.files)
-            footers, proof = published_footers(self, self.files, self.partition_by)
+            if not proven:  # the published files do not change between attempts
+                proven.append(published_footers(self, self.files, self.partition_by))
+            footers, proof = proven[0]
             schema = proof.schema
             if table is not None:
                 self._check_fit(table, schema)
@@ -383,8 +392,10 @@ class IcebergAppendCommitStep(_TableNamed, CommitStep):
         failpoint("table.before_commit")
         if isinstance(tx, CreateTableTransaction):
             tx.commit_transaction()  # one attempt: it requires that the table does not exist
+        elif isinstance(self, IcebergOverwriteCommitStep):
+            commit_once(tx)  # a restatement, checked against the table it read: never rebased
         else:
-            commit_once(tx)
+            count_conflicts(self, commit_once(tx, rebase_unless=self._done))
         failpoint("table.after_commit")
 
     def _replaced_files(self, table: Table) -> list[Any]:
@@ -933,21 +944,49 @@ def _first_snapshot(metadata: TableMetadata, snapshot: Any) -> bool:
     )
 
 
-def commit_once(tx: Transaction) -> None:
-    """Commit ``tx`` with a single attempt, on top of the snapshot it was built on.
+def commit_once(tx: Transaction, rebase_unless: Callable[[Table], bool] | None = None) -> int:
+    """Commit ``tx`` on top of the snapshot it was built on; with ``rebase_unless``, up to
+    :data:`_REBASES` times more on top of newer snapshots other writers' commits made.
+    Returns the number of rebases.
 
     pyiceberg's ``commit_transaction`` retries a ``CommitFailedException`` by re-applying the
     snapshot on the refreshed table; when the concurrent commit was this very run's, that
-    appends twice. Here the failure goes back to the caller, which verifies.
+    appends twice. Here a lost commit is rebased only after ``rebase_unless`` (the step's
+    verify, on the refreshed table) found this run's commit not there, else the failure goes
+    back to the caller, which verifies. Rebasing rewrites only the new snapshot's manifests
+    and list (the run's data files are already described), as other writers' appends do; the
+    schema and property updates keep their requirements, so a schema another writer changed
+    meanwhile fails the commit, and the caller starts over.
 
     Raises:
-        CommitFailedException: if the table moved on since ``tx`` was built.
+        CommitFailedException: if the table moved on since ``tx`` was built (and, with
+            ``rebase_unless``, again after each rebase).
         CommitStateUnknownException: if the catalog's answer was lost.
     """
+    from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.table.update import AssertTableUUID
 
-    requirements = (*tx._requirements, AssertTableUUID(uuid=tx.table_metadata.table_uuid))
-    tx._table._do_commit(updates=tx._updates, requirements=requirements)
+    rebase = getattr(tx, "_rebuild_snapshot_updates", None)  # pyiceberg 0.12 has it
+    rebases = _REBASES if rebase_unless is not None and rebase is not None else 0
+    uuid = AssertTableUUID(uuid=tx.table_metadata.table_uuid)
+    attempt = 0
+    while True:
+        try:
+            tx._table._do_commit(updates=tx._updates, requirements=(*tx._requirements, uuid))
+            break
+        except CommitFailedException:
+            if attempt == rebases or not tx._snapshot_producers:
+                raise
+            attempt += 1
+            tx._table.refresh()
+            assert rebase_unless is not None
+            assert rebase is not None
+            if rebase_unless(tx._table):
+                break  # another process of this run committed it: nothing more to add
+            rebase()
+    if attempt:
+        tx._cleanup_uncommitted_manifests()  # those of the lost attempts: referenced nowhere
+    return attempt
 
 
 def _set_name_mapping(tx: Transaction) -> None:

@@ -92,6 +92,12 @@ def conflicts(step: Any) -> int:
     return _CONFLICTS.get(step, 0)
 
 
+def count_conflicts(step: Any, lost: int) -> None:
+    """Count ``lost`` more commits of ``step`` that other writers' commits beat (rebased)."""
+    if lost:
+        _CONFLICTS[step] = _CONFLICTS.get(step, 0) + lost
+
+
 def commit_within_budget(
     step: Any,
     what: str,
