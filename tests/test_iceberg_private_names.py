@@ -3,9 +3,12 @@
 ``commit_once`` commits a transaction in a single attempt through ``Transaction._updates``,
 ``Transaction._requirements``, ``Transaction._table`` and ``Table._do_commit(updates=...,
 requirements=...)``: pyiceberg's public commit retries by re-applying, which can append a
-run twice. Private names can go in any release, so the ``[iceberg]`` extra pins a range
-(setup.cfg); this test runs against the installed pyiceberg, checks that it is in that range,
-and fails naming the missing name if a version there lacks one, before a table run does.
+run twice. It rebases a run's lost append, after verifying, through
+``Transaction._rebuild_snapshot_updates``, ``_snapshot_producers`` and
+``_cleanup_uncommitted_manifests``. Private names can go in any release, so the
+``[iceberg]`` extra pins a range (setup.cfg); this test runs against the installed pyiceberg,
+checks that it is in that range, and fails naming the missing name if a version there lacks
+one, before a table run does.
 """
 
 from __future__ import annotations
@@ -79,3 +82,13 @@ def test_commit_once_commits_through_them(tmp_path: Path) -> None:
     tx = _transaction(tmp_path)
     commit_once(tx)
     assert tx._table.refresh().properties["pinned"] == "yes"
+
+
+def test_the_private_names_a_rebase_uses_are_there(tmp_path: Path) -> None:
+    """A run's append lost to another writer's is rebased (``commit_once(...,
+    rebase_unless=...)``) through the transaction's snapshot producers, as pyiceberg's own
+    retry does; without these names it is not rebased at all, and loses to busy writers."""
+    tx = _transaction(tmp_path)
+    for name in ("_rebuild_snapshot_updates", "_cleanup_uncommitted_manifests"):
+        assert callable(getattr(tx, name, None)), _missing(f"Transaction.{name}()")
+    assert hasattr(tx, "_snapshot_producers"), _missing("Transaction._snapshot_producers")
