@@ -324,3 +324,17 @@ def make_files(paths: Sequence[str]) -> None:
             origin = path
         else:
             os.link(origin, path)
+
+
+def s3_copy_delete(fs: Any, src: str, dst: str) -> None:
+    """What a user's own loop does to move one object on S3 through s3fs ``fs``: a
+    CopyObject, then a DeleteObject of the source (the bare side of the S3 benchmarks)."""
+    src_bucket, src_key, _ = fs.split_path(src)
+    dst_bucket, dst_key, _ = fs.split_path(dst)
+    fs.call_s3(
+        "copy_object",
+        Bucket=dst_bucket,
+        Key=dst_key,
+        CopySource={"Bucket": src_bucket, "Key": src_key},
+    )
+    fs.call_s3("delete_object", Bucket=src_bucket, Key=src_key)

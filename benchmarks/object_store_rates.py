@@ -71,15 +71,7 @@ class Store:
     def copy_delete(self, pair: tuple[str, str]) -> None:
         fs = self.proxied()
         if self.scheme == "s3":
-            src_bucket, src_key, _ = fs.split_path(pair[0])
-            dst_bucket, dst_key, _ = fs.split_path(pair[1])
-            fs.call_s3(
-                "copy_object",
-                Bucket=dst_bucket,
-                Key=dst_key,
-                CopySource={"Bucket": src_bucket, "Key": src_key},
-            )
-            fs.call_s3("delete_object", Bucket=src_bucket, Key=src_key)
+            _common.s3_copy_delete(fs, *pair)
         else:
             fs.cp_file(pair[0], pair[1])
             fs.rm_file(pair[0])

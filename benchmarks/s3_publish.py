@@ -98,15 +98,7 @@ def main() -> None:
             return took
 
         def copy_delete(pair: tuple[str, str]) -> None:
-            src_bucket, src_key, _ = fs.split_path(pair[0])
-            dst_bucket, dst_key, _ = fs.split_path(pair[1])
-            fs.call_s3(
-                "copy_object",
-                Bucket=dst_bucket,
-                Key=dst_key,
-                CopySource={"Bucket": src_bucket, "Key": src_key},
-            )
-            fs.call_s3("delete_object", Bucket=src_bucket, Key=src_key)
+            _common.s3_copy_delete(fs, *pair)
 
         def bare() -> float:
             _prefix, pairs = stage(fs, bucket, n)
