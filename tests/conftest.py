@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import forkrun  # noqa: F401  (first: it sets what the fork server preloads)
+import forkrun  # first: it sets what the fork server preloads
 import jvm
 import pytest
 from azure_helpers import AzuriteProcess
@@ -62,6 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
             "filterwarnings",
             "ignore:distutils Version classes are deprecated:DeprecationWarning:pyspark",
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server() -> None:
+    """The fork server of this test process started with the suite's import path, before a
+    store contract suite (store.testing) starts it without (tests/forkrun.py says why)."""
+    forkrun.start_server()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
