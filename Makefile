@@ -78,7 +78,15 @@ SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 	$(BIN)/python tests/jvm.py
 
-pytest: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE)
+# Spark's Python workers import pyspark from site-packages, compiled, not from Spark's zip of
+# its sources (tests/worker_path.py): a .pth file in the venv, written once.
+SPARK_WORKERS := $(VENV)/.spark-workers
+
+$(SPARK_WORKERS): $(STAMP) tests/worker_path.py
+	$(BIN)/python tests/worker_path.py
+	touch $(SPARK_WORKERS)
+
+pytest: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE) $(SPARK_WORKERS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Spark-dependent core again on pyspark 3.5, in a second virtual environment made once
@@ -102,7 +110,7 @@ airflow-env: $(STAMP)
 # pass's.
 SPARK35_WORKERS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-pytest-both: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE)
+pytest-both: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE) $(SPARK_WORKERS)
 	@log=$$(mktemp); \
 	nice -n 5 $(BIN)/python tests/spark35.py $(SPARK35_WORKERS) >$$log 2>&1 & other=$$!; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS); main=$$?; \
@@ -117,7 +125,7 @@ pytest-both: $(STAMP) redis-server postgresql npm $(SPARK_ARCHIVE)
 # The whole run's time is printed at its end, pass or fail (pytest lists the slowest tests).
 test:
 	@start=$$(date +%s); status=0; \
-	$(MAKE) --no-print-directory -j 6 lint typecheck redis-server npm $(SPARK_ARCHIVE) spark35-env airflow-env \
+	$(MAKE) --no-print-directory -j 6 lint typecheck redis-server npm $(SPARK_ARCHIVE) $(SPARK_WORKERS) spark35-env airflow-env \
 	  && $(MAKE) --no-print-directory pytest-both || status=$$?; \
 	elapsed=$$(( $$(date +%s) - start )); \
 	echo "make test: $$((elapsed / 60)) min $$((elapsed % 60)) s, exit $$status"; exit $$status

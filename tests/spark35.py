@@ -129,6 +129,8 @@ def main(args: list[str]) -> int:
         return 0
     bin_dir = environment()
     class_archive(bin_dir)
+    # Its Spark workers import its pyspark compiled, as .venv's do (tests/worker_path.py).
+    subprocess.run([str(bin_dir / "python"), str(ROOT / "tests" / "worker_path.py")], check=True)
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     # The commitpub console script and Spark's Python workers: the 3.5 environment's.
