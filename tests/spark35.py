@@ -116,7 +116,7 @@ def environment() -> Path:
 
 def class_archive(bin_dir: Path) -> None:
     """The environment's own archive of Spark's classes (tests/jvm.py), made once (in the
-    background pass, not in ``--prepare``: off make test's critical path): its drivers
+    pass, not in ``--prepare``, where it would wait on the venv's download): its drivers
     cannot map .venv's, whose class path is another pyspark's."""
     if not (bin_dir.parent / "spark-classes.jsa").is_file():
         subprocess.run([str(bin_dir / "python"), str(ROOT / "tests" / "jvm.py")], check=True)
