@@ -41,6 +41,7 @@ _CTX.set_forkserver_preload(
         "store.postgres",  # and psycopg: ~50 ms a PostgreSQL run would import again
         "s3fs",
         "pyiceberg.catalog.sql",  # and SQLAlchemy: ~1.3 s an Iceberg run would import again
+        "pandas",  # what pyarrow imports to convert the table drivers' datetimes: ~0.5 s a run
         "forkwarm",
     ]
 )
