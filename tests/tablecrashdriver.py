@@ -5,6 +5,7 @@
     python tests/tablecrashdriver.py recover --format ... (same)
     python tests/tablecrashdriver.py restate --format ... (same)
     python tests/tablecrashdriver.py revert  --format ... (same) --reverted R2
+    python tests/tablecrashdriver.py read    --format ... (same) --until FILE
 
 The source is implicit and deterministic: DATASETS x PARTITIONS, each partition RECORDS
 records (offsets 0..RECORDS-1); partition p holds day DAYS[p], and a record's id is
@@ -16,9 +17,14 @@ its files into the table, one table step, one watermark step per partition. Tabl
 ``--base``, or Delta at ``output/<dataset>``. Crashes come from ``COMMITPUB_FAILPOINTS``.
 
 ``restate`` recovers, then replaces partition ``RESTATED`` of every dataset with
-:func:`restated_ids` (RECORDS new records in FILE_RECORDS-record files): per dataset the
-renames and one table step that overwrites that partition (Iceberg) or replaces it (Delta);
-no watermark moves.
+:func:`restated_ids` of ``--variant`` (RECORDS new records in FILE_RECORDS-record files):
+per dataset the renames and one table step that overwrites that partition (Iceberg) or
+replaces it (Delta); no watermark moves.
+
+``read`` is a reader beside them: until the file ``--until`` exists, it reads partition
+``RESTATED`` of the first dataset over and over through the table's own reader, and prints
+how many reads found the run's rows, the rows of one restatement (each exactly once), or
+anything else (see :func:`read`).
 
 ``revert`` recovers, then takes back what run ``--reverted`` published, as ``commitpub
 revert`` does: per dataset, from the run's published record, the revert step of its table
@@ -30,8 +36,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
+from collections.abc import Callable
 
+import pyarrow as pa
 from table_helpers import sql_catalog, write_staged
 
 from commitsteps import (
@@ -68,19 +77,26 @@ def expected_ids() -> list[int]:
     return sorted(int(p) * 1000 + o for p in PARTITIONS for o in range(RECORDS))
 
 
-def restated_ids() -> list[int]:
-    """The ids partition :data:`RESTATED` holds after a restatement (none of the old ones)."""
-    return [int(RESTATED) * 1000 + 500 + o for o in range(RECORDS)]
+#: Restatements tell themselves apart by their ids: variant v holds ``500 + v * RECORDS``
+#: onwards, inside partition RESTATED's thousand.
+VARIANTS = range((1000 - 500) // RECORDS)
 
 
-def expected_after_restatement() -> list[int]:
+def restated_ids(variant: int = 0) -> list[int]:
+    """The ids partition :data:`RESTATED` holds after a restatement (none of the old ones,
+    none of another variant's)."""
+    assert variant in VARIANTS, variant
+    return [int(RESTATED) * 1000 + 500 + variant * RECORDS + o for o in range(RECORDS)]
+
+
+def expected_after_restatement(variant: int = 0) -> list[int]:
     kept = [i for i in expected_ids() if i // 1000 != int(RESTATED)]
-    return sorted([*kept, *restated_ids()])
+    return sorted([*kept, *restated_ids(variant)])
 
 
-def restate(fmt: str, base: str, run_id: str) -> dict[str, list[CommitStep]]:
+def restate(fmt: str, base: str, run_id: str, variant: int = 0) -> dict[str, list[CommitStep]]:
     day = DAYS[RESTATED]
-    ids = restated_ids()
+    ids = restated_ids(variant)
     sequences: dict[str, list[CommitStep]] = {}
     for dataset in DATASETS:
         staged = [
@@ -174,9 +190,70 @@ def revert(pub: Publisher, reverted: str, run_id: str) -> dict[str, list[CommitS
     return sequences
 
 
+def partition_reader(fmt: str, base: str) -> Callable[[], list[int]]:
+    """A function that reads partition RESTATED of the first dataset through the table's
+    own reader, from its current snapshot or version, filtered on the partition: the ids."""
+    dataset = DATASETS[0]
+    day = DAYS[RESTATED].isoformat()
+    if fmt == "iceberg":
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.expressions import EqualTo
+
+        catalog = load_catalog("main", **sql_catalog(base)["main"])
+
+        def iceberg() -> list[int]:
+            table = catalog.load_table(f"{JOB}.{dataset}")
+            scan = table.scan(row_filter=EqualTo("ts_date", day), selected_fields=("id",))
+            return sorted(scan.to_arrow().column("id").to_pylist())
+
+        return iceberg
+
+    # deltalake's Rust reader, as commitsteps.delta.read_arrow reads (its docstring says why
+    # not DeltaTable.to_pyarrow_table).
+    from deltalake import DeltaTable, QueryBuilder
+
+    query = f"SELECT id FROM t WHERE ts_date = DATE '{day}'"  # noqa: S608 -- no outside input
+
+    def delta() -> list[int]:
+        table = DeltaTable(f"{base}/output/{dataset}")
+        found = pa.table(QueryBuilder().register("t", table).execute(query))
+        return sorted(found.column("id").to_pylist())
+
+    return delta
+
+
+def read(fmt: str, base: str, until: str) -> dict[str, object]:
+    """Read partition RESTATED of the first dataset (:func:`partition_reader`) over and over
+    until the file ``until`` exists.
+
+    Returns:
+        ``reads``; ``seen``: how many reads found the rows the run published (``"run"``) or
+        restatement variant N's (``"vN"``), each row exactly once; ``bad``: how many found
+        anything else (a mix, none, rows missing or twice), and ``first_bad``, what the
+        first of them found.
+    """
+    whole = {"run": [int(RESTATED) * 1000 + o for o in range(RECORDS)]}
+    whole |= {f"v{v}": restated_ids(v) for v in VARIANTS}
+    read_ids = partition_reader(fmt, base)
+    reads = bad = 0
+    seen: dict[str, int] = {}
+    first_bad: list[int] | None = None
+    while not os.path.exists(until):
+        ids = read_ids()
+        reads += 1
+        name = next((n for n, expected in whole.items() if ids == expected), None)
+        if name is not None:
+            seen[name] = seen.get(name, 0) + 1
+            continue
+        bad += 1
+        if first_bad is None:
+            first_bad = ids
+    return {"reads": reads, "seen": seen, "bad": bad, "first_bad": first_bad}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "recover", "restate", "revert"])
+    parser.add_argument("command", choices=["run", "recover", "restate", "revert", "read"])
     parser.add_argument("--format", choices=["iceberg", "delta"], required=True)
     parser.add_argument("--base", required=True)
     parser.add_argument("--store", required=True)
@@ -186,7 +263,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--records", type=int, default=RECORDS, help="the source's end, per partition"
     )
+    parser.add_argument(
+        "--variant", type=int, default=0, help="restate: the ids written (restated_ids)"
+    )
+    parser.add_argument("--until", help="read: stop once this file exists")
     args = parser.parse_args(argv)
+    if args.command == "read":
+        json.dump(read(args.format, args.base, args.until), sys.stdout)
+        return 0
     catalogs = sql_catalog(args.base)
     pub = Publisher(
         args.store,
@@ -217,7 +301,7 @@ def main(argv: list[str]) -> int:
         assert run_dir == f"{args.base}/staging/{args.run_id}", run_dir
         with connecting_only(Connections([args.watermarks], catalogs)):
             if args.command == "restate":
-                sequences = restate(args.format, args.base, args.run_id)
+                sequences = restate(args.format, args.base, args.run_id, args.variant)
             else:
                 sequences = extract(
                     args.format, args.base, args.run_id, args.watermarks, args.records

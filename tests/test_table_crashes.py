@@ -9,10 +9,14 @@ every data commit naming its job and run, every watermark at the end, nothing pe
 The zombie cells stop a run with SIGSTOP just before its table commit, let another process
 recover the same sealed sequence (committing it), then wake the first: its commit must fail
 on the moved table and be decided by verify(), not appended a second time.
+
+A reader process beside four restatements reads the restated partition through each
+table's own reader over and over: every read finds the rows of one commit, whole.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -88,6 +92,7 @@ def drive(
     crash_at: str | None = None,
     marks: Path | None = None,
     wait: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> Any:
     env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
     if crash_at:
@@ -108,6 +113,7 @@ def drive(
         run_id,
         "--records",
         str(records),
+        *extra,
     ]
     if not wait:
         return forkrun.start("tablecrashdriver", argv, env=env)
@@ -284,6 +290,43 @@ def test_a_paused_restatement_waking_after_recovery_applies_nothing_twice(
     )
     _recover_beside(fmt, paused, marks, base, backend)
     check_restated(fmt, base, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["iceberg", "delta"])
+def test_a_reader_beside_restatements_sees_the_partition_whole_old_or_new(
+    fmt: str, tmp_path: Path
+) -> None:
+    """A reader process reads the restated partition through the table's own reader over
+    and over while it is restated four times, each time with other rows: every read finds
+    exactly the rows of one commit (the run's or one restatement's, each once), never a mix,
+    never none, and the reader saw the restatements go by."""
+    base = tmp_path / "job"
+    backend = Backend(f"{tmp_path}/state/steps", f"{tmp_path}/state/watermarks")
+    expect_ok(drive(fmt, "run", base, backend))
+    stop = tmp_path / "stop"
+    reader = drive(fmt, "read", base, backend, wait=False, extra=("--until", str(stop)))
+    try:
+        for variant in range(1, 5):
+            restate = ("--variant", str(variant))
+            expect_ok(drive(fmt, "restate", base, backend, run_id=f"s{variant}", extra=restate))
+    finally:
+        stop.touch()
+        stdout, stderr = reader.communicate(60)
+    assert reader.returncode == 0, stderr[-3000:]
+    seen = json.loads(stdout)
+    assert seen["bad"] == 0, seen
+    assert seen["reads"] > 10, seen
+    # It read while the restatements went on: more than one commit's rows.
+    assert len(seen["seen"]) > 1, seen
+    assert set(seen["seen"]) <= {"run", "v1", "v2", "v3", "v4"}, seen
+    for dataset in driver.DATASETS:
+        if fmt == "iceberg":
+            table = iceberg_table(sql_catalog(str(base)), f"{driver.JOB}.{dataset}")
+            ids = [r["id"] for r in iceberg_rows(table)]
+        else:
+            ids = [r["id"] for r in delta_rows(f"{base}/output/{dataset}")]
+        assert ids == driver.expected_after_restatement(4), dataset
 
 
 #: Crash points inside a revert of run r2 (per dataset: its table's revert step, then the
