@@ -1,5 +1,5 @@
-"""The Spark-dependent core of the suite again, on pyspark 3.5 (``make test`` runs this beside
-the main pass, niced a little).
+"""The Spark-dependent core of the suite again, on pyspark 3.5 (``make test`` runs this after
+the main pass).
 
 Most EMR, Dataproc and Databricks LTS runtimes still run Spark 3.5, so CI proves it: a
 second virtual environment with the newest pyspark 3.5 (:data:`PYSPARK`) and the same pins
