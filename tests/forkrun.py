@@ -47,15 +47,22 @@ _CTX.set_forkserver_preload(
 )
 
 
+_STARTED: list[bool] = []
+
+
 def start_server() -> None:
-    """Start the fork server with this process's import path in its ``PYTHONPATH``.
+    """Start the fork server with this process's import path in its ``PYTHONPATH``, once.
 
     Python 3.11's server imports its preload list before it learns the parent's
     ``sys.path`` (only the forked runs get that), so from the repository root it would find
     ``store.testing`` but not the drivers in ``tests/``, and every run imported them (with
     commitsteps, publisher and pyarrow) again: about a second of CPU each. The variable is
-    set only while the server starts; each run's environment is its own (``_child``).
+    set only while the server starts, the first time (a process another thread starts then
+    would inherit it); each run's environment is its own (``_child``).
     """
+    if _STARTED:
+        return
+    _STARTED.append(True)
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     try:
