@@ -48,21 +48,6 @@ def postgres_bindir() -> str | None:
     return os.path.dirname(on_path) if on_path else None
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
 def _alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
@@ -216,18 +201,43 @@ class PostgresProcess:
 
     def kill(self) -> None:
         """SIGKILL the postmaster and every process it started (a machine losing power):
-        nothing of the server runs on, nor keeps a file of its data directory open."""
+        nothing of the server runs on, nor keeps a file of its data directory open.
+
+        A server's processes are found by their working directory (every one of them
+        runs in the data directory), not as the postmaster's children: a backend forked
+        just before the postmaster died is reparented and would be missed, and it would
+        keep the old shared memory attached, so the next start would refuse to run.
+        """
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        children = _children(proc.pid)
-        for pid in [proc.pid, *children]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            left = [pid for pid in self._server_processes() if _alive(pid)]
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(_POLL_INTERVAL)
+        raise RuntimeError(f"PostgreSQL processes in {self.data} survived SIGKILL: {left}")
+
+    def _server_processes(self) -> list[int]:
+        """The processes running in this cluster's data directory."""
+        data = os.path.realpath(self.data)
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(entry / "cwd") == data:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
 
     def sql(self, statement: str, *, database: str = "postgres") -> list[tuple[Any, ...]]:
         """Run one statement as the superuser, autocommitted; its rows, if any."""
