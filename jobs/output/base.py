@@ -1,5 +1,6 @@
 """What an output format is: :class:`OutputFormat` (its rules, how its published rows are
-read back, its owner records) and the :class:`Writer` it stages a run's datasets with.
+read back, what a restatement reads of them, its owner records) and the :class:`Writer` it
+stages a run's datasets with.
 
 Each format is one module of this package holding all of it (:mod:`jobs.output.parquet`,
 :mod:`jobs.output.iceberg`, :mod:`jobs.output.delta`), registered by name in
@@ -9,6 +10,7 @@ Each format is one module of this package holding all of it (:mod:`jobs.output.p
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobs.config import BatchConfig, FormatSettings, Naming, OutputKeys
@@ -24,11 +26,12 @@ from jobs.output.directories import (
 )
 from jobs.output.taskwriter import WriteOptions
 from jobs.output.writing import Written
+from jobs.sources import RestateRefusedError
 from publisher import StepsBuilder
 from store.urls import decode_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class Writer(abc.ABC):
@@ -47,6 +50,14 @@ class Writer(abc.ABC):
     #: partitions before the new ones go in, as :class:`~jobs.output.parquet.ParquetWriter`
     #: does by returning the staged dataset itself. False: ``replace=`` is refused.
     replaces_partitions: ClassVar[bool] = False
+    #: True when a restatement that stages no row empties the partitions it names, as
+    #: :class:`~jobs.output.parquet.ParquetWriter` does; False: it is refused (a table commit
+    #: adds files).
+    empties_partitions: ClassVar[bool] = True
+    #: True when the output keeps what a restatement replaces in its own history (a table,
+    #: until its maintenance removes it), so ``keep_replaced`` changes nothing; False: the
+    #: replaced files are deleted once the commit is done unless ``keep_replaced`` keeps them.
+    history_keeps_replaced: ClassVar[bool] = False
 
     def check_replace(
         self, dataset: str, partition_by: tuple[str, ...], replace: tuple[str, ...] | bool
@@ -122,6 +133,11 @@ class OutputFormat(abc.ABC):
     #: that this format takes; the others are refused when given (naming the formats that
     #: take them) before :meth:`settings` is asked.
     keys: ClassVar[tuple[str, ...]] = ()
+    #: True when ``commitpub run --restate`` can restate the format's output from the job
+    #: file: :meth:`output_partitions` and :meth:`lowest_offsets` read what is published,
+    #: and its writer replaces partitions (:attr:`Writer.replaces_partitions`). False: the
+    #: restatement is refused before the job lock.
+    restates: ClassVar[bool] = False
 
     def settings(self, output: OutputKeys, job: str, naming: Naming) -> FormatSettings:
         """Check the ``[output]`` keys for this format and return what the job carries.
@@ -211,6 +227,44 @@ class OutputFormat(abc.ABC):
             dataset: the dataset's name.
             config: the job's settings (None: only ``output`` is known).
         """
+
+    def output_partitions(
+        self, config: BatchConfig, dataset: str, columns: tuple[str, ...]
+    ) -> list[tuple[str, ...]]:
+        """The partitions the output of ``dataset`` holds now, each as the directory names
+        down from the dataset's, one per column of ``columns`` (``("ts_date=2026-11-01",
+        "country=DE")``, values escaped as Spark names directories, the null one
+        ``__HIVE_DEFAULT_PARTITION__``); empty when nothing is published. What a restatement
+        from the job file (``commitpub run --restate``) chooses the partitions of its dates
+        from. The default refuses: see :attr:`restates`.
+
+        Raises:
+            RestateRefusedError: saying why the output's partitions cannot be replaced so (a
+                level not partitioned by the job's column there); the caller adds the
+                dataset and the dates.
+        """
+        raise RestateRefusedError(
+            f"the {self.name} output format cannot be restated from the job file; restate "
+            "with jobs.Batch (stage(replace=...))"
+        )
+
+    def lowest_offsets(
+        self, spark: SparkSession, config: BatchConfig, dataset: str, partitions: Sequence[str]
+    ) -> dict[str, int] | None:
+        """Per landing partition (``_source_partition``), the lowest ``_source_offset`` of
+        the published rows of ``dataset`` in the top-level partitions ``partitions`` (as
+        :meth:`output_partitions` names them: ``ts_date=2026-11-01``), read from what is
+        published now: the records a restatement of those dates needs from the landing.
+        None when the rows do not carry both columns (a transform dropped them). The default
+        refuses: see :attr:`restates`.
+
+        Raises:
+            RestateRefusedError: as :meth:`output_partitions`.
+        """
+        raise RestateRefusedError(
+            f"the {self.name} output format cannot be restated from the job file; restate "
+            "with jobs.Batch (stage(replace=...))"
+        )
 
     def lineage_name(self, config: BatchConfig, dataset: str) -> tuple[str, str] | None:
         """The OpenLineage (namespace, name) of a published dataset, or None for that of

@@ -6,7 +6,9 @@ format, when it reads or commits a table.
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -15,8 +17,20 @@ from jobs.config import BatchConfig
 from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import dataset_directory
-from jobs.output.tables import TableWriter, staged_urls, table_root
+from jobs.output.tables import (
+    TableWriter,
+    lowest_offsets,
+    output_partitions,
+    partition_dates,
+    quoted,
+    staged_urls,
+    table_root,
+)
+from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN
 from publisher import StepsBuilder
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @attrs.frozen
@@ -79,6 +93,7 @@ class DeltaFormat(OutputFormat):
 
     name = "delta"
     table = True
+    restates = True
 
     def writer(self, config: BatchConfig) -> Writer:
         return DeltaWriter(config)
@@ -94,3 +109,57 @@ class DeltaFormat(OutputFormat):
             return []
         rows: list[dict[str, Any]] = read_arrow(table).to_pylist()
         return rows
+
+    def output_partitions(
+        self, config: BatchConfig, dataset: str, columns: tuple[str, ...]
+    ) -> list[tuple[str, ...]]:
+        """The dates of the data files in the table's current version, from the partition
+        values of its add actions (read by deltalake)."""
+        import pyarrow as pa
+
+        from commitsteps.delta import open_table
+
+        table = open_table(table_root(config.output, dataset))
+        if table is None:
+            return []
+        partitioned = table.metadata().partition_columns
+        column = ", ".join(partitioned) if partitioned else None
+        values: list[Any] = []
+        if len(partitioned) == 1:
+            actions = pa.table(table.get_add_actions(flatten=True))
+            values = [_date(v) for v in actions.column(f"partition.{column}").to_pylist()]
+        return output_partitions(self.name, column, columns, values)
+
+    def lowest_offsets(
+        self, spark: SparkSession, config: BatchConfig, dataset: str, partitions: Sequence[str]
+    ) -> dict[str, int] | None:
+        """The lowest offsets of the partitions' rows in the table's current version, taken
+        by deltalake's query engine."""
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        from commitsteps.delta import open_table
+
+        table = open_table(table_root(config.output, dataset))
+        dates = partition_dates(partitions)
+        if table is None or not dates:
+            return {}
+        held = set(pa.schema(table.schema().to_arrow()).names)
+        if PARTITION_COLUMN not in held or OFFSET_COLUMN not in held:
+            return None
+        column = quoted(table.metadata().partition_columns[0])
+        partition, offset = quoted(PARTITION_COLUMN), quoted(OFFSET_COLUMN)
+        chosen = ", ".join(f"DATE '{d}'" for d in dates)
+        query = (
+            f"SELECT {partition}, min({offset}) AS {offset} FROM t "  # noqa: S608 -- quoted names, ISO dates
+            f"WHERE {column} IN ({chosen}) GROUP BY {partition}"
+        )
+        found = pa.table(QueryBuilder().register("t", table).execute(query))
+        return lowest_offsets(found.to_batches())
+
+
+def _date(value: Any) -> dt.date | None:
+    """A partition value of an add action (a date, or its ISO text) as a date."""
+    if value is None or isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value))

@@ -9,7 +9,8 @@ format, when it reads, writes or commits a table.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -19,10 +20,22 @@ from jobs.errors import BatchArgumentError
 from jobs.output.base import OutputFormat, Writer
 from jobs.output.commits import StagedDataset
 from jobs.output.directories import OutputOwner
-from jobs.output.tables import TableWriter, staged_urls, table_root
+from jobs.output.tables import (
+    TableWriter,
+    lowest_offsets,
+    output_partitions,
+    partition_dates,
+    quoted,
+    staged_urls,
+    table_root,
+)
+from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN
 from publisher import StepsBuilder
 from store.errors import ConfigurationError
 from store.urls import is_local, local_path, require_no_credentials, to_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: The name under which the job's Iceberg catalog is loaded: pyiceberg's own configuration
 #: (``PYICEBERG_CATALOG__DEFAULT__...``, ``~/.pyiceberg.yaml``) for it adds credentials.
@@ -137,6 +150,20 @@ def _iceberg_table(config: BatchConfig, dataset: str) -> Any:
         return None
 
 
+def _partitioned_by(table: Any) -> str | None:
+    """The column the table's current partition spec partitions it by, as the message of a
+    refused restatement shows it (``bucket(4, id)`` for another transform); None: none."""
+    fields = table.spec().fields
+    if not fields:
+        return None
+    names = []
+    for field in fields:
+        column = table.schema().find_column_name(field.source_id)
+        transform = str(field.transform)
+        names.append(column if transform == "identity" else f"{transform}({column})")
+    return ", ".join(names)
+
+
 class IcebergFormat(OutputFormat):
     """Each dataset is the Iceberg table ``<namespace>.<dataset>`` at ``<output>/<dataset>``
     in the job's catalog (``[output.catalog]``, else an embedded SQL catalog on sqlite under
@@ -145,6 +172,7 @@ class IcebergFormat(OutputFormat):
     name = "iceberg"
     table = True
     keys = ("namespace", "catalog")
+    restates = True
 
     def settings(self, output: OutputKeys, job: str, naming: Naming) -> FormatSettings:
         """The tables' namespace, and the catalog's properties; secrets in them refused."""
@@ -217,6 +245,43 @@ class IcebergFormat(OutputFormat):
             return []
         rows: list[dict[str, Any]] = table.scan().to_arrow().to_pylist()
         return rows
+
+    def output_partitions(
+        self, config: BatchConfig, dataset: str, columns: tuple[str, ...]
+    ) -> list[tuple[str, ...]]:
+        """The dates of the data files in the table's current snapshot, read by pyiceberg
+        from its manifests (``inspect.partitions``)."""
+        table = _iceberg_table(config, dataset)
+        if table is None or table.current_snapshot() is None:
+            return []
+        column = _partitioned_by(table)
+        values: list[Any] = []
+        if column is not None and len(table.spec().fields) == 1:
+            field = table.spec().fields[0].name
+            found = table.inspect.partitions().column("partition").to_pylist()
+            values = [p[field] for p in found]
+        return output_partitions(self.name, column, columns, values)
+
+    def lowest_offsets(
+        self, spark: SparkSession, config: BatchConfig, dataset: str, partitions: Sequence[str]
+    ) -> dict[str, int] | None:
+        """The two columns of the partitions' rows in the table's current snapshot, scanned
+        by pyiceberg batch by batch."""
+        table = _iceberg_table(config, dataset)
+        dates = partition_dates(partitions)
+        if table is None or not dates:
+            return {}
+        held = set(table.schema().column_names)
+        if PARTITION_COLUMN not in held or OFFSET_COLUMN not in held:
+            return None
+        column = table.schema().find_column_name(table.spec().fields[0].source_id)
+        # A filter text, parsed by pyiceberg: its expression classes' signatures defeat mypy.
+        chosen = ", ".join(f"'{d}'" for d in dates)
+        scan = table.scan(
+            row_filter=f"{quoted(column)} IN ({chosen})",
+            selected_fields=(PARTITION_COLUMN, OFFSET_COLUMN),
+        )
+        return lowest_offsets(scan.to_arrow_batch_reader())
 
     def owner(self, config: BatchConfig, dataset: str) -> OutputOwner:
         """The table property :data:`OWNER_PROPERTY` of ``<namespace>.<dataset>``."""

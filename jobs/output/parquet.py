@@ -4,18 +4,22 @@ published by renames."""
 from __future__ import annotations
 
 import os
+import posixpath
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobs.config import BatchConfig
 from jobs.output.base import OutputFormat, Writer
-from jobs.output.commits import StagedDataset
+from jobs.output.commits import StagedDataset, join
 from jobs.output.directories import dataset_directory
 from jobs.output.taskwriter import WriteOptions
 from jobs.output.writing import Written, stage
+from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, RestateRefusedError
 from publisher import StepsBuilder
+from store.files import FileIO
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class ParquetWriter(Writer):
@@ -49,6 +53,7 @@ class ParquetFormat(OutputFormat):
     """Hive-partitioned Parquet files under ``<output>/<dataset>/``."""
 
     name = "parquet"
+    restates = True
 
     def writer(self, config: BatchConfig) -> Writer:
         return ParquetWriter()
@@ -77,3 +82,59 @@ class ParquetFormat(OutputFormat):
         table = ds.dataset(directory, format="parquet", partitioning="hive", schema=schema)
         rows: list[dict[str, Any]] = table.to_table().to_pylist()
         return rows
+
+    def output_partitions(
+        self, config: BatchConfig, dataset: str, columns: tuple[str, ...]
+    ) -> list[tuple[str, ...]]:
+        """The dataset's partition directories, listed level by level.
+
+        Raises:
+            RestateRefusedError: if a level is not partitioned by the job's column there.
+        """
+        output = dataset_directory(config.output, dataset)
+        found: list[tuple[str, ...]] = [()]
+        for column in columns:
+            deeper = []
+            for parent in found:
+                io = FileIO(join(output, "/".join(parent)) if parent else output)
+                for name in sorted(io.directories(io.root)):
+                    if name.startswith((".", "_")):
+                        continue
+                    if not name.startswith(f"{column}="):
+                        laid = "/".join((*parent, name))
+                        raise RestateRefusedError(
+                            f"its output holds {laid}, not partitioned as the job partitions "
+                            f"it ({'/'.join(f'{c}=...' for c in columns)}), so its dates "
+                            "cannot be replaced"
+                        )
+                    deeper.append((*parent, name))
+            found = deeper
+        return found
+
+    def lowest_offsets(
+        self, spark: SparkSession, config: BatchConfig, dataset: str, partitions: Sequence[str]
+    ) -> dict[str, int] | None:
+        """The partitions' files read by Spark, under the union of their schemas."""
+        from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
+
+        output = dataset_directory(config.output, dataset)
+        # A partition emptied by an earlier restatement may be left as a directory without
+        # files, which Spark cannot read a schema from.
+        paths = [p for p in (join(output, d) for d in partitions) if _holds_files(p)]
+        if not paths:
+            return {}
+        rows: DataFrame = (
+            spark.read.option("basePath", output).option("mergeSchema", "true").parquet(*paths)
+        )
+        if PARTITION_COLUMN not in rows.columns or OFFSET_COLUMN not in rows.columns:
+            return None
+        lowest: list[Any] = (
+            rows.groupBy(PARTITION_COLUMN).agg(F.min(OFFSET_COLUMN).alias("lowest")).collect()
+        )
+        return {str(r[0]): int(r[1]) for r in lowest if r[0] is not None and r[1] is not None}
+
+
+def _holds_files(directory: str) -> bool:
+    """Whether a partition directory holds a data file (not hidden, at any depth)."""
+    io = FileIO(directory)
+    return any(not posixpath.basename(path).startswith((".", "_")) for path in io.walk(io.root))

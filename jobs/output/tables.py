@@ -13,7 +13,7 @@ for a restatement :class:`~commitsteps.IcebergOverwriteCommitStep`,
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import attrs
@@ -24,9 +24,11 @@ from jobs.output.commits import StagedDataset, join
 from jobs.output.parquet import ParquetWriter
 from jobs.output.taskwriter import DEFAULT_PARTITION, WriteOptions, escape_path_name
 from jobs.output.writing import Written
+from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, RestateRefusedError
 from store.urls import encode_name, is_local, local_path
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
@@ -45,6 +47,8 @@ class TableWriter(ParquetWriter):
     removes the replaced partitions' files, in the same table commit)."""
 
     replaces_partitions = True
+    empties_partitions = False
+    history_keeps_replaced = True
     #: False where the table step cannot select the null partition's files.
     replaces_null_partition: ClassVar[bool] = True
 
@@ -175,3 +179,68 @@ def table_root(output: str, dataset: str) -> str:
     """Where the table of ``dataset`` lies: a local path, or a URL."""
     root = join(output, encode_name(dataset, "dataset"))
     return local_path(root) if is_local(root) else root
+
+
+def output_partitions(
+    fmt: str, partitioned_by: str | None, columns: tuple[str, ...], values: Iterable[dt.date | None]
+) -> list[tuple[str, ...]]:
+    """A table's partitions as a restatement names them (``("ts_date=2026-11-01",)``, the
+    null one ``__HIVE_DEFAULT_PARTITION__``), sorted, from the dates its files hold.
+
+    Args:
+        fmt: the format's name, for the message.
+        partitioned_by: the column the table is partitioned by (None: not partitioned).
+        columns: the job's partition columns, the date column first.
+        values: the date of each data file (None: the null partition), repeats allowed.
+
+    Raises:
+        RestateRefusedError: if the table is not partitioned by exactly ``columns``.
+    """
+    if partitioned_by is None or columns != (partitioned_by,):
+        laid = f"by {partitioned_by}" if partitioned_by else "by no column"
+        raise RestateRefusedError(
+            f"its {fmt} table is partitioned {laid}, not as the job partitions it "
+            f"({', '.join(columns)}), so its dates cannot be replaced"
+        )
+    column = escape_path_name(partitioned_by)
+    held = set(values)
+    found: list[tuple[str, ...]] = [
+        (f"{column}={d.isoformat()}",) for d in sorted(v for v in held if v is not None)
+    ]
+    if None in held:
+        found.append((f"{column}={DEFAULT_PARTITION}",))
+    return found
+
+
+def partition_dates(partitions: Sequence[str]) -> list[str]:
+    """The ISO dates of partitions named as :func:`output_partitions` names them (the null
+    partition left out: a restatement replaces dates)."""
+    dates = {partition.partition("=")[2] for partition in partitions}
+    return sorted(dt.date.fromisoformat(d).isoformat() for d in dates if d != DEFAULT_PARTITION)
+
+
+def quoted(column: str) -> str:
+    """A column name as a double-quoted identifier of a query or filter text."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+def lowest_offsets(batches: Iterable[pa.RecordBatch]) -> dict[str, int]:
+    """Per ``_source_partition``, the lowest ``_source_offset`` of rows read in batches of
+    those two columns (rows where either is null left out)."""
+    import pyarrow as pa
+
+    lowest: dict[str, int] = {}
+    for batch in batches:
+        grouped = (
+            pa.Table.from_batches([batch])
+            .group_by(PARTITION_COLUMN)
+            .aggregate([(OFFSET_COLUMN, "min")])
+            .to_pylist()
+        )
+        for row in grouped:
+            partition, offset = row[PARTITION_COLUMN], row[f"{OFFSET_COLUMN}_min"]
+            if partition is None or offset is None:
+                continue
+            key = str(partition)
+            lowest[key] = min(int(offset), lowest.get(key, int(offset)))
+    return lowest

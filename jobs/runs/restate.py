@@ -1,5 +1,7 @@
 """``commitpub run JOB.toml --restate DATASET --from DATE --to DATE``: restate the output
-partitions of chosen dates from the landing files still present, exactly once.
+partitions of chosen dates from the landing files still present, exactly once: Parquet
+directories, Iceberg and Delta tables (any output format whose
+:attr:`~jobs.output.OutputFormat.restates` says so).
 
 A restatement is a run of the job file that ingests nothing new. Under the job lock, after
 recovery, per dataset asked for:
@@ -9,16 +11,23 @@ recovery, per dataset asked for:
    past the latest date published (later dates are a forward run's, not a restatement), and
    every landing record the output's rows of those dates came from is still present (the
    rows carry ``_source_partition`` and ``_source_offset``; an output without them needs
-   every record from each partition's first offset).
+   every record from each partition's first offset). What is published is read by the
+   output format (:meth:`~jobs.output.OutputFormat.output_partitions`,
+   :meth:`~jobs.output.OutputFormat.lowest_offsets`): the partition directories and their
+   files, or a table's current snapshot (version).
 2. **Read** each landing partition from its beginning up to its *committed* watermark, not
    its high watermark: records past it are not published yet, and the next forward run
    publishes them once, with the committed watermark left where it is.
 3. **Transform** as a forward run does (``source.transform``, the date of
    ``source.time_field``), keep the rows of the dates asked for, and stage them with
    ``Batch.stage(replace=...)`` naming every output partition of those dates: one sealed
-   commit sets the old files aside and moves the new ones in, recorded as a restatement in
+   commit sets the old files aside and moves the new ones in (a table: one overwrite
+   snapshot, or ``replaceWhere`` commit, carrying the run id), recorded as a restatement in
    the report, ``status`` and lineage. No watermark moves. With ``keep_replaced``
-   (``--keep-replaced``) the old files are kept for ``commitpub revert`` to put back.
+   (``--keep-replaced``) the old Parquet files are kept for ``commitpub revert`` to put back;
+   a table keeps them in its history anyway (until its maintenance), so there it changes
+   nothing and a progress line says so. A table's dates are replaced with rows: a
+   restatement that leaves none of those dates is refused.
 
 Run again, it replaces the same partitions with the same rows; killed anywhere, the next
 run (or ``recover``) finishes or aborts its commit as any other, and the restatement run
@@ -27,30 +36,29 @@ again ends the same.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-import posixpath
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 
 from jobs.config import JobConfig, date_column
+from jobs.output import format_of
 from jobs.output.commits import join
-from jobs.output.directories import dataset_directory
 from jobs.output.taskwriter import DEFAULT_PARTITION
 from jobs.progress import Progress, log_progress
 from jobs.quality import checks_of
 from jobs.runs.batch import Batch
 from jobs.runs.report import RunReport
 from jobs.runs.run import ResolvedRun, partitioned, recorded, resolve_run, transformed
-from jobs.sources import OFFSET_COLUMN, PARTITION_COLUMN, RestateRefusedError, Source
+from jobs.sources import OFFSET_COLUMN, RestateRefusedError, Source
 from jobs.spark import run_session
 from store import JsonScalar
-from store.files import FileIO
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 _ESCAPE_RE = re.compile(r"%([0-9A-Fa-f]{2})")
 
@@ -127,7 +135,8 @@ def restate_job(
 
     Raises:
         RestateRefusedError: before the lock, if the job's output cannot be restated so
-            (not Parquet, no ``source.time_field``) or the source has no such dataset.
+            (a format that does not restate, no ``source.time_field``) or the source has no
+            such dataset.
         LockHeldError, ConfigurationError: as :func:`jobs.runs.run.run_job`.
     """
     say = progress or log_progress
@@ -146,11 +155,12 @@ def _check_job(config: JobConfig, job: ResolvedRun, restatement: Restatement) ->
     """What can be refused from the job file alone, before the lock and Spark; returns the
     output's date column."""
     named = ", ".join(restatement.datasets)
-    if config.output_format != "parquet":
+    if not format_of(config).restates:
         raise RestateRefusedError(
             f"{job.file}: cannot restate {named}: `commitpub run --restate` replaces the "
-            f"partitions of Parquet output, and this job's output.format is "
-            f"{config.output_format!r}; restate a table with jobs.Batch (stage(replace=...))"
+            "partitions of Parquet output and of Iceberg and Delta tables, and this job's "
+            f"output.format is {config.output_format!r}, which cannot be restated from the "
+            "job file; restate with jobs.Batch (stage(replace=...))"
         )
     if job.time_field is None:
         raise RestateRefusedError(
@@ -188,14 +198,15 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
             f"`commitpub status {job.file}`"
         )
     columns = (day, *job.partition_by)
-    output = dataset_directory(config.output, dataset)
+    fmt = format_of(config)
     committed = {p: batch.committed(dataset, p) for p in source.partitions(dataset)}
     if all(value is None for value in committed.values()):
         raise RestateRefusedError(
             f"{what}: nothing of it was published yet (no committed watermark); a forward "
             f"`commitpub run {job.file}` publishes it"
         )
-    published = _partitions(output, columns, what)
+    with _named(what):
+        published = fmt.output_partitions(config, dataset, columns)
     dates = sorted(d for d in (_date(p[0]) for p in published) if d is not None)
     if not dates or restatement.last > dates[-1]:
         latest = f"the latest date published is {dates[-1]}" if dates else "no date was published"
@@ -210,7 +221,8 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
     ]
     if not chosen:
         raise RestateRefusedError(f"{what}: its output holds no partition of those dates")
-    needed = _needed(batch.spark, output, sorted({p[0] for p in chosen}))
+    with _named(what):
+        needed = fmt.lowest_offsets(batch.spark, config, dataset, sorted({p[0] for p in chosen}))
     gone = _gone(source, dataset, committed, needed)
     if gone:
         whence = (
@@ -230,6 +242,20 @@ def _plan(  # noqa: PLR0917 -- the run, the job, what to restate, of which datas
         {column: _value(value) for column, value in zip(columns, p, strict=True)} for p in chosen
     ]
     return _Planned(dataset, ranges, replace)
+
+
+@contextlib.contextmanager
+def _named(what: str) -> Iterator[None]:
+    """Around what the output format reads of what is published: its refusal named with the
+    dataset and the dates.
+
+    Raises:
+        RestateRefusedError: ``what: <the format's reason>``.
+    """
+    try:
+        yield
+    except RestateRefusedError as e:
+        raise RestateRefusedError(f"{what}: {e}") from e
 
 
 def _gone(
@@ -274,45 +300,33 @@ def _stage(
     frame, partition_by = partitioned(job, frame)
     day = F.col(partition_by[0])
     frame = frame.where(day.between(F.lit(restatement.first), F.lit(restatement.last)))
-    batch.stage(
+    writer = batch.writer
+    keep = restatement.keep_replaced and not writer.history_keeps_replaced
+    if restatement.keep_replaced and not keep:
+        say(
+            f"restating {dataset} {restatement.dates}: --keep-replaced changes nothing for a "
+            f"{writer.format} table: it keeps what the restatement replaces in its history "
+            "until table maintenance (snapshot expiry, VACUUM) deletes it, and `commitpub "
+            "revert` of this run puts it back until then"
+        )
+    info = batch.stage(
         dataset,
         frame,
         partition_by=partition_by,
         source=join(job.source_path, dataset) if job.source_path else None,
         checks=checks_of(job.checks, dataset),
         replace=plan.replace,
-        keep_replaced=restatement.keep_replaced,
+        keep_replaced=keep,
     )
+    if info.empty and not writer.empties_partitions:
+        raise RestateRefusedError(
+            f"cannot restate {dataset} {restatement.dates}: the transform leaves no row of "
+            f"those dates, and a restatement of a {writer.format} table replaces them with "
+            "new rows (a table commit adds files); nothing was changed"
+        )
     skipped = source.skipped(dataset)
     if skipped.count:
         batch.bad_records(dataset, skipped.count, skipped.first)
-
-
-def _partitions(output: str, columns: tuple[str, ...], what: str) -> list[tuple[str, ...]]:
-    """The output's partition directories, each the directory names down from the dataset's
-    (``("ts_date=2026-11-01", "country=DE")``), one level per partition column.
-
-    Raises:
-        RestateRefusedError: if a level is not partitioned by the job's column there.
-    """
-    found: list[tuple[str, ...]] = [()]
-    for column in columns:
-        deeper = []
-        for parent in found:
-            io = FileIO(join(output, "/".join(parent)) if parent else output)
-            for name in sorted(io.directories(io.root)):
-                if name.startswith((".", "_")):
-                    continue
-                if not name.startswith(f"{column}="):
-                    laid = "/".join((*parent, name))
-                    raise RestateRefusedError(
-                        f"{what}: its output holds {laid}, not partitioned as the job "
-                        f"partitions it ({'/'.join(f'{c}=...' for c in columns)}), so its "
-                        "dates cannot be replaced"
-                    )
-                deeper.append((*parent, name))
-        found = deeper
-    return found
 
 
 def _date(directory: str) -> datetime.date | None:
@@ -333,30 +347,3 @@ def _value(directory: str) -> str | None:
 def _unescaped(value: str) -> str:
     """A directory name's value as Spark escaped it (``%2F``), unescaped."""
     return _ESCAPE_RE.sub(lambda m: chr(int(m.group(1), 16)), value)
-
-
-def _needed(spark: SparkSession, output: str, dates: list[str]) -> dict[str, int] | None:
-    """Per landing partition, the lowest offset the output's rows of those date directories
-    came from; None when the rows do not carry their offsets (a transform dropped them)."""
-    from pyspark.sql import functions as F  # noqa: N812 -- pyspark's own convention
-
-    # A partition emptied by an earlier restatement may be left as a directory without
-    # files, which Spark cannot read a schema from.
-    paths = [p for p in (join(output, d) for d in dates) if _holds_files(p)]
-    if not paths:
-        return {}
-    rows: DataFrame = (
-        spark.read.option("basePath", output).option("mergeSchema", "true").parquet(*paths)
-    )
-    if PARTITION_COLUMN not in rows.columns or OFFSET_COLUMN not in rows.columns:
-        return None
-    lowest: list[Any] = (
-        rows.groupBy(PARTITION_COLUMN).agg(F.min(OFFSET_COLUMN).alias("lowest")).collect()
-    )
-    return {str(r[0]): int(r[1]) for r in lowest if r[0] is not None and r[1] is not None}
-
-
-def _holds_files(directory: str) -> bool:
-    """Whether a partition directory holds a data file (not hidden, at any depth)."""
-    io = FileIO(directory)
-    return any(not posixpath.basename(path).startswith((".", "_")) for path in io.walk(io.root))
