@@ -2,22 +2,27 @@
 "delta"``, in-process on the session's SparkSession: a day re-landed changed and restated
 with a fixed transform holds exactly the new rows once (read by DuckDB), the other days and
 datasets are untouched, the table commit names the run, the watermarks stay, running it twice
-ends the same and the next forward run publishes what landed since once; and the refusals
-(landing records gone, rows without offsets, a restatement that leaves a day no row).
-
-Killed inside its table commit: tests/jobs/test_restate_run.py.
+ends the same and the next forward run publishes what landed since once; the refusals
+(landing records gone, rows without offsets, a restatement that leaves a day no row); and
+a real ``commitpub run --restate`` process SIGKILLed around its table commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobhelpers import Landing, source_records, write_job
+from jobhelpers import COMMITPUB, Landing, source_records, write_job
 from pyspark.sql import SparkSession
 from table_helpers import delta_commits, duckdb_connection
 
@@ -25,6 +30,7 @@ from jobs.config import JobConfig, load_config
 from jobs.runs.restate import Restatement, restate_job
 from jobs.runs.run import run_job
 from store import open_watermarks
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = pytest.mark.spark
 
@@ -252,3 +258,66 @@ def test_a_table_restatement_is_refused_naming_what_is_missing_and_changes_nothi
         "orders/0 offsets 0..2 are gone (its first segment left starts at offset 3), and its "
         "rows carry no _source_offset, so every record is needed; nothing was changed"
     ) in (refused_blind.error or "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fmt", "point", "landed"),
+    [("iceberg", "table.before_commit", False), ("delta", "table.after_commit", True)],
+)
+def test_a_table_restatement_run_killed_around_its_table_commit_ends_with_the_new_rows_once(
+    spark: SparkSession, tmp_path: Path, fmt: str, point: str, landed: bool
+) -> None:
+    """A real ``commitpub run --restate`` process (its own Spark driver) SIGKILLed (driver,
+    JVM and workers) in its publish task right before or right after its table commit: the
+    table holds the old rows or the new ones, never a mix; the next restatement recovers
+    the sealed commit and restates again, ending with the new rows once, the other days
+    untouched and the watermarks where they were."""
+    config = _published(spark, tmp_path, fmt)
+    _reland(tmp_path, "orders", DAYS[1], {"amount": lambda r: r["amount"] + 1000})
+    fixed = _job(tmp_path, fmt, "version_2")
+    first = dict.fromkeys(DAYS, "v1")
+    restated = {**first, DAYS[1]: "v2"}
+    old = _rows(fmt, tmp_path, "orders")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    clean = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    env = {
+        **clean,
+        "PYSPARK_PYTHON": sys.executable,
+        # The job's transform is a module of this folder.
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), clean.get("PYTHONPATH", "")]),
+        ENV_VAR: f"{point}@1:stop",
+        MARKS_ENV_VAR: str(marks),
+    }
+    args = [COMMITPUB, "run", fixed.file, "--restate", "orders", "--from", DAYS[1]]
+    with (tmp_path / "killed.log").open("wb") as log:
+        killed = subprocess.Popen(
+            args, env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True
+        )
+    deadline = time.monotonic() + 240
+    try:
+        while not any(marks.iterdir()):
+            told = (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
+            assert killed.poll() is None, f"it ended before the crash point: {told}"
+            assert time.monotonic() < deadline, f"the crash point was not reached: {told}"
+            time.sleep(0.05)
+    finally:
+        # The stopped Python worker first: the end of the JVM orphans its process group,
+        # whose stopped members the kernel then sends SIGCONT (tests/jobs/test_restate.py).
+        for mark in marks.iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(mark.name.rsplit(".", 1)[1]), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # ended early: the assertion says why
+            os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    new = _expected(tmp_path, "orders", restated)
+    assert _rows(fmt, tmp_path, "orders") == (new if landed else old)
+
+    again = restate_job(fixed, Restatement(("orders",), SECOND, SECOND), spark=spark)
+    assert again.exit_code == 0, again.error
+    assert again.recovered == ["orders"]
+    assert _rows(fmt, tmp_path, "orders") == new
+    marks_now = open_watermarks(config.watermarks_url, job=config.name)
+    assert (marks_now.get("orders", "0"), marks_now.get("orders", "1")) == (21, 21)
+    assert list((tmp_path / "staging").rglob("*.parquet")) == []
