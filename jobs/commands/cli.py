@@ -385,7 +385,8 @@ Examples:
     multiple=True,
     help="Instead of new records: replace the output partitions of the dates --from..--to "
     "of DATASET (repeatable) with the landing records still present, read up to the "
-    "committed watermarks, which stay where they are.",
+    "committed watermarks, which stay where they are. Parquet directories, Iceberg and "
+    "Delta tables (one overwrite or replaceWhere commit).",
 )
 @click.option(
     "--from",
@@ -404,8 +405,10 @@ Examples:
 @click.option(
     "--keep-replaced",
     is_flag=True,
-    help="With --restate: keep the files replaced (in <output>/.commitpub-replaced/) so "
-    "that `commitpub revert` of this run puts them back.",
+    help="With --restate: keep the Parquet files replaced (in "
+    "<output>/.commitpub-replaced/) so that `commitpub revert` of this run puts them back. "
+    "An Iceberg or Delta table keeps them in its history until its maintenance: no effect "
+    "there.",
 )
 @_AS_JSON
 def run(
@@ -424,9 +427,10 @@ def run(
     JSON report into the job's reports directory (default: next to the commit store).
 
     With --restate, the run ingests nothing new: it replaces the output partitions of the
-    dates given, in one sealed commit per dataset, with the job's transform of the landing
-    records still present (refused, exit 2, nothing changed, when records the output's
-    rows of those dates came from are gone, or the dates lie past what was published).
+    dates given (Parquet directories; an Iceberg or Delta table's date partitions), in one
+    sealed commit per dataset, with the job's transform of the landing records still
+    present (refused, exit 2, nothing changed, when records the output's rows of those
+    dates came from are gone, or the dates lie past what was published).
     """
     from jobs.runs.run import run_job
 

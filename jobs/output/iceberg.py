@@ -151,8 +151,8 @@ def _iceberg_table(config: BatchConfig, dataset: str) -> Any:
 
 
 def _partitioned_by(table: Any) -> str | None:
-    """The column the table's current partition spec partitions it by, as the message of a
-    refused restatement shows it (``bucket(4, id)`` for another transform); None: none."""
+    """The column the table is partitioned by now, as the message of a refused restatement
+    shows it (``bucket(4, id)`` for another transform); None: none."""
     fields = table.spec().fields
     if not fields:
         return None
