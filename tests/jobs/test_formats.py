@@ -5,18 +5,23 @@ writes, commits and reads back with, and unknown names refused with the known on
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from jobhelpers import batch_places, write_job
+from jobhelpers import Landing, batch_places, write_job
 from pyspark.sql import SparkSession
 
 import jobs.output as formats
 from jobs import Batch
 from jobs.config import load_config
+from jobs.output.tables import output_partitions, partition_dates
 from jobs.output.verify import published_rows
+from jobs.runs.restate import Restatement, restate_job
+from jobs.sources import RestateRefusedError
 from store.errors import ConfigurationError
 
 #: A user's package: Parquet files with a column saying which format wrote them.
@@ -192,3 +197,61 @@ def test_a_batch_writes_commits_and_reads_back_with_a_user_format(
         spark, "tagged-job", format="tagged", run_id="r2", **batch_places(tmp_path)
     ) as batch:
         assert batch.committed("orders", "p0") == 6
+
+
+def test_a_format_that_does_not_restate_is_refused_by_run_restate_before_the_lock(
+    tmp_path: Path, isolated_registry: None
+) -> None:
+    """``commitpub run --restate`` asks the format (``OutputFormat.restates``): one of the
+    user's own that reads nothing of what it published is refused from the job file alone,
+    before the lock and Spark; the built-ins restate."""
+
+    class Plain(formats.OutputFormat):
+        name = "plain"
+
+        def writer(self, config: Any) -> formats.Writer:
+            return formats.ParquetWriter()
+
+        def read_back(self, output: str, dataset: str, config: Any) -> list[dict[str, Any]]:
+            return []
+
+    formats.register_format("plain", Plain)
+    Landing(tmp_path / "landing").append("orders", "0", 3)
+    config = load_config(write_job(tmp_path, output={"path": "output", "format": "plain"}))
+    day = datetime.date(2025, 1, 1)
+    with pytest.raises(RestateRefusedError) as e:
+        restate_job(config, Restatement(("orders",), day, day))
+    assert str(e.value) == (
+        f"{config.file}: cannot restate orders: `commitpub run --restate` replaces the "
+        "partitions of Parquet output and of Iceberg and Delta tables, and this job's "
+        "output.format is 'plain', which cannot be restated from the job file; restate with "
+        "jobs.Batch (stage(replace=...))"
+    )
+    assert not (tmp_path / "state").exists()
+    assert [formats.get_format(n).restates for n in ("parquet", "iceberg", "delta")] == [
+        True,
+        True,
+        True,
+    ]
+
+
+def test_a_table_names_its_partitions_as_a_restatement_replaces_them() -> None:
+    """A table's date partitions as ``commitpub run --restate`` names them (sorted, each
+    once, the null one last), and a table partitioned otherwise refused with the reason."""
+    values = [datetime.date(2025, 1, 2), None, datetime.date(2025, 1, 1), datetime.date(2025, 1, 2)]
+    assert output_partitions("delta", "ts_date", ("ts_date",), values) == [
+        ("ts_date=2025-01-01",),
+        ("ts_date=2025-01-02",),
+        ("ts_date=__HIVE_DEFAULT_PARTITION__",),
+    ]
+    assert partition_dates(["ts_date=2025-01-02", "ts_date=__HIVE_DEFAULT_PARTITION__"]) == [
+        "2025-01-02"
+    ]
+    refused = [
+        ("day(ts)", "its iceberg table is partitioned by day(ts), not as the job partitions it"),
+        (None, "its iceberg table is partitioned by no column, not as the job partitions it"),
+    ]
+    for partitioned_by, message in refused:
+        with pytest.raises(RestateRefusedError) as e:
+            output_partitions("iceberg", partitioned_by, ("ts_date",), [])
+        assert str(e.value) == f"{message} (ts_date), so its dates cannot be replaced"
