@@ -2,7 +2,8 @@
 "delta"``, in-process on the session's SparkSession: a day re-landed changed and restated
 with a fixed transform holds exactly the new rows once (read by DuckDB), the other days and
 datasets are untouched, the table commit names the run, the watermarks stay, running it twice
-ends the same and the next forward run publishes what landed since once; the refusals
+ends the same and the next forward run publishes what landed since once; ``--keep-replaced``
+changes nothing and says so, and a revert of the run puts the old rows back; the refusals
 (landing records gone, rows without offsets, a restatement that leaves a day no row); and
 a real ``commitpub run --restate`` process SIGKILLed around its table commit.
 """
@@ -26,6 +27,7 @@ from jobhelpers import COMMITPUB, Landing, source_records, write_job
 from pyspark.sql import SparkSession
 from table_helpers import delta_commits, duckdb_connection
 
+from jobs.commands.revert import revert
 from jobs.config import JobConfig, load_config
 from jobs.runs.restate import Restatement, restate_job
 from jobs.runs.run import run_job
@@ -148,14 +150,15 @@ def test_a_table_restatement_replaces_a_relanded_day_once_and_leaves_the_waterma
     Landing(tmp_path / "landing").append("orders", "9", 4)
     fixed = _job(tmp_path, fmt, "version_2")
     restated = {**first, DAYS[1]: "v2"}
-    assert _rows(fmt, tmp_path, "orders") != _expected(tmp_path, "orders", restated)
+    old = _rows(fmt, tmp_path, "orders")
+    assert old != _expected(tmp_path, "orders", restated)
     lines: list[str] = []
 
     def progress(line: str, done: int | None = None, total: int | None = None) -> None:
         lines.append(line)
 
-    for run_id in ("r2", "r3"):  # the same restatement twice ends the same
-        days = Restatement(("orders",), SECOND, SECOND, keep_replaced=run_id == "r3")
+    def restate(run_id: str, *, keep_replaced: bool = False) -> None:
+        days = Restatement(("orders",), SECOND, SECOND, keep_replaced=keep_replaced)
         report = restate_job(fixed, days, spark=spark, run_id=run_id, progress=progress)
         assert report.exit_code == 0, report.error
         assert report.published == ["orders"]
@@ -165,12 +168,10 @@ def test_a_table_restatement_replaces_a_relanded_day_once_and_leaves_the_waterma
         assert _rows(fmt, tmp_path, "orders") == _expected(tmp_path, "orders", restated)
         assert (marks.get("orders", "0"), marks.get("orders", "1")) == (21, 21)
         assert marks.get("orders", "9") is None
-    operation = "overwrite" if fmt == "iceberg" else "WRITE"
-    assert _table_runs(fmt, tmp_path, "orders")[len(commits_before) :] == [
-        (operation, "r2"),
-        (operation, "r3"),
-    ]
-    assert _rows(fmt, tmp_path, "clicks") == clicks
+
+    # --keep-replaced changes nothing for a table, and says so: the table's history keeps
+    # what it replaced, and a revert of the run puts it back.
+    restate("r2", keep_replaced=True)
     assert [line for line in lines if "--keep-replaced" in line] == [
         f"restating orders {DAYS[1]}: --keep-replaced changes nothing for a {fmt} table: it "
         "keeps what the restatement replaces in its history until table maintenance "
@@ -178,10 +179,19 @@ def test_a_table_restatement_replaces_a_relanded_day_once_and_leaves_the_waterma
         "back until then"
     ]
     assert not (tmp_path / "output" / ".commitpub-replaced").exists()
+    assert [r.outcome for r in revert(fixed, "r2")] == ["published"]
+    assert _rows(fmt, tmp_path, "orders") == old
+    for run_id in ("r3", "r4"):  # the same restatement twice ends the same
+        restate(run_id)
+    operation = "overwrite" if fmt == "iceberg" else "WRITE"
+    ours = [c for c in _table_runs(fmt, tmp_path, "orders") if c[1] in {"r2", "r3", "r4"}]
+    assert ours == [(operation, "r2"), (operation, "r3"), (operation, "r4")]
+    assert len(_table_runs(fmt, tmp_path, "orders")) == len(commits_before) + 4
+    assert _rows(fmt, tmp_path, "clicks") == clicks
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
 
     # The next forward run publishes what landed since, once.
-    forward = run_job(fixed, spark=spark, run_id="r4")
+    forward = run_job(fixed, spark=spark, run_id="r5")
     assert forward.exit_code == 0, forward.error
     assert forward.staged["orders"].partitions == {"9": (None, 4)}
     late = Counter(
