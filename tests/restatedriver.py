@@ -2,6 +2,7 @@
 
     python tests/restatedriver.py publish --base DIR --store URL --run-id R --version V
                                           [--days 1,2,3] [--replace 1,2]
+                                          [--per-file] [--keep-replaced]
     python tests/restatedriver.py recover --base DIR --store URL
     python tests/restatedriver.py discard --base DIR --store URL
     python tests/restatedriver.py read    --base DIR --store URL --days N --until FILE
@@ -11,7 +12,10 @@ ROWS rows for each of ``--days`` under ``<run dir>/events/day=N/`` (each row ``V
 publishes them with the Parquet format's commit builder (``StagedDataset``):
 with ``--replace``, those days' partitions are replaced (a restatement): swapped whole
 (staging and output are on one local filesystem), or with ``--per-file`` their files set
-aside one by one before the new ones are renamed in. Crashes come from
+aside one by one before the new ones are renamed in. With ``--keep-replaced`` the replaced
+files are kept (as ``Batch.stage(..., keep_replaced=True)`` keeps them): moved one by one
+into ``<base>/output/.commitpub-replaced/<run id>/events/`` (:func:`kept_dir`), never
+swapped, and left there after the commit. Crashes come from
 ``COMMITPUB_FAILPOINTS`` (store/failpoints.py). Prints the report as JSON; exit 0 when
 every dataset ended well. ``read`` is a reader beside them: it lists day N's partition
 until the file ``--until`` exists and prints what it saw.
@@ -24,6 +28,7 @@ import json
 import os
 import sys
 
+from commitsteps.fs import KEPT_DIR
 from jobs.output.commits import StagedDataset, staged_files
 from publisher import CommitSequence, Publisher, RetryPolicy
 from publisher.converter import to_json
@@ -36,6 +41,11 @@ ROWS = 3
 
 def rows(version: str, day: str, files: int = FILES) -> list[str]:
     return [f"{version},{day},{f}-{i}" for f in range(files) for i in range(ROWS)]
+
+
+def kept_dir(base: str, run_id: str) -> str:
+    """Where run ``run_id``'s restatement keeps what it replaces (as ``Batch`` names it)."""
+    return f"{base}/output/{KEPT_DIR}/{run_id}/{DATASET}"
 
 
 def stage(run_dir: str, version: str, days: list[str], files: int) -> str:
@@ -91,6 +101,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--per-file", action="store_true", help="replace file by file, never swap a directory"
     )
+    parser.add_argument(
+        "--keep-replaced", action="store_true", help="keep the replaced files (never swapped)"
+    )
     parser.add_argument("--until", help="read: stop once this file exists")
     args = parser.parse_args(argv)
     if args.command == "read":
@@ -124,6 +137,7 @@ def main(argv: list[str]) -> int:
                 files=tuple(sorted(staged_files(directory).items())),
                 replace=tuple(f"day={d}" for d in args.replace.split(",") if d),
                 swap_partitions=not args.per_file,
+                kept_dir=kept_dir(args.base, args.run_id) if args.keep_replaced else None,
             )
             published = pub.publish([CommitSequence(DATASET, staged, directory)])
             out["publish"] = to_json(published)

@@ -7,8 +7,17 @@ aside, after all of them and before the first new file, half-way through the new
 after the last step before the sequence's removal, and after the removal before the
 staging clean-up. Recovery (a fresh process) then ends it, and a rerun of the same
 restatement ends the same: days 1 and 2 hold v2's rows exactly once and none of v1's, day 3
-is untouched, nothing is left in the store or in staging. The filesystem store meets every
-cell, Redis and PostgreSQL a sample. A discard of a restatement killed half-way puts v1 back.
+is untouched, nothing is left in the store or in staging.
+
+Three modes replace the partitions: swapped whole (``swap``), file by file (``per-file``),
+and file by file keeping what they replace (``kept``, ``keep_replaced=True``: never
+swapped, the replaced files moved into ``<output>/.commitpub-replaced/<run id>/``). In the
+kept mode every cell also checks the kept area: after the kill each of v1's replaced files
+is whole in exactly one place, the partition or the kept area; after recovery the kept area
+holds exactly v1's replaced files, byte for byte, and nothing else (nothing half-moved); the
+rerun keeps v2's files under its own run id and leaves v1's where they are. The filesystem
+store meets every cell of every mode, Redis and PostgreSQL a sample of each. A discard of a
+restatement killed half-way puts v1 back (the kept files too, the kept area left empty).
 """
 
 from __future__ import annotations
@@ -75,6 +84,24 @@ def leftovers(base: Path) -> list[str]:
     )
 
 
+def replaced(base: Path, run_id: str = "r1") -> dict[str, bytes]:
+    """The data files of run ``run_id`` in the partitions a restatement replaces (days 1
+    and 2), by their path relative to the dataset, with their bytes."""
+    out = base / "output" / restatedriver.DATASET
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for day in ("1", "2")
+        for p in sorted((out / f"day={day}").glob(f"{run_id}-*"))
+    }
+
+
+def kept(base: Path, run_id: str) -> dict[str, bytes]:
+    """Every file (hidden ones too: what a move cut short would leave) in the kept area of
+    run ``run_id``'s restatement, by its path relative to it, with its bytes."""
+    area = Path(restatedriver.kept_dir(str(base), run_id))
+    return {str(p.relative_to(area)): p.read_bytes() for p in area.rglob("*") if p.is_file()}
+
+
 def pending(store: str) -> list[str]:
     with open_store(store) as st:
         return st.datasets(restatedriver.JOB)
@@ -88,8 +115,9 @@ def killed(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
 
 
-#: Crash points by how the partitions are replaced: file by file (``--per-file``), or
-#: swapped whole, a directory each (staging and output on one local filesystem).
+#: Crash points by how the partitions are replaced: file by file (``--per-file``),
+#: swapped whole, a directory each (staging and output on one local filesystem), or file
+#: by file into the kept area (``--keep-replaced``: never swapped, whatever else is asked).
 CELLS = {
     "per-file": {
         "before_seal": "publish.before_write_ahead",
@@ -110,13 +138,26 @@ CELLS = {
         "after_last_step": "publish.after_last_step",
         "after_remove": "publish.after_remove",
     },
+    "kept": {
+        "before_seal": "publish.before_write_ahead",
+        "after_seal": "publish.after_seal",
+        "some_kept": "step.executed@1",
+        "all_kept": f"step.executed@{ASIDE}",
+        "half_new_in": f"step.executed@{ASIDE + 1}",
+        "after_last_step": "publish.after_last_step",
+        "after_remove": "publish.after_remove",
+    },
 }
 #: The sample that the server stores (Redis, PostgreSQL) meet.
 SERVER_CELLS = {
     "per-file": ("all_set_aside", "after_remove"),
     "swap": ("partition_aside", "after_last_step"),
+    "kept": ("some_kept", "after_last_step"),
 }
-MODES = {"per-file": ("--per-file",), "swap": ()}
+#: The driver's flags of each mode. The kept mode asks for no ``--per-file``: a restatement
+#: that keeps what it replaces goes file by file though swapping is allowed (as ``Batch``
+#: builds it).
+MODES = {"per-file": ("--per-file",), "swap": (), "kept": ("--keep-replaced",)}
 
 
 def _store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -142,6 +183,8 @@ def test_restatement_killed_then_recovered_and_rerun(
     store = _store(backend, tmp_path, request)
     ok(drive("publish", tmp_path, store))
     assert published(tmp_path) == ORIGINAL
+    old = replaced(tmp_path)
+    assert len(old) == ASIDE
 
     restate = (*RESTATE, *MODES[mode])
     killed(drive("publish", tmp_path, store, *restate, crash_at=CELLS[mode][cell]))
@@ -151,19 +194,31 @@ def test_restatement_killed_then_recovered_and_rerun(
     for day in ("1", "2"):
         versions = {r.split(",")[0] for r in rows if r.split(",")[1] == day}
         assert len(versions) <= 1, (day, versions)
+    if mode == "kept":
+        # Every replaced file whole in one place: still published, or kept (a rename).
+        there, aside = replaced(tmp_path), kept(tmp_path, "r2")
+        assert there.keys().isdisjoint(aside.keys()), sorted(there.keys() & aside.keys())
+        assert {**there, **aside} == old
 
     ok(drive("recover", tmp_path, store))
     sealed = cell not in {"before_seal"}
     assert published(tmp_path) == (RESTATED if sealed else ORIGINAL)
     assert leftovers(tmp_path) == []
     assert pending(store) == []
+    assert kept(tmp_path, "r2") == (old if mode == "kept" and sealed else {})
+    new = replaced(tmp_path, "r2" if sealed else "r1")
 
     # The same restatement again (a new run id, as a rerun gets): the same end.
     ok(drive("publish", tmp_path, store, *restate[2:], "--run-id", "r3"))
     assert published(tmp_path) == RESTATED
     assert leftovers(tmp_path) == []
+    assert pending(store) == []
     names = {p.name for p in (tmp_path / "output" / restatedriver.DATASET).rglob("*.dat")}
     assert {n.split("-")[0] for n in names} == {"r1", "r3"}
+    if mode == "kept":
+        # The rerun keeps what it replaced under its own run id; the first's stay put.
+        assert kept(tmp_path, "r3") == new
+        assert kept(tmp_path, "r2") == (old if sealed else {})
 
 
 @pytest.mark.parametrize(
@@ -173,6 +228,8 @@ def test_restatement_killed_then_recovered_and_rerun(
         ("per-file", f"step.executed@{ASIDE + 1}"),
         ("swap", "swap.set_aside@1"),
         ("swap", "step.executed@1"),
+        ("kept", f"step.executed@{ASIDE - 1}"),
+        ("kept", f"step.executed@{ASIDE + 1}"),
     ],
 )
 def test_discard_of_a_killed_restatement_puts_the_old_files_back(
@@ -192,7 +249,8 @@ def test_discard_of_a_killed_restatement_puts_the_old_files_back(
     after = {
         str(p.relative_to(tmp_path)): p.read_bytes() for p in (tmp_path / "output").rglob("*.dat")
     }
-    assert after == before
+    assert after == before  # the kept area included: nothing is left kept
+    assert kept(tmp_path, "r2") == {}
     assert pending(store) == []
     ok(drive("recover", tmp_path, store))
     assert leftovers(tmp_path) == []
@@ -230,7 +288,8 @@ def test_a_reader_beside_restatements_never_lists_old_and_new_files_together(
     assert set(seen["runs"]) <= {"r1", "r2", "r3", "r4", "r5"}, seen
     rows = published(tmp_path)
     assert rows == Counter(restatedriver.rows("v1", "1", 300))
-    assert {p.name.split("-")[0] for p in (tmp_path / "output").rglob("*.dat")} == {"r5"}
+    dataset = tmp_path / "output" / restatedriver.DATASET
+    assert {p.name.split("-")[0] for p in dataset.rglob("*.dat")} == {"r5"}
 
 
 def test_a_replaced_file_deleted_by_hand_fails_the_restatement_and_discard_restores_the_rest(
@@ -312,6 +371,7 @@ def test_a_held_restatement_is_released_once(mode: str, tmp_path: Path) -> None:
     only: what a restatement sets aside is its result, not there yet)."""
     store = str(tmp_path / "store")
     ok(drive("publish", tmp_path, store))
+    old = replaced(tmp_path)
     pub = Publisher(
         store,
         restatedriver.JOB,
@@ -330,7 +390,8 @@ def test_a_held_restatement_is_released_once(mode: str, tmp_path: Path) -> None:
             marks=(),
             files=tuple(sorted(staged_files(directory).items())),
             replace=("day=1", "day=2"),
-            swap_partitions=mode == "swap",
+            swap_partitions=mode != "per-file",
+            kept_dir=restatedriver.kept_dir(str(tmp_path), "r2") if mode == "kept" else None,
         )
         checks = [{"name": "row_count", "severity": "error", "figures": {"rows": 0}}]
         pub.hold(restatedriver.DATASET, staged(), staging_dir=directory, checks=checks, run_id="r2")
@@ -340,5 +401,6 @@ def test_a_held_restatement_is_released_once(mode: str, tmp_path: Path) -> None:
         pub.close()
     assert released.outcome == "published", released
     assert published(tmp_path) == RESTATED
+    assert kept(tmp_path, "r2") == (old if mode == "kept" else {})
     ok(drive("recover", tmp_path, store))
     assert leftovers(tmp_path) == []
