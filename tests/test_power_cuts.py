@@ -413,7 +413,9 @@ def test_a_cut_loses_what_was_not_synced(ext4: Ext4) -> None:
 
 #: Cuts inside a restatement (tests/restatedriver.py), by how its partitions are replaced
 #: (see tests/test_restate_crashes.py): after its seal, between the set-asides and the new
-#: files, inside a partition swap, after its last step, after its removal.
+#: files, inside a partition swap, after its last step, after its removal; one that keeps
+#: what it replaces after its seal, after its first file was moved into the kept area (the
+#: others not), and after its last step.
 RESTATE_CELLS = [
     ("per-file", "publish.after_seal"),
     ("per-file", f"step.executed@{test_restate_crashes.ASIDE}"),
@@ -423,8 +425,11 @@ RESTATE_CELLS = [
     ("swap", "step.executed@1"),
     ("swap", "publish.after_last_step"),
     ("swap", "publish.after_remove"),
+    ("kept", "publish.after_seal"),
+    ("kept", "step.executed@1"),
+    ("kept", "publish.after_last_step"),
 ]
-REDIS_RESTATE_CELLS = [RESTATE_CELLS[1], RESTATE_CELLS[4], RESTATE_CELLS[7]]
+REDIS_RESTATE_CELLS = [RESTATE_CELLS[1], RESTATE_CELLS[4], RESTATE_CELLS[7], RESTATE_CELLS[9]]
 
 
 def _park_restatement(setup: Setup, mode: str, point: str, marks: Path) -> forkrun.Started:
@@ -451,15 +456,27 @@ def test_power_cut_inside_a_restatement(  # noqa: PLR0917 -- pytest passes fixtu
     redis_servers: list[RedisProcess],
 ) -> None:
     """A cut anywhere in a sealed restatement: recovery ends it with the interval's new rows
-    exactly once and none of the old, the other partition untouched, staging empty."""
+    exactly once and none of the old, the other partition untouched, staging empty; one
+    that keeps what it replaces has every replaced file whole in the kept area, byte for
+    byte, and nothing else there. A rerun ends the same."""
+    crashes = test_restate_crashes
     setup = _setup(kind, ext4, redis_servers)
     store = setup.backend.store_url
-    test_restate_crashes.ok(test_restate_crashes.drive("publish", setup.base, store))
+    crashes.ok(crashes.drive("publish", setup.base, store))
+    old = crashes.replaced(setup.base)
     cut_and_restart(ext4, setup, _park_restatement(setup, mode, point, tmp_path / "marks"))
-    test_restate_crashes.ok(test_restate_crashes.drive("recover", setup.base, store))
-    assert test_restate_crashes.published(setup.base) == test_restate_crashes.RESTATED
-    assert test_restate_crashes.leftovers(setup.base) == []
-    assert test_restate_crashes.pending(store) == []
+    crashes.ok(crashes.drive("recover", setup.base, store))
+    assert crashes.published(setup.base) == crashes.RESTATED
+    assert crashes.leftovers(setup.base) == []
+    assert crashes.pending(store) == []
+    assert crashes.kept(setup.base, "r2") == (old if mode == "kept" else {})
+
+    new = crashes.replaced(setup.base, "r2")
+    rerun = (*crashes.RESTATE[2:], *crashes.MODES[mode], "--run-id", "r3")
+    crashes.ok(crashes.drive("publish", setup.base, store, *rerun))
+    assert crashes.published(setup.base) == crashes.RESTATED
+    assert (crashes.leftovers(setup.base), crashes.pending(store)) == ([], [])
+    assert crashes.kept(setup.base, "r3") == (new if mode == "kept" else {})
 
 
 #: Cuts inside ``commitpub revert`` of a run (Parquet; jobs/commands/revert.py) on the
