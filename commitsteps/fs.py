@@ -76,7 +76,14 @@ from commitsteps.object_deletes import delete_s3_objects
 from store.errors import ConfigurationError
 from store.failpoints import failpoint
 from store.fences import FenceCheck, fence_check
-from store.files import PUBLIC_FILE_MODE, FileIO, protocols, remove_leftovers, write_stream
+from store.files import (
+    PUBLIC_FILE_MODE,
+    FileIO,
+    protocols,
+    remove_leftovers,
+    sync_filesystems,
+    write_stream,
+)
 from store.urls import is_local, local_path, plain_path, require_no_credentials
 
 # Object stores gain from concurrent copies; local renames do not (a thread per file made
@@ -837,9 +844,17 @@ class FsPutBackCommitStep(FsKeepAsideCommitStep):
 def make_aside_dirs(paths: Sequence[str]) -> None:
     """Make the local directories the files or directories at ``paths`` are set aside into
     (their parents), before the commit is written ahead: a set-aside never makes them
-    itself (see :attr:`FsSetAsideCommitStep.makes_dirs`)."""
-    for parent in {os.path.dirname(local_path(p)) for p in paths if is_local(p)}:
+    itself (see :attr:`FsSetAsideCommitStep.makes_dirs`).
+
+    They are made durable here (one ``syncfs`` per filesystem that holds them): the sealed
+    commit relies on them, and a power cut that lost them would leave a commit that no
+    recovery can finish. The seal's own barrier covers the staged files' filesystem only,
+    and the kept area (:data:`KEPT_DIR`) lies in the output, maybe on another one.
+    """
+    local = [p for p in paths if is_local(p)]
+    for parent in {os.path.dirname(local_path(p)) for p in local}:
         os.makedirs(parent, exist_ok=True)
+    sync_filesystems(local)  # each path counts by its directory, just made
 
 
 def remove_aside_dirs(path: str) -> None:

@@ -6,7 +6,10 @@ the kernel pleases. So each phase of a commit makes what it relies on durable fi
 1. **Before a sequence is sealed, the staged data it names is durable** (:func:`before_seal`).
    A Spark task, a user's own code or ``FsRenameCommitStep.from_staged`` leaves staged files
    in the page cache; the publisher, not the writer, makes them last, so a seal never names
-   a file a power cut turns into zeros.
+   a file a power cut turns into zeros. The directories a restatement moves what it
+   replaces into are made durable where they are made, before the seal
+   (:func:`commitsteps.fs.make_aside_dirs`): the kept area lies in the output, which may
+   be on another filesystem than staging.
 2. **Before a later phase runs, the results of the earlier phases are durable**
    (:func:`after_phase`): every rename's file data and directory entries at both ends, a
    table's data files and metadata, before any watermark moves. Steps found done by

@@ -479,6 +479,37 @@ def test_power_cut_inside_a_restatement(  # noqa: PLR0917 -- pytest passes fixtu
     assert crashes.kept(setup.base, "r3") == (new if mode == "kept" else {})
 
 
+@pytest.mark.slow
+def test_power_cut_after_the_seal_of_a_kept_restatement_with_the_output_on_its_own_filesystem(
+    ext4: Ext4, tmp_path: Path
+) -> None:
+    """Staging and the store on one filesystem, the output (and so the kept area) on
+    another, both cut right after the seal of a restatement that keeps what it replaces:
+    the kept area's directories, made before the seal, survive the cut, and recovery moves
+    every replaced file into them and ends the restatement."""
+    crashes = test_restate_crashes
+    setup = _setup("fs", ext4, [])
+    output = setup.base / "output"
+    output.mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    with ext4_filesystem(tmp_path / "out", mount=output) as out:
+        store = setup.backend.store_url
+        crashes.ok(crashes.drive("publish", setup.base, store))
+        old = crashes.replaced(setup.base)
+        parked = _park_restatement(setup, "kept", "publish.after_seal", tmp_path / "marks")
+        out.cut()
+        ext4.cut()
+        parked.send_signal(signal.SIGKILL)
+        parked.communicate()
+        out.detach()
+        ext4.remount()
+        out.attach()
+        crashes.ok(crashes.drive("recover", setup.base, store))
+        assert crashes.published(setup.base) == crashes.RESTATED
+        assert crashes.kept(setup.base, "r2") == old
+        assert (crashes.leftovers(setup.base), crashes.pending(store)) == ([], [])
+
+
 #: Cuts inside ``commitpub revert`` of a run (Parquet; jobs/commands/revert.py) on the
 #: dataset ``orders``: right after its seal, between its set-asides (the first file moved
 #: into the revert's staging, the rest not), after its last step (the watermarks set back).
