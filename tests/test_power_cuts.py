@@ -15,7 +15,12 @@ every watermark equal to what is published, nothing pending, staging empty.
 The held-dataset cells cut a run right after it held a dataset (as a failed check does), and
 a release right after its seal and right after it removed the hold (publisher/holds.py). The
 restatement cells cut a commit that replaces partitions (tests/restatedriver.py) after its
-seal, between its set-asides and its new files, after its last step and after its removal.
+seal, between its set-asides and its new files, after its last step and after its removal;
+a sample of them keeps what it replaces (``keep_replaced=True``: cut after its seal, after
+its first file was moved into the kept area, after its last step), and one more cuts it
+after its seal with the output on a second ext4 filesystem of its own (the kept area's
+directories, made before the seal, must survive). Each ends with the new rows once, the
+replaced files whole in the kept area, and a rerun ending the same.
 The revert cells cut ``commitpub revert`` (the real console script) of a finished run after
 its seal, between its set-asides and after its last step; the table restatement cells cut an
 Iceberg overwrite or a Delta replace (tests/tablecrashdriver.py) right after its table commit
