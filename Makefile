@@ -82,7 +82,7 @@ $(SPARK_ARCHIVE): $(STAMP) tests/jvm.py
 # its sources (tests/worker_path.py): a .pth file in the venv, written once.
 SPARK_WORKERS := $(VENV)/.spark-workers
 
-$(SPARK_WORKERS): $(STAMP) tests/worker_path.py
+$(SPARK_WORKERS): $(STAMP) tests/worker_path.py tests/spark_daemon.py
 	$(BIN)/python tests/worker_path.py
 	touch $(SPARK_WORKERS)
 

@@ -13,6 +13,10 @@ JVM loading and verifying Spark's classes. Two things cut that:
   only by ``spark-submit``, which pyspark uses to start a driver). A JVM whose class path
   or JDK differs from the archive's (another venv's pyspark) ignores it and says so on
   stderr; without the archive the suite runs as before, only slower.
+- The suite's Spark daemon (tests/spark_daemon.py), named in ``spark.python.daemon.module``
+  as a system property of each driver when the environment has it (tests/worker_path.py):
+  a driver's Spark reads its ``spark.*`` system properties as settings, and hands them to
+  its executors.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
+
+import worker_path
 
 JAVA_TOOL_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: JVM log messages (the archive's warnings among them) to stderr: stdout stays the
@@ -37,9 +43,15 @@ def archive_path() -> Path:
 def configure(environ: MutableMapping[str, str]) -> None:
     """Set the suite's JVM options in ``environ`` unless the caller set them already."""
     environ.setdefault("JAVA_TOOL_OPTIONS", JAVA_TOOL_OPTIONS)
+    if "SPARK_SUBMIT_OPTS" in environ:
+        return
+    options = [_QUIET]
     archive = archive_path()
-    if archive.is_file() and "SPARK_SUBMIT_OPTS" not in environ:
-        environ["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={archive} {_QUIET}"
+    if archive.is_file():
+        options.insert(0, f"-XX:SharedArchiveFile={archive}")
+    if worker_path.daemon_installed():
+        options.append(f"-Dspark.python.daemon.module={worker_path.DAEMON}")
+    environ["SPARK_SUBMIT_OPTS"] = " ".join(options)
 
 
 def make_archive(target: Path) -> bool:
