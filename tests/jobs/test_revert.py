@@ -1,5 +1,6 @@
 """``commitpub revert``: a finished run's files and watermark moves taken back in one sealed
-commit; refusals with nothing changed; SIGKILL inside a revert, then recovery."""
+commit; refusals with nothing changed; SIGKILL inside a revert, then recovery (in this
+process's Spark session: what ``commitpub recover`` runs, without a driver JVM of its own)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import pytest
 from jobhelpers import batch_places, commitpub
 from pyspark.sql import SparkSession
 
-from jobs import Batch
+from jobs import Batch, recover_job
 from jobs.commands.revert import (
     RevertRefusedError,
     UnknownRunError,
     plan,
     revert,
 )
+from jobs.config import operator_config
 from publisher.integration import published
 from store import open_store
 from store.failpoints import ENV_VAR
@@ -165,8 +167,17 @@ def test_a_revert_killed_anywhere_then_recovered_is_reverted_once(
     killed = commitpub("revert", *_options(tmp_path), "r2", "--yes", env={ENV_VAR: point})
     assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
 
-    recovered = commitpub("recover", *_options(tmp_path))
-    assert recovered.returncode == 0, recovered.stderr[-2000:]
+    places = {**batch_places(tmp_path), **STORES}
+    operator = operator_config(
+        JOB,
+        store=places["store"],
+        watermarks=places["watermarks"],
+        staging=places["staging"],
+        output=places["output"],
+        reports=places.get("reports"),
+    )
+    recovered = recover_job(operator, spark=spark)
+    assert recovered.exit_code == 0, recovered.error
     assert _offsets(tmp_path) == Counter(range(3))
     assert _watermark(spark, tmp_path) == 3
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
