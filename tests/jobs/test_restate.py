@@ -273,6 +273,13 @@ def test_a_batch_restatement_killed_inside_its_commit_ends_with_the_new_rows_onc
     assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 6), ("v1", DAYS[2:], 6))
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
 
-    again = _start(tmp_path, "r4", "r4")
-    assert again.wait(timeout=240) == 0, (tmp_path / "r4.log").read_text(errors="replace")
+    # The same restatement again (here, in this process's session: the script's Batch).
+    with _batch(spark, tmp_path, "r4") as batch:
+        batch.stage(
+            "orders",
+            _orders(spark, "v2", DAYS[:2]),
+            partition_by=["day"],
+            replace=[{"day": day} for day in DAYS[:2]],
+        )
+    assert batch.report.exit_code == 0, batch.report.error
     assert _rows(tmp_path) == _expected(("v2", DAYS[:2], 6), ("v1", DAYS[2:], 6))
