@@ -315,6 +315,13 @@ def build_session(config: OperatorConfig) -> SparkSession:
     ensure_python()
     builder = SparkSession.builder.appName(f"commitpub {config.name}")
     remote = remote_of(config)
+    given = os.environ.get("SPARK_REMOTE")
+    if remote and given and given != remote:
+        log.info(
+            "connecting to %s, the job file's spark.remote; SPARK_REMOTE (%s) is ignored",
+            shown_remote(remote),
+            shown_remote(given),
+        )
     if remote:
         builder = builder.remote(remote)
     elif config.spark_master:
@@ -379,7 +386,8 @@ def _classic_conf() -> dict[str, str]:
 
 def remote_of(config: OperatorConfig) -> str | None:
     """The Spark Connect server a job's session connects to: ``[spark] remote``, which wins
-    over a different ``SPARK_REMOTE`` (logged), else ``SPARK_REMOTE``'s (pyspark reads it).
+    over a different ``SPARK_REMOTE`` (:func:`build_session` logs it), else
+    ``SPARK_REMOTE``'s (pyspark reads it).
 
     Raises:
         ConfigurationError: for ``[spark] master`` with ``SPARK_REMOTE`` set, which Spark
@@ -387,12 +395,6 @@ def remote_of(config: OperatorConfig) -> str | None:
     """
     given = os.environ.get("SPARK_REMOTE")
     if config.spark_remote:
-        if given and given != config.spark_remote:
-            log.info(
-                "connecting to %s, the job file's spark.remote; SPARK_REMOTE (%s) is ignored",
-                shown_remote(config.spark_remote),
-                shown_remote(given),
-            )
         return config.spark_remote
     if given and config.spark_master:
         raise ConfigurationError(
