@@ -7,6 +7,7 @@ arithmetic with itself.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from store import open_watermarks
+from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 
@@ -231,3 +233,43 @@ def kill_once_marked(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def run_stopped_then_killed(args: list[str], failpoint: str, cwd: Path) -> str:
+    """Run the ``commitpub`` command ``args`` in a process group of its own (its driver, JVM
+    and workers) until the Spark task that reaches ``failpoint`` (``name@n``) stops there,
+    then SIGKILL it: the stopped Python worker first (the end of the JVM orphans its process
+    group, whose stopped members the kernel then sends SIGCONT: it would go on with the
+    commit), then the group. The job's modules in this folder are importable. Returns the
+    output, written to ``cwd/killed.log``; fails if the command ends, or does not reach the
+    point within 240 s."""
+    marks = cwd / "marks"
+    marks.mkdir()
+    clean = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
+    env = {
+        **clean,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), clean.get("PYTHONPATH", "")]),
+        ENV_VAR: f"{failpoint}:stop",
+        MARKS_ENV_VAR: str(marks),
+    }
+    log = cwd / "killed.log"
+    with log.open("wb") as out:
+        killed = subprocess.Popen(
+            [COMMITPUB, *args], env=env, stdout=out, stderr=out, cwd=cwd, start_new_session=True
+        )
+    deadline = time.monotonic() + 240
+    try:
+        while not any(marks.iterdir()):
+            told = log.read_text(errors="replace")[-3000:]
+            assert killed.poll() is None, f"it ended before the crash point: {told}"
+            assert time.monotonic() < deadline, f"the crash point was not reached: {told}"
+            time.sleep(0.05)
+    finally:
+        for mark in marks.iterdir():  # <point>.<pid of the stopped Python worker>
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(mark.name.rsplit(".", 1)[1]), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # ended early: the assertion says why
+            os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    return log.read_text(errors="replace")

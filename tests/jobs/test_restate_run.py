@@ -7,20 +7,21 @@ SIGKILLed inside its commit.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobhelpers import COMMITPUB, Landing, commitpub, output_rows, source_records, write_job
+from jobhelpers import (
+    Landing,
+    commitpub,
+    output_rows,
+    run_stopped_then_killed,
+    source_records,
+    write_job,
+)
 from pyspark.sql import SparkSession
 
 from jobs.commands.ops import status
@@ -30,7 +31,6 @@ from jobs.runs.restate import Restatement, restate_job
 from jobs.runs.run import run_job
 from jobs.sources import RestateRefusedError
 from store import open_watermarks
-from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = pytest.mark.spark
 
@@ -228,38 +228,8 @@ def test_a_restatement_run_killed_inside_its_commit_ends_with_the_new_rows_once(
     landing = Landing(tmp_path / "landing")
     config = _published(spark, tmp_path, landing)
     fixed = _job(tmp_path, 2)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    clean = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
-    env = {
-        **clean,
-        "PYSPARK_PYTHON": sys.executable,
-        # The job's transform is a module of this folder.
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), clean.get("PYTHONPATH", "")]),
-        ENV_VAR: "swap.set_aside@1:stop",
-        MARKS_ENV_VAR: str(marks),
-    }
-    args = [COMMITPUB, "run", fixed.file, "--restate", "orders", "--from", DAYS[0], "--to", DAYS[1]]
-    with (tmp_path / "killed.log").open("wb") as log:
-        killed = subprocess.Popen(
-            args, env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True
-        )
-    deadline = time.monotonic() + 240
-    try:
-        while not any(marks.iterdir()):
-            told = (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
-            assert killed.poll() is None, f"it ended before the crash point: {told}"
-            assert time.monotonic() < deadline, f"the crash point was not reached: {told}"
-            time.sleep(0.05)
-    finally:
-        # The stopped Python worker first: the end of the JVM orphans its process group,
-        # whose stopped members the kernel then sends SIGCONT (tests/jobs/test_restate.py).
-        for mark in marks.iterdir():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(mark.name.rsplit(".", 1)[1]), signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):  # ended early: the assertion says why
-            os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    args = ["run", fixed.file, "--restate", "orders", "--from", DAYS[0], "--to", DAYS[1]]
+    run_stopped_then_killed(args, "swap.set_aside@1", tmp_path)
     assert max(_versions(tmp_path, "orders").values()) == 1
     leaves: dict[tuple[str, int], set[str]] = {}
     for row in output_rows(tmp_path / "output", "orders"):

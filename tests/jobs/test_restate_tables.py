@@ -10,20 +10,14 @@ a real ``commitpub run --restate`` process SIGKILLed around its table commit.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobhelpers import COMMITPUB, Landing, source_records, write_job
+from jobhelpers import Landing, run_stopped_then_killed, source_records, write_job
 from pyspark.sql import SparkSession
 from table_helpers import delta_commits, duckdb_connection
 
@@ -32,7 +26,6 @@ from jobs.config import JobConfig, load_config
 from jobs.runs.restate import Restatement, restate_job
 from jobs.runs.run import run_job
 from store import open_watermarks
-from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
 pytestmark = pytest.mark.spark
 
@@ -289,38 +282,8 @@ def test_a_table_restatement_run_killed_around_its_table_commit_ends_with_the_ne
     first = dict.fromkeys(DAYS, "v1")
     restated = {**first, DAYS[1]: "v2"}
     old = _rows(fmt, tmp_path, "orders")
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    clean = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, MARKS_ENV_VAR)}
-    env = {
-        **clean,
-        "PYSPARK_PYTHON": sys.executable,
-        # The job's transform is a module of this folder.
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), clean.get("PYTHONPATH", "")]),
-        ENV_VAR: f"{point}@1:stop",
-        MARKS_ENV_VAR: str(marks),
-    }
-    args = [COMMITPUB, "run", fixed.file, "--restate", "orders", "--from", DAYS[1]]
-    with (tmp_path / "killed.log").open("wb") as log:
-        killed = subprocess.Popen(
-            args, env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True
-        )
-    deadline = time.monotonic() + 240
-    try:
-        while not any(marks.iterdir()):
-            told = (tmp_path / "killed.log").read_text(errors="replace")[-3000:]
-            assert killed.poll() is None, f"it ended before the crash point: {told}"
-            assert time.monotonic() < deadline, f"the crash point was not reached: {told}"
-            time.sleep(0.05)
-    finally:
-        # The stopped Python worker first: the end of the JVM orphans its process group,
-        # whose stopped members the kernel then sends SIGCONT (tests/jobs/test_restate.py).
-        for mark in marks.iterdir():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(mark.name.rsplit(".", 1)[1]), signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):  # ended early: the assertion says why
-            os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    args = ["run", fixed.file, "--restate", "orders", "--from", DAYS[1]]
+    run_stopped_then_killed(args, f"{point}@1", tmp_path)
     new = _expected(tmp_path, "orders", restated)
     assert _rows(fmt, tmp_path, "orders") == (new if landed else old)
 
