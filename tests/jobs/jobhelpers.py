@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -21,6 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from jobs.config import JobConfig
+from jobs.runs.restate import Restatement, restate_job
+from jobs.runs.run import run_job
 from store import open_watermarks
 from store.failpoints import ENV_VAR, MARKS_ENV_VAR
 
@@ -273,3 +277,27 @@ def run_stopped_then_killed(args: list[str], failpoint: str, cwd: Path) -> str:
             os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
     return log.read_text(errors="replace")
+
+
+def assert_unsourced_gap_refused(
+    base: Path,
+    make_job: Callable[[Path], JobConfig],
+    spark: Any,
+    first: datetime.date,
+    last: datetime.date,
+) -> None:
+    """The job ``make_job(base)`` writes rows that do not say which records they came from:
+    once it has published orders/0 (landed in ``base/landing``) and that partition's first
+    records are gone, a restatement of ``first``..``last`` needs every record and is refused,
+    naming the gap."""
+    Landing(base / "landing").append("orders", "0", 6)
+    job = make_job(base)
+    assert run_job(job, spark=spark, run_id="u1").exit_code == 0
+    segments = base / "landing" / "orders" / "0"
+    (segments / f"{0:020d}.jsonl").rename(segments / f"{3:020d}.jsonl")
+    refused = restate_job(job, Restatement(("orders",), first, last), spark=spark)
+    assert refused.exit_code == 2
+    assert (
+        "orders/0 offsets 0..2 are gone (its first segment left starts at offset 3), and its "
+        "rows carry no _source_offset, so every record is needed; nothing was changed"
+    ) in (refused.error or "")

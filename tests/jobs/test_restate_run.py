@@ -8,6 +8,7 @@ SIGKILLed inside its commit.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from jobhelpers import (
     Landing,
+    assert_unsourced_gap_refused,
     commitpub,
     output_rows,
     run_stopped_then_killed,
@@ -176,19 +178,8 @@ def test_a_restatement_is_refused_naming_what_is_missing_and_changes_nothing(
     assert cut.published == []
 
     # Rows that do not say which records they came from need every record landed.
-    unsourced = tmp_path / "unsourced"
-    Landing(unsourced / "landing").append("orders", "0", 6)
-    blind = _job(unsourced, 1, transform="usertransforms:version_1_unsourced")
-    assert run_job(blind, spark=spark, run_id="u1").exit_code == 0
-    (unsourced / "landing" / "orders" / "0" / f"{0:020d}.jsonl").rename(
-        unsourced / "landing" / "orders" / "0" / f"{3:020d}.jsonl"
-    )
-    refused_blind = restate_job(blind, Restatement(("orders",), FIRST, SECOND), spark=spark)
-    assert refused_blind.exit_code == 2
-    assert (
-        "orders/0 offsets 0..2 are gone (its first segment left starts at offset 3), and its "
-        "rows carry no _source_offset, so every record is needed; nothing was changed"
-    ) in (refused_blind.error or "")
+    blind = functools.partial(_job, version=1, transform="usertransforms:version_1_unsourced")
+    assert_unsourced_gap_refused(tmp_path / "unsourced", blind, spark, FIRST, SECOND)
 
     # Refused from the job file alone, before the lock: nothing was run.
     refused = [

@@ -11,13 +11,20 @@ a real ``commitpub run --restate`` process SIGKILLed around its table commit.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobhelpers import Landing, run_stopped_then_killed, source_records, write_job
+from jobhelpers import (
+    Landing,
+    assert_unsourced_gap_refused,
+    run_stopped_then_killed,
+    source_records,
+    write_job,
+)
 from pyspark.sql import SparkSession
 from table_helpers import delta_commits, duckdb_connection
 
@@ -248,19 +255,8 @@ def test_a_table_restatement_is_refused_naming_what_is_missing_and_changes_nothi
     assert list((tmp_path / "staging").rglob("*.parquet")) == []
 
     # Rows that do not say which records they came from need every record landed.
-    unsourced = tmp_path / "unsourced"
-    Landing(unsourced / "landing").append("orders", "0", 6)
-    blind = _job(unsourced, fmt, "version_1_unsourced")
-    assert run_job(blind, spark=spark, run_id="u1").exit_code == 0
-    (unsourced / "landing" / "orders" / "0" / f"{0:020d}.jsonl").rename(
-        unsourced / "landing" / "orders" / "0" / f"{3:020d}.jsonl"
-    )
-    refused_blind = restate_job(blind, Restatement(("orders",), FIRST, SECOND), spark=spark)
-    assert refused_blind.exit_code == 2
-    assert (
-        "orders/0 offsets 0..2 are gone (its first segment left starts at offset 3), and its "
-        "rows carry no _source_offset, so every record is needed; nothing was changed"
-    ) in (refused_blind.error or "")
+    blind = functools.partial(_job, fmt=fmt, transform="version_1_unsourced")
+    assert_unsourced_gap_refused(tmp_path / "unsourced", blind, spark, FIRST, SECOND)
 
 
 @pytest.mark.slow
