@@ -8,11 +8,13 @@ later sessions (tests/airflow_env.py; ``make test`` makes it before the tests). 
 Airflow only: the operator comes from this checkout on Airflow's ``PYTHONPATH`` (one of the
 two ways docs/operations.md gives), and imports nothing of ours but itself. Each test is one
 ``airflow dags test`` of a DAG of the example, unchanged (or of tests/airflow_dags.py),
-with a SQLite metadata database in a temporary ``AIRFLOW_HOME``; the DAG's Variables point
-it at the project's ``commitpub``, its Python, and a job file or script the test wrote. What
-is checked is the task state Airflow recorded, its number of tries, and whether the alert
-fired; for the restating DAG (run three times for one past date, the first killed by
-SIGKILL mid-publish, with all it started), what its output holds, read by DuckDB.
+with a SQLite metadata database in a temporary ``AIRFLOW_HOME``: a process of its own,
+forked from a server that imported Airflow once (tests/airflow_forks.py). The DAG's
+Variables point it at the project's ``commitpub``, its Python, and a job file or script the
+test wrote. What is checked is the task state Airflow recorded, its number of tries, and
+whether the alert fired; for the restating DAG (run three times for one past date, the
+first killed by SIGKILL mid-publish, with all it started), what its output holds, read by
+DuckDB.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ DAG_FILES = [
 ]
 COMMITPUB = str(Path(sys.executable).with_name("commitpub"))
 BATCH_SCRIPT = Path(__file__).with_name("airflow_batch.py")
+FORK_SERVER = Path(__file__).with_name("airflow_forks.py")
 RESTATE_SCRIPT = ROOT / "examples" / "restate_interval.py"
 #: The example's DAGs and their tasks: a job file's, a Batch script's; and the cluster one.
 JOB_DAG = ("orders_ingest", "commitpub_run")
@@ -76,7 +79,9 @@ def airflow_bin() -> Path:
 
 
 class Airflow:
-    """One ``AIRFLOW_HOME`` whose DAGs folder holds the DAG files themselves."""
+    """One ``AIRFLOW_HOME`` whose DAGs folder holds the DAG files themselves, and its
+    ``airflow`` commands: each a process forked from a server that imported Airflow once
+    (tests/airflow_forks.py)."""
 
     def __init__(self, bin_dir: Path, home: Path) -> None:
         self.bin = bin_dir
@@ -99,20 +104,58 @@ class Airflow:
             "AIRFLOW_VAR_COMMITPUB_SCRIPT": str(BATCH_SCRIPT),
             "AIRFLOW_VAR_COMMITPUB_RESTATE_SCRIPT": str(RESTATE_SCRIPT),
         }
-        self.airflow("db", "migrate")
-
-    def airflow(self, *args: str, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run(
-            [str(self.bin / "airflow"), *args],
-            env={**self.env, **(env or {})},
+        # The database first, by a command of its own: the server imports Airflow after it.
+        migrated = subprocess.run(
+            [str(bin_dir / "airflow"), "db", "migrate"],
+            env=self.env,
             capture_output=True,
             text=True,
             check=False,
             timeout=600,
         )
-        out = done.stdout + done.stderr
+        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+        with (home / "fork-server.log").open("wb") as server_log:
+            self._server = subprocess.Popen(
+                [str(bin_dir / "python"), str(FORK_SERVER)],
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=server_log,
+                text=True,
+            )
+        self._commands = 0
+        assert self._answer("ready")
+
+    def close(self) -> None:
+        assert self._server.stdin is not None
+        self._server.stdin.close()
+        self._server.wait(timeout=60)
+
+    def _answer(self, key: str) -> Any:
+        assert self._server.stdout is not None
+        line = self._server.stdout.readline()
+        if not line:
+            told = (self.home / "fork-server.log").read_text(errors="replace")
+            raise AssertionError(f"the Airflow fork server ended ({self._server.wait()}):\n{told}")
+        return json.loads(line)[key]
+
+    def _start(self, args: list[str], env: dict[str, str]) -> tuple[int, Path]:
+        """Start ``airflow ARGS`` with ``env`` added to the home's: its pid and its log."""
+        self._commands += 1
+        log = self.home / f"command-{self._commands}.log"
+        log.touch()  # read before the command writes to it
+        request = {"args": args, "env": env, "log": str(log)}
+        assert self._server.stdin is not None
+        self._server.stdin.write(json.dumps(request) + "\n")
+        self._server.stdin.flush()
+        return self._answer("pid"), log
+
+    def airflow(self, *args: str, env: dict[str, str] | None = None) -> str:
+        _, log = self._start(list(args), env or {})
+        code = self._answer("exit")
+        out = log.read_text(errors="replace")
         # Exit 1 is Airflow telling the DAG run failed; the tests read the states themselves.
-        assert done.returncode in (0, 1), f"airflow {' '.join(args)}: {done.returncode}\n{out}"
+        assert code in (0, 1), f"airflow {' '.join(args)}: {code}\n{out}"
         return out
 
     def dags_test(
@@ -146,7 +189,6 @@ class Airflow:
         marks.mkdir()
         scratch.mkdir()
         env = {
-            **self.env,
             **_variables(variables),
             ENV_VAR: f"{crash_point}:stop",
             MARKS_ENV_VAR: str(marks),
@@ -154,24 +196,18 @@ class Airflow:
             "SPARK_LOCAL_DIRS": str(scratch),
             "TMPDIR": str(scratch),
         }
-        log = self.home / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [str(self.bin / "airflow"), "dags", "test", dag[0], logical_date],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        pid, log = self._start(["dags", "test", dag[0], logical_date], env)
         deadline = time.monotonic() + 300
         try:
             while not any(marks.iterdir()):
                 text = log.read_text(errors="replace")
-                assert process.poll() is None, f"it ended before {crash_point}:\n{text}"
+                # The server reaps it as soon as it ends.
+                assert Path(f"/proc/{pid}").exists(), f"it ended before {crash_point}:\n{text}"
                 assert time.monotonic() < deadline, f"{crash_point} not reached:\n{text}"
                 time.sleep(0.1)
         finally:
-            _kill_tree(process.pid)
-            process.wait()
+            _kill_tree(pid)
+            self._answer("exit")
         return log.read_text(errors="replace")
 
 
@@ -212,8 +248,10 @@ def _kill_tree(root: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def airflow(airflow_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Airflow:
-    return Airflow(airflow_bin, tmp_path_factory.mktemp("airflow-home"))
+def airflow(airflow_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    home = Airflow(airflow_bin, tmp_path_factory.mktemp("airflow-home"))
+    yield home
+    home.close()
 
 
 def _job(base: Path, *, records: int = 0, lock_url: str = "") -> Path:
