@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 # `make test PYTEST_ARGS=` runs it in one process.
 PYTEST_ARGS ?= -n 3 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: demo test lint bytecode typecheck pytest pytest-spark35 spark35-env airflow-env redis-server postgresql npm bench clean constraints dist
+.PHONY: demo test lint bytecode azurite typecheck pytest pytest-spark35 spark35-env airflow-env redis-server postgresql npm bench clean constraints dist
 
 # uv installs the project and its pins (pip is only used to install uv itself): on a fresh
 # machine it fetches and unpacks in parallel, a couple of minutes faster than pip.
@@ -111,20 +111,26 @@ pytest-spark35: $(STAMP) redis-server bytecode
 spark35-env: $(STAMP)
 	$(BIN)/python tests/spark35.py --prepare
 
+# Only Azurite's install from npm (tests/azure_helpers.py), made beside lint and type checks
+# too instead of by the first test that needs it.
+azurite: npm $(STAMP)
+	$(BIN)/python tests/azure_helpers.py
+
 # Only Airflow's environment (tests/airflow_env.py), made beside lint and type checks too.
 airflow-env: $(STAMP)
 	$(BIN)/python tests/airflow_env.py --prepare
 
-# Lint, type checks, redis-server, the Spark class archive and the pyspark 3.5 and Airflow
-# environments are independent: made side by side (the archive's JVM and mypy each keep a
-# core busy, the environments mostly wait on the network), then the tests, then pyspark 3.5.
+# Lint, type checks, redis-server, the Spark class archive, the checkout's bytecode, Azurite
+# and the pyspark 3.5 and Airflow environments are independent: made side by side (the
+# archive's JVM and mypy each keep a core busy, the environments and Azurite mostly wait on
+# the network), then the tests, then pyspark 3.5.
 # One pass at a time: the main pass keeps both cores busy (measured: 3,671 CPU-seconds in a
 # 35-minute pass), and the pyspark 3.5 pass run beside it took 25 minutes instead of 4 and
 # slowed the main pass by more than that (51.6 minutes in all against 37 one after the other).
 # The whole run's time is printed at its end, pass or fail (pytest lists the slowest tests).
 test:
 	@start=$$(date +%s); status=0; \
-	$(MAKE) --no-print-directory -j 6 lint typecheck redis-server npm $(SPARK_ARCHIVE) $(SPARK_WORKERS) bytecode spark35-env airflow-env \
+	$(MAKE) --no-print-directory -j 8 lint typecheck redis-server npm $(SPARK_ARCHIVE) $(SPARK_WORKERS) bytecode spark35-env airflow-env azurite \
 	  && $(MAKE) --no-print-directory pytest \
 	  && $(MAKE) --no-print-directory pytest-spark35 || status=$$?; \
 	elapsed=$$(( $$(date +%s) - start )); \

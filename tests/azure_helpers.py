@@ -126,3 +126,8 @@ class AzuriteProcess(HttpServerProcess):
     def delete_container(self, name: str) -> None:
         """Delete ``name`` and everything in it."""
         self.filesystem().rm(name, recursive=True)
+
+
+if __name__ == "__main__":
+    # Only the install (make test does it beside lint and type checks, off the tests' time).
+    print(f"Azurite: {installed_binary()}")
