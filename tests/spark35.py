@@ -21,8 +21,8 @@ staging on S3, a driver JVM each) are left to the main pass: what differs from t
 twins is the Python writer's filesystem (s3fs against moto, pinned alike in both
 environments), not anything Spark does. A write task retried at ``stage.file_closed`` or
 ``stage.task_measured`` with staging on S3 meets Spark 3.5 exactly as the local cells at the
-same fail points do, and each format's table commit after a retry is the local Iceberg and
-Delta cells'.
+same fail points do, and each format's table commit after a retry is the main pass's local
+Iceberg and Delta cells'.
 
 So are the table cells of the demo, the own-job example and the local task retries
 (:data:`DESELECTED`): a table's data files are written by the Parquet write task (the same
