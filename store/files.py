@@ -50,7 +50,7 @@ from store.durability import Durability, local_durability
 from store.errors import ConfigurationError, StoreError, StoreUnavailableError
 from store.failpoints import failpoint
 from store.registry import install_hint
-from store.urls import is_local, local_path, redact
+from store.urls import is_local, local_path, plain_path, redact
 
 #: What a store keeps on a local disk is its owner's only (less the umask).
 PRIVATE_FILE_MODE = 0o600
@@ -334,6 +334,30 @@ def _existing_dir(directory: str) -> str | None:
         directory = parent
 
 
+def _local_directories(urls: Iterable[str]) -> set[str]:
+    """The directories (absolute, normalized) of the local paths among ``urls``.
+
+    A commit names thousands of files in a few directories: each directory is normalized
+    once, for the first file named in it (a name other than ``.`` or ``..`` does not change
+    which directory its path normalizes into).
+    """
+    known: dict[str, str] = {}  # a path's directory as written -> normalized
+    directories: set[str] = set()
+    for url in urls:
+        path = plain_path(url)
+        if path is None:
+            continue
+        written, _, name = path.rpartition("/")
+        if not written or name in ("", ".", ".."):
+            directories.add(os.path.dirname(local_path(path)))
+            continue
+        directory = known.get(written)
+        if directory is None:
+            directory = known[written] = os.path.dirname(local_path(path))
+        directories.add(directory)
+    return directories
+
+
 def sync_filesystems(urls: Iterable[str]) -> int:
     """Make durable everything written on the local filesystems holding any of ``urls``
     (paths or URLs; those not local are skipped): one :func:`syncfs` per filesystem.
@@ -347,12 +371,8 @@ def sync_filesystems(urls: Iterable[str]) -> int:
     Raises:
         OSError: if a filesystem could not write something back.
     """
-    directories: set[str] = set()
-    for url in urls:
-        if is_local(url):
-            directories.add(os.path.dirname(local_path(url)))
     devices: dict[int, str] = {}
-    for wanted in directories:
+    for wanted in _local_directories(urls):
         directory = _existing_dir(wanted)
         if directory is None:
             continue

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from ext4_helpers import Ext4, ext4_filesystem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_crash_matrix import Backend, clean_snapshot, drive, expect_killed, expect_ok, snapshot
 
 from commitsteps import FsRenameCommitStep
 from store import files
+from store.urls import is_local, local_path
 
 
 @pytest.fixture
@@ -86,6 +89,23 @@ def test_sync_filesystems_syncs_each_filesystem_once(tmp_path: Path, small_ext4:
     assert files.sync_filesystems(paths) == 2
     assert files.sync_filesystems([f"file://{a}", str(a)]) == 1
     assert files.sync_filesystems(["s3://bucket/key", "gs://b/k"]) == 0
+
+
+_SEGMENT = st.sampled_from(["a", "b", "", ".", "..", "~", "~root", "f.parquet"])
+_SPELLING = st.builds(
+    lambda prefix, parts: prefix + "/".join(parts),
+    st.sampled_from(["", "/", "//", "file://", "FILE://", "s3://", "~/", "./"]),
+    st.lists(_SEGMENT, max_size=5),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SPELLING, max_size=8))
+def test_the_directories_synced_are_each_paths_own(urls: list[str]) -> None:
+    """Normalizing a directory once for all its files finds what normalizing each file's
+    path finds, whatever the spelling (``.``, ``..``, ``~``, ``//``, trailing slashes)."""
+    each = {os.path.dirname(local_path(u)) for u in urls if is_local(u)}
+    assert files._local_directories(urls) == each
 
 
 def test_what_sync_filesystems_synced_survives_a_cut(small_ext4: Ext4) -> None:
