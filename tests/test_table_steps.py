@@ -339,3 +339,32 @@ def test_a_table_record_without_its_extra_says_what_to_install(tmp_path: Path) -
     assert "refused: step type 'iceberg.append' needs a package" in proc.stdout
     assert "pip install 'commitpub[iceberg]'" in proc.stdout
     assert "import: IcebergAppendCommitStep needs a package" in proc.stdout
+
+
+def test_local_footers_are_read_by_pyarrows_own_reader(tmp_path: Path) -> None:
+    """A local footer is read by the reader inside ``pq.read_metadata``, opened on the path
+    (cheaper per file); with the installed pyarrow that way is taken, and it reads the same
+    footer. Missing and unreadable files fail as they did."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from commitsteps.errors import MissingSourceError, StepConflictError
+    from commitsteps.tables import _local_metadata, read_footer
+
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "day": [dt.date(2024, 1, 1)] * 2}), path)
+    reader = pq.ParquetReader()
+    reader.open(str(path))  # the fast way exists here: a TypeError would mean it does not
+    reader.close()
+    assert _local_metadata(str(path)).equals(pq.read_metadata(path))
+    footer = read_footer(str(path))
+    assert footer.metadata.num_rows == 2
+    assert footer.schema.equals(pq.read_schema(path), check_metadata=False)
+
+    (tmp_path / "not.parquet").write_bytes(b"not a parquet file")
+    with pytest.raises(StepConflictError, match="not a readable Parquet file"):
+        read_footer(str(tmp_path / "not.parquet"))
+    with pytest.raises(MissingSourceError, match="does not exist"):
+        read_footer(str(tmp_path / "gone.parquet"))
+    with pytest.raises(StepConflictError, match="not a readable Parquet file"):
+        read_footer(str(tmp_path))
