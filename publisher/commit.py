@@ -300,6 +300,7 @@ def _execute(ctx: Context, prepared: _Prepared) -> DatasetReport:
         # whose execute proves its effect), not all again at the end.
         verify_after=False,
         staging_dir=prepared.sequence.staging_dir,
+        records=prepared.records,
     )
 
 

@@ -150,6 +150,7 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
     outcome: Outcome,
     verify_after: bool,
     staging_dir: str | None = None,
+    records: Sequence[bytes] | None = None,
 ) -> DatasetReport:
     """Execute the steps not ``done``, in order; then remove the sequence and the staging.
 
@@ -165,6 +166,8 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
             Otherwise (a first publish) each group is verified right after it executed,
             unless its class is ``verified_by_execute`` (:func:`_check_executed`).
         staging_dir: the dataset's staging directory, deleted once it is published.
+        records: the steps' records as written ahead, if at hand: the published record
+            copies a table step's record instead of serializing the step again.
 
     Returns:
         The dataset's report: ``outcome``, or ``failed``/``quarantined`` with the failure
@@ -199,7 +202,13 @@ def finish(  # noqa: PLR0917 -- internal; every caller passes all six
         # Before the removal, so a crash between the two leaves the record to recovery.
         ctx.retry.call(
             lambda: published.record(
-                ctx.store, ctx.job, dataset, ctx.roots, steps, staging_dir=staging_dir
+                ctx.store,
+                ctx.job,
+                dataset,
+                ctx.roots,
+                steps,
+                staging_dir=staging_dir,
+                records=records,
             )
         )
         ctx.remove(dataset)

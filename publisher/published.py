@@ -215,10 +215,20 @@ def of_steps(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> Pub
     )
 
 
-def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dict[str, Any]:
+def document(
+    run_id: str,
+    token: int | None,
+    steps: Sequence[CommitStep],
+    records: Sequence[bytes] | None = None,
+) -> dict[str, Any]:
     """:func:`of_steps` as the JSON document the converter makes of it (``to_json``), built
     without either: an object and then a converted entry for each published file were most
-    of what the record cost a publish. A test holds the two equal."""
+    of what the record cost a publish. A test holds the two equal.
+
+    Args:
+        records: ``dumps`` of each step, if at hand (those written ahead): a table step's
+            is copied, not made again (it names every file of the commit).
+    """
     files: list[dict[str, Any]] = []
     moves: list[dict[str, Any]] = []
     others: set[str] = set()
@@ -226,7 +236,7 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
     kept: list[dict[str, Any]] = []
     replaced = 0
     reverts = False
-    for step in steps:
+    for i, step in enumerate(steps):
         if type(step) is FsRenameCommitStep:  # the many; its subclasses take the long way
             files.append({"path": step.dst, "size": step.size})
         elif isinstance(step, FsPutBackCommitStep):
@@ -260,7 +270,7 @@ def document(run_id: str, token: int | None, steps: Sequence[CommitStep]) -> dic
             others.add(tag)
             reverts = reverts or tag in TABLE_REVERT_TAGS
             if isinstance(step, RevertibleTableStep):
-                tables.append(dumps(step).decode())
+                tables.append((dumps(step) if records is None else records[i]).decode())
     return {
         "run_id": run_id,
         "token": token,
@@ -282,15 +292,18 @@ def record(
     steps: Sequence[CommitStep],
     *,
     staging_dir: str | None = None,
+    records: Sequence[bytes] | None = None,
 ) -> str | None:
     """Record what ``steps`` published to ``dataset``: one write, idempotent (a recovery
-    writes it again). Returns the run id, or None when no run directory names one."""
+    writes it again). Returns the run id, or None when no run directory names one.
+
+    ``records`` are the steps' records as written ahead (:func:`document`), if at hand."""
     found = run_of(roots, steps, staging_dir)
     if found is None:
         return None
     run_id, token = found
     store.set_status(
-        namespace(job), _key(dataset, _slot(run_id, token)), document(run_id, token, steps)
+        namespace(job), _key(dataset, _slot(run_id, token)), document(run_id, token, steps, records)
     )
     failpoint("publish.after_published_record")
     return run_id

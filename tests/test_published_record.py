@@ -126,6 +126,12 @@ def test_a_table_steps_record_is_kept_and_a_table_revert_is_a_revert(tmp_path: P
     steps: list[CommitStep] = [iceberg, delta]
     doc = document("r1", 7, steps)
     assert doc == to_json(of_steps("r1", 7, steps))
+    # A publish hands over the records it wrote ahead: the table steps' are copied as they are.
+    assert document("r1", 7, steps, [commitsteps.dumps(s) for s in steps]) == doc
+    assert document("r1", 7, steps, [b"iceberg's record", b"delta's"])["tables"] == [
+        "iceberg's record",
+        "delta's",
+    ]
     back = from_json(doc, PublishedRecord)
     assert [commitsteps.loads(t.encode()) for t in back.tables] == steps
     assert back.reverts is False
