@@ -267,7 +267,12 @@ class Publisher:
         keep.update(held)
         self.require_lock("sweeping staging")
         swept = staging.sweep(
-            self.roots.staging, self.job_name, self.context.token, keep, self.require_lock
+            self.roots.staging,
+            self.job_name,
+            self.context.token,
+            keep,
+            self.require_lock,
+            outputs=self.roots.output,
         )
         return swept, None
 

@@ -85,6 +85,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from commitsteps import CommitStep
+from commitsteps.fs import KEPT_DIR
 from publisher.confinement import Roots, normalize
 from publisher.converter import from_json, to_json
 from store import formats
@@ -769,9 +770,20 @@ class SweepResult:
 
 
 def sweep(
-    roots: Iterable[str], job: str, token: int | None, keep: Iterable[str], guard: Guard
+    roots: Iterable[str],
+    job: str,
+    token: int | None,
+    keep: Iterable[str],
+    guard: Guard,
+    *,
+    outputs: Iterable[str] = (),
 ) -> SweepResult:
     """Delete the run directories of ``job`` that nothing refers to; warn about the rest.
+
+    A deleted run's directories in the kept area of each output root
+    (``<output>/.commitpub-replaced/<run id>/``, made before a restatement's seal) are
+    removed too where they hold no file: a run killed before its seal leaves them empty.
+    Kept files are never touched.
 
     Args:
         roots: the staging roots (normalized, as in :class:`Roots`).
@@ -780,6 +792,7 @@ def sweep(
             which then deletes only run directories made without one.
         keep: run directories a pending sequence refers to.
         guard: checks, right before each deletion, that this run still owns the job.
+        outputs: the output roots (normalized, as in :class:`Roots`).
 
     Raises:
         FencedError: from ``guard``; what was deleted before stays deleted.
@@ -801,6 +814,7 @@ def sweep(
                 elif action == "delete":
                     guard(f"sweeping the orphan run directory {entry}")
                     _delete_run_dir(entry)
+                    _remove_empty_kept(outputs, name.partition("~t")[0])
                 else:
                     if warning:
                         warnings.append(warning)
@@ -901,6 +915,21 @@ def delete_run(run_dir: str, guard: Guard) -> None:
     """
     guard(f"deleting the abandoned run directory {run_dir}")
     _delete_run_dir(run_dir)
+
+
+def _remove_empty_kept(outputs: Iterable[str], run_id: str) -> None:
+    """Remove the directories of run ``run_id`` in the local output roots' kept areas that
+    hold no file, deepest first, and the kept area itself if it is left empty."""
+    for root in outputs:
+        local = _local_path(root)
+        if local is None:
+            continue  # an object store has no empty directories
+        area = os.path.join(local, KEPT_DIR)
+        for directory, _subdirs, _files in os.walk(os.path.join(area, run_id), topdown=False):
+            with contextlib.suppress(OSError):  # not empty: a file kept there stays
+                os.rmdir(directory)
+        with contextlib.suppress(OSError):
+            os.rmdir(area)
 
 
 def _delete_run_dir(entry: str) -> None:

@@ -35,6 +35,7 @@ import pytest
 import restatedriver
 
 from commitsteps import FsRenameCommitStep, FsSetAsideCommitStep
+from commitsteps.fs import KEPT_DIR
 from jobs.output.commits import StagedDataset, staged_files
 from publisher import CommitSequence, Publisher
 from store import open_store
@@ -210,6 +211,8 @@ def test_restatement_killed_then_recovered_and_rerun(
     assert leftovers(tmp_path) == []
     assert pending(store) == []
     assert kept(tmp_path, "r2") == (old if mode == "kept" and sealed else {})
+    if not sealed:  # the swept run left nothing in the kept area, not even its directories
+        assert not (tmp_path / "output" / KEPT_DIR).exists()
     new = replaced(tmp_path, "r2" if sealed else "r1")
 
     # The same restatement again (a new run id, as a rerun gets): the same end.

@@ -16,6 +16,7 @@ import pytest
 
 import commitsteps
 from commitsteps import FsRenameCommitStep
+from commitsteps.fs import KEPT_DIR
 from publisher import Publisher, RetryPolicy, staging
 from publisher.confinement import Roots
 from publisher.converter import to_json
@@ -152,6 +153,41 @@ def test_the_sweep_deletes_only_this_jobs_marked_runs_and_warns_about_the_rest(
     assert (root / "landing" / "orders" / "0.jsonl").read_text() == "{}\n"
     assert (newer / "orders" / "p=0" / "part-0.dat").exists()
     assert (kept / "orders" / "p=0" / "part-0.dat").exists()
+
+
+def test_a_swept_run_leaves_no_empty_directory_in_the_kept_area(tmp_path: Path) -> None:
+    """A restatement killed before its seal made its directories in the kept area: the
+    sweep of its run removes them. Kept files stay, those of the swept run included, and
+    so does every other run's kept area."""
+    root, output = tmp_path / "staging", tmp_path / "output"
+    area = output / KEPT_DIR
+    swept, finished, pending = _run(root, "r1", 3), _run(root, "r2", 3), _run(root, "r3", 4)
+    (area / "r1" / "orders" / "day=1").mkdir(parents=True)
+    (area / "r1" / "orders" / "day=2").mkdir(parents=True)
+    (area / "r2" / "orders" / "day=1").mkdir(parents=True)
+    (area / "r2" / "orders" / "day=1" / "old-0").write_text("kept")
+    (area / "r2" / "orders" / "day=2").mkdir(parents=True)
+    (area / "r3" / "orders").mkdir(parents=True)
+
+    result = staging.sweep([str(root)], JOB, 5, {str(pending)}, _never, outputs=[str(output)])
+
+    assert sorted(result.deleted) == sorted([str(swept), str(finished)])
+    assert sorted(str(p.relative_to(area)) for p in area.rglob("*")) == [
+        "r2",
+        "r2/orders",
+        "r2/orders/day=1",
+        "r2/orders/day=1/old-0",
+        "r3",
+        "r3/orders",
+    ]
+    # The last run's gone, the kept area goes too.
+    staging.sweep([str(root)], JOB, 5, (), _never, outputs=[str(output)])
+    assert sorted(p.name for p in area.iterdir()) == ["r2"]
+    (area / "r2" / "orders" / "day=1" / "old-0").unlink()
+    _run(root, "r2", 3)
+    staging.sweep([str(root)], JOB, 5, (), _never, outputs=[str(output)])
+    assert not area.exists()
+    assert output.exists()
 
 
 def test_a_sweep_without_the_job_lock_leaves_locked_runs_alone(tmp_path: Path) -> None:
