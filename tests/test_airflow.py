@@ -30,6 +30,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,9 @@ CLUSTER_DAG = ("orders_cluster", "submit")
 KILLED_DAG = ("commitpub_killed", "sleeper")
 ALERT = "COMMITPUB ALERT"
 RETRIES = 2  # the example DAG's default_args
+#: How long one Airflow command may take before it is killed and its test fails with its log
+#: (the module's pytest timeout covers all of its commands).
+COMMAND_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="session")
@@ -150,12 +154,26 @@ class Airflow:
         return self._answer("pid"), log
 
     def airflow(self, *args: str, env: dict[str, str] | None = None) -> str:
-        _, log = self._start(list(args), env or {})
-        code = self._answer("exit")
+        pid, log = self._start(list(args), env or {})
+        code = self._exit_within(pid, log, COMMAND_TIMEOUT_S)
         out = log.read_text(errors="replace")
         # Exit 1 is Airflow telling the DAG run failed; the tests read the states themselves.
         assert code in (0, 1), f"airflow {' '.join(args)}: {code}\n{out}"
         return out
+
+    def _exit_within(self, pid: int, log: Path, timeout_s: float) -> int:
+        """The exit status of the command ``pid``; past ``timeout_s`` it is killed with
+        everything it started, and the test fails with its log."""
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(self._answer, "exit")
+            try:
+                code: int = answer.result(timeout=timeout_s)
+            except TimeoutError:
+                _kill_tree(pid)
+                answer.result(timeout=60)  # the server reaped it
+                text = log.read_text(errors="replace")
+                raise AssertionError(f"not ended within {timeout_s:g}s, killed:\n{text}") from None
+        return code
 
     def dags_test(
         self, dag: tuple[str, str], logical_date: str, **variables: str
