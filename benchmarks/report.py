@@ -82,6 +82,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Panels of the chart in a row: one per benchmark, rows of this many.
+CHART_COLUMNS = 4
+
+
 def chart(results: dict[str, dict[str, Any]]) -> None:
     import matplotlib
 
@@ -91,8 +95,13 @@ def chart(results: dict[str, dict[str, Any]]) -> None:
     names = [n for n in ORDER if n in results]
     if not names:
         return
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
+    columns = min(len(names), CHART_COLUMNS)
+    rows = -(-len(names) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.0 * columns, 3.4 * rows), squeeze=False)
+    cells = [ax for row in axes for ax in row]
+    for ax in cells[len(names) :]:
+        ax.set_visible(False)
+    for ax, name in zip(cells, names, strict=False):
         doc = results[name]
         series: dict[str, list[tuple[int, float]]] = {}
         memory = any(r.get("unit") == "MiB" for r in doc["rows"])
