@@ -953,6 +953,12 @@ class FsPartitionSwapCommitStep(CommitStep):
     aside_dir: str = attrs.field(validator=_check_local_dir)
     files: tuple[SwapFile, ...]
 
+    #: ``execute()`` names each new file after checking its size in the staged directory,
+    #: deletes whatever else is there, and returns once that directory is renamed into the
+    #: partition's place: the partition then holds exactly the new files. Listing it again
+    #: to verify was a tenth of a 10,000-file swap.
+    verified_by_execute: ClassVar[bool] = True
+
     def staged_paths(self) -> tuple[str, ...]:
         return (self.staged_dir, self.aside_dir)
 
