@@ -79,6 +79,7 @@ from store.fences import FenceCheck, fence_check
 from store.files import (
     PUBLIC_FILE_MODE,
     FileIO,
+    local_directories,
     protocols,
     remove_leftovers,
     sync_filesystems,
@@ -851,10 +852,9 @@ def make_aside_dirs(paths: Sequence[str]) -> None:
     recovery can finish. The seal's own barrier covers the staged files' filesystem only,
     and the kept area (:data:`KEPT_DIR`) lies in the output, maybe on another one.
     """
-    local = [p for p in paths if is_local(p)]
-    for parent in {os.path.dirname(local_path(p)) for p in local}:
+    for parent in local_directories(paths):  # paths not local are skipped
         os.makedirs(parent, exist_ok=True)
-    sync_filesystems(local)  # each path counts by its directory, just made
+    sync_filesystems(paths)  # each path counts by its directory, just made
 
 
 def remove_aside_dirs(path: str) -> None:

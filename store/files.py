@@ -334,7 +334,7 @@ def _existing_dir(directory: str) -> str | None:
         directory = parent
 
 
-def _local_directories(urls: Iterable[str]) -> set[str]:
+def local_directories(urls: Iterable[str]) -> set[str]:
     """The directories (absolute, normalized) of the local paths among ``urls``.
 
     A commit names thousands of files in a few directories: each directory is normalized
@@ -372,7 +372,7 @@ def sync_filesystems(urls: Iterable[str]) -> int:
         OSError: if a filesystem could not write something back.
     """
     devices: dict[int, str] = {}
-    for wanted in _local_directories(urls):
+    for wanted in local_directories(urls):
         directory = _existing_dir(wanted)
         if directory is None:
             continue
@@ -907,6 +907,7 @@ __all__ = [
     "fsync_all",
     "fsync_path",
     "hidden_temp_name",
+    "local_directories",
     "makedirs",
     "protocols",
     "remove_leftovers",

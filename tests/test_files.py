@@ -105,7 +105,7 @@ def test_the_directories_synced_are_each_paths_own(urls: list[str]) -> None:
     """Normalizing a directory once for all its files finds what normalizing each file's
     path finds, whatever the spelling (``.``, ``..``, ``~``, ``//``, trailing slashes)."""
     each = {os.path.dirname(local_path(u)) for u in urls if is_local(u)}
-    assert files._local_directories(urls) == each
+    assert files.local_directories(urls) == each
 
 
 def test_what_sync_filesystems_synced_survives_a_cut(small_ext4: Ext4) -> None:
