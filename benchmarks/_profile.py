@@ -14,15 +14,24 @@ Spark's staging layout (8 tasks x 10 partition directories, each data file with 
 ``commitpub run`` publishes it (``jobs.output.commits.StagedDataset`` lists the files);
 it prints the publish and then the wait for the clean-up thread (``finish_run_dir``). Each
 prints µs per file.
+
+``delta-in-place N``: a probe of a design, not of the product. table_publish's Delta
+workload three ways per round: ours (the renames into the table, then the table step), the
+same ``DeltaAppendCommitStep`` given files already in the table directory (no rename; the
+publisher's confinement is switched off for this side only, as it has no staging inside an
+output root today), and the bare transaction; it prints the medians of each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import _common
 from publish_local import Layout
@@ -76,8 +85,52 @@ def spark_layout(n: int) -> None:
             print(f"publish {published / n * 1e6:.1f} µs/file, then clean-up {cleaned:.1f} s")
 
 
+def delta_in_place(n: int) -> None:
+    import table_publish
+
+    from commitsteps import DeltaAppendCommitStep
+    from commitsteps.tables import TableFile
+    from publisher import Outcome, Publisher
+    from publisher.confinement import Roots
+
+    def in_place(layout: table_publish.Layout) -> float:
+        _staging, staged, root = layout.fresh("c-delta", in_table=True)
+        table_publish._delta_table(root)
+        files = tuple(TableFile(path, path, os.stat(path).st_size) for path in staged)
+        run = f"r{layout.round}"
+        table = f"{root}/output/ds"
+        step = DeltaAppendCommitStep(table, table_publish.JOB, "ds", run, 1, files, "ts_date")
+        pub = Publisher(str(root / "state"), table_publish.JOB)
+        with mock.patch.object(Roots, "refusals", lambda _roots, steps, **_: [None] * len(steps)):
+            started = time.perf_counter()
+            report = pub.publish({"ds": [step]})
+            seconds = time.perf_counter() - started
+        pub.close()
+        if report["ds"].outcome != Outcome.PUBLISHED:
+            raise RuntimeError(f"publish failed: {report['ds']}")
+        table_publish._check(root, "delta", n)
+        shutil.rmtree(root)
+        return seconds
+
+    with _common.workdir("profile-delta-in-place") as base:
+        layout = table_publish.Layout(base, n)
+        times: dict[str, list[float]] = {"ours": [], "in place": [], "bare": []}
+        for _ in range(ROUNDS + 1):  # the first round warms up
+            times["ours"].append(table_publish.ours(layout, "delta"))
+            times["in place"].append(in_place(layout))
+            times["bare"].append(table_publish.bare(layout, "delta", []))
+        ms = {side: statistics.median(t[1:]) * 1000 for side, t in times.items()}
+        print(
+            ", ".join(f"{side} {m:.0f} ms" for side, m in ms.items())
+            + f"; ours ÷ bare {ms['ours'] / ms['bare']:.2f},"
+            + f" in place ÷ bare {ms['in place'] / ms['bare']:.2f}"
+        )
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "local":
         local(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "delta-in-place":
+        delta_in_place(int(sys.argv[2]))
     else:
         spark_layout(int(sys.argv[2]))
