@@ -1,8 +1,10 @@
 """restate_partition: what replacing a partition of N files costs against publishing it fresh.
 
 One dataset, one partition (``day=1``) of N = 10,000 staged files (2,000 with ``--quick``),
-published by the Parquet format's commit builder (``jobs.output.commits.StagedDataset``) on
-the fs store: write ahead + seal, execute, the sequence removed, the staging cleaned up.
+named as the staging write names them (``r1-part-...``: the run id in front, as they are
+published), published by the Parquet format's commit builder
+(``jobs.output.commits.StagedDataset``) on the fs store: write ahead + seal, execute, the
+sequence removed, the staging cleaned up.
 
 - B: the partition published fresh (the output holds nothing of it).
 - A, ``swap``: the output holds N old files there; a restatement (``replace``) swaps the
@@ -43,7 +45,7 @@ class Partition:
         """N staged files, and N old ones in the output if ``old`` (untimed)."""
         shutil.rmtree(self.staging, ignore_errors=True)
         shutil.rmtree(self.output, ignore_errors=True)
-        _common.make_files([f"{self.dir}/day=1/part-{j:06d}" for j in range(self.n)])
+        _common.make_files([f"{self.dir}/day=1/r1-part-{j:06d}" for j in range(self.n)])
         if old:
             _common.make_files([f"{self.output}/ds/day=1/old-{j:06d}" for j in range(self.n)])
 

@@ -887,13 +887,22 @@ def _check_local_dir(_instance: Any, attribute: attrs.Attribute[str], value: str
         )
 
 
+def published_name(run_id: str, name: str) -> str:
+    """The name a file staged as ``name`` is published under by run ``run_id``:
+    ``<run id>-<name>``, so two runs never name a file alike and ``commitpub revert`` finds
+    a run's files; ``name`` itself when it is so named already (the staging write names its
+    files so, and a partition swapped whole then renames no file inside it)."""
+    named = f"{run_id}-"
+    return name if name.startswith(named) else f"{named}{name}"
+
+
 @attrs.frozen
 class SwapFile:
     """One new file of a :class:`FsPartitionSwapCommitStep`."""
 
     #: Its name in the staged directory.
     staged: str
-    #: Its name once published (the run id in front).
+    #: Its name once published (:func:`published_name`: the run id in front).
     published: str
     size: int = attrs.field(validator=_check_size)
 

@@ -31,7 +31,7 @@ import attrs
 
 from commitsteps.base import CommitStep
 from commitsteps.errors import MissingSourceError, StepConflictError, StepError
-from commitsteps.fs import FsRenameCommitStep
+from commitsteps.fs import FsRenameCommitStep, published_name
 from store.errors import ConfigurationError
 from store.files import FileIO
 from store.urls import has_scheme, plain_path, require_no_credentials
@@ -590,8 +590,9 @@ def renames_into(
 ) -> tuple[list[FsRenameCommitStep], list[TableFile]]:
     """The renames of staged files into a table's data location, and the files they make.
 
-    A file ``<staging_dir>/<sub/dirs>/<name>`` goes to ``<data_root>/<sub/dirs>/<run id>-<name>``:
-    the run id keeps the names of two runs apart, so a file is never added twice.
+    A file ``<staging_dir>/<sub/dirs>/<name>`` goes to ``<data_root>/<sub/dirs>/<run id>-<name>``
+    (:func:`~commitsteps.fs.published_name`): the run id keeps the names of two runs apart,
+    so a file is never added twice.
 
     Raises:
         ConfigurationError: if a staged file is not under ``staging_dir``.
@@ -604,7 +605,8 @@ def renames_into(
         if not src.startswith(prefix):
             raise ConfigurationError(f"staged file {src} is not under {staging_dir}")
         sub, name = posixpath.split(src[len(prefix) :])
-        dst = f"{data_root}/{sub}/{run_id}-{name}" if sub else f"{data_root}/{run_id}-{name}"
+        name = published_name(run_id, name)
+        dst = f"{data_root}/{sub}/{name}" if sub else f"{data_root}/{name}"
         size = _staged_size(src)
         renames.append(FsRenameCommitStep(src, dst, size))
         files.append(TableFile(src, dst, size))

@@ -368,3 +368,31 @@ def test_local_footers_are_read_by_pyarrows_own_reader(tmp_path: Path) -> None:
         read_footer(str(tmp_path / "gone.parquet"))
     with pytest.raises(StepConflictError, match="not a readable Parquet file"):
         read_footer(str(tmp_path))
+
+
+def test_a_table_file_named_for_its_run_keeps_its_name(tmp_path: Path) -> None:
+    from commitsteps.fs import published_name
+    from commitsteps.tables import renames_into
+
+    staging = tmp_path / "staging"
+    names = ["d=1/r7-part-0.parquet", "d=1/part-1.parquet", "r70-part-2.parquet"]
+    for name in names:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).write_bytes(b"data")
+
+    renames, files = renames_into(
+        [str(staging / n) for n in names], str(staging), "/warehouse/t", "r7"
+    )
+
+    expected = [
+        "/warehouse/t/d=1/r7-part-0.parquet",
+        "/warehouse/t/d=1/r7-part-1.parquet",
+        "/warehouse/t/r7-r70-part-2.parquet",
+    ]
+    assert [f.path for f in files] == [r.published_paths()[0] for r in renames] == expected
+    assert [published_name("r7", n) for n in ("r7-x", "r7x", "r70-x", "x")] == [
+        "r7-x",
+        "r7-r7x",
+        "r7-r70-x",
+        "r7-x",
+    ]

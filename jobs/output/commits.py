@@ -22,7 +22,7 @@ from commitsteps import (
     SwapFile,
     WatermarkCommitStep,
 )
-from commitsteps.fs import REPLACED_DIR, make_aside_dirs
+from commitsteps.fs import REPLACED_DIR, make_aside_dirs, published_name
 from store import JsonScalar
 from store.files import FileIO
 from store.urls import is_local, local_path
@@ -97,18 +97,18 @@ class StagedDataset:
         # Each path is what posixpath.join (os.path.join here) makes of the same parts.
         src_base = posixpath.join(self.staging_dir, "")
         dst_dirs: dict[str, str] = {}
-        named = f"{self.run_id}-"
         steps: list[CommitStep] = []
         swaps: dict[str, list[SwapFile]] = {}
         for directory, name, size in files:
+            published = published_name(self.run_id, name)
             if directory in swapped:
-                swaps.setdefault(directory, []).append(SwapFile(name, f"{named}{name}", size))
+                swaps.setdefault(directory, []).append(SwapFile(name, published, size))
                 continue
             dst_dir = dst_dirs.get(directory)
             if dst_dir is None:
                 dst_dir = dst_dirs[directory] = posixpath.join(self.output_dir, directory, "")
             steps.append(
-                FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{named}{name}", size)
+                FsRenameCommitStep(f"{src_base}{directory}{name}", f"{dst_dir}{published}", size)
             )
         aside = posixpath.join(self.staging_dir, REPLACED_DIR)
         swap_steps = [self._swap(d.rstrip("/"), new, aside) for d, new in swaps.items()]

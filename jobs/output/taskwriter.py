@@ -5,8 +5,9 @@ the partition columns last and in Spark's string form) and writes them under the
 directory in the layout Spark's own writer gives them: ``column=value`` directories named
 exactly as Spark names them (:func:`escape_path_name`, :data:`DEFAULT_PARTITION`), the
 partition columns left out of the files, and files named
-``part-<task>-<write id>-<attempt id>-<n>.parquet``: each attempt of a task writes names of
-its own, so no attempt ever replaces or completes another's files. It returns what it wrote
+``<run id>-part-<task>-<write id>-<attempt id>-<n>.parquet`` (the name they are published
+under; without a run id, from ``part-``): each attempt of a task writes names of its own, so
+no attempt ever replaces or completes another's files. It returns what it wrote
 (:class:`StagedFile`), and only the files named by the attempts whose results Spark accepted
 are the dataset's (:mod:`jobs.output.writing`): what a failed attempt left in staging, or an
 orphaned worker of a lost executor still wrote there after its attempt failed, is never
@@ -57,6 +58,10 @@ class WriteOptions:
     #: What the write tasks measure of their rows (:mod:`jobs.measuring`: for checks, say);
     #: a task writes its batches as :meth:`~jobs.measuring.TaskMeasuring.strip` passes them.
     measures: Measuring = NOTHING
+    #: The run the files are staged for: their names begin with it, as they are published
+    #: (:func:`commitsteps.fs.published_name`), so a partition swapped whole renames none of
+    #: its files. None: names begin with ``part-``.
+    run_id: str | None = None
 
 
 #: Rows a row group holds at least, unless its file or the task's rows end first, or the
@@ -108,7 +113,9 @@ def write_partition(  # noqa: PLR0917 -- one task's identity and its rows, in th
     else:
         fs, target = io.fs, root
     first = attempt.number == 0
-    files = _TaskFiles(target, fs, options, f"part-{index:05d}-{write_id}-{attempt.id}", first)
+    named = f"{options.run_id}-" if options.run_id else ""
+    prefix = f"{named}part-{index:05d}-{write_id}-{attempt.id}"
+    files = _TaskFiles(target, fs, options, prefix, first)
     try:
         for batch in batches:
             for partition, rows in _split(batch, options.partition_by):

@@ -412,7 +412,10 @@ class Batch:
         files: tuple[tuple[str, int], ...] | None = None
         if df.columns:
             options = WriteOptions(
-                columns, self.config.max_records_per_file, self.config.compression
+                columns,
+                self.config.max_records_per_file,
+                self.config.compression,
+                run_id=self.run_id,
             )
             measures = None
             if checks and self.writer.measures_checks:

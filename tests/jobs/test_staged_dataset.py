@@ -14,6 +14,7 @@ import pytest
 
 from commitsteps import (
     FsKeepAsideCommitStep,
+    FsPartitionSwapCommitStep,
     FsRenameCommitStep,
     MissingSourceError,
     StagedLinkError,
@@ -154,3 +155,35 @@ def test_a_restatement_keeping_what_it_replaces_keeps_it_file_by_file(tmp_path: 
     ]
     assert (kept / "d=1").is_dir()
     Roots([str(tmp_path / "staging")], [str(tmp_path / "out")]).check(steps)
+
+
+def test_a_file_the_staging_write_named_for_the_run_keeps_its_name(tmp_path: Path) -> None:
+    """The staging write names its files for their run already: the commit publishes each
+    under that name, and a partition swapped whole names no file inside it again."""
+    staging, output = tmp_path / "staging" / "r2~t2" / "orders", tmp_path / "out" / "orders"
+    for name in ("r2-part-0.parquet", "r20-part-1.parquet", "part-2.parquet"):
+        (staging / "d=1" / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / "d=1" / name).write_bytes(b"new")
+    (output / "d=1").mkdir(parents=True)
+    (output / "d=1" / "r1-old.parquet").write_bytes(b"old!")
+    staged = StagedDataset("orders", str(staging), str(output), "r2", "/wm", ())
+
+    published = [s.published_paths()[0] for s in staged()]
+    assert published == [
+        str(output / "d=1" / name)
+        for name in ("r2-part-2.parquet", "r2-part-0.parquet", "r2-r20-part-1.parquet")
+    ]
+
+    [swap] = attrs.evolve(staged, replace=("d=1",))()
+    assert isinstance(swap, FsPartitionSwapCommitStep)
+    assert {(f.staged, f.published) for f in swap.files} == {
+        ("part-2.parquet", "r2-part-2.parquet"),
+        ("r2-part-0.parquet", "r2-part-0.parquet"),
+        ("r20-part-1.parquet", "r2-r20-part-1.parquet"),
+    }
+    swap.execute()
+    assert sorted(p.name for p in (output / "d=1").iterdir()) == [
+        "r2-part-0.parquet",
+        "r2-part-2.parquet",
+        "r2-r20-part-1.parquet",
+    ]

@@ -90,6 +90,13 @@ def test_a_file_url_is_written_locally(tmp_path: Path) -> None:
     assert _staged(tmp_path) == [file.path] == ["day=2026-11-24/part-00000-w1-11-0.parquet"]
 
 
+def test_a_runs_files_are_named_as_they_are_published(tmp_path: Path) -> None:
+    options = WriteOptions(partition_by=("day",), run_id="r7")
+    written = write_partition(str(tmp_path), options, "w1", 3, FIRST, iter(_batches(range(2))))
+    assert [f.path for f in written] == _staged(tmp_path)
+    assert _staged(tmp_path) == ["day=2026-11-24/r7-part-00003-w1-11-0.parquet"]
+
+
 @pytest.mark.parametrize(("limit", "files"), [(2, 3), (3, 2), (5, 1)])
 def test_the_file_limit_splits_a_partition_value(tmp_path: Path, limit: int, files: int) -> None:
     options = WriteOptions(partition_by=("day",), max_records_per_file=limit)
