@@ -20,6 +20,11 @@ workload three ways per round: ours (the renames into the table, then the table 
 same ``DeltaAppendCommitStep`` given files already in the table directory (no rename; the
 publisher's confinement is switched off for this side only, as it has no staging inside an
 output root today), and the bare transaction; it prints the medians of each.
+
+``new-partition N``: a probe of a design too. One new partition of N files published file
+by file (a rename each, as every append is today) against the same partition moved whole
+by the swap step a restatement uses (``FsPartitionSwapCommitStep``, the output holding
+nothing of it: no file is set aside); restate_partition's workload, medians of three.
 """
 
 from __future__ import annotations
@@ -127,10 +132,28 @@ def delta_in_place(n: int) -> None:
         )
 
 
+def new_partition(n: int) -> None:
+    from restate_partition import Partition
+
+    with _common.workdir("profile-new-partition") as base:
+        part = Partition(base, n)
+        moved, renamed = [], []
+        with mock.patch.object(part, "_prepare", lambda old, keep=part._prepare: keep(False)):
+            for _ in range(ROUNDS + 1):  # the first round warms up
+                # A restatement of a partition the output does not hold: the swap step
+                # moves the staged directory into place, with nothing to set aside.
+                moved.append(part.publish(replace=True, swap=True))
+                renamed.append(part.publish(replace=False))
+        a, b = statistics.median(moved[1:]), statistics.median(renamed[1:])
+        print(f"moved whole {a * 1000:.0f} ms, file by file {b * 1000:.0f} ms, ratio {a / b:.2f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "local":
         local(int(sys.argv[2]), sys.argv[3])
     elif sys.argv[1] == "delta-in-place":
         delta_in_place(int(sys.argv[2]))
+    elif sys.argv[1] == "new-partition":
+        new_partition(int(sys.argv[2]))
     else:
         spark_layout(int(sys.argv[2]))
