@@ -175,6 +175,15 @@ class Writers:
             1 for p in range(len(self.procs)) for x in self._lines(p) if x.startswith("landed")
         )
 
+    def landed_beyond(self, count: int, *, timeout_s: float) -> bool:
+        """Whether more than ``count`` commits have landed, waiting up to ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.landed() <= count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
     def _end(self) -> None:
         self.stop_file.touch()
         for proc in self.procs:

@@ -103,12 +103,15 @@ def test_runs_in_a_row_each_commit_once_within_budget_among_several_writer_proce
             ours += ids
         pub.close()
         landed_meanwhile = writers.landed() - landed_before
+        # The writers kept committing: during the runs, or just after them (three quick runs
+        # can all land between two of theirs on a loaded machine).
+        kept_on = writers.landed_beyond(landed_before, timeout_s=60)
     finally:
         foreign = writers.stop()
     for entry in entries:
         assert entry.outcome == "published", entry.error
         assert entry.duration_s < RUN_BUDGET_S
-    assert landed_meanwhile >= 1, "the other writers kept committing"
+    assert kept_on, "the other writers stopped committing"
     _check_tables(env, sorted(ours), foreign)
     runs = [c.get("commitpub.run-id") for c in env.commits()]
     assert sorted(r for r in runs if r) == [f"r{k}" for k in range(RUNS + 1)]
